@@ -1,0 +1,77 @@
+// Package config reads, defaults and validates the rule file (YAML or JSON,
+// by extension), and watches it for changes.
+//
+// The format is seed 001's (configs → appId → limits → api/limit/unit),
+// extended with defaults, per-rule algorithms, methods, shadow mode and
+// the "*" section for unknown callers. See DESIGN §3.
+package config
+
+import (
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+)
+
+// UnknownApp is the appId of the section that applies to callers without a
+// configured app ID.
+const UnknownApp = "*"
+
+// By says what one counter of a section is shared by.
+type By string
+
+// The values of By.
+const (
+	ByIP     By = "ip"     // one counter per client IP (default for "*")
+	ByApp    By = "app"    // one counter per app ID (default for configured apps)
+	ByGlobal By = "global" // one counter for every caller of the section
+)
+
+// DefaultUnit is the window of a rule that sets no unit: one second, as in
+// seed 001.
+const DefaultUnit = time.Second
+
+// Rules is a parsed, defaulted and validated rule file. Its values are
+// never modified after Parse returns.
+type Rules struct {
+	// Path is the file the rules came from ("" when parsed from memory).
+	Path string
+	// SHA256 is the hex sha256 of the file's bytes.
+	SHA256 string
+	// CaseInsensitive reports whether api patterns match paths regardless
+	// of case.
+	CaseInsensitive bool
+	// Apps are the sections in file order, the "*" section among them if
+	// present.
+	Apps []App
+}
+
+// App is one section of the rule file: a caller and its limits.
+type App struct {
+	// ID is the appId, or UnknownApp.
+	ID string
+	// By says what one counter is shared by: ByIP by default for
+	// UnknownApp, ByApp for configured apps.
+	By By
+	// Total is the app's limit across all its APIs, nil if none.
+	Total *limit.Params
+	// Limits are the per-API rules in file order.
+	Limits []Rule
+	// Line is where the section starts in the file.
+	Line int
+}
+
+// Rule is one per-API limit.
+type Rule struct {
+	// API is the canonical pattern (see trie.ParsePattern).
+	API string
+	// Methods restricts the rule to these upper-case HTTP methods; empty
+	// means every method.
+	Methods []string
+	// Params are the limit's settings with defaults applied.
+	Params limit.Params
+	// Shadow reports whether the rule only records what it would do and
+	// never blocks (dry run).
+	Shadow bool
+	// Line is where the rule starts in the file.
+	Line int
+}

@@ -3,8 +3,9 @@ module github.com/ratelimit-gateway/gateway
 go 1.26
 
 require (
-	github.com/inconshreveable/mousetrap v1.1.0 // indirect
-	github.com/spf13/cobra v1.10.2 // indirect
-	github.com/spf13/pflag v1.0.9 // indirect
-	gopkg.in/yaml.v3 v3.0.1 // indirect
+	github.com/spf13/cobra v1.10.2
+	github.com/spf13/pflag v1.0.9
+	gopkg.in/yaml.v3 v3.0.1
 )
+
+require github.com/inconshreveable/mousetrap v1.1.0 // indirect

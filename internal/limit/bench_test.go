@@ -1,0 +1,167 @@
+package limit
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// benchParams never deny at one request per µs of fake time per goroutine.
+var benchParams = swParams(MaxLimit, time.Second, DefaultPrecision)
+
+func BenchmarkSlidingWindow(b *testing.B) {
+	for _, tt := range []struct {
+		name      string
+		limit     int64
+		precision int
+	}{
+		{name: "allow/precision=10", limit: MaxLimit, precision: 10},
+		{name: "allow/precision=1000", limit: MaxLimit, precision: 1000},
+		{name: "deny/precision=10", limit: 1, precision: 10},
+		{name: "deny/precision=1000", limit: 1, precision: 1000},
+	} {
+		b.Run(tt.name, func(b *testing.B) {
+			p := swParams(tt.limit, time.Second, tt.precision)
+			st := slidingWindow{}.NewState(p)
+			now := t0.UnixNano()
+			st.Commit(now, p)
+			b.ReportAllocs()
+			for b.Loop() {
+				now += int64(time.Microsecond)
+				if st.Decide(now, p).Allowed {
+					st.Commit(now, p)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkMemoryAllow is one decision on an existing key.
+func BenchmarkMemoryAllow(b *testing.B) {
+	for _, tt := range []struct {
+		name string
+		reqs []Request
+	}{
+		{name: "one limit", reqs: []Request{{Key: "app-1|/v1/user", Params: benchParams}}},
+		{name: "one limit denied", reqs: []Request{{Key: "app-1|/v1/user", Params: swParams(1, time.Second, 10)}}},
+		{
+			name: "app total and API",
+			reqs: []Request{
+				{Key: "app-1", Params: benchParams},
+				{Key: "app-1|/v1/user", Params: benchParams},
+			},
+		},
+	} {
+		b.Run(tt.name, func(b *testing.B) {
+			m := newTestMemory(b, MemoryConfig{})
+			ctx := context.Background()
+			res := make([]Result, len(tt.reqs))
+			now := t0
+			if _, err := m.Allow(ctx, now, tt.reqs, res); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				now = now.Add(time.Microsecond)
+				m.Allow(ctx, now, tt.reqs, res)
+			}
+		})
+	}
+}
+
+// BenchmarkMemoryAllowParallel decides from GOMAXPROCS goroutines, on one
+// shared key (contention on one shard) and on many keys spread over the
+// shards.
+func BenchmarkMemoryAllowParallel(b *testing.B) {
+	const distinct = 10_000
+	keys, totals := make([]string, distinct), make([]string, distinct)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("app-%d|/v1/user", i)
+		totals[i] = fmt.Sprintf("app-%d", i)
+	}
+	for _, tt := range []struct {
+		name string
+		keys []string
+		two  bool
+	}{
+		{name: "shared key", keys: keys[:1]},
+		{name: "distinct keys", keys: keys},
+		{name: "app total and API/distinct apps", keys: keys, two: true},
+	} {
+		b.Run(tt.name, func(b *testing.B) {
+			m := newTestMemory(b, MemoryConfig{})
+			ctx := context.Background()
+			for i, k := range tt.keys {
+				if _, err := m.Allow(ctx, t0, []Request{{Key: k, Params: benchParams}, {Key: totals[i], Params: benchParams}}, make([]Result, 2)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var worker atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(worker.Add(1)) * 7919
+				reqs := make([]Request, 1, 2)
+				if tt.two {
+					reqs = reqs[:2]
+				}
+				res := make([]Result, 2)
+				now := t0
+				for pb.Next() {
+					i = (i + 1) % len(tt.keys)
+					reqs[0] = Request{Key: tt.keys[i], Params: benchParams}
+					if tt.two {
+						reqs[1] = Request{Key: totals[i], Params: benchParams}
+					}
+					now = now.Add(time.Microsecond)
+					m.Allow(ctx, now, reqs, res)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkMemoryBytesPerKey reports the heap held per sliding_window key
+// (precision 10) in a store of a million keys. Run it with -benchtime=1x.
+func BenchmarkMemoryBytesPerKey(b *testing.B) {
+	const keys = 1_000_000
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = fmt.Sprintf("*|/v1/user|10.%d.%d.%d", i>>16, i>>8&0xff, i&0xff)
+	}
+	p := swParams(100, time.Minute, 10)
+	ctx := context.Background()
+	reqs, res := make([]Request, 1), make([]Result, 1)
+	var perKey float64
+	b.ReportAllocs()
+	for range b.N {
+		b.StopTimer()
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		b.StartTimer()
+
+		m := newTestMemory(b, MemoryConfig{MaxKeys: keys})
+		for _, k := range names {
+			reqs[0] = Request{Key: k, Params: p}
+			if _, err := m.Allow(ctx, t0, reqs, res); err != nil {
+				b.Fatal(err)
+			}
+		}
+
+		b.StopTimer()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if m.Len() != keys {
+			b.Fatalf("Len: got %d, want %d", m.Len(), keys)
+		}
+		perKey = float64(after.HeapAlloc-before.HeapAlloc) / keys
+		runtime.KeepAlive(m)
+		b.StartTimer()
+	}
+	b.ReportMetric(perKey, "bytes/key")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/keys, "ns/insert")
+}

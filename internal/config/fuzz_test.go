@@ -1,0 +1,113 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/ratelimit-gateway/gateway/internal/trie"
+)
+
+// FuzzParse checks that Parse never panics, that it either returns rules
+// or Errors, and that the rules it returns are usable: every Params
+// passes Validate, every pattern is canonical, every method list is
+// sorted upper-case tokens without repeats.
+func FuzzParse(f *testing.F) {
+	for _, name := range []string{"testdata/rules.yaml", "testdata/rules.json", "testdata/invalid.yaml"} {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data, name == "testdata/rules.json")
+	}
+	for _, s := range []string{
+		"",
+		"configs: [{appId: a, limits: [{api: /, limit: 1}]}]",
+		"configs: [{appId: '*', by: global, limit: 5, unit: 500ms}]",
+		"defaults: {unit: 1m, precision: 60}\nconfigs:\n- appId: a\n  limits:\n  - {api: /v1/{id}, method: [get, POST], limit: 10}\n",
+		"configs:\n- appId: a\n  limits: &l\n  - &r {api: /x, limit: 1}\n  - <<: *r\n    api: /y\n- appId: b\n  limits: *l\n",
+		"configs: [{appId: a, limits: [{api: /, limit: 1.5, unit: 1.5}]}]",
+		"configs:\n  - appId: a\n    limits: [{api: /, limit: 1}\n",
+		"a: 1\n---\nb: 2\n",
+		"configs:\n- &a {appId: a, <<: *a}\n",
+	} {
+		f.Add([]byte(s), false)
+	}
+	for _, s := range []string{
+		`{"configs": [{"appId": "a", "limits": [{"api": "/", "limit": 1}]}]}`,
+		`{"configs": [{"appId": "a", "limits": [{"api": "\/v1", "method": "get", "limit": 1e3, "unit": "1s"}]}]}`,
+		`{"configs": [{"appId": "a", "appId": "b"}]}`,
+		`{"configs": [`,
+		`[1, 2, 3]`,
+	} {
+		f.Add([]byte(s), true)
+	}
+	f.Fuzz(func(t *testing.T, data []byte, isJSON bool) {
+		name := "f.yaml"
+		if isJSON {
+			name = "f.json"
+		}
+		r, err := Parse(name, data)
+		if err != nil {
+			var errs Errors
+			if !errors.As(err, &errs) || len(errs) == 0 {
+				t.Fatalf("Parse error %v (%T): want a non-empty Errors", err, err)
+			}
+			if r != nil {
+				t.Fatalf("Parse returned rules and an error")
+			}
+			for _, e := range errs {
+				if e.Line < 0 || e.Msg == "" || e.File != name {
+					t.Fatalf("Parse error %+v: want the file, a line ≥ 0 and a message", *e)
+				}
+			}
+			return
+		}
+		if len(r.Apps) == 0 {
+			t.Fatalf("Parse returned no apps and no error")
+		}
+		ids := map[string]bool{}
+		for _, app := range r.Apps {
+			if (app.ID != UnknownApp && !ValidAppID(app.ID)) || ids[app.ID] {
+				t.Fatalf("app ID %q is invalid or repeated", app.ID)
+			}
+			ids[app.ID] = true
+			if app.By != ByIP && app.By != ByApp && app.By != ByGlobal {
+				t.Fatalf("app %q: by %q", app.ID, app.By)
+			}
+			if app.Total != nil {
+				if err := app.Total.Validate(); err != nil {
+					t.Fatalf("app %q total %+v: %v", app.ID, *app.Total, err)
+				}
+			}
+			for _, rule := range app.Limits {
+				if err := rule.Params.Validate(); err != nil {
+					t.Fatalf("app %q rule %s %+v: %v", app.ID, rule.API, rule.Params, err)
+				}
+				canonical, _, err := trie.ParsePattern(rule.API)
+				if err != nil || canonical != rule.API {
+					t.Fatalf("app %q rule api %q: canonical %q, %v", app.ID, rule.API, canonical, err)
+				}
+				if !slices.IsSorted(rule.Methods) || len(slices.Compact(slices.Clone(rule.Methods))) != len(rule.Methods) {
+					t.Fatalf("app %q rule %s: methods %q are not sorted and unique", app.ID, rule.API, rule.Methods)
+				}
+				for _, m := range rule.Methods {
+					if !isToken(m) || m != toUpperASCII(m) {
+						t.Fatalf("app %q rule %s: method %q", app.ID, rule.API, m)
+					}
+				}
+			}
+		}
+	})
+}
+
+func toUpperASCII(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'a' && c <= 'z' {
+			b[i] = c - 'a' + 'A'
+		}
+	}
+	return string(b)
+}

@@ -1,0 +1,517 @@
+package config
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/trie"
+)
+
+// The fields of each part of the rule file, in the order messages list
+// them.
+var (
+	topFields      = []string{"caseInsensitive", "defaults", "configs"}
+	settingFields  = []string{"algorithm", "unit", "precision", "burst"}
+	defaultsFields = settingFields
+	appFields      = []string{"appId", "by", "limit", "unit", "algorithm", "precision", "burst", "limits"}
+	ruleFields     = []string{"api", "method", "limit", "unit", "algorithm", "precision", "burst", "shadow"}
+)
+
+// MaxAppIDLen is the longest app ID (DESIGN §4).
+const MaxAppIDLen = 128
+
+const noConfigs = "the rule file has no configs; add a configs list with one entry per app (appId and its limits), " +
+	"or an entry with appId \"*\" for callers without an app ID"
+
+// rules builds the Rules of the file whose top-level node is root (nil
+// for an empty file).
+func (p *parser) rules(root *yaml.Node) *Rules {
+	r := &Rules{}
+	p.defaults = builtinSettings()
+	if root == nil {
+		p.errorf(0, noConfigs)
+		return r
+	}
+	root = deref(root)
+	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
+		p.errorf(root.Line, noConfigs)
+		return r
+	}
+	if root.Kind != yaml.MappingNode {
+		p.errorf(root.Line, "the rule file must be %s with a configs list, not %s", p.word("a mapping", "an object"), p.describe(root))
+		return r
+	}
+	fs := p.fields(root, "the top level", topFields)
+	if f, ok := fs["caseInsensitive"]; ok {
+		r.CaseInsensitive, _ = p.boolean(f)
+		p.caseInsensitive = r.CaseInsensitive
+	}
+	if f, ok := fs["defaults"]; ok {
+		if f.val.Kind != yaml.MappingNode {
+			p.wrongType(f, p.word("a mapping", "an object")+" of "+strings.Join(defaultsFields, ", "))
+		} else {
+			p.defaults, _ = p.readSettings(p.fields(f.val, "defaults", defaultsFields), p.defaults)
+		}
+	}
+	f, ok := fs["configs"]
+	switch {
+	case !ok:
+		p.errorf(0, noConfigs)
+		return r
+	case f.val.Kind != yaml.SequenceNode:
+		p.wrongType(f, p.word("a list", "an array")+" of app sections")
+		return r
+	case len(f.val.Content) == 0:
+		p.errorf(f.line, noConfigs)
+		return r
+	}
+	ids := map[string]int{}
+	for _, item := range f.val.Content {
+		if app, ok := p.app(item, ids); ok {
+			r.Apps = append(r.Apps, app)
+		}
+	}
+	return r
+}
+
+// settings are the limit settings that defaults, an app's total and a rule
+// share, with the line each was set on (0 when built in).
+type settings struct {
+	algorithm string
+	unit      time.Duration
+	precision int
+	burst     int64
+
+	algorithmLine, unitLine, precisionLine, burstLine int
+}
+
+func builtinSettings() settings {
+	return settings{
+		algorithm: limit.DefaultAlgorithm,
+		unit:      DefaultUnit,
+		precision: limit.DefaultPrecision,
+	}
+}
+
+// readSettings returns base overridden by the settings in fs, and whether
+// all of them were valid. A setting that is not valid is reported and
+// leaves base's value, so that one bad default is reported once, not again
+// by every rule that inherits it.
+func (p *parser) readSettings(fs map[string]field, base settings) (settings, bool) {
+	s, ok := base, true
+	if f, set := fs["algorithm"]; set {
+		if name, good := p.str(f); !good {
+			ok = false
+		} else if _, known := limit.Lookup(name); !known {
+			p.errorf(f.line, "unknown algorithm %q; use one of: %s", name, strings.Join(limit.Algorithms(), ", "))
+			ok = false
+		} else {
+			s.algorithm, s.algorithmLine = name, f.line
+		}
+	}
+	if f, set := fs["unit"]; set {
+		if u, good := p.unit(f); good {
+			s.unit, s.unitLine = u, f.line
+		} else {
+			ok = false
+		}
+	}
+	if f, set := fs["precision"]; set {
+		if v, good := p.integer(f); !good {
+			ok = false
+		} else if v < 1 || v > limit.MaxPrecision {
+			p.errorf(f.line, "precision %d is outside 1..%d; it is the number of buckets a sliding window is split into", v, limit.MaxPrecision)
+			ok = false
+		} else {
+			s.precision, s.precisionLine = int(v), f.line
+		}
+	}
+	if f, set := fs["burst"]; set {
+		if v, good := p.integer(f); !good {
+			ok = false
+		} else if v < 0 || v > limit.MaxLimit {
+			p.errorf(f.line, "burst %d is outside 0..%d; it is the bucket capacity of token_bucket and leaky_bucket (0 means the limit)", v, int64(limit.MaxLimit))
+			ok = false
+		} else {
+			s.burst, s.burstLine = v, f.line
+		}
+	}
+	return s, ok
+}
+
+// params returns the limit.Params of a limit n with settings s.
+func (s *settings) params(n int64) limit.Params {
+	return limit.Params{
+		Algorithm: s.algorithm,
+		Limit:     n,
+		Window:    s.unit,
+		Precision: s.precision,
+		Burst:     s.burst,
+	}
+}
+
+// validate checks the Params of a limit and reports a problem on the line
+// of the setting the message is about, where that setting was written
+// (in the section itself or in defaults), else on line.
+func (p *parser) validate(params *limit.Params, s *settings, limitLine, line int, prefix string) bool {
+	err := params.Validate()
+	if err == nil {
+		return true
+	}
+	msg := err.Error()
+	for _, c := range []struct {
+		word string
+		line int
+	}{
+		{"limit ", limitLine},
+		{"unit ", s.unitLine},
+		{"precision ", s.precisionLine},
+		{"burst ", s.burstLine},
+		{"algorithm ", s.algorithmLine},
+		{"unknown algorithm", s.algorithmLine},
+	} {
+		if strings.HasPrefix(msg, c.word) && c.line > 0 {
+			line = c.line
+			break
+		}
+	}
+	p.errorf(line, "%s%s", prefix, msg)
+	return false
+}
+
+// limitValue returns the value of a limit field.
+func (p *parser) limitValue(f field) (int64, bool) {
+	v, ok := p.integer(f)
+	switch {
+	case !ok:
+		return 0, false
+	case v < limit.Unlimited:
+		p.errorf(f.line, "limit %d is below -1; use -1 for unlimited or 0 to block every request", v)
+		return 0, false
+	case v > limit.MaxLimit:
+		p.errorf(f.line, "limit %d is above the maximum %d", v, int64(limit.MaxLimit))
+		return 0, false
+	}
+	return v, true
+}
+
+// app builds the app section item of configs. ids maps the app IDs seen so
+// far to their lines. It reports false when the item is not a mapping.
+func (p *parser) app(item *yaml.Node, ids map[string]int) (App, bool) {
+	n := deref(item)
+	app := App{Line: item.Line}
+	if n.Kind != yaml.MappingNode {
+		p.errorf(item.Line, "each entry of configs must be %s with an appId and its limits, not %s", p.word("a mapping", "an object"), p.describe(n))
+		return app, false
+	}
+	fs := p.fields(n, "this app section", appFields)
+
+	if f, ok := fs["appId"]; !ok {
+		p.errorf(app.Line, "this app section has no appId; set appId to the caller's app ID, or to \"*\" for callers without one")
+	} else if id, ok := p.str(f); ok {
+		line := f.line
+		if item.Kind == yaml.AliasNode {
+			line = item.Line // a section repeated with *alias
+		}
+		switch first, dup := ids[id]; {
+		case id != UnknownApp && !ValidAppID(id):
+			p.errorf(f.line, "appId %q is not valid; use \"*\" or 1 to %d of the characters A-Z a-z 0-9 . _ : -", id, MaxAppIDLen)
+		case dup:
+			p.errorf(line, "appId %q is already configured at line %d; merge the two sections into one", id, first)
+		default:
+			ids[id] = line
+			app.ID = id
+		}
+	}
+
+	app.By = ByApp
+	if app.ID == UnknownApp {
+		app.By = ByIP
+	}
+	if f, ok := fs["by"]; ok {
+		if v, ok := p.str(f); ok {
+			switch by := By(v); by {
+			case ByIP, ByApp, ByGlobal:
+				app.By = by
+			default:
+				p.errorf(f.line, "by %q is not valid; use ip (a counter per client IP), app (one per app ID) or global (one for all callers of the section)", v)
+			}
+		}
+	}
+
+	s, settingsOK := p.readSettings(fs, p.defaults)
+	total, hasTotal := fs["limit"]
+	if hasTotal {
+		if v, ok := p.limitValue(total); ok && settingsOK && v != limit.Unlimited {
+			params := s.params(v)
+			if p.validate(&params, &s, total.line, app.Line, "the app's total limit: ") {
+				app.Total = &params
+			}
+		}
+	} else {
+		// The settings of an app apply to its total only; without a
+		// total they would be silently ignored, though they look like
+		// they set the unit of every rule below.
+		for _, name := range settingFields {
+			if f, ok := fs[name]; ok {
+				p.errorf(f.line, "%s on an app section applies to the app's total limit, but the section has no limit; set limit here, or move %s to each rule or to defaults", name, name)
+			}
+		}
+	}
+
+	f, hasLimits := fs["limits"]
+	if hasLimits {
+		app.Limits = p.limits(f)
+	}
+	if !hasTotal && !hasLimits {
+		p.errorf(app.Line, "this app section has neither limit nor limits, so it would do nothing; add limits, or set limit: -1 to exempt the app from the \"*\" section explicitly")
+	}
+	return app, true
+}
+
+// ValidAppID reports whether id is an app ID a caller can send: 1 to
+// MaxAppIDLen bytes of [A-Za-z0-9._:-]. The gateway checks request headers
+// and rule files with it.
+func ValidAppID(id string) bool {
+	if id == "" || len(id) > MaxAppIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// A listResult is what limits built from one list node.
+type listResult struct {
+	rules []Rule
+}
+
+// limits builds the rules of an app's limits list.
+func (p *parser) limits(f field) []Rule {
+	n := f.val
+	if n.Kind != yaml.SequenceNode {
+		p.wrongType(f, p.word("a list", "an array")+" of rules")
+		return nil
+	}
+	if res, ok := p.listMemo[n]; ok {
+		return res.rules
+	}
+	res := &listResult{}
+	p.listMemo[n] = res
+	seen := map[string][]seenRule{}
+	for _, item := range n.Content {
+		r := p.rule(item)
+		p.checkDuplicate(seen, r, item.Line)
+		if r.ok {
+			res.rules = append(res.rules, r.rule)
+		}
+	}
+	return res.rules
+}
+
+// A ruleResult is what rule built from one node.
+type ruleResult struct {
+	rule Rule
+	// key is the pattern with variable names left out (and folded to lower
+	// case when the file is case-insensitive): two rules with the same key
+	// match the same paths. It is "" when the api is not valid.
+	key string
+	// ok reports whether the rule is valid; its problems have been
+	// reported when not.
+	ok bool
+}
+
+// A seenRule is a rule already in an app, for finding duplicates.
+type seenRule struct {
+	api     string
+	methods []string
+	line    int
+}
+
+// checkDuplicate reports r, at line, if an earlier rule in seen matches
+// the same paths and one of the same methods, and adds it to seen.
+func (p *parser) checkDuplicate(seen map[string][]seenRule, r *ruleResult, line int) {
+	if r.key == "" {
+		return // the api was not valid, already reported
+	}
+	api, methods := r.rule.API, r.rule.Methods
+	for _, s := range seen[r.key] {
+		same := ""
+		if s.api != api {
+			same = fmt.Sprintf(" (%s matches the same paths)", s.api)
+		}
+		switch {
+		case len(methods) == 0 && len(s.methods) == 0:
+			p.errorf(line, "api %s is already limited by the rule at line %d%s; merge the two rules into one", api, s.line, same)
+			return
+		case len(methods) > 0 && len(s.methods) > 0:
+			for _, m := range methods {
+				if slices.Contains(s.methods, m) {
+					p.errorf(line, "api %s with method %s is already limited by the rule at line %d%s; remove %s from one of them", api, m, s.line, same, m)
+					return
+				}
+			}
+		}
+	}
+	seen[r.key] = append(seen[r.key], seenRule{api: api, methods: methods, line: line})
+}
+
+// rule builds one rule from an item of a limits list.
+func (p *parser) rule(item *yaml.Node) *ruleResult {
+	n := deref(item)
+	if res, ok := p.ruleMemo[n]; ok {
+		return res
+	}
+	res := p.buildRule(n)
+	p.ruleMemo[n] = res
+	return res
+}
+
+func (p *parser) buildRule(n *yaml.Node) *ruleResult {
+	res := &ruleResult{rule: Rule{Line: n.Line}}
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n.Line, "each entry of limits must be %s with api and limit, not %s", p.word("a mapping", "an object"), p.describe(n))
+		return res
+	}
+	fs := p.fields(n, "this rule", ruleFields)
+	ok := true
+
+	if f, has := fs["api"]; !has {
+		p.errorf(n.Line, "this rule has no api; set api to the path it limits, like /v1/user")
+		ok = false
+	} else if api, good := p.str(f); !good {
+		ok = false
+	} else if canonical, segments, err := trie.ParsePattern(api); err != nil {
+		p.errorf(f.line, "%s", err)
+		ok = false
+	} else {
+		res.rule.API = canonical
+		res.key = patternKey(segments, p.caseInsensitive)
+	}
+
+	if f, has := fs["method"]; has {
+		if methods, good := p.methods(f); good {
+			res.rule.Methods = methods
+		} else {
+			ok = false
+		}
+	}
+
+	if f, has := fs["shadow"]; has {
+		if v, good := p.boolean(f); good {
+			res.rule.Shadow = v
+		} else {
+			ok = false
+		}
+	}
+
+	s, settingsOK := p.readSettings(fs, p.defaults)
+	ok = ok && settingsOK
+	f, has := fs["limit"]
+	if !has {
+		p.errorf(n.Line, "this rule has no limit; set limit to the number of requests allowed per unit (-1 for unlimited, 0 to block every request)")
+		return res
+	}
+	v, good := p.limitValue(f)
+	if !good || !ok {
+		return res
+	}
+	res.rule.Params = s.params(v)
+	res.ok = p.validate(&res.rule.Params, &s, f.line, n.Line, "")
+	return res
+}
+
+// patternKey returns the key of a pattern's segments under which
+// duplicate rules collide: variables are equal whatever their names.
+func patternKey(segments []string, caseInsensitive bool) string {
+	var b strings.Builder
+	b.WriteByte('/')
+	for i, seg := range segments {
+		if i > 0 {
+			b.WriteByte('/')
+		}
+		if trie.IsVar(seg) {
+			seg = "{}"
+		} else if caseInsensitive {
+			seg = strings.ToLower(seg)
+		}
+		b.WriteString(seg)
+	}
+	return b.String()
+}
+
+// methods returns the methods of a method field, a string or a list of
+// them, upper-cased and sorted.
+func (p *parser) methods(f field) ([]string, bool) {
+	type item struct {
+		node *yaml.Node
+		line int
+	}
+	var items []item
+	switch f.val.Kind {
+	case yaml.ScalarNode:
+		items = []item{{f.val, f.line}}
+	case yaml.SequenceNode:
+		if len(f.val.Content) == 0 {
+			p.errorf(f.line, "method is an empty list; remove method to limit every method, or list the methods to limit")
+			return nil, false
+		}
+		for _, c := range f.val.Content {
+			items = append(items, item{deref(c), c.Line})
+		}
+	default:
+		p.wrongType(f, "a method or a list of methods")
+		return nil, false
+	}
+	ok := true
+	var methods []string
+	for _, it := range items {
+		if it.node.Kind != yaml.ScalarNode || it.node.ShortTag() != "!!str" {
+			p.errorf(it.line, "method must be an HTTP method like GET or a list of them, not %s", p.describe(it.node))
+			ok = false
+			continue
+		}
+		// Check before upper-casing: strings.ToUpper maps some non-ASCII
+		// letters to ASCII ones ("ſ" to "S").
+		m := strings.ToUpper(it.node.Value)
+		switch {
+		case !isToken(it.node.Value) && strings.ContainsAny(it.node.Value, ", "):
+			p.errorf(it.line, "method %q is not a valid HTTP method; write several methods as a list like [GET, POST]", it.node.Value)
+			ok = false
+		case !isToken(it.node.Value):
+			p.errorf(it.line, "method %q is not a valid HTTP method; use a name like GET or POST", it.node.Value)
+			ok = false
+		case slices.Contains(methods, m):
+			p.errorf(it.line, "method %s is listed twice; list it once", m)
+			ok = false
+		default:
+			methods = append(methods, m)
+		}
+	}
+	slices.Sort(methods)
+	return methods, ok
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110 §5.6.2), the
+// syntax of a method.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,335 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// binary is the gateway built once for the end-to-end tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gateway-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "gateway")
+	build := exec.Command("go", "build", "-race", "-o", binary, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building gateway:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// running is a gateway process started by a test.
+type running struct {
+	cmd   *exec.Cmd
+	proxy string // http://host:port
+	admin string
+	done  chan error
+	logs  *logBuffer
+}
+
+// logBuffer collects a process's log lines for failure messages.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) WriteString(s string) {
+	l.mu.Lock()
+	l.b.WriteString(s)
+	l.mu.Unlock()
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startGateway runs `gateway serve` with args and env and waits until it
+// listens; it reads the bound addresses from its "gateway listening" log.
+func startGateway(t *testing.T, env []string, args ...string) *running {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)...)
+	cmd.Dir = "../.." // the repository root, where configs/ lives
+	cmd.Env = append(os.Environ(), env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	g := &running{cmd: cmd, done: make(chan error, 1), logs: &logBuffer{}}
+	ready := make(chan struct{})
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	go func() {
+		for line := range lines {
+			g.logs.WriteString(line + "\n")
+			var rec struct{ Msg, Proxy, Admin string }
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "gateway listening" {
+				g.proxy, g.admin = "http://"+rec.Proxy, "http://"+rec.Admin
+				close(ready)
+			}
+		}
+		g.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-g.done
+	})
+	select {
+	case <-ready:
+	case err := <-g.done:
+		t.Fatalf("gateway exited before listening: %v\n%s", err, g.logs)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("gateway did not listen within 30s")
+	}
+	return g
+}
+
+func send(t *testing.T, method, url string, hdr ...string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// countAdmitted sends n requests and returns how many got 200; every other
+// answer must be 429.
+func countAdmitted(t *testing.T, n int, url string, hdr ...string) (admitted int, lastBody string) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		code, body := send(t, "GET", url, hdr...)
+		switch code {
+		case 200:
+			admitted++
+		case 429:
+			lastBody = body
+		default:
+			t.Fatalf("request %d to %s: got %d %s", i, url, code, body)
+		}
+	}
+	return admitted, lastBody
+}
+
+func TestEndToEndExampleRules(t *testing.T) {
+	var upstreamHits atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upstreamHits.Add(1)
+		io.WriteString(w, `{"ok":true}`)
+	}))
+	defer up.Close()
+	// The upstream comes from the environment, the way containers set it.
+	g := startGateway(t, []string{"GATEWAY_UPSTREAM=" + up.URL, "GATEWAY_TRUSTED_PROXIES=127.0.0.1/32"})
+
+	// An API rule: app-1 may GET /v1/user/{id}/orders 10 times a minute.
+	n, body := countAdmitted(t, 15, g.proxy+"/v1/user/42/orders", "X-App-Id", "app-1")
+	if n != 10 {
+		t.Errorf("app-1 orders: admitted %d of 15, want 10", n)
+	}
+	if !strings.Contains(body, `"api":"/v1/user/{id}/orders"`) {
+		t.Errorf("app-1 orders 429 body: got %s", body)
+	}
+
+	// An app total: app-2 may send 30 a minute in all, though its
+	// /v1/user rule alone would allow 50.
+	n, body = countAdmitted(t, 40, g.proxy+"/v1/user/7", "X-App-Id", "app-2")
+	if n != 30 {
+		t.Errorf("app-2 total: admitted %d of 40, want 30", n)
+	}
+	if !strings.Contains(body, `"app":"app-2","api":"","limit":30`) {
+		t.Errorf("app-2 429 body: got %s", body)
+	}
+
+	// Unknown callers: 20 a minute per client IP, the IP taken from
+	// X-Forwarded-For because the peer (127.0.0.1) is a trusted proxy.
+	n, _ = countAdmitted(t, 25, g.proxy+"/anything", "X-Forwarded-For", "203.0.113.1")
+	if n != 20 {
+		t.Errorf("unknown caller A: admitted %d of 25, want 20", n)
+	}
+	n, _ = countAdmitted(t, 5, g.proxy+"/anything", "X-Forwarded-For", "203.0.113.2")
+	if n != 5 {
+		t.Errorf("unknown caller B: admitted %d of 5, want 5", n)
+	}
+	if got, want := upstreamHits.Load(), int64(10+30+20+5); got != want {
+		t.Errorf("upstream hits: got %d, want %d", got, want)
+	}
+
+	// Bad input gets a JSON 400.
+	if code, body := send(t, "GET", g.proxy+"/v1/user", "X-App-Id", "bad id!"); code != 400 || !strings.Contains(body, "invalid_app_id") {
+		t.Errorf("bad app ID: got %d %s", code, body)
+	}
+
+	// The admin port.
+	if code, _ := send(t, "GET", g.admin+"/healthz"); code != 200 {
+		t.Errorf("/healthz: got %d", code)
+	}
+	if code, body := send(t, "GET", g.admin+"/rules"); code != 200 || !strings.Contains(body, `"sha256"`) || !strings.Contains(body, `"appId":"app-1"`) {
+		t.Errorf("/rules: got %d %s", code, body)
+	}
+}
+
+func TestEndToEndGracefulShutdown(t *testing.T) {
+	arrived := make(chan struct{})
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		<-release
+		io.WriteString(w, "late but whole")
+	}))
+	defer up.Close()
+	g := startGateway(t, nil, "--upstream", up.URL)
+
+	type result struct {
+		code int
+		body string
+	}
+	got := make(chan result, 1)
+	go func() {
+		code, body := send(t, "GET", g.proxy+"/v1/health", "X-App-Id", "app-1")
+		got <- result{code, body}
+	}()
+	<-arrived
+	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// The in-flight request is still being served; release it.
+	close(release)
+	r := <-got
+	if r.code != 200 || r.body != "late but whole" {
+		t.Errorf("in-flight request: got %d %q, want 200 and the whole body", r.code, r.body)
+	}
+	select {
+	case err := <-g.done:
+		if err != nil {
+			t.Errorf("gateway exit: %v\n%s", err, g.logs)
+		}
+		g.done <- nil // for the cleanup
+	case <-time.After(30 * time.Second):
+		t.Fatal("gateway did not exit after SIGTERM")
+	}
+}
+
+func TestEndToEndDemoUpstream(t *testing.T) {
+	g := startGateway(t, nil, "--demo-upstream", "--config", "configs/ratelimiter-rule.yaml")
+	code, body := send(t, "GET", g.proxy+"/v1/user/42", "X-App-Id", "app-1")
+	if code != 200 || !strings.Contains(body, `"upstream":"demo"`) || !strings.Contains(body, `"path":"/v1/user/42"`) {
+		t.Errorf("demo upstream: got %d %s", code, body)
+	}
+}
+
+func runBinary(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Dir = "../.."
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, stdout.String(), stderr.String()
+}
+
+func TestValidateCommand(t *testing.T) {
+	code, out, _ := runBinary(t, "validate", "configs/ratelimiter-rule.yaml")
+	if code != 0 || !strings.Contains(out, "ok") {
+		t.Errorf("validate example: exit %d, out %q", code, out)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte(`configs:
+  - appId: app-1
+    limits:
+      - api: /v1/user
+        limit: -5
+      - api: v1/order
+        limit: 1
+        colour: red
+`), 0o644)
+	code, _, errOut := runBinary(t, "validate", bad)
+	if code != 1 {
+		t.Errorf("validate bad: exit %d, want 1", code)
+	}
+	for _, want := range []string{"bad.yaml:5:", "bad.yaml:6:", "bad.yaml:8:", "3 error(s)"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("validate bad: output lacks %q:\n%s", want, errOut)
+		}
+	}
+	if code, _, _ := runBinary(t, "validate"); code != 2 {
+		t.Errorf("validate without a file: exit %d, want 2", code)
+	}
+}
+
+func TestMatchCommand(t *testing.T) {
+	code, out, errOut := runBinary(t, "match", "--config", "configs/ratelimiter-rule.yaml", "--app", "app-1", "--method", "GET", "/v1//user/42/orders")
+	if code != 0 {
+		t.Fatalf("match: exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{`normalized to "/v1/user/42/orders"`, "app total 1000 per 1m0s", "applies: rule /v1/user/{id}/orders", "skipped: rule /v1/user "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("match output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestVersionAndUsage(t *testing.T) {
+	code, out, _ := runBinary(t, "version")
+	if code != 0 || !strings.HasPrefix(out, "gateway ") {
+		t.Errorf("version: exit %d %q", code, out)
+	}
+	if code, _, errOut := runBinary(t, "serve", "--no-such-flag"); code != 2 || !strings.Contains(errOut, "no-such-flag") {
+		t.Errorf("unknown flag: exit %d %q", code, errOut)
+	}
+	code, _, errOut := runBinary(t, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
+	if code != 1 || !strings.Contains(errOut, "no upstream") {
+		t.Errorf("serve without upstream: exit %d %q", code, errOut)
+	}
+	cmd := exec.Command(binary, "serve", "--demo-upstream")
+	cmd.Env = append(os.Environ(), "GATEWAY_LOG_LEVEL=loud")
+	outB, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(outB), "--log-level") {
+		t.Errorf("bad GATEWAY_LOG_LEVEL: %v %s", err, outB)
+	}
+}

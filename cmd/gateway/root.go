@@ -1,0 +1,119 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// Exit codes, chosen here and nowhere else.
+const (
+	exitOK      = 0
+	exitFailure = 1 // a command failed, or `validate` found errors
+	exitUsage   = 2 // bad flags or arguments
+)
+
+// envPrefix prefixes the environment variable of every flag:
+// --redis-timeout is GATEWAY_REDIS_TIMEOUT.
+const envPrefix = "GATEWAY_"
+
+// usageError marks errors in how the command was called.
+type usageError struct{ error }
+
+// exitError carries an exit code for a failure already reported.
+type exitError int
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", int(e)) }
+
+// Execute runs the command line args and returns the process exit code.
+func Execute(args []string) int {
+	return execute(args, os.Stdout, os.Stderr)
+}
+
+func execute(args []string, stdout, stderr io.Writer) int {
+	root := newRootCmd(stdout, stderr)
+	root.SetArgs(args)
+	err := root.Execute()
+	var code exitError
+	var uerr usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &code):
+		return int(code)
+	case errors.As(err, &uerr):
+		fmt.Fprintf(stderr, "gateway: %v\n", err)
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "gateway: %v\n", err)
+		return exitFailure
+	}
+}
+
+func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "gateway",
+		Short: "A rate-limiting reverse proxy",
+		Long: `gateway is a reverse proxy that limits every caller (identified by an app ID
+header, or by client IP) per API with sliding-window limits from a YAML rule file.
+
+Every flag can also be set from the environment as GATEWAY_<FLAG>, e.g.
+GATEWAY_UPSTREAM=http://127.0.0.1:8081. A flag given on the command line wins.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return flagsFromEnv(cmd.Flags())
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(newServeCmd(), newValidateCmd(), newMatchCmd(), newVersionCmd())
+	return root
+}
+
+// flagsFromEnv sets every flag not given on the command line from its
+// GATEWAY_ environment variable, if set.
+func flagsFromEnv(fs *pflag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Changed || f.Name == "help" {
+			return
+		}
+		name := envName(f.Name)
+		v, ok := os.LookupEnv(name)
+		if !ok {
+			return
+		}
+		if serr := fs.Set(f.Name, v); serr != nil {
+			err = usageError{fmt.Errorf("%s=%q: %w", name, v, serr)}
+		}
+	})
+	return err
+}
+
+func envName(flag string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// newLogger builds the one logger from --log-format and --log-level.
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageError{fmt.Errorf("--log-level %q is not debug, info, warn or error", level)}
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, usageError{fmt.Errorf("--log-format %q is not json or text", format)}
+}

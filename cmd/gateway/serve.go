@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/configs"
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/spf13/cobra"
+)
+
+func newServeCmd() *cobra.Command {
+	var (
+		cfg       proxy.Config
+		logFormat string
+		logLevel  string
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the gateway",
+		Long: `Run the gateway: proxy requests from --listen to --upstream, limited by the
+rules in --config, with /healthz, /readyz and /rules on --admin-listen.
+
+SIGHUP reloads the rules; SIGTERM or SIGINT drains in-flight requests and exits.`,
+		Example: `  gateway serve --demo-upstream
+  gateway serve --config /etc/gateway/ratelimiter-rule.yaml --upstream http://127.0.0.1:8081`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(cmd.ErrOrStderr(), logFormat, logLevel)
+			if err != nil {
+				return err
+			}
+			cfg.Logger = log
+			if !cmd.Flags().Changed("config") {
+				cfg.FallbackRules = configs.ExampleRules
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+			defer stop()
+			return proxy.Run(ctx, cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.ConfigPath, "config", "configs/ratelimiter-rule.yaml", "rule file (YAML, or JSON by extension); if the default file is missing, the built-in example rules are used")
+	f.StringVar(&cfg.Listen, "listen", ":8080", "proxy listen address")
+	f.StringVar(&cfg.AdminListen, "admin-listen", ":9090", "admin listen address (/healthz, /readyz, /rules)")
+	f.StringVar(&cfg.Upstream, "upstream", "", "upstream base URL admitted requests are forwarded to, e.g. http://127.0.0.1:8081")
+	f.BoolVar(&cfg.DemoUpstream, "demo-upstream", false, "start a built-in JSON echo upstream on loopback and forward to it")
+	f.StringVar(&cfg.AppHeader, "app-header", "X-App-Id", "request header carrying the caller's app ID")
+	f.StringSliceVar(&cfg.TrustedProxies, "trusted-proxies", nil, "comma-separated CIDRs of proxies whose X-Forwarded-For is believed")
+	f.StringVar(&cfg.Store, "store", "memory", "counter store: memory")
+	f.IntVar(&cfg.MaxKeys, "max-keys", 1_000_000, "most counters the memory store keeps; beyond it unknown callers share one overflow counter")
+	f.DurationVar(&cfg.UpstreamTimeout, "upstream-timeout", 30*time.Second, "longest wait for the upstream's response headers before 504")
+	f.IntVar(&cfg.LimitStatus, "limit-status", 429, "status code of a limited response")
+	f.StringVar(&cfg.RateLimitHeaders, "ratelimit-headers", "both", "rate-limit response headers: both, draft (RateLimit, RateLimit-Policy), legacy (X-RateLimit-*), none")
+	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "longest drain of in-flight requests on SIGTERM")
+	f.StringVar(&logFormat, "log-format", "json", "log format: json or text")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	return cmd
+}

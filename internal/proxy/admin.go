@@ -1,0 +1,177 @@
+package proxy
+
+import (
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/config"
+)
+
+// Rules holds the rule set in force and the outcome of the last reload. It
+// is safe for concurrent use.
+type Rules struct {
+	handler *Handler
+	load    func() (*config.Rules, error)
+	now     func() time.Time
+
+	mu          sync.Mutex // serializes reloads and guards the fields below
+	lastError   string
+	lastErrorAt time.Time
+	onReload    func(ok bool)
+}
+
+// NewRules returns the reload state of h, whose rules come from load.
+func NewRules(h *Handler, load func() (*config.Rules, error), now func() time.Time) *Rules {
+	if now == nil {
+		now = time.Now
+	}
+	return &Rules{handler: h, load: load, now: now}
+}
+
+// OnReload registers f to be called after every reload with its result;
+// the metrics hang here.
+func (r *Rules) OnReload(f func(ok bool)) {
+	r.mu.Lock()
+	r.onReload = f
+	r.mu.Unlock()
+}
+
+// Reload reads and compiles the rule file and, if it is valid, swaps it in.
+// On error the rules in force stay and the error is kept for /rules.
+func (r *Rules) Reload() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	err := r.reload()
+	if err != nil {
+		r.lastError, r.lastErrorAt = err.Error(), r.now()
+	} else {
+		r.lastError, r.lastErrorAt = "", time.Time{}
+	}
+	if r.onReload != nil {
+		r.onReload(err == nil)
+	}
+	return err
+}
+
+func (r *Rules) reload() error {
+	parsed, err := r.load()
+	if err != nil {
+		return err
+	}
+	rs, err := Compile(parsed, r.now())
+	if err != nil {
+		return err
+	}
+	r.handler.SetRules(rs)
+	return nil
+}
+
+// rulesView is the JSON of GET /rules.
+type rulesView struct {
+	Path            string     `json:"path"`
+	SHA256          string     `json:"sha256"`
+	LoadedAt        time.Time  `json:"loadedAt"`
+	CaseInsensitive bool       `json:"caseInsensitive"`
+	Apps            []appView  `json:"apps"`
+	LastError       string     `json:"lastError,omitempty"`
+	LastErrorAt     *time.Time `json:"lastErrorAt,omitempty"`
+}
+
+type appView struct {
+	AppID  string      `json:"appId"`
+	By     config.By   `json:"by"`
+	Total  *limitView  `json:"total,omitempty"`
+	Limits []limitView `json:"limits"`
+}
+
+type limitView struct {
+	API       string   `json:"api,omitempty"`
+	Methods   []string `json:"methods,omitempty"`
+	Limit     int64    `json:"limit"`
+	Unit      string   `json:"unit"`
+	Algorithm string   `json:"algorithm"`
+	Precision int      `json:"precision,omitempty"`
+	Burst     int64    `json:"burst,omitempty"`
+	Shadow    bool     `json:"shadow,omitempty"`
+	Line      int      `json:"line,omitempty"`
+}
+
+func (r *Rules) view() rulesView {
+	rs := r.handler.Rules()
+	src := rs.Source
+	v := rulesView{
+		Path:            src.Path,
+		SHA256:          src.SHA256,
+		LoadedAt:        rs.LoadedAt.UTC(),
+		CaseInsensitive: src.CaseInsensitive,
+		Apps:            make([]appView, 0, len(src.Apps)),
+	}
+	for _, a := range src.Apps {
+		av := appView{AppID: a.ID, By: a.By, Limits: make([]limitView, 0, len(a.Limits))}
+		if a.Total != nil {
+			p := a.Total
+			av.Total = &limitView{Limit: p.Limit, Unit: p.Window.String(), Algorithm: p.Algorithm, Precision: p.Precision, Burst: p.Burst, Line: a.Line}
+		}
+		for _, l := range a.Limits {
+			p := l.Params
+			av.Limits = append(av.Limits, limitView{
+				API: l.API, Methods: l.Methods, Limit: p.Limit, Unit: p.Window.String(),
+				Algorithm: p.Algorithm, Precision: p.Precision, Burst: p.Burst, Shadow: l.Shadow, Line: l.Line,
+			})
+		}
+		v.Apps = append(v.Apps, av)
+	}
+	r.mu.Lock()
+	if r.lastError != "" {
+		v.LastError = r.lastError
+		at := r.lastErrorAt.UTC()
+		v.LastErrorAt = &at
+	}
+	r.mu.Unlock()
+	return v
+}
+
+// AdminConfig configures the admin handler.
+type AdminConfig struct {
+	// Rules is the reload state shown at /rules. Required.
+	Rules *Rules
+	// Ready reports why the gateway cannot serve, or nil. Default: always
+	// ready once rules are loaded.
+	Ready func() error
+	// Metrics, if not nil, is served at /metrics.
+	Metrics http.Handler
+}
+
+// NewAdmin returns the admin port's handler: /healthz (the process is
+// alive), /readyz (rules loaded and the store usable), /rules (the rules in
+// force and the last reload error), POST /rules/reload, and /metrics.
+func NewAdmin(cfg AdminConfig) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if cfg.Ready != nil {
+			if err := cfg.Ready(); err != nil {
+				writeError(w, http.StatusServiceUnavailable, "not_ready", err.Error())
+				return
+			}
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	mux.HandleFunc("GET /rules", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, cfg.Rules.view())
+	})
+	mux.HandleFunc("POST /rules/reload", func(w http.ResponseWriter, _ *http.Request) {
+		if err := cfg.Rules.Reload(); err != nil {
+			writeError(w, http.StatusUnprocessableEntity, "reload_failed", err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "reloaded", "sha256": cfg.Rules.handler.Rules().Source.SHA256})
+	})
+	if cfg.Metrics != nil {
+		mux.Handle("GET /metrics", cfg.Metrics)
+	}
+	return mux
+}

@@ -1,0 +1,345 @@
+package proxy
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/trie"
+)
+
+// Decision is what the gateway did with a request; it is the decision
+// label of the request metrics (DESIGN §8).
+type Decision string
+
+// The decisions.
+const (
+	DecisionAllowed       Decision = "allowed"
+	DecisionLimited       Decision = "limited"
+	DecisionShadowLimited Decision = "shadow_limited"
+	DecisionUnmatched     Decision = "unmatched"
+	DecisionInvalid       Decision = "invalid"
+	DecisionFailOpen      Decision = "fail_open"
+	DecisionFailClosed    Decision = "fail_closed"
+)
+
+// HeaderMode selects which rate-limit headers responses carry.
+type HeaderMode uint8
+
+// The header modes of --ratelimit-headers.
+const (
+	HeadersBoth   HeaderMode = iota // draft and legacy
+	HeadersDraft                    // RateLimit-Policy and RateLimit (IETF draft -10)
+	HeadersLegacy                   // X-RateLimit-Limit/Remaining/Reset
+	HeadersNone
+)
+
+// ParseHeaderMode parses a --ratelimit-headers value.
+func ParseHeaderMode(s string) (HeaderMode, bool) {
+	switch s {
+	case "both":
+		return HeadersBoth, true
+	case "draft":
+		return HeadersDraft, true
+	case "legacy":
+		return HeadersLegacy, true
+	case "none":
+		return HeadersNone, true
+	}
+	return 0, false
+}
+
+// maxLimitsPerRequest is how many limits one request can meet: the app
+// total and one API rule.
+const maxLimitsPerRequest = 2
+
+// Handler is the proxy's request path: identify the caller, normalize and
+// match the path, ask the store, then forward or reject. It is safe for
+// concurrent use; the rule set is swapped atomically by SetRules.
+type Handler struct {
+	rules       atomic.Pointer[RuleSet]
+	store       limit.Store
+	upstream    *httputil.ReverseProxy
+	appHeader   string
+	trusted     []netip.Prefix
+	limitStatus int
+	headers     HeaderMode
+	now         func() time.Time
+	log         *slog.Logger
+	observer    Observer
+}
+
+// HandlerConfig configures a Handler.
+type HandlerConfig struct {
+	// Rules is the initial rule set. Required.
+	Rules *RuleSet
+	// Store decides limits. Required.
+	Store limit.Store
+	// Upstream forwards admitted requests. Required.
+	Upstream *httputil.ReverseProxy
+	// AppHeader is the header carrying the caller's app ID. Default
+	// "X-App-Id".
+	AppHeader string
+	// TrustedProxies are the peers whose X-Forwarded-For is believed.
+	TrustedProxies []netip.Prefix
+	// LimitStatus is the status of a limited response. Default 429.
+	LimitStatus int
+	// Headers selects the rate-limit headers. The zero value is both.
+	Headers HeaderMode
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Logger receives errors. Default slog.Default().
+	Logger *slog.Logger
+	// Observer, if not nil, receives every request's outcome.
+	Observer Observer
+}
+
+// NewHandler returns a Handler for cfg.
+func NewHandler(cfg HandlerConfig) (*Handler, error) {
+	if cfg.Rules == nil || cfg.Store == nil || cfg.Upstream == nil {
+		return nil, errors.New("proxy: NewHandler needs Rules, Store and Upstream")
+	}
+	h := &Handler{
+		store:       cfg.Store,
+		upstream:    cfg.Upstream,
+		appHeader:   http.CanonicalHeaderKey(cfg.AppHeader),
+		trusted:     cfg.TrustedProxies,
+		limitStatus: cfg.LimitStatus,
+		headers:     cfg.Headers,
+		now:         cfg.Now,
+		log:         cfg.Logger,
+		observer:    cfg.Observer,
+	}
+	if h.appHeader == "" {
+		h.appHeader = "X-App-Id"
+	}
+	if h.limitStatus == 0 {
+		h.limitStatus = http.StatusTooManyRequests
+	}
+	if h.now == nil {
+		h.now = time.Now
+	}
+	if h.log == nil {
+		h.log = slog.Default()
+	}
+	h.rules.Store(cfg.Rules)
+	return h, nil
+}
+
+// Rules returns the rule set in force.
+func (h *Handler) Rules() *RuleSet { return h.rules.Load() }
+
+// SetRules swaps in a new rule set. Requests already past matching finish
+// on the set they started with.
+func (h *Handler) SetRules(rs *RuleSet) { h.rules.Store(rs) }
+
+// Outcome is what the handler did with one request, for an Observer.
+type Outcome struct {
+	// App is the configured app ID or "*"; "" when the caller was
+	// rejected before it was identified.
+	App string
+	// API is the matched rule pattern, "" if none.
+	API string
+	// Decision is what the limiter decided.
+	Decision Decision
+	// Status is the response status (499 when the client went away).
+	Status int
+	// Duration is the whole request's time in the gateway.
+	Duration time.Duration
+}
+
+// Observer receives the outcome of every request; metrics and access logs
+// hang here. Implementations must be safe for concurrent use and fast.
+type Observer interface {
+	ObserveRequest(r *http.Request, o *Outcome)
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := h.now()
+	sw := &statusWriter{ResponseWriter: w}
+	o := Outcome{}
+	h.serve(sw, r, start, &o)
+	if h.observer != nil {
+		o.Status = sw.status
+		o.Duration = h.now().Sub(start)
+		h.observer.ObserveRequest(r, &o)
+	}
+}
+
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, now time.Time, o *Outcome) {
+	o.Decision = DecisionInvalid
+	app, err := appID(r, h.appHeader)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_app_id", err.Error())
+		return
+	}
+	clean, err := trie.Normalize(r.URL.EscapedPath())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_path", err.Error())
+		return
+	}
+
+	rs := h.rules.Load()
+	sec, _ := rs.lookup(app)
+	o.Decision = DecisionUnmatched
+	var (
+		lims [maxLimitsPerRequest]*compiledLimit
+		n    int
+	)
+	o.App = config.UnknownApp
+	if sec != nil {
+		o.App = sec.app
+		if sec.total != nil {
+			lims[n] = sec.total
+			n++
+		}
+		if cl, pattern, ok := sec.trie.Match(r.Method, clean); ok {
+			o.API = pattern
+			o.Decision = DecisionAllowed
+			if cl.params.Limit != limit.Unlimited {
+				lims[n] = cl
+				n++
+			}
+		}
+	}
+	// Forward exactly the path that was matched and counted.
+	r.URL.Path, r.URL.RawPath = clean, ""
+	if n == 0 {
+		h.upstream.ServeHTTP(w, r)
+		return
+	}
+	o.Decision = DecisionAllowed
+
+	var (
+		reqs [maxLimitsPerRequest]limit.Request
+		res  [maxLimitsPerRequest]limit.Result
+	)
+	var ip string
+	for i := 0; i < n; i++ {
+		cl := lims[i]
+		reqs[i] = limit.Request{Key: cl.key, Params: &cl.params, Shadow: cl.shadow}
+		if sec.byIP {
+			if ip == "" {
+				ip = clientIP(r, h.trusted).String()
+			}
+			reqs[i].Key = cl.key + "|" + ip
+			reqs[i].Overflow = cl.key + "|overflow"
+		}
+	}
+	allowed, err := h.store.Allow(r.Context(), now, reqs[:n], res[:n])
+	if err != nil {
+		o.Decision = DecisionFailOpen
+		// Fail open: a broken limiter must not take the service down
+		// (seed 001). The store-specific fail modes live in the store.
+		if r.Context().Err() == nil {
+			h.log.Error("limiter failed; admitting request", "err", err)
+		}
+		h.upstream.ServeHTTP(w, r)
+		return
+	}
+	h.writeHeaders(w.Header(), lims[:n], res[:n])
+	if !allowed {
+		o.Decision = DecisionLimited
+		h.reject(w, lims[:n], res[:n])
+		return
+	}
+	for i := 0; i < n; i++ {
+		if !res[i].Allowed {
+			o.Decision = DecisionShadowLimited
+		}
+	}
+	h.upstream.ServeHTTP(w, r)
+}
+
+// reject writes the limited response for the denying limit with the
+// longest wait.
+func (h *Handler) reject(w http.ResponseWriter, lims []*compiledLimit, res []limit.Result) {
+	worst := -1
+	for i := range res {
+		if res[i].Allowed || lims[i].shadow {
+			continue
+		}
+		if worst < 0 || res[i].RetryAfter > res[worst].RetryAfter {
+			worst = i
+		}
+	}
+	cl, rr := lims[worst], res[worst]
+	secs := ceilSeconds(rr.RetryAfter)
+	if secs < 1 {
+		secs = 1
+	}
+	w.Header().Set("Retry-After", itoa(secs))
+	writeLimited(w, h.limitStatus, cl, secs)
+}
+
+// writeHeaders adds the rate-limit headers of the enforced limits: the
+// draft headers list each one, the legacy ones describe the most
+// constraining. Shadow limits stay invisible to callers.
+func (h *Handler) writeHeaders(hdr http.Header, lims []*compiledLimit, res []limit.Result) {
+	if h.headers == HeadersNone {
+		return
+	}
+	most := -1
+	for i := range res {
+		if lims[i].shadow {
+			continue
+		}
+		if most < 0 || moreConstraining(res[i], res[most]) {
+			most = i
+		}
+	}
+	if most < 0 {
+		return
+	}
+	if h.headers == HeadersBoth || h.headers == HeadersDraft {
+		policy, state := draftHeaders(lims, res)
+		hdr["Ratelimit-Policy"] = []string{policy}
+		hdr["Ratelimit"] = []string{state}
+	}
+	if h.headers == HeadersBoth || h.headers == HeadersLegacy {
+		r := res[most]
+		hdr["X-Ratelimit-Limit"] = []string{itoa(r.Limit)}
+		hdr["X-Ratelimit-Remaining"] = []string{itoa(max(r.Remaining, 0))}
+		hdr["X-Ratelimit-Reset"] = []string{itoa(ceilSeconds(r.Reset))}
+	}
+}
+
+// moreConstraining reports whether a leaves less room than b: fewer
+// remaining, then a longer wait.
+func moreConstraining(a, b limit.Result) bool {
+	if a.Allowed != b.Allowed {
+		return !a.Allowed
+	}
+	if a.Remaining != b.Remaining {
+		return a.Remaining < b.Remaining
+	}
+	return a.Reset > b.Reset
+}
+
+func draftHeaders(lims []*compiledLimit, res []limit.Result) (policy, state string) {
+	for i, cl := range lims {
+		if cl.shadow {
+			continue
+		}
+		if policy != "" {
+			policy += ", "
+			state += ", "
+		}
+		policy += cl.policy
+		state += cl.name + ";r=" + itoa(max(res[i].Remaining, 0)) + ";t=" + itoa(ceilSeconds(res[i].Reset))
+	}
+	return policy, state
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}

@@ -1,0 +1,216 @@
+package proxy
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/trie"
+)
+
+// RuleSet is a compiled rule file: a trie per app and the limits the
+// request path needs, with every string it writes precomputed. It is
+// immutable once built; a reload builds a new one and swaps it in.
+type RuleSet struct {
+	// Source is the rule file it was compiled from.
+	Source *config.Rules
+	// LoadedAt is when it was compiled.
+	LoadedAt time.Time
+
+	apps    map[string]*section
+	unknown *section // the "*" section, nil if the file has none
+}
+
+// section is one app's compiled rules.
+type section struct {
+	app   string
+	byIP  bool
+	total *compiledLimit // nil when the app has no total
+	trie  *trie.Trie[*compiledLimit]
+}
+
+// compiledLimit is one limit with what the request path writes about it.
+type compiledLimit struct {
+	app    string
+	api    string // rule pattern; "" for an app total
+	params limit.Params
+	shadow bool
+	// key is the counter key; for per-IP sections the client IP is
+	// appended after a "|".
+	key string
+	// policy is the RateLimit-Policy item for this limit.
+	policy string
+	// name is the quoted policy name used in the RateLimit header.
+	name string
+	// window is Params.Window in whole seconds, at least 1, for headers.
+	windowSeconds int64
+}
+
+// Compile builds a RuleSet from parsed rules.
+func Compile(rules *config.Rules, now time.Time) (*RuleSet, error) {
+	rs := &RuleSet{Source: rules, LoadedAt: now, apps: make(map[string]*section, len(rules.Apps))}
+	for i := range rules.Apps {
+		app := &rules.Apps[i]
+		sec := &section{
+			app:  app.ID,
+			byIP: app.By == config.ByIP,
+			trie: trie.New[*compiledLimit](trie.Options{CaseInsensitive: rules.CaseInsensitive}),
+		}
+		if app.Total != nil && app.Total.Limit != limit.Unlimited {
+			sec.total = newCompiledLimit(app.ID, "", nil, *app.Total, false)
+		}
+		for j := range app.Limits {
+			r := &app.Limits[j]
+			cl := newCompiledLimit(app.ID, r.API, r.Methods, r.Params, r.Shadow)
+			if err := sec.trie.Insert(r.API, r.Methods, cl); err != nil {
+				return nil, fmt.Errorf("%s:%d: %w", rules.Path, r.Line, err)
+			}
+		}
+		if app.ID == config.UnknownApp {
+			rs.unknown = sec
+		} else {
+			rs.apps[app.ID] = sec
+		}
+	}
+	return rs, nil
+}
+
+func newCompiledLimit(app, api string, methods []string, p limit.Params, shadow bool) *compiledLimit {
+	key := app + "|" + api
+	if len(methods) > 0 {
+		key += "|" + strings.Join(methods, ",")
+	}
+	name := app + api
+	if len(methods) > 0 {
+		name += " " + strings.Join(methods, ",")
+	}
+	w := int64((p.Window + time.Second - 1) / time.Second)
+	quoted := sfString(name)
+	return &compiledLimit{
+		app:           app,
+		api:           api,
+		params:        p,
+		shadow:        shadow,
+		key:           key,
+		name:          quoted,
+		windowSeconds: w,
+		policy:        quoted + ";q=" + strconv.FormatInt(p.Limit, 10) + ";w=" + strconv.FormatInt(w, 10),
+	}
+}
+
+// sfString renders s as a structured-field string (RFC 8941 §3.3.3),
+// dropping characters a string cannot carry.
+func sfString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c >= 0x20 && c < 0x7f:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// lookup returns the section for a caller's app ID and whether the app is
+// configured. Callers with no or an unconfigured app ID get the "*"
+// section, which may be nil.
+func (rs *RuleSet) lookup(app string) (*section, bool) {
+	if app != "" {
+		if s, ok := rs.apps[app]; ok {
+			return s, true
+		}
+	}
+	return rs.unknown, false
+}
+
+// Explain describes, for the match command, which of rs's rules apply to a
+// request and why. app is the caller's app ID ("" for none).
+func (rs *RuleSet) Explain(app, method, path string) (string, error) {
+	clean, err := trie.Normalize(path)
+	if err != nil {
+		return "", fmt.Errorf("path %q would be rejected with 400: %w", path, err)
+	}
+	var b strings.Builder
+	if clean != path {
+		fmt.Fprintf(&b, "path %q is normalized to %q\n", path, clean)
+	}
+	sec, known := rs.lookup(app)
+	switch {
+	case sec == nil:
+		fmt.Fprintf(&b, "app %q is not configured and the rule file has no \"*\" section: forwarded unlimited (decision unmatched)\n", app)
+		return b.String(), nil
+	case known:
+		fmt.Fprintf(&b, "app %q: section at line %d\n", app, rs.sectionLine(sec.app))
+	default:
+		fmt.Fprintf(&b, "app %q is not configured: unknown caller, section \"*\" (counted per %s)\n", app, byName(sec.byIP))
+	}
+	if sec.total != nil {
+		fmt.Fprintf(&b, "  applies: app total %s\n", describe(sec.total))
+	} else {
+		b.WriteString("  no app total\n")
+	}
+	cands := sec.trie.Explain(method, clean)
+	chosen := false
+	for _, c := range cands {
+		mark := "   "
+		if c.Chosen {
+			mark = "  applies:"
+			chosen = true
+		} else {
+			mark = "  skipped:"
+		}
+		fmt.Fprintf(&b, "%s rule %s %s — %s\n", mark, c.Pattern, describe(c.Value), c.Reason)
+	}
+	if !chosen {
+		b.WriteString("  no api rule matches\n")
+	}
+	switch {
+	case sec.total == nil && !chosen:
+		b.WriteString("decision: forwarded without a limit (unmatched)\n")
+	default:
+		b.WriteString("decision: admitted while every applicable limit has room\n")
+	}
+	return b.String(), nil
+}
+
+func (rs *RuleSet) sectionLine(app string) int {
+	for _, a := range rs.Source.Apps {
+		if a.ID == app {
+			return a.Line
+		}
+	}
+	return 0
+}
+
+func byName(byIP bool) string {
+	if byIP {
+		return "client IP"
+	}
+	return "section"
+}
+
+func describe(cl *compiledLimit) string {
+	p := cl.params
+	var s string
+	switch p.Limit {
+	case limit.Unlimited:
+		s = "unlimited"
+	case 0:
+		s = "blocks every request"
+	default:
+		s = fmt.Sprintf("%d per %s (%s)", p.Limit, p.Window, p.Algorithm)
+	}
+	if cl.shadow {
+		s += " [shadow: never blocks]"
+	}
+	return s
+}

@@ -333,3 +333,85 @@ func TestVersionAndUsage(t *testing.T) {
 		t.Errorf("bad GATEWAY_LOG_LEVEL: %v %s", err, outB)
 	}
 }
+
+func TestEndToEndHotReload(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rules.yaml")
+	rules := func(limit int) string {
+		return fmt.Sprintf("configs:\n  - appId: app-1\n    limits:\n      - api: /v1/user\n        limit: %d\n        unit: 1h\n", limit)
+	}
+	if err := os.WriteFile(path, []byte(rules(3)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, nil, "--upstream", up.URL, "--config", path)
+	if n, _ := countAdmitted(t, 5, g.proxy+"/v1/user", "X-App-Id", "app-1"); n != 3 {
+		t.Fatalf("initial: admitted %d of 5, want 3", n)
+	}
+
+	// Raise the limit by editing the file the way editors do (write a
+	// temp file, rename it over): the 3 spent stay spent, and the new
+	// limit of 6 must be in force within one second, without a restart.
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(rules(6)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	edited := time.Now()
+	for {
+		code, _ := send(t, "GET", g.proxy+"/v1/user", "X-App-Id", "app-1")
+		if code == 200 {
+			break
+		}
+		if time.Since(edited) > time.Second {
+			t.Fatalf("the new limit was not in force 1s after the edit\n%s", g.logs)
+		}
+		// Poll on the reload itself rather than on a timer.
+		send(t, "GET", g.admin+"/rules")
+	}
+	t.Logf("new limit in force %v after the edit", time.Since(edited))
+	if n, _ := countAdmitted(t, 5, g.proxy+"/v1/user", "X-App-Id", "app-1"); n != 2 {
+		t.Errorf("after raising to 6 with 4 spent: admitted %d of 5, want 2", n)
+	}
+
+	// A broken edit is rejected and reported; the rules stay.
+	if err := os.WriteFile(path, []byte("configs: [oops"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, body := send(t, "GET", g.admin+"/rules")
+		if strings.Contains(body, `"lastError"`) {
+			if !strings.Contains(body, "rules.yaml:1") {
+				t.Errorf("/rules lastError does not name the file and line: %s", body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the broken edit was never reported\n%s", g.logs)
+		}
+	}
+	if code, _ := send(t, "GET", g.proxy+"/v1/user", "X-App-Id", "app-1"); code != 429 {
+		t.Errorf("after a broken edit: got %d, want 429 from the rules in force", code)
+	}
+
+	// SIGHUP reloads too.
+	if err := os.WriteFile(path, []byte(rules(100)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g.cmd.Process.Signal(syscall.SIGHUP)
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		if code, _ := send(t, "GET", g.proxy+"/v1/user", "X-App-Id", "app-1"); code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the fixed file never came into force\n%s", g.logs)
+		}
+	}
+}

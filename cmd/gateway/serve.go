@@ -24,7 +24,9 @@ func newServeCmd() *cobra.Command {
 		Long: `Run the gateway: proxy requests from --listen to --upstream, limited by the
 rules in --config, with /healthz, /readyz and /rules on --admin-listen.
 
-SIGHUP reloads the rules; SIGTERM or SIGINT drains in-flight requests and exits.`,
+The rules reload when the file changes (--watch), on SIGHUP and on
+POST /rules/reload; a file that fails validation never replaces good rules.
+SIGTERM or SIGINT drains in-flight requests and exits.`,
 		Example: `  gateway serve --demo-upstream
   gateway serve --config /etc/gateway/ratelimiter-rule.yaml --upstream http://127.0.0.1:8081`,
 		Args: cobra.NoArgs,
@@ -44,6 +46,7 @@ SIGHUP reloads the rules; SIGTERM or SIGINT drains in-flight requests and exits.
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.ConfigPath, "config", "configs/ratelimiter-rule.yaml", "rule file (YAML, or JSON by extension); if the default file is missing, the built-in example rules are used")
+	f.BoolVar(&cfg.Watch, "watch", true, "reload the rules when the rule file changes (SIGHUP and POST /rules/reload always do)")
 	f.StringVar(&cfg.Listen, "listen", ":8080", "proxy listen address")
 	f.StringVar(&cfg.AdminListen, "admin-listen", ":9090", "admin listen address (/healthz, /readyz, /rules)")
 	f.StringVar(&cfg.Upstream, "upstream", "", "upstream base URL admitted requests are forwarded to, e.g. http://127.0.0.1:8081")

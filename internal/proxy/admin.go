@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ type Rules struct {
 	handler *Handler
 	load    func() (*config.Rules, error)
 	now     func() time.Time
+	log     *slog.Logger
 
 	mu          sync.Mutex // serializes reloads and guards the fields below
 	lastError   string
@@ -22,49 +24,78 @@ type Rules struct {
 }
 
 // NewRules returns the reload state of h, whose rules come from load.
-func NewRules(h *Handler, load func() (*config.Rules, error), now func() time.Time) *Rules {
+// now defaults to time.Now and log to slog.Default().
+func NewRules(h *Handler, load func() (*config.Rules, error), now func() time.Time, log *slog.Logger) *Rules {
 	if now == nil {
 		now = time.Now
 	}
-	return &Rules{handler: h, load: load, now: now}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Rules{handler: h, load: load, now: now, log: log}
 }
 
-// OnReload registers f to be called after every reload with its result;
-// the metrics hang here.
+// OnReload registers f to be called after every reload that changed the
+// rules or failed, with whether it succeeded; the metrics hang here.
 func (r *Rules) OnReload(f func(ok bool)) {
 	r.mu.Lock()
 	r.onReload = f
 	r.mu.Unlock()
 }
 
-// Reload reads and compiles the rule file and, if it is valid, swaps it in.
-// On error the rules in force stay and the error is kept for /rules.
-func (r *Rules) Reload() error {
+// Reload reads and compiles the rule file and, if it is valid and differs
+// from the rules in force, swaps it in. It reports whether it swapped. On
+// error the rules in force stay, and the error is logged and kept for
+// /rules until a later reload succeeds.
+//
+// Counters survive: a rule whose counter shape (app, api, method,
+// algorithm, unit, precision) is unchanged keeps its key and so its state,
+// and a changed limit applies at once to the counts already made. The
+// state of rules that are gone is released.
+func (r *Rules) Reload() (changed bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	err := r.reload()
-	if err != nil {
+	changed, err = r.reload()
+	switch {
+	case err != nil:
 		r.lastError, r.lastErrorAt = err.Error(), r.now()
-	} else {
+		r.log.Error("rule reload failed; keeping the rules in force", "err", err,
+			"sha256", r.handler.Rules().Source.SHA256)
+	case changed || r.lastError != "":
 		r.lastError, r.lastErrorAt = "", time.Time{}
+		rs := r.handler.Rules()
+		r.log.Info("rules reloaded", "path", rs.Source.Path, "sha256", rs.Source.SHA256, "apps", len(rs.Source.Apps))
+	default:
+		return false, nil // the same file again: nothing happened
 	}
 	if r.onReload != nil {
 		r.onReload(err == nil)
 	}
-	return err
+	return changed, err
 }
 
-func (r *Rules) reload() error {
+// forgetter is a store that can release the state of removed rules.
+type forgetter interface {
+	Forget(keep func(key string) bool) int
+}
+
+func (r *Rules) reload() (bool, error) {
 	parsed, err := r.load()
 	if err != nil {
-		return err
+		return false, err
+	}
+	if parsed.SHA256 == r.handler.Rules().Source.SHA256 {
+		return false, nil
 	}
 	rs, err := Compile(parsed, r.now())
 	if err != nil {
-		return err
+		return false, err
 	}
 	r.handler.SetRules(rs)
-	return nil
+	if f, ok := r.handler.store.(forgetter); ok {
+		f.Forget(rs.ownsKey)
+	}
+	return true, nil
 }
 
 // rulesView is the JSON of GET /rules.
@@ -164,11 +195,16 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 		writeJSON(w, http.StatusOK, cfg.Rules.view())
 	})
 	mux.HandleFunc("POST /rules/reload", func(w http.ResponseWriter, _ *http.Request) {
-		if err := cfg.Rules.Reload(); err != nil {
+		changed, err := cfg.Rules.Reload()
+		if err != nil {
 			writeError(w, http.StatusUnprocessableEntity, "reload_failed", err.Error())
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "reloaded", "sha256": cfg.Rules.handler.Rules().Source.SHA256})
+		status := "unchanged"
+		if changed {
+			status = "reloaded"
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": status, "sha256": cfg.Rules.handler.Rules().Source.SHA256})
 	})
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics)

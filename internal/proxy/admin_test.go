@@ -17,7 +17,7 @@ func TestAdminEndpoints(t *testing.T) {
 	current := basicRules
 	rules := NewRules(g.h, func() (*config.Rules, error) {
 		return config.Parse("rules.yaml", []byte(current))
-	}, g.clock.now)
+	}, g.clock.now, g.h.log)
 	var reloads []bool
 	rules.OnReload(func(ok bool) { reloads = append(reloads, ok) })
 	admin := NewAdmin(AdminConfig{Rules: rules})
@@ -87,7 +87,7 @@ func TestReadyzReportsStoreTrouble(t *testing.T) {
 	t.Parallel()
 	g := newGW(t, basicRules)
 	admin := NewAdmin(AdminConfig{
-		Rules: NewRules(g.h, nil, nil),
+		Rules: NewRules(g.h, nil, nil, nil),
 		Ready: func() error { return errors.New("store unreachable") },
 	})
 	w := httptest.NewRecorder()

@@ -22,6 +22,7 @@ type RuleSet struct {
 
 	apps    map[string]*section
 	unknown *section // the "*" section, nil if the file has none
+	keys    map[string]struct{} // every compiledLimit.key
 }
 
 // section is one app's compiled rules.
@@ -51,7 +52,7 @@ type compiledLimit struct {
 
 // Compile builds a RuleSet from parsed rules.
 func Compile(rules *config.Rules, now time.Time) (*RuleSet, error) {
-	rs := &RuleSet{Source: rules, LoadedAt: now, apps: make(map[string]*section, len(rules.Apps))}
+	rs := &RuleSet{Source: rules, LoadedAt: now, apps: make(map[string]*section, len(rules.Apps)), keys: map[string]struct{}{}}
 	for i := range rules.Apps {
 		app := &rules.Apps[i]
 		sec := &section{
@@ -61,10 +62,12 @@ func Compile(rules *config.Rules, now time.Time) (*RuleSet, error) {
 		}
 		if app.Total != nil && app.Total.Limit != limit.Unlimited {
 			sec.total = newCompiledLimit(app.ID, "", nil, *app.Total, false)
+			rs.keys[sec.total.key] = struct{}{}
 		}
 		for j := range app.Limits {
 			r := &app.Limits[j]
 			cl := newCompiledLimit(app.ID, r.API, r.Methods, r.Params, r.Shadow)
+			rs.keys[cl.key] = struct{}{}
 			if err := sec.trie.Insert(r.API, r.Methods, cl); err != nil {
 				return nil, fmt.Errorf("%s:%d: %w", rules.Path, r.Line, err)
 			}
@@ -118,6 +121,19 @@ func sfString(s string) string {
 	}
 	b.WriteByte('"')
 	return b.String()
+}
+
+// ownsKey reports whether a store key belongs to one of rs's limits: a
+// limit's own key, or that key plus "|" and a client IP (or "overflow").
+func (rs *RuleSet) ownsKey(key string) bool {
+	if _, ok := rs.keys[key]; ok {
+		return true
+	}
+	if i := strings.LastIndexByte(key, '|'); i >= 0 {
+		_, ok := rs.keys[key[:i]]
+		return ok
+	}
+	return false
 }
 
 // lookup returns the section for a caller's app ID and whether the app is

@@ -51,6 +51,8 @@ type Config struct {
 	LimitStatus int
 	// RateLimitHeaders is both, draft, legacy or none. Default both.
 	RateLimitHeaders string
+	// Watch reloads the rules when the rule file changes on disk.
+	Watch bool
 	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM.
 	// Default 30s.
 	ShutdownTimeout time.Duration
@@ -88,8 +90,9 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Run serves until ctx is cancelled, then drains in-flight requests. SIGHUP
-// reloads the rules.
+// Run serves until ctx is cancelled, then drains in-flight requests. SIGHUP,
+// POST /rules/reload on the admin port and (with Watch) a change of the
+// rule file reload the rules.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.setDefaults()
 	log := cfg.Logger
@@ -138,8 +141,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("--upstream: %w", err)
 	}
 
-	load := rulesLoader(cfg, log)
-	parsed, err := load()
+	parsed, err := loadInitialRules(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -154,7 +156,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	rules := NewRules(h, load, nil)
+	rules := NewRules(h, func() (*config.Rules, error) { return config.Load(cfg.ConfigPath) }, nil, log)
 	log.Info("rules loaded", "path", parsed.Path, "sha256", parsed.SHA256, "apps", len(parsed.Apps))
 
 	pl, err := net.Listen("tcp", cfg.Listen)
@@ -184,7 +186,19 @@ func Run(ctx context.Context, cfg Config) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go store.SweepEvery(ctx, time.Minute, time.Now)
-	go reloadOnHUP(ctx, rules, log)
+	go reloadOnHUP(ctx, rules)
+	if cfg.Watch && parsed.Path == cfg.ConfigPath {
+		w, err := config.NewWatcher(config.WatchConfig{
+			Path:     cfg.ConfigPath,
+			OnChange: func() { rules.Reload() },
+			Logger:   log,
+		})
+		if err != nil {
+			return err
+		}
+		defer w.Close()
+		go w.Run(ctx)
+	}
 
 	errc := make(chan error, 2)
 	go func() { errc <- proxySrv.Serve(pl) }()
@@ -213,20 +227,20 @@ func Run(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// rulesLoader returns the function that reads the rule file, falling back
-// to the built-in rules when the file is missing and none was named.
-func rulesLoader(cfg Config, log *slog.Logger) func() (*config.Rules, error) {
-	return func() (*config.Rules, error) {
-		r, err := config.Load(cfg.ConfigPath)
-		if err != nil && cfg.FallbackRules != nil && errors.Is(err, os.ErrNotExist) {
-			log.Warn("rule file not found; using the example rules built into the binary", "path", cfg.ConfigPath)
-			return config.Parse("built-in:ratelimiter-rule.yaml", cfg.FallbackRules)
-		}
-		return r, err
+// loadInitialRules reads the rule file, falling back to the built-in rules
+// when the file is missing and none was named. Only the first load falls
+// back: a rule file deleted later must not bring the examples into force.
+func loadInitialRules(cfg Config, log *slog.Logger) (*config.Rules, error) {
+	r, err := config.Load(cfg.ConfigPath)
+	if err != nil && cfg.FallbackRules != nil && errors.Is(err, os.ErrNotExist) {
+		log.Warn("rule file not found; using the example rules built into the binary", "path", cfg.ConfigPath)
+		return config.Parse("built-in:ratelimiter-rule.yaml", cfg.FallbackRules)
 	}
+	return r, err
 }
 
-func reloadOnHUP(ctx context.Context, rules *Rules, log *slog.Logger) {
+// reloadOnHUP reloads the rules on every SIGHUP; Reload logs the outcome.
+func reloadOnHUP(ctx context.Context, rules *Rules) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -235,11 +249,7 @@ func reloadOnHUP(ctx context.Context, rules *Rules, log *slog.Logger) {
 		case <-ctx.Done():
 			return
 		case <-hup:
-			if err := rules.Reload(); err != nil {
-				log.Error("rule reload failed; keeping the rules in force", "err", err)
-				continue
-			}
-			log.Info("rules reloaded", "sha256", rules.handler.Rules().Source.SHA256)
+			rules.Reload()
 		}
 	}
 }

@@ -1,0 +1,222 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// DefaultDebounce is how long the watcher waits after the last event of a
+// burst before it reloads: an editor's save is several events (write temp,
+// rename, chmod), a Kubernetes ConfigMap update a few more.
+const DefaultDebounce = 100 * time.Millisecond
+
+// Clock is what the watcher needs of time. Tests pass a fake so that the
+// debounce logic runs on fixed instants, without sleeping.
+type Clock interface {
+	// AfterFunc calls f in its own goroutine after d.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a pending AfterFunc call.
+type Timer interface {
+	// Stop reports whether it stopped the call before it ran.
+	Stop() bool
+}
+
+type realClock struct{}
+
+func (realClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+
+// WatchConfig configures a Watcher.
+type WatchConfig struct {
+	// Path is the rule file. Required.
+	Path string
+	// OnChange is called after each burst of changes to the file, from
+	// a timer goroutine. Required.
+	OnChange func()
+	// Debounce is the quiet time that ends a burst. Default
+	// DefaultDebounce.
+	Debounce time.Duration
+	// Clock schedules the debounced call. Default: the real clock.
+	Clock Clock
+	// Logger receives watch errors. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Watcher calls OnChange when the rule file changes, however it changes:
+// written in place, replaced by a rename (how most editors save), deleted
+// and re-created, or swapped through a symlink (how Kubernetes updates a
+// ConfigMap volume: the file is a symlink into a "..data" directory link
+// that is replaced atomically).
+//
+// It watches the directory holding the file, never the file itself: a
+// watch on a file is lost when the file is replaced. When the file is a
+// symlink it also watches the directory of the symlink's current target,
+// re-resolved on every event, so that edits to the target are seen too.
+type Watcher struct {
+	path     string // absolute
+	dir      string // directory of path, always watched
+	base     string
+	log      *slog.Logger
+	fs       *fsnotify.Watcher
+	debounce *debouncer
+
+	target    string // resolved path of the file, "" if unresolvable
+	targetDir string // extra watched directory, "" if none
+}
+
+// NewWatcher starts watching. Call Run to deliver events and Close when
+// done.
+func NewWatcher(cfg WatchConfig) (*Watcher, error) {
+	if cfg.Path == "" || cfg.OnChange == nil {
+		return nil, errors.New("config: NewWatcher needs Path and OnChange")
+	}
+	if cfg.Debounce == 0 {
+		cfg.Debounce = DefaultDebounce
+	}
+	if cfg.Debounce < 0 {
+		return nil, fmt.Errorf("config: negative debounce %s", cfg.Debounce)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	abs, err := filepath.Abs(cfg.Path)
+	if err != nil {
+		return nil, fmt.Errorf("watching rules %s: %w", cfg.Path, err)
+	}
+	fs, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("watching rules %s: %w", cfg.Path, err)
+	}
+	w := &Watcher{
+		path:     abs,
+		dir:      filepath.Dir(abs),
+		base:     filepath.Base(abs),
+		log:      cfg.Logger,
+		fs:       fs,
+		debounce: &debouncer{clock: cfg.Clock, wait: cfg.Debounce, f: cfg.OnChange},
+	}
+	if err := fs.Add(w.dir); err != nil {
+		fs.Close()
+		return nil, fmt.Errorf("watching rules directory %s: %w", w.dir, err)
+	}
+	w.resolve()
+	return w, nil
+}
+
+// Run delivers events until ctx is done or the watcher is closed.
+func (w *Watcher) Run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			w.debounce.stop()
+			return
+		case ev, ok := <-w.fs.Events:
+			if !ok {
+				w.debounce.stop()
+				return
+			}
+			if w.relevant(ev) {
+				w.resolve()
+				w.debounce.trigger()
+			}
+		case err, ok := <-w.fs.Errors:
+			if !ok {
+				return
+			}
+			// An overflowed event queue may have dropped our event:
+			// reload to be sure.
+			w.log.Warn("rule file watch error; reloading to be safe", "path", w.path, "err", err)
+			w.debounce.trigger()
+		}
+	}
+}
+
+// Close stops watching.
+func (w *Watcher) Close() error {
+	w.debounce.stop()
+	return w.fs.Close()
+}
+
+// relevant reports whether ev may have changed what Path reads.
+func (w *Watcher) relevant(ev fsnotify.Event) bool {
+	if ev.Op == fsnotify.Chmod {
+		return false
+	}
+	dir, name := filepath.Split(ev.Name)
+	dir = filepath.Clean(dir)
+	switch {
+	case dir == w.dir && name == w.base:
+		return true
+	case dir == w.dir && strings.HasPrefix(name, ".."):
+		// Kubernetes' atomic writer: "..data" and "..<timestamp>".
+		return true
+	case w.target != "" && ev.Name == w.target:
+		return true
+	}
+	return false
+}
+
+// resolve re-resolves the symlink chain of the file and watches the
+// directory of its target.
+func (w *Watcher) resolve() {
+	target, err := filepath.EvalSymlinks(w.path)
+	if err != nil {
+		// Gone for now (deleted, or mid-swap); the directory watch will
+		// see it come back.
+		return
+	}
+	w.target = target
+	dir := filepath.Dir(target)
+	if dir == w.dir || dir == w.targetDir {
+		return
+	}
+	if w.targetDir != "" {
+		w.fs.Remove(w.targetDir) // it may already be gone with its directory
+		w.targetDir = ""
+	}
+	if err := w.fs.Add(dir); err != nil {
+		w.log.Warn("cannot watch the rule file's symlink target directory", "dir", dir, "err", err)
+		return
+	}
+	w.targetDir = dir
+}
+
+// debouncer calls f once, wait after the last of a burst of triggers.
+type debouncer struct {
+	clock Clock
+	wait  time.Duration
+	f     func()
+
+	mu    sync.Mutex
+	timer Timer
+}
+
+func (d *debouncer) trigger() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.timer != nil {
+		d.timer.Stop()
+	}
+	d.timer = d.clock.AfterFunc(d.wait, d.f)
+}
+
+func (d *debouncer) stop() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.timer != nil {
+		d.timer.Stop()
+		d.timer = nil
+	}
+}

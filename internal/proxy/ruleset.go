@@ -21,7 +21,7 @@ type RuleSet struct {
 	LoadedAt time.Time
 
 	apps    map[string]*section
-	unknown *section // the "*" section, nil if the file has none
+	unknown *section            // the "*" section, nil if the file has none
 	keys    map[string]struct{} // every compiledLimit.key
 }
 

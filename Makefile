@@ -4,7 +4,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin/gateway
 
-.PHONY: all build run test test-short lint fuzz bench clean
+.PHONY: all build run deps test test-short lint lint-deploy fuzz bench clean
 
 all: build
 
@@ -16,10 +16,14 @@ build:
 run:
 	$(GO) run ./cmd/gateway serve --demo-upstream --log-format text
 
-# What CI runs (.ci/run): formatting, vet, staticcheck, and every test with
-# the race detector, fuzz seed corpora included.
-test: lint
+# What CI runs (.ci/run): formatting, vet, staticcheck, the deploy checks,
+# and every test with the race detector, fuzz seed corpora included.
+test: deps lint lint-deploy
 	$(GO) test -race -count=1 ./...
+
+# Installs what the tests need beyond Go (promtool), when missing.
+deps:
+	@bash .ci/deps
 
 test-short:
 	$(GO) test -count=1 ./...
@@ -28,6 +32,12 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+# Prometheus scrape config and alerting rules (with their unit tests).
+lint-deploy:
+	promtool check config deploy/prometheus/prometheus.yml
+	promtool check rules deploy/prometheus/*.rules.yml
+	cd deploy/prometheus && promtool test rules *.rules.test.yml
 
 FUZZTIME ?= 30s
 fuzz:

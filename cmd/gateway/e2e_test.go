@@ -206,6 +206,26 @@ func TestEndToEndExampleRules(t *testing.T) {
 	if code, body := send(t, "GET", g.admin+"/rules"); code != 200 || !strings.Contains(body, `"sha256"`) || !strings.Contains(body, `"appId":"app-1"`) {
 		t.Errorf("/rules: got %d %s", code, body)
 	}
+	code, metrics := send(t, "GET", g.admin+"/metrics")
+	if code != 200 {
+		t.Fatalf("/metrics: got %d", code)
+	}
+	for _, want := range []string{
+		`gateway_requests_total{api="/v1/user/{id}/orders",app="app-1",decision="allowed"} 10`,
+		`gateway_requests_total{api="/v1/user/{id}/orders",app="app-1",decision="limited"} 5`,
+		`gateway_requests_total{api="/v1/user",app="app-2",decision="limited"} 10`,
+		`gateway_requests_total{api="/",app="*",decision="allowed"} 25`,
+		`gateway_rules_reloads_total{result="success"} 1`,
+		`gateway_rules_reloads_total{result="failure"} 0`,
+		`gateway_upstream_responses_total{code="200"} 65`,
+		`gateway_build_info{goversion=`,
+		`process_resident_memory_bytes`,
+		`go_goroutines`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }
 
 func TestEndToEndGracefulShutdown(t *testing.T) {

@@ -36,6 +36,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 				return err
 			}
 			cfg.Logger = log
+			cfg.Version = version
 			if !cmd.Flags().Changed("config") {
 				cfg.FallbackRules = configs.ExampleRules
 			}
@@ -59,6 +60,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 	f.IntVar(&cfg.LimitStatus, "limit-status", 429, "status code of a limited response")
 	f.StringVar(&cfg.RateLimitHeaders, "ratelimit-headers", "both", "rate-limit response headers: both, draft (RateLimit, RateLimit-Policy), legacy (X-RateLimit-*), none")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "longest drain of in-flight requests on SIGTERM")
+	f.StringVar(&cfg.AccessLog, "access-log", "", "write one JSON line per request to stdout, stderr or this file (off when empty)")
 	f.StringVar(&logFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	return cmd

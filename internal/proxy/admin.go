@@ -20,7 +20,7 @@ type Rules struct {
 	mu          sync.Mutex // serializes reloads and guards the fields below
 	lastError   string
 	lastErrorAt time.Time
-	onReload    func(ok bool)
+	onReload    func(ok bool, rs *RuleSet)
 }
 
 // NewRules returns the reload state of h, whose rules come from load.
@@ -36,8 +36,9 @@ func NewRules(h *Handler, load func() (*config.Rules, error), now func() time.Ti
 }
 
 // OnReload registers f to be called after every reload that changed the
-// rules or failed, with whether it succeeded; the metrics hang here.
-func (r *Rules) OnReload(f func(ok bool)) {
+// rules or failed, with whether it succeeded and the rules then in force;
+// the metrics hang here.
+func (r *Rules) OnReload(f func(ok bool, rs *RuleSet)) {
 	r.mu.Lock()
 	r.onReload = f
 	r.mu.Unlock()
@@ -69,7 +70,7 @@ func (r *Rules) Reload() (changed bool, err error) {
 		return false, nil // the same file again: nothing happened
 	}
 	if r.onReload != nil {
-		r.onReload(err == nil)
+		r.onReload(err == nil, r.handler.Rules())
 	}
 	return changed, err
 }

@@ -19,7 +19,7 @@ func TestAdminEndpoints(t *testing.T) {
 		return config.Parse("rules.yaml", []byte(current))
 	}, g.clock.now, g.h.log)
 	var reloads []bool
-	rules.OnReload(func(ok bool) { reloads = append(reloads, ok) })
+	rules.OnReload(func(ok bool, _ *RuleSet) { reloads = append(reloads, ok) })
 	admin := NewAdmin(AdminConfig{Rules: rules})
 	get := func(method, path string) (int, map[string]any) {
 		w := httptest.NewRecorder()

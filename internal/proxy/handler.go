@@ -72,7 +72,8 @@ type Handler struct {
 	headers     HeaderMode
 	now         func() time.Time
 	log         *slog.Logger
-	observer    Observer
+	observers   []Observer
+	needIP      bool
 }
 
 // HandlerConfig configures a Handler.
@@ -96,8 +97,11 @@ type HandlerConfig struct {
 	Now func() time.Time
 	// Logger receives errors. Default slog.Default().
 	Logger *slog.Logger
-	// Observer, if not nil, receives every request's outcome.
-	Observer Observer
+	// Observers receive every request's outcome.
+	Observers []Observer
+	// NeedClientIP makes every Outcome carry the client IP (for access
+	// logs), not just those of per-IP limits.
+	NeedClientIP bool
 }
 
 // NewHandler returns a Handler for cfg.
@@ -114,7 +118,8 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		headers:     cfg.Headers,
 		now:         cfg.Now,
 		log:         cfg.Logger,
-		observer:    cfg.Observer,
+		observers:   cfg.Observers,
+		needIP:      cfg.NeedClientIP,
 	}
 	if h.appHeader == "" {
 		h.appHeader = "X-App-Id"
@@ -141,18 +146,50 @@ func (h *Handler) SetRules(rs *RuleSet) { h.rules.Store(rs) }
 
 // Outcome is what the handler did with one request, for an Observer.
 type Outcome struct {
-	// App is the configured app ID or "*"; "" when the caller was
-	// rejected before it was identified.
+	// App is the metrics label of the caller: its configured app ID, or
+	// "*" for every other caller (unknown, or rejected as invalid).
 	App string
+	// AppID is the app ID the caller sent, if it was valid ("" if none).
+	AppID string
 	// API is the matched rule pattern, "" if none.
 	API string
+	// Path is the normalized path that was matched and forwarded; "" if
+	// the request was rejected before.
+	Path string
+	// ClientIP is the caller's address, when it was needed (per-IP
+	// limits) or asked for (NeedClientIP).
+	ClientIP netip.Addr
 	// Decision is what the limiter decided.
 	Decision Decision
 	// Status is the response status (499 when the client went away).
 	Status int
+	// Start is when the request reached the handler.
+	Start time.Time
 	// Duration is the whole request's time in the gateway.
 	Duration time.Duration
+	// LimiterDuration is the time the store took to decide (0 if it was
+	// not asked).
+	LimiterDuration time.Duration
+	// StoreError reports whether the store failed.
+	StoreError bool
+	// UpstreamDuration is the time spent forwarding (0 if not forwarded).
+	UpstreamDuration time.Duration
+
+	limits [maxLimitsPerRequest]LimitOutcome
+	n      int
 }
+
+// LimitOutcome is one limit's part in a decision.
+type LimitOutcome struct {
+	App, API  string
+	Limit     int64
+	Remaining int64
+	Allowed   bool
+	Shadow    bool
+}
+
+// Limits returns the limits the request was decided against.
+func (o *Outcome) Limits() []LimitOutcome { return o.limits[:o.n] }
 
 // Observer receives the outcome of every request; metrics and access logs
 // hang here. Implementations must be safe for concurrent use and fast.
@@ -161,40 +198,49 @@ type Observer interface {
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := h.now()
+	if len(h.observers) == 0 {
+		h.serve(w, r, h.now(), &Outcome{})
+		return
+	}
+	o := &Outcome{Start: h.now()}
 	sw := &statusWriter{ResponseWriter: w}
-	o := Outcome{}
-	h.serve(sw, r, start, &o)
-	if h.observer != nil {
-		o.Status = sw.status
-		o.Duration = h.now().Sub(start)
-		h.observer.ObserveRequest(r, &o)
+	h.serve(sw, r, o.Start, o)
+	o.Status = sw.status
+	o.Duration = h.now().Sub(o.Start)
+	for _, ob := range h.observers {
+		ob.ObserveRequest(r, o)
 	}
 }
 
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, now time.Time, o *Outcome) {
-	o.Decision = DecisionInvalid
+	o.App, o.Decision = config.UnknownApp, DecisionInvalid
 	app, err := appID(r, h.appHeader)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_app_id", err.Error())
 		return
+	}
+	o.AppID = app
+	rs := h.rules.Load()
+	sec, _ := rs.lookup(app)
+	if sec != nil {
+		o.App = sec.app
 	}
 	clean, err := trie.Normalize(r.URL.EscapedPath())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_path", err.Error())
 		return
 	}
+	o.Path = clean
+	if h.needIP {
+		o.ClientIP = clientIP(r, h.trusted)
+	}
 
-	rs := h.rules.Load()
-	sec, _ := rs.lookup(app)
 	o.Decision = DecisionUnmatched
 	var (
 		lims [maxLimitsPerRequest]*compiledLimit
 		n    int
 	)
-	o.App = config.UnknownApp
 	if sec != nil {
-		o.App = sec.app
 		if sec.total != nil {
 			lims[n] = sec.total
 			n++
@@ -211,7 +257,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, now time.Time, o
 	// Forward exactly the path that was matched and counted.
 	r.URL.Path, r.URL.RawPath = clean, ""
 	if n == 0 {
-		h.upstream.ServeHTTP(w, r)
+		h.forward(w, r, o)
 		return
 	}
 	o.Decision = DecisionAllowed
@@ -226,23 +272,40 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, now time.Time, o
 		reqs[i] = limit.Request{Key: cl.key, Params: &cl.params, Shadow: cl.shadow}
 		if sec.byIP {
 			if ip == "" {
-				ip = clientIP(r, h.trusted).String()
+				if !o.ClientIP.IsValid() {
+					o.ClientIP = clientIP(r, h.trusted)
+				}
+				ip = o.ClientIP.String()
 			}
 			reqs[i].Key = cl.key + "|" + ip
 			reqs[i].Overflow = cl.key + "|overflow"
 		}
 	}
+	var t0 time.Time
+	if len(h.observers) > 0 {
+		t0 = time.Now()
+	}
 	allowed, err := h.store.Allow(r.Context(), now, reqs[:n], res[:n])
+	if len(h.observers) > 0 {
+		o.LimiterDuration = time.Since(t0)
+	}
 	if err != nil {
-		o.Decision = DecisionFailOpen
+		o.Decision, o.StoreError = DecisionFailOpen, true
 		// Fail open: a broken limiter must not take the service down
 		// (seed 001). The store-specific fail modes live in the store.
 		if r.Context().Err() == nil {
 			h.log.Error("limiter failed; admitting request", "err", err)
 		}
-		h.upstream.ServeHTTP(w, r)
+		h.forward(w, r, o)
 		return
 	}
+	for i := 0; i < n; i++ {
+		o.limits[i] = LimitOutcome{
+			App: lims[i].app, API: lims[i].api, Limit: res[i].Limit, Remaining: res[i].Remaining,
+			Allowed: res[i].Allowed, Shadow: lims[i].shadow,
+		}
+	}
+	o.n = n
 	h.writeHeaders(w.Header(), lims[:n], res[:n])
 	if !allowed {
 		o.Decision = DecisionLimited
@@ -254,7 +317,17 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, now time.Time, o
 			o.Decision = DecisionShadowLimited
 		}
 	}
+	h.forward(w, r, o)
+}
+
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, o *Outcome) {
+	if len(h.observers) == 0 {
+		h.upstream.ServeHTTP(w, r)
+		return
+	}
+	t0 := time.Now()
 	h.upstream.ServeHTTP(w, r)
+	o.UpstreamDuration = time.Since(t0)
 }
 
 // reject writes the limited response for the denying limit with the

@@ -106,7 +106,7 @@ func newGWWith(t *testing.T, rules, upstreamURL string, up *upstreamRecorder, op
 	ucfg := UpstreamConfig{URL: u, Logger: log}
 	c := &clock{t: t0}
 	obs := &observed{}
-	hcfg := HandlerConfig{Rules: rs, Store: store, Now: c.now, Logger: log, Observer: obs}
+	hcfg := HandlerConfig{Rules: rs, Store: store, Now: c.now, Logger: log, Observers: []Observer{obs}}
 	for _, o := range opts {
 		o(&hcfg, &ucfg)
 	}

@@ -54,7 +54,7 @@ func newWatched(t *testing.T, path string) *watched {
 	g := newGW(t, string(data))
 	rules := NewRules(g.h, func() (*config.Rules, error) { return config.Load(path) }, g.clock.now, g.h.log)
 	w := &watched{gw: g, rules: rules, path: path, reloads: make(chan bool, 100)}
-	rules.OnReload(func(ok bool) { w.reloads <- ok })
+	rules.OnReload(func(ok bool, _ *RuleSet) { w.reloads <- ok })
 	fw, err := config.NewWatcher(config.WatchConfig{Path: path, OnChange: func() { rules.Reload() }, Debounce: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -123,6 +123,10 @@ func sfString(s string) string {
 	return b.String()
 }
 
+// limitCount returns the number of limits in force: API rules plus app
+// totals.
+func (rs *RuleSet) limitCount() int { return len(rs.keys) }
+
 // ownsKey reports whether a store key belongs to one of rs's limits: a
 // limit's own key, or that key plus "|" and a client IP (or "overflow").
 func (rs *RuleSet) ownsKey(key string) bool {

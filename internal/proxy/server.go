@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 )
@@ -58,6 +60,11 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// Logger is the one logger. Default slog.Default().
 	Logger *slog.Logger
+	// AccessLog, if not empty, is where one JSON line per request goes:
+	// "stdout", "stderr" or a file path.
+	AccessLog string
+	// Version is the build's version, for gateway_build_info.
+	Version string
 	// Ready, if not nil, is called with the bound proxy and admin
 	// addresses once both listen (tests use it with ":0").
 	Ready func(proxyAddr, adminAddr net.Addr)
@@ -136,27 +143,43 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("--upstream: %w", err)
 	}
-	rp, err := NewUpstream(UpstreamConfig{URL: u, Timeout: cfg.UpstreamTimeout, Logger: log})
+	reg := prometheus.NewRegistry()
+	metrics := NewMetrics(MetricsConfig{Registry: reg, Store: cfg.Store, Keys: store.Len, Version: cfg.Version})
+	observers := []Observer{metrics}
+	if cfg.AccessLog != "" {
+		al, err := OpenAccessLog(cfg.AccessLog)
+		if err != nil {
+			return fmt.Errorf("--access-log: %w", err)
+		}
+		defer al.Close()
+		observers = append(observers, al)
+	}
+
+	rp, err := NewUpstream(UpstreamConfig{URL: u, Timeout: cfg.UpstreamTimeout, Logger: log, Events: metrics})
 	if err != nil {
 		return fmt.Errorf("--upstream: %w", err)
 	}
 
 	parsed, err := loadInitialRules(cfg, log)
 	if err != nil {
+		metrics.RulesLoaded(false, nil, time.Time{})
 		return err
 	}
 	rs, err := Compile(parsed, time.Now())
 	if err != nil {
 		return err
 	}
+	metrics.RulesLoaded(true, rs, rs.LoadedAt)
 	h, err := NewHandler(HandlerConfig{
 		Rules: rs, Store: store, Upstream: rp, AppHeader: cfg.AppHeader,
 		TrustedProxies: trusted, LimitStatus: cfg.LimitStatus, Headers: headers, Logger: log,
+		Observers: observers, NeedClientIP: cfg.AccessLog != "",
 	})
 	if err != nil {
 		return err
 	}
 	rules := NewRules(h, func() (*config.Rules, error) { return config.Load(cfg.ConfigPath) }, nil, log)
+	rules.OnReload(func(ok bool, rs *RuleSet) { metrics.RulesLoaded(ok, rs, rs.LoadedAt) })
 	log.Info("rules loaded", "path", parsed.Path, "sha256", parsed.SHA256, "apps", len(parsed.Apps))
 
 	pl, err := net.Listen("tcp", cfg.Listen)
@@ -177,7 +200,7 @@ func Run(ctx context.Context, cfg Config) error {
 		ErrorLog:          errLog,
 	}
 	adminSrv := &http.Server{
-		Handler:           NewAdmin(AdminConfig{Rules: rules}),
+		Handler:           NewAdmin(AdminConfig{Rules: rules, Metrics: metrics.Handler()}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          errLog,

@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -29,6 +30,18 @@ type UpstreamConfig struct {
 	MaxIdleConnsPerHost int
 	// Logger receives upstream errors. Default slog.Default().
 	Logger *slog.Logger
+	// Events, if not nil, is told of every upstream response and error
+	// (the metrics).
+	Events UpstreamEvents
+}
+
+// UpstreamEvents receives what happens upstream.
+type UpstreamEvents interface {
+	// UpstreamResponse is called with the status of each response.
+	UpstreamResponse(code int)
+	// UpstreamError is called for each request that got no response:
+	// kind is timeout, refused, failed or client_closed.
+	UpstreamError(kind string)
 }
 
 // NewUpstream returns the reverse proxy that forwards admitted requests.
@@ -56,6 +69,7 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 		log = slog.Default()
 	}
 	target := cfg.URL
+	events := cfg.Events
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
 		Proxy:                 nil, // never route through an environment proxy
@@ -78,8 +92,17 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 		// Flush streamed responses (SSE) as they come; other responses
 		// are flushed by the copy buffer.
 		FlushInterval: -1,
+		ModifyResponse: func(resp *http.Response) error {
+			if events != nil {
+				events.UpstreamResponse(resp.StatusCode)
+			}
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			status, code, msg := upstreamError(r.Context(), err)
+			if events != nil {
+				events.UpstreamError(errorKind(status, err))
+			}
 			if status == StatusClientClosed {
 				markStatus(w, StatusClientClosed)
 				return
@@ -104,6 +127,19 @@ func upstreamError(ctx context.Context, err error) (int, string, string) {
 }
 
 const copyBufferSize = 32 * 1024
+
+// errorKind names an upstream failure for the metrics.
+func errorKind(status int, err error) string {
+	switch {
+	case status == StatusClientClosed:
+		return "client_closed"
+	case status == http.StatusGatewayTimeout:
+		return "timeout"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "refused"
+	}
+	return "failed"
+}
 
 // bufferPool lends the copy buffers of httputil.ReverseProxy. It pools
 // array pointers so that neither Get nor Put allocates.

@@ -1,0 +1,217 @@
+package proxy
+
+import (
+	"net/http"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// NearLimitRatio is the share of a limit that, once used by an admitted
+// request, counts it as near the limit (Envoy's near_limit uses 80%).
+const NearLimitRatio = 0.8
+
+// Every label value below is bounded by the rule file: app is a configured
+// app ID or "*", api a rule pattern or "" (DESIGN §8). A caller's raw app
+// ID or path never becomes a label.
+
+// limiterBuckets resolve the memory store's microsecond decisions up to a
+// slow Redis round trip.
+var limiterBuckets = []float64{
+	1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
+	1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1,
+}
+
+// requestBuckets resolve whole requests from sub-millisecond 429s to slow
+// upstreams.
+var requestBuckets = []float64{
+	1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2,
+	0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+}
+
+// Metrics are the gateway's Prometheus metrics. Create one per registry
+// with NewMetrics; it is safe for concurrent use.
+type Metrics struct {
+	requests          *prometheus.CounterVec
+	nearLimit         *prometheus.CounterVec
+	requestDuration   *prometheus.HistogramVec
+	limiterDuration   prometheus.Observer
+	upstreamResponses *prometheus.CounterVec
+	upstreamErrors    *prometheus.CounterVec
+	storeErrors       prometheus.Counter
+	circuitOpen       prometheus.Gauge
+	reloads           *prometheus.CounterVec
+	lastReload        prometheus.Gauge
+	rulesLoaded       prometheus.Gauge
+	handler           http.Handler
+}
+
+// MetricsConfig configures NewMetrics.
+type MetricsConfig struct {
+	// Registry receives every metric, the Go and process collectors
+	// included. Required; the gateway never uses the global registry.
+	Registry *prometheus.Registry
+	// Store names the store for the store label. Default "memory".
+	Store string
+	// Keys, if not nil, reports the number of keys the store tracks.
+	Keys func() int
+	// Version is the gateway's version for gateway_build_info.
+	Version string
+}
+
+// NewMetrics registers the gateway's metrics with cfg.Registry.
+func NewMetrics(cfg MetricsConfig) *Metrics {
+	if cfg.Store == "" {
+		cfg.Store = "memory"
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	reg := cfg.Registry
+	f := func(c prometheus.Collector) { reg.MustRegister(c) }
+	storeLabel := prometheus.Labels{"store": cfg.Store}
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_requests_total",
+			Help: "Requests by app, matched rule and limiter decision.",
+		}, []string{"app", "api", "decision"}),
+		nearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_near_limit_total",
+			Help: "Admitted requests that left a limit at least 80% used, by app and rule (api \"\" is the app total).",
+		}, []string{"app", "api"}),
+		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gateway_request_duration_seconds",
+			Help:    "Whole-request time in the gateway, upstream included, by decision.",
+			Buckets: requestBuckets,
+		}, []string{"decision"}),
+		upstreamResponses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_upstream_responses_total",
+			Help: "Responses from the upstream by status code.",
+		}, []string{"code"}),
+		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_upstream_errors_total",
+			Help: "Forwarded requests that got no upstream response, by kind (timeout, refused, failed, client_closed).",
+		}, []string{"kind"}),
+		circuitOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gateway_store_circuit_open",
+			Help: "1 while the store's circuit breaker skips the store, else 0.",
+		}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_rules_reloads_total",
+			Help: "Rule loads (the initial one included) by result.",
+		}, []string{"result"}),
+		lastReload: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gateway_rules_last_reload_success_timestamp_seconds",
+			Help: "Unix time of the last successful rule load.",
+		}),
+		rulesLoaded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gateway_rules_loaded",
+			Help: "Limits in force: API rules plus app totals.",
+		}),
+	}
+	limiterDuration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gateway_limiter_duration_seconds",
+		Help:    "Time the store took to decide a request.",
+		Buckets: limiterBuckets,
+	}, []string{"store"})
+	m.limiterDuration = limiterDuration.With(storeLabel)
+	storeErrors := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_store_errors_total",
+		Help: "Store calls that failed.",
+	}, []string{"store"})
+	m.storeErrors = storeErrors.With(storeLabel)
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gateway_build_info",
+		Help: "Always 1; the labels say which build is running.",
+	}, []string{"version", "goversion"})
+	buildInfo.WithLabelValues(cfg.Version, runtime.Version()).Set(1)
+	keys := cfg.Keys
+	if keys == nil {
+		keys = func() int { return 0 }
+	}
+	keysGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "gateway_limiter_keys",
+		Help:        "Counters the store tracks.",
+		ConstLabels: storeLabel,
+	}, func() float64 { return float64(keys()) })
+
+	f(m.requests)
+	f(m.nearLimit)
+	f(m.requestDuration)
+	f(limiterDuration)
+	f(m.upstreamResponses)
+	f(m.upstreamErrors)
+	f(storeErrors)
+	f(m.circuitOpen)
+	f(m.reloads)
+	f(m.lastReload)
+	f(m.rulesLoaded)
+	f(keysGauge)
+	f(buildInfo)
+	f(collectors.NewGoCollector())
+	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Both results exist from the start, so rate() and alerts see a 0.
+	m.reloads.WithLabelValues("success")
+	m.reloads.WithLabelValues("failure")
+	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+	return m
+}
+
+// Handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler { return m.handler }
+
+// ObserveRequest records one request. It implements Observer.
+func (m *Metrics) ObserveRequest(_ *http.Request, o *Outcome) {
+	m.requests.WithLabelValues(o.App, o.API, string(o.Decision)).Inc()
+	m.requestDuration.WithLabelValues(string(o.Decision)).Observe(o.Duration.Seconds())
+	if o.LimiterDuration > 0 || o.n > 0 {
+		m.limiterDuration.Observe(o.LimiterDuration.Seconds())
+	}
+	if o.StoreError {
+		m.storeErrors.Inc()
+	}
+	if o.Decision == DecisionLimited {
+		return
+	}
+	for _, l := range o.Limits() {
+		if l.Allowed && l.Limit > 0 && float64(l.Limit-l.Remaining) >= NearLimitRatio*float64(l.Limit) {
+			m.nearLimit.WithLabelValues(l.App, l.API).Inc()
+		}
+	}
+}
+
+// UpstreamResponse records a response from the upstream.
+func (m *Metrics) UpstreamResponse(code int) {
+	m.upstreamResponses.WithLabelValues(strconv.Itoa(code)).Inc()
+}
+
+// UpstreamError records a forwarded request that got no response.
+func (m *Metrics) UpstreamError(kind string) {
+	m.upstreamErrors.WithLabelValues(kind).Inc()
+}
+
+// RulesLoaded records a rule load (the initial one or a reload).
+func (m *Metrics) RulesLoaded(ok bool, rs *RuleSet, at time.Time) {
+	if !ok {
+		m.reloads.WithLabelValues("failure").Inc()
+		return
+	}
+	m.reloads.WithLabelValues("success").Inc()
+	m.lastReload.Set(float64(at.UnixNano()) / 1e9)
+	m.rulesLoaded.Set(float64(rs.limitCount()))
+}
+
+// SetCircuitOpen records the state of the store's circuit breaker.
+func (m *Metrics) SetCircuitOpen(open bool) {
+	v := 0.0
+	if open {
+		v = 1
+	}
+	m.circuitOpen.Set(v)
+}
+
+var _ Observer = (*Metrics)(nil)

@@ -63,6 +63,23 @@ configs:
       - api: /
         limit: 0
 `
+	// The baseline: the same ReverseProxy and transport with no limiting.
+	b.Run("bare-reverseproxy", func(b *testing.B) {
+		u, _ := url.Parse("http://upstream.invalid")
+		rp, err := NewUpstream(UpstreamConfig{URL: u})
+		if err != nil {
+			b.Fatal(err)
+		}
+		rp.Transport = stubTransport{}
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			r := httptest.NewRequest("GET", "/v1/user/42", nil)
+			r.Header.Set("X-App-Id", "app-1")
+			for pb.Next() {
+				rp.ServeHTTP(httptest.NewRecorder(), r)
+			}
+		})
+	})
 	for _, bc := range []struct{ name, app string }{
 		{"admitted", "app-1"},
 		{"limited", "app-blocked"},

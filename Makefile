@@ -4,7 +4,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin/gateway
 
-.PHONY: all build run deps test test-short lint lint-deploy fuzz bench clean
+.PHONY: all build run deps test test-short lint lint-deploy fuzz bench gobench clean
 
 all: build
 
@@ -44,7 +44,13 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzNormalize -fuzztime=$(FUZZTIME) ./internal/trie/
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/config/
 
+# The gateway against nginx and haproxy (installs them and wrk when missing);
+# results go to bench/results/. See bench/run.sh for the knobs.
 bench:
+	bash bench/run.sh
+
+# The Go benchmarks of the hot paths.
+gobench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./internal/...
 
 clean:

@@ -61,6 +61,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 	f.StringVar(&cfg.RateLimitHeaders, "ratelimit-headers", "both", "rate-limit response headers: both, draft (RateLimit, RateLimit-Policy), legacy (X-RateLimit-*), none")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "longest drain of in-flight requests on SIGTERM")
 	f.StringVar(&cfg.AccessLog, "access-log", "", "write one JSON line per request to stdout, stderr or this file (off when empty)")
+	f.BoolVar(&cfg.Pprof, "pprof", false, "serve the Go profiler on the admin port at /debug/pprof/")
 	f.StringVar(&logFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	return cmd

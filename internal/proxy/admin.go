@@ -3,6 +3,7 @@ package proxy
 import (
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"time"
 
@@ -173,6 +174,8 @@ type AdminConfig struct {
 	Ready func() error
 	// Metrics, if not nil, is served at /metrics.
 	Metrics http.Handler
+	// Pprof serves the Go profiler at /debug/pprof/.
+	Pprof bool
 }
 
 // NewAdmin returns the admin port's handler: /healthz (the process is
@@ -209,6 +212,13 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 	})
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics)
+	}
+	if cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return mux
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 )
@@ -43,7 +45,10 @@ func benchHandler(b *testing.B, rules string) *Handler {
 		b.Fatal(err)
 	}
 	rp.Transport = stubTransport{}
-	h, err := NewHandler(HandlerConfig{Rules: rs, Store: store, Upstream: rp})
+	// As `gateway serve` runs it: with metrics.
+	m := NewMetrics(MetricsConfig{Registry: prometheus.NewRegistry(), Keys: store.Len})
+	rp.ModifyResponse = func(r *http.Response) error { m.UpstreamResponse(r.StatusCode); return nil }
+	h, err := NewHandler(HandlerConfig{Rules: rs, Store: store, Upstream: rp, Observers: []Observer{m}})
 	if err != nil {
 		b.Fatal(err)
 	}

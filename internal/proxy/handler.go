@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -177,6 +179,8 @@ type Outcome struct {
 
 	limits [maxLimitsPerRequest]LimitOutcome
 	n      int
+	sec    *section       // the caller's section, if any
+	rule   *compiledLimit // the matched rule, if any
 }
 
 // LimitOutcome is one limit's part in a decision.
@@ -186,33 +190,54 @@ type LimitOutcome struct {
 	Remaining int64
 	Allowed   bool
 	Shadow    bool
+	cl        *compiledLimit
 }
 
 // Limits returns the limits the request was decided against.
 func (o *Outcome) Limits() []LimitOutcome { return o.limits[:o.n] }
 
 // Observer receives the outcome of every request; metrics and access logs
-// hang here. Implementations must be safe for concurrent use and fast.
+// hang here. Implementations must be safe for concurrent use and fast, and
+// must not keep o after they return: it is reused.
 type Observer interface {
 	ObserveRequest(r *http.Request, o *Outcome)
 }
 
+// scratch is the per-request state of the handler, pooled so that a
+// request allocates none of it: the store's request and result slices
+// escape (Store is an interface), and so would the outcome.
+type scratch struct {
+	sw   statusWriter
+	o    Outcome
+	reqs [maxLimitsPerRequest]limit.Request
+	res  [maxLimitsPerRequest]limit.Result
+}
+
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
+
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sc := scratches.Get().(*scratch)
+	defer func() {
+		*sc = scratch{}
+		scratches.Put(sc)
+	}()
 	if len(h.observers) == 0 {
-		h.serve(w, r, h.now(), &Outcome{})
+		h.serve(w, r, h.now(), sc)
 		return
 	}
-	o := &Outcome{Start: h.now()}
-	sw := &statusWriter{ResponseWriter: w}
-	h.serve(sw, r, o.Start, o)
-	o.Status = sw.status
+	sc.sw = statusWriter{ResponseWriter: w}
+	o := &sc.o
+	o.Start = h.now()
+	h.serve(&sc.sw, r, o.Start, sc)
+	o.Status = sc.sw.status
 	o.Duration = h.now().Sub(o.Start)
-	for _, ob := range h.observers {
-		ob.ObserveRequest(r, o)
+	for _, obs := range h.observers {
+		obs.ObserveRequest(r, o)
 	}
 }
 
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, now time.Time, o *Outcome) {
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, now time.Time, sc *scratch) {
+	o := &sc.o
 	o.App, o.Decision = config.UnknownApp, DecisionInvalid
 	app, err := appID(r, h.appHeader)
 	if err != nil {
@@ -223,7 +248,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, now time.Time, o
 	rs := h.rules.Load()
 	sec, _ := rs.lookup(app)
 	if sec != nil {
-		o.App = sec.app
+		o.App, o.sec = sec.app, sec
 	}
 	clean, err := trie.Normalize(r.URL.EscapedPath())
 	if err != nil {
@@ -246,7 +271,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, now time.Time, o
 			n++
 		}
 		if cl, pattern, ok := sec.trie.Match(r.Method, clean); ok {
-			o.API = pattern
+			o.API, o.rule = pattern, cl
 			o.Decision = DecisionAllowed
 			if cl.params.Limit != limit.Unlimited {
 				lims[n] = cl
@@ -262,10 +287,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, now time.Time, o
 	}
 	o.Decision = DecisionAllowed
 
-	var (
-		reqs [maxLimitsPerRequest]limit.Request
-		res  [maxLimitsPerRequest]limit.Result
-	)
+	reqs, res := &sc.reqs, &sc.res
 	var ip string
 	for i := 0; i < n; i++ {
 		cl := lims[i]
@@ -302,7 +324,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, now time.Time, o
 	for i := 0; i < n; i++ {
 		o.limits[i] = LimitOutcome{
 			App: lims[i].app, API: lims[i].api, Limit: res[i].Limit, Remaining: res[i].Remaining,
-			Allowed: res[i].Allowed, Shadow: lims[i].shadow,
+			Allowed: res[i].Allowed, Shadow: lims[i].shadow, cl: lims[i],
 		}
 	}
 	o.n = n
@@ -347,7 +369,7 @@ func (h *Handler) reject(w http.ResponseWriter, lims []*compiledLimit, res []lim
 	if secs < 1 {
 		secs = 1
 	}
-	w.Header().Set("Retry-After", itoa(secs))
+	w.Header()["Retry-After"] = intHeader(secs)
 	writeLimited(w, h.limitStatus, cl, secs)
 }
 
@@ -371,16 +393,35 @@ func (h *Handler) writeHeaders(hdr http.Header, lims []*compiledLimit, res []lim
 		return
 	}
 	if h.headers == HeadersBoth || h.headers == HeadersDraft {
-		policy, state := draftHeaders(lims, res)
-		hdr["Ratelimit-Policy"] = []string{policy}
-		hdr["Ratelimit"] = []string{state}
+		hdr["Ratelimit-Policy"] = policyHeader(lims)
+		hdr["Ratelimit"] = []string{stateHeader(lims, res)}
 	}
 	if h.headers == HeadersBoth || h.headers == HeadersLegacy {
 		r := res[most]
-		hdr["X-Ratelimit-Limit"] = []string{itoa(r.Limit)}
-		hdr["X-Ratelimit-Remaining"] = []string{itoa(max(r.Remaining, 0))}
-		hdr["X-Ratelimit-Reset"] = []string{itoa(ceilSeconds(r.Reset))}
+		if r.Limit == lims[most].params.Limit {
+			hdr["X-Ratelimit-Limit"] = lims[most].limitHdr
+		} else {
+			hdr["X-Ratelimit-Limit"] = intHeader(r.Limit)
+		}
+		hdr["X-Ratelimit-Remaining"] = intHeader(max(r.Remaining, 0))
+		hdr["X-Ratelimit-Reset"] = intHeader(ceilSeconds(r.Reset))
 	}
+}
+
+// policyHeader returns the RateLimit-Policy value of the enforced limits,
+// precomputed for the usual shapes (one limit, or an app total and a rule).
+func policyHeader(lims []*compiledLimit) []string {
+	switch {
+	case len(lims) == 1 && !lims[0].shadow:
+		return lims[0].policyHdr
+	case len(lims) == 2 && lims[1].pairPolicy != nil:
+		return lims[1].pairPolicy
+	case len(lims) == 2 && lims[0].shadow:
+		return lims[1].policyHdr
+	case len(lims) == 2 && lims[1].shadow:
+		return lims[0].policyHdr
+	}
+	return nil
 }
 
 // moreConstraining reports whether a leaves less room than b: fewer
@@ -395,19 +436,25 @@ func moreConstraining(a, b limit.Result) bool {
 	return a.Reset > b.Reset
 }
 
-func draftHeaders(lims []*compiledLimit, res []limit.Result) (policy, state string) {
+// stateHeader renders the RateLimit value of the enforced limits with one
+// allocation.
+func stateHeader(lims []*compiledLimit, res []limit.Result) string {
+	var buf [256]byte
+	b := buf[:0]
 	for i, cl := range lims {
 		if cl.shadow {
 			continue
 		}
-		if policy != "" {
-			policy += ", "
-			state += ", "
+		if len(b) > 0 {
+			b = append(b, ", "...)
 		}
-		policy += cl.policy
-		state += cl.name + ";r=" + itoa(max(res[i].Remaining, 0)) + ";t=" + itoa(ceilSeconds(res[i].Reset))
+		b = append(b, cl.name...)
+		b = append(b, ";r="...)
+		b = strconv.AppendInt(b, max(res[i].Remaining, 0), 10)
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, ceilSeconds(res[i].Reset), 10)
 	}
-	return policy, state
+	return string(b)
 }
 
 func ceilSeconds(d time.Duration) int64 {

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,6 +40,8 @@ type Metrics struct {
 	requests          *prometheus.CounterVec
 	nearLimit         *prometheus.CounterVec
 	requestDuration   *prometheus.HistogramVec
+	durations         [numDecisions]prometheus.Observer
+	codes             [600]atomic.Pointer[prometheus.Counter] // upstreamResponses children by code
 	limiterDuration   prometheus.Observer
 	upstreamResponses *prometheus.CounterVec
 	upstreamErrors    *prometheus.CounterVec
@@ -154,6 +157,9 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 	f(buildInfo)
 	f(collectors.NewGoCollector())
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for i, d := range decisions {
+		m.durations[i] = m.requestDuration.WithLabelValues(string(d))
+	}
 	// Both results exist from the start, so rate() and alerts see a 0.
 	m.reloads.WithLabelValues("success")
 	m.reloads.WithLabelValues("failure")
@@ -164,11 +170,62 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 // Handler serves the registry in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler { return m.handler }
 
+// numDecisions is the number of Decision values.
+const numDecisions = 7
+
+// decisions lists every Decision in index order.
+var decisions = [numDecisions]Decision{
+	DecisionAllowed, DecisionLimited, DecisionShadowLimited, DecisionUnmatched,
+	DecisionInvalid, DecisionFailOpen, DecisionFailClosed,
+}
+
+// index returns d's position in decisions.
+func (d Decision) index() int {
+	for i, x := range decisions {
+		if x == d {
+			return i
+		}
+	}
+	panic("proxy: unknown decision " + string(d))
+}
+
+// ruleMetrics are the metric children of one (app, api) pair, resolved on
+// first use and kept on the compiled rule, so that the request path does
+// not hash label values.
+type ruleMetrics struct {
+	owner    *Metrics
+	requests [numDecisions]prometheus.Counter
+	near     prometheus.Counter
+}
+
+// metricsCache holds a rule's ruleMetrics. The zero value is empty.
+type metricsCache struct{ p atomic.Pointer[ruleMetrics] }
+
+func (c *metricsCache) get(m *Metrics, app, api string) *ruleMetrics {
+	if rm := c.p.Load(); rm != nil && rm.owner == m {
+		return rm
+	}
+	rm := &ruleMetrics{owner: m, near: m.nearLimit.WithLabelValues(app, api)}
+	for i, d := range decisions {
+		rm.requests[i] = m.requests.WithLabelValues(app, api, string(d))
+	}
+	c.p.Store(rm)
+	return rm
+}
+
 // ObserveRequest records one request. It implements Observer.
 func (m *Metrics) ObserveRequest(_ *http.Request, o *Outcome) {
-	m.requests.WithLabelValues(o.App, o.API, string(o.Decision)).Inc()
-	m.requestDuration.WithLabelValues(string(o.Decision)).Observe(o.Duration.Seconds())
-	if o.LimiterDuration > 0 || o.n > 0 {
+	d := o.Decision.index()
+	switch {
+	case o.rule != nil:
+		o.rule.metrics.get(m, o.App, o.API).requests[d].Inc()
+	case o.sec != nil:
+		o.sec.metrics.get(m, o.App, "").requests[d].Inc()
+	default:
+		m.requests.WithLabelValues(o.App, o.API, string(o.Decision)).Inc()
+	}
+	m.durations[d].Observe(o.Duration.Seconds())
+	if o.n > 0 || o.StoreError {
 		m.limiterDuration.Observe(o.LimiterDuration.Seconds())
 	}
 	if o.StoreError {
@@ -179,14 +236,24 @@ func (m *Metrics) ObserveRequest(_ *http.Request, o *Outcome) {
 	}
 	for _, l := range o.Limits() {
 		if l.Allowed && l.Limit > 0 && float64(l.Limit-l.Remaining) >= NearLimitRatio*float64(l.Limit) {
-			m.nearLimit.WithLabelValues(l.App, l.API).Inc()
+			l.cl.metrics.get(m, l.App, l.API).near.Inc()
 		}
 	}
 }
 
 // UpstreamResponse records a response from the upstream.
 func (m *Metrics) UpstreamResponse(code int) {
-	m.upstreamResponses.WithLabelValues(strconv.Itoa(code)).Inc()
+	if code < 0 || code >= len(m.codes) {
+		m.upstreamResponses.WithLabelValues(strconv.Itoa(code)).Inc()
+		return
+	}
+	c := m.codes[code].Load()
+	if c == nil {
+		child := m.upstreamResponses.WithLabelValues(strconv.Itoa(code))
+		c = &child
+		m.codes[code].Store(c)
+	}
+	(*c).Inc()
 }
 
 // UpstreamError records a forwarded request that got no response.

@@ -87,8 +87,12 @@ func TestMetricsCountDecisions(t *testing.T) {
 	if got := testutil.ToFloat64(m.m.rulesLoaded); got != 8 {
 		t.Errorf("rules loaded: got %v, want 8 (app-1: a total and 5 rules; app-2: 1; *: 1)", got)
 	}
-	if got, want := testutil.CollectAndCount(m.reg, "gateway_request_duration_seconds"), 4; got != want {
-		t.Errorf("request duration series: got %d, want %d (allowed, limited, shadow_limited, invalid)", got, want)
+	// Every decision's series exists from the start, at 0 until used.
+	if got, want := testutil.CollectAndCount(m.reg, "gateway_request_duration_seconds"), 7; got != want {
+		t.Errorf("request duration series: got %d, want %d, one per decision", got, want)
+	}
+	if got := m.requests("app-2", "/v1/user", DecisionFailClosed); got != 0 {
+		t.Errorf("requests{app-2,/v1/user,fail_closed}: got %v, want 0", got)
 	}
 	// app-2's second request left /v1/user (limit 2) fully used: near.
 	if got := testutil.ToFloat64(m.m.nearLimit.WithLabelValues("app-2", "/v1/user")); got != 1 {

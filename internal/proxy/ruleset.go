@@ -31,6 +31,8 @@ type section struct {
 	byIP  bool
 	total *compiledLimit // nil when the app has no total
 	trie  *trie.Trie[*compiledLimit]
+	// metrics of requests that matched no rule (api "")
+	metrics metricsCache
 }
 
 // compiledLimit is one limit with what the request path writes about it.
@@ -48,6 +50,13 @@ type compiledLimit struct {
 	name string
 	// window is Params.Window in whole seconds, at least 1, for headers.
 	windowSeconds int64
+	// The header values and the limited body that never change, built
+	// once here rather than per request.
+	policyHdr  []string // RateLimit-Policy of this limit alone
+	pairPolicy []string // RateLimit-Policy of the section's total and this rule
+	limitHdr   []string // X-RateLimit-Limit
+	body429    []byte   // the limited body up to retryAfterSeconds' value
+	metrics    metricsCache
 }
 
 // Compile builds a RuleSet from parsed rules.
@@ -68,6 +77,9 @@ func Compile(rules *config.Rules, now time.Time) (*RuleSet, error) {
 			r := &app.Limits[j]
 			cl := newCompiledLimit(app.ID, r.API, r.Methods, r.Params, r.Shadow)
 			rs.keys[cl.key] = struct{}{}
+			if t := sec.total; t != nil && !t.shadow && !cl.shadow {
+				cl.pairPolicy = []string{t.policy + ", " + cl.policy}
+			}
 			if err := sec.trie.Insert(r.API, r.Methods, cl); err != nil {
 				return nil, fmt.Errorf("%s:%d: %w", rules.Path, r.Line, err)
 			}
@@ -92,7 +104,7 @@ func newCompiledLimit(app, api string, methods []string, p limit.Params, shadow 
 	}
 	w := int64((p.Window + time.Second - 1) / time.Second)
 	quoted := sfString(name)
-	return &compiledLimit{
+	cl := &compiledLimit{
 		app:           app,
 		api:           api,
 		params:        p,
@@ -101,7 +113,11 @@ func newCompiledLimit(app, api string, methods []string, p limit.Params, shadow 
 		name:          quoted,
 		windowSeconds: w,
 		policy:        quoted + ";q=" + strconv.FormatInt(p.Limit, 10) + ";w=" + strconv.FormatInt(w, 10),
+		limitHdr:      []string{strconv.FormatInt(p.Limit, 10)},
 	}
+	cl.policyHdr = []string{cl.policy}
+	cl.body429 = limitedBodyPrefix(app, api, p)
+	return cl
 }
 
 // sfString renders s as a structured-field string (RFC 8941 §3.3.3),

@@ -63,6 +63,8 @@ type Config struct {
 	// AccessLog, if not empty, is where one JSON line per request goes:
 	// "stdout", "stderr" or a file path.
 	AccessLog string
+	// Pprof serves the Go profiler on the admin port at /debug/pprof/.
+	Pprof bool
 	// Version is the build's version, for gateway_build_info.
 	Version string
 	// Ready, if not nil, is called with the bound proxy and admin
@@ -200,7 +202,7 @@ func Run(ctx context.Context, cfg Config) error {
 		ErrorLog:          errLog,
 	}
 	adminSrv := &http.Server{
-		Handler:           NewAdmin(AdminConfig{Rules: rules, Metrics: metrics.Handler()}),
+		Handler:           NewAdmin(AdminConfig{Rules: rules, Metrics: metrics.Handler(), Pprof: cfg.Pprof}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          errLog,

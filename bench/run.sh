@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# bench/run.sh — the gateway against nginx and haproxy on one machine.
+#
+# Every proxy contender runs on one core (PROXY_CPU, GOMAXPROCS=1, nginx
+# worker_processes 1, haproxy nbthread 1); the upstream and the load
+# generator (wrk -t1 -cCONNS) share the other core (LOAD_CPU). Contenders
+# alternate within each round so that machine noise spreads over all of
+# them; the table reports medians over the rounds and ratios to nginx.
+#
+#   (a) admitted: every request under its limit (app "bench")
+#   (b) limited:  every request over its limit (app "blocked"), answered 429
+#
+# Usage: bench/run.sh            (or: make bench)
+# Tunables (environment): ROUNDS=3 DURATION=10s CONNS=64 PROXY_CPU=0 LOAD_CPU=1 OUT=bench/results
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-10s}
+CONNS=${CONNS:-64}
+PROXY_CPU=${PROXY_CPU:-0}
+LOAD_CPU=${LOAD_CPU:-1}
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+OUT=${OUT:-$ROOT/bench/results}
+
+need=()
+for cmd in nginx haproxy wrk taskset; do
+	command -v "$cmd" >/dev/null || need+=("$cmd")
+done
+if [ ${#need[@]} -gt 0 ]; then
+	pkgs=()
+	for cmd in "${need[@]}"; do
+		case $cmd in
+		taskset) pkgs+=(util-linux) ;;
+		*) pkgs+=("$cmd") ;;
+		esac
+	done
+	echo "installing ${pkgs[*]}" >&2
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq "${pkgs[@]}" >/dev/null
+fi
+
+WORK=$(mktemp -d)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+echo "building" >&2
+go build -o "$WORK/upstream" ./bench/upstream
+go build -o "$WORK/bareproxy" ./bench/bareproxy
+CGO_ENABLED=0 go build -trimpath -o "$WORK/gateway" ./cmd/gateway
+
+UPSTREAM=127.0.0.1:18081
+declare -A PORT=([direct]=18081 [bare]=18090 [gateway]=18091 [nginx]=18092 [haproxy]=18093)
+
+start() { # start NAME CPU CMD... — run pinned in the background
+	local name=$1 cpu=$2
+	shift 2
+	GOMAXPROCS=1 taskset -c "$cpu" "$@" >"$WORK/$name.log" 2>&1 &
+	pids+=($!)
+}
+
+wait_port() {
+	for _ in $(seq 100); do
+		if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+		sleep 0.1
+	done
+	echo "port $1 never opened" >&2
+	return 1
+}
+
+start upstream "$LOAD_CPU" "$WORK/upstream" -listen "$UPSTREAM"
+start bare "$PROXY_CPU" "$WORK/bareproxy" -listen "127.0.0.1:${PORT[bare]}" -upstream "http://$UPSTREAM"
+start gateway "$PROXY_CPU" "$WORK/gateway" serve --config bench/rules.yaml --upstream "http://$UPSTREAM" \
+	--listen "127.0.0.1:${PORT[gateway]}" --admin-listen 127.0.0.1:19091 --log-level warn --watch=false
+
+mkdir -p "$WORK"/{body,proxy,fastcgi,uwsgi,scgi}
+sed -e "s|@DIR@|$WORK|g" bench/nginx.conf.tmpl >"$WORK/nginx.conf"
+start nginx "$PROXY_CPU" nginx -c "$WORK/nginx.conf" -e "$WORK/nginx-error.log"
+start haproxy "$PROXY_CPU" haproxy -f bench/haproxy.cfg
+for name in "${!PORT[@]}"; do wait_port "${PORT[$name]}"; done
+
+# run_wrk CONTENDER APP -> "rps p50ms p99ms non2xx"
+run_wrk() {
+	local out
+	out=$(taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" --latency \
+		-H "X-App-Id: $2" "http://127.0.0.1:${PORT[$1]}/v1/user/42")
+	awk '
+		function ms(v) {
+			if (v ~ /us$/) return substr(v, 1, length(v)-2) / 1000
+			if (v ~ /ms$/) return substr(v, 1, length(v)-2) + 0
+			if (v ~ /s$/)  return substr(v, 1, length(v)-1) * 1000
+			return v
+		}
+		/Requests\/sec:/ { rps = $2 }
+		$1 == "50%" { p50 = ms($2) }
+		$1 == "99%" { p99 = ms($2) }
+		/Non-2xx or 3xx responses:/ { bad = $5 }
+		END { printf "%.0f %.3f %.3f %d\n", rps, p50, p99, bad }
+	' <<<"$out"
+}
+
+declare -A RESULTS
+paths=(admitted limited)
+declare -A CONTENDERS=([admitted]="direct nginx haproxy bare gateway" [limited]="nginx haproxy gateway")
+declare -A APP=([admitted]=bench [limited]=blocked)
+
+for round in $(seq "$ROUNDS"); do
+	for path in "${paths[@]}"; do
+		for c in ${CONTENDERS[$path]}; do
+			taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d1s -H "X-App-Id: ${APP[$path]}" \
+				"http://127.0.0.1:${PORT[$c]}/v1/user/42" >/dev/null # warm up
+			r=$(run_wrk "$c" "${APP[$path]}")
+			echo "round $round $path $c: $r" >&2
+			RESULTS[$path/$c]+="$r"$'\n'
+		done
+	done
+done
+
+median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2 }'; }
+
+mkdir -p "$OUT"
+stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
+file="$OUT/$stamp.md"
+{
+	echo "# gateway benchmark, $stamp"
+	echo
+	echo "Machine: $(nproc) cores, $(awk -F: '/model name/ { print $2; exit }' /proc/cpuinfo | sed 's/^ *//'), $(uname -sr)."
+	echo "Proxies on core $PROXY_CPU (GOMAXPROCS=1, nginx worker_processes 1, haproxy nbthread 1);"
+	echo "upstream and \`wrk -t1 -c$CONNS -d$DURATION\` on core $LOAD_CPU. Medians of $ROUNDS alternating rounds."
+	echo "$(nginx -v 2>&1 | sed 's/.*version: //'), $(haproxy -v | head -1 | awk '{ print "haproxy " $3 }'), $(go version | awk '{ print $3 }')."
+	for path in "${paths[@]}"; do
+		echo
+		echo "## ${path^}: every request $( [ "$path" = admitted ] && echo under || echo over ) its limit"
+		echo
+		echo "| contender | requests/s | p50 ms | p99 ms | ratio to nginx | non-2xx |"
+		echo "|---|---:|---:|---:|---:|---:|"
+		nginx_rps=$(printf '%s' "${RESULTS[$path/nginx]}" | awk '{ print $1 }' | median)
+		for c in ${CONTENDERS[$path]}; do
+			rows=$(printf '%s' "${RESULTS[$path/$c]}")
+			rps=$(awk '{ print $1 }' <<<"$rows" | median)
+			p50=$(awk '{ print $2 }' <<<"$rows" | median)
+			p99=$(awk '{ print $3 }' <<<"$rows" | median)
+			bad=$(awk '{ print $4 }' <<<"$rows" | median)
+			ratio=$(awk -v a="$rps" -v b="$nginx_rps" 'BEGIN { printf "%.2f", a / b }')
+			echo "| $c | $rps | $p50 | $p99 | $ratio | $bad |"
+		done
+	done
+	echo
+	echo "direct = the upstream without a proxy; bare = httputil.ReverseProxy with the gateway's Transport and no limiting."
+} >"$file"
+cat "$file"
+echo "written to $file" >&2

@@ -31,6 +31,7 @@ func FuzzParse(f *testing.F) {
 		"configs:\n  - appId: a\n    limits: [{api: /, limit: 1}\n",
 		"a: 1\n---\nb: 2\n",
 		"configs:\n- &a {appId: a, <<: *a}\n",
+		"defaults: {algorithm: token_bucket, burst: 5, warmup: 10s, lockSeconds: 30}\nconfigs:\n- appId: a\n  limit: 9\n  limits:\n  - {api: /a, limit: 3, algorithm: leaky_bucket}\n  - {api: /b, limit: 3, algorithm: sliding_log, lockSeconds: 0}\n  - {api: /c, limit: 3, algorithm: fixed_window}\n",
 	} {
 		f.Add([]byte(s), false)
 	}

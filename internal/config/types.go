@@ -2,8 +2,11 @@
 // by extension), and watches it for changes.
 //
 // The format is seed 001's (configs → appId → limits → api/limit/unit),
-// extended with defaults, per-rule algorithms, methods, shadow mode and
-// the "*" section for unknown callers. See DESIGN §3.
+// extended with defaults, per-rule algorithms and their settings (burst,
+// warmup), lockouts (lockSeconds), methods, shadow mode and the "*"
+// section for unknown callers. See DESIGN §3. The config knows no
+// algorithm by name: it asks the limit registry which settings each
+// reads, and limit.Params.Validate for the rest.
 package config
 
 import (

@@ -16,11 +16,15 @@ import (
 // them.
 var (
 	topFields      = []string{"caseInsensitive", "defaults", "configs"}
-	settingFields  = []string{"algorithm", "unit", "precision", "burst"}
+	settingFields  = []string{"algorithm", "unit", "precision", "burst", "warmup", "lockSeconds"}
 	defaultsFields = settingFields
-	appFields      = []string{"appId", "by", "limit", "unit", "algorithm", "precision", "burst", "limits"}
-	ruleFields     = []string{"api", "method", "limit", "unit", "algorithm", "precision", "burst", "shadow"}
+	appFields      = []string{"appId", "by", "limit", "unit", "algorithm", "precision", "burst", "limits", "warmup", "lockSeconds"}
+	ruleFields     = []string{"api", "method", "limit", "unit", "algorithm", "precision", "burst", "shadow", "warmup", "lockSeconds"}
 )
+
+// maxLockSeconds is the longest lockSeconds that a time.Duration holds;
+// limit.Params.Validate bounds it further.
+const maxLockSeconds = maxUnitSeconds
 
 // MaxAppIDLen is the longest app ID (DESIGN §4).
 const MaxAppIDLen = 128
@@ -53,7 +57,9 @@ func (p *parser) rules(root *yaml.Node) *Rules {
 	}
 	if f, ok := fs["defaults"]; ok {
 		if f.val.Kind != yaml.MappingNode {
-			p.wrongType(f, p.word("a mapping", "an object")+" of "+strings.Join(defaultsFields, ", "))
+			// The settings every algorithm has first, then the others.
+			p.errorf(f.line, "defaults must be %s of %s, not %s; it may also set %s",
+				p.word("a mapping", "an object"), strings.Join(defaultsFields[:4], ", "), p.describe(f.val), strings.Join(defaultsFields[4:], " and "))
 		} else {
 			p.defaults, _ = p.readSettings(p.fields(f.val, "defaults", defaultsFields), p.defaults)
 		}
@@ -86,8 +92,17 @@ type settings struct {
 	unit      time.Duration
 	precision int
 	burst     int64
+	warmup    time.Duration
+	lock      time.Duration
 
-	algorithmLine, unitLine, precisionLine, burstLine int
+	algorithmLine, unitLine, precisionLine, burstLine, warmupLine, lockLine int
+
+	// written are the optional settings (those only some algorithms
+	// read) set in the section these settings were read from, and
+	// inherited those set in defaults; the others are built in.
+	// defaultsAlgorithm is the algorithm of defaults.
+	written, inherited limit.Setting
+	defaultsAlgorithm  string
 }
 
 func builtinSettings() settings {
@@ -104,6 +119,7 @@ func builtinSettings() settings {
 // by every rule that inherits it.
 func (p *parser) readSettings(fs map[string]field, base settings) (settings, bool) {
 	s, ok := base, true
+	s.inherited, s.written, s.defaultsAlgorithm = base.written, 0, base.algorithm
 	if f, set := fs["algorithm"]; set {
 		if name, good := p.str(f); !good {
 			ok = false
@@ -129,6 +145,7 @@ func (p *parser) readSettings(fs map[string]field, base settings) (settings, boo
 			ok = false
 		} else {
 			s.precision, s.precisionLine = int(v), f.line
+			s.written |= limit.SettingPrecision
 		}
 	}
 	if f, set := fs["burst"]; set {
@@ -139,20 +156,97 @@ func (p *parser) readSettings(fs map[string]field, base settings) (settings, boo
 			ok = false
 		} else {
 			s.burst, s.burstLine = v, f.line
+			s.written |= limit.SettingBurst
+		}
+	}
+	if f, set := fs["warmup"]; set {
+		if d, good := p.warmup(f); good {
+			s.warmup, s.warmupLine = d, f.line
+			s.written |= limit.SettingWarmup
+		} else {
+			ok = false
+		}
+	}
+	if f, set := fs["lockSeconds"]; set {
+		if v, good := p.integer(f); !good {
+			ok = false
+		} else if v < 0 {
+			p.errorf(f.line, "lockSeconds %d is negative; set how many seconds a caller stays denied once it is limited, or 0 for no lockout", v)
+			ok = false
+		} else if v > maxLockSeconds {
+			p.errorf(f.line, "lockSeconds %d is too long", v)
+			ok = false
+		} else {
+			s.lock, s.lockLine = time.Duration(v)*time.Second, f.line
 		}
 	}
 	return s, ok
 }
 
+// warmup returns the value of a warmup field: a Go duration string
+// ("30s"), or 0.
+func (p *parser) warmup(f field) (time.Duration, bool) {
+	n := f.val
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" {
+		v := strings.TrimSpace(n.Value)
+		d, err := time.ParseDuration(v)
+		switch {
+		case err != nil && v != "" && strings.Trim(v, "0123456789") == "":
+			p.errorf(f.line, "warmup %q has no time unit; write %q", n.Value, v+"s")
+		case err != nil:
+			p.errorf(f.line, "warmup %q is not a duration; write one like \"30s\" or \"2m\"", n.Value)
+		case d < 0:
+			p.errorf(f.line, "warmup %q is negative; write a duration like \"30s\", or 0 for no warm-up", n.Value)
+		default:
+			return d, true
+		}
+		return 0, false
+	}
+	switch i, _, kind := number(n); {
+	case kind == wholeNumber && i == 0:
+		return 0, true
+	case kind != notNumber:
+		p.errorf(f.line, "warmup %s has no time unit; write a duration like %q", n.Value, n.Value+"s")
+	default:
+		p.wrongType(f, `a duration like "30s"`)
+	}
+	return 0, false
+}
+
 // params returns the limit.Params of a limit n with settings s.
+//
+// An optional setting (precision, burst, warmup) applies when the
+// section sets it, and when it comes from defaults or is built in, only
+// if the algorithm reads it: defaults.precision is for the rules that use
+// sliding_window, and does not make a token_bucket rule invalid. A
+// setting from defaults also applies to the rules of the defaults'
+// algorithm, so that defaults setting what their own algorithm does not
+// read are reported.
 func (s *settings) params(n int64) limit.Params {
-	return limit.Params{
+	var reads limit.Setting
+	if a, ok := limit.Lookup(s.algorithm); ok {
+		reads = a.Reads()
+	}
+	applies := func(opt limit.Setting) bool {
+		return s.written&opt != 0 || reads&opt != 0 ||
+			s.inherited&opt != 0 && s.algorithm == s.defaultsAlgorithm
+	}
+	p := limit.Params{
 		Algorithm: s.algorithm,
 		Limit:     n,
 		Window:    s.unit,
-		Precision: s.precision,
-		Burst:     s.burst,
+		Lock:      s.lock,
 	}
+	if applies(limit.SettingPrecision) {
+		p.Precision = s.precision
+	}
+	if applies(limit.SettingBurst) {
+		p.Burst = s.burst
+	}
+	if applies(limit.SettingWarmup) {
+		p.Warmup = s.warmup
+	}
+	return p
 }
 
 // validate checks the Params of a limit and reports a problem on the line
@@ -172,6 +266,8 @@ func (p *parser) validate(params *limit.Params, s *settings, limitLine, line int
 		{"unit ", s.unitLine},
 		{"precision ", s.precisionLine},
 		{"burst ", s.burstLine},
+		{"warmup ", s.warmupLine},
+		{"lockSeconds ", s.lockLine},
 		{"algorithm ", s.algorithmLine},
 		{"unknown algorithm", s.algorithmLine},
 	} {

@@ -165,3 +165,169 @@ func BenchmarkMemoryBytesPerKey(b *testing.B) {
 	b.ReportMetric(perKey, "bytes/key")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/keys, "ns/insert")
 }
+
+// algCase is an algorithm and its Params in a benchmark.
+type algCase struct {
+	name string
+	p    *Params
+}
+
+// algCases returns Params of every algorithm with the given limit per
+// second, and of token_bucket also with a warm-up.
+func algCases(limit int64) []algCase {
+	var cs []algCase
+	for _, name := range Algorithms() {
+		p := &Params{Algorithm: name, Limit: limit, Window: time.Second}
+		a, _ := Lookup(name)
+		if a.Reads()&SettingPrecision != 0 {
+			p.Precision = DefaultPrecision
+		}
+		cs = append(cs, algCase{name: name, p: p})
+		if a.Reads()&SettingWarmup != 0 {
+			w := *p
+			w.Warmup = time.Second
+			cs = append(cs, algCase{name: name + "+warmup", p: &w})
+		}
+	}
+	return cs
+}
+
+// BenchmarkAlgorithms is one decision of each algorithm's State, without
+// a store: admitted (a limit that is never reached at one request per µs)
+// and denied (a limit of 100 per second, long reached).
+func BenchmarkAlgorithms(b *testing.B) {
+	for _, tt := range []struct {
+		name  string
+		limit int64
+	}{
+		{name: "allow", limit: 10_000_000},
+		{name: "deny", limit: 100},
+	} {
+		for _, c := range algCases(tt.limit) {
+			p := c.p
+			if p.Algorithm == "sliding_log" && p.Limit > MaxLogLimit {
+				p.Limit = MaxLogLimit
+				p.Window = 10 * time.Millisecond // still never reached
+			}
+			b.Run(c.name+"/"+tt.name, func(b *testing.B) {
+				st := newState(b, p)
+				now := t0.UnixNano()
+				for range 200 {
+					if st.Decide(now, p).Allowed {
+						st.Commit(now, p)
+					}
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					now += int64(time.Microsecond)
+					if st.Decide(now, p).Allowed {
+						st.Commit(now, p)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkMemoryAllowAlgorithms is one decision on an existing key of
+// each algorithm through the memory store, with the app total and the
+// API rule of a request.
+func BenchmarkMemoryAllowAlgorithms(b *testing.B) {
+	for _, c := range algCases(MaxLogLimit) {
+		p := c.p
+		b.Run(c.name, func(b *testing.B) {
+			m := newTestMemory(b, MemoryConfig{})
+			ctx := context.Background()
+			reqs := []Request{{Key: "app-1", Params: p}, {Key: "app-1|/v1/user", Params: p}}
+			res := make([]Result, len(reqs))
+			now := t0
+			if _, err := m.Allow(ctx, now, reqs, res); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				now = now.Add(time.Millisecond)
+				m.Allow(ctx, now, reqs, res)
+			}
+		})
+	}
+}
+
+// BenchmarkMemoryAllowParallelAlgorithms decides from GOMAXPROCS
+// goroutines on keys spread over the shards, for each algorithm.
+func BenchmarkMemoryAllowParallelAlgorithms(b *testing.B) {
+	const distinct = 10_000
+	keys := make([]string, distinct)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("app-%d|/v1/user", i)
+	}
+	for _, c := range algCases(MaxLogLimit) {
+		p := c.p
+		b.Run(c.name, func(b *testing.B) {
+			m := newTestMemory(b, MemoryConfig{})
+			ctx := context.Background()
+			for _, k := range keys {
+				if _, err := m.Allow(ctx, t0, []Request{{Key: k, Params: p}}, make([]Result, 1)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var worker atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(worker.Add(1)) * 7919
+				reqs, res := make([]Request, 1), make([]Result, 1)
+				now := t0
+				for pb.Next() {
+					i = (i + 1) % len(keys)
+					reqs[0] = Request{Key: keys[i], Params: p}
+					now = now.Add(time.Microsecond)
+					m.Allow(ctx, now, reqs, res)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkMemoryBytesPerKeyAlgorithms reports the heap held per key of
+// each algorithm, for a limit of 100 per minute, in a store of 100,000
+// keys that each counted one request. Run it with -benchtime=1x.
+func BenchmarkMemoryBytesPerKeyAlgorithms(b *testing.B) {
+	const keys = 100_000
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = fmt.Sprintf("*|/v1/user|10.%d.%d.%d", i>>16, i>>8&0xff, i&0xff)
+	}
+	for _, c := range algCases(100) {
+		p := c.p
+		p.Window = time.Minute
+		b.Run(c.name, func(b *testing.B) {
+			ctx := context.Background()
+			reqs, res := make([]Request, 1), make([]Result, 1)
+			var perKey float64
+			for range b.N {
+				b.StopTimer()
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				b.StartTimer()
+
+				m := newTestMemory(b, MemoryConfig{MaxKeys: keys})
+				for _, k := range names {
+					reqs[0] = Request{Key: k, Params: p}
+					if _, err := m.Allow(ctx, t0, reqs, res); err != nil {
+						b.Fatal(err)
+					}
+				}
+
+				b.StopTimer()
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				perKey = float64(after.HeapAlloc-before.HeapAlloc) / keys
+				runtime.KeepAlive(m)
+				b.StartTimer()
+			}
+			b.ReportMetric(perKey, "bytes/key")
+		})
+	}
+}

@@ -5,7 +5,8 @@
 // function, so adding an algorithm touches only its file. A Store keeps the
 // per-key state of those algorithms and decides all of a request's limits
 // atomically: a request is admitted only if every enforced limit admits it, and
-// a denied request is counted against none of them.
+// a denied request is counted against none of them. Lockouts (Params.Lock,
+// seed 002) are the store's, so that every algorithm has them.
 //
 // The core never reads the clock: the memory store takes now as an argument,
 // so tests run on fixed instants and never sleep.
@@ -18,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -39,7 +41,8 @@ const MaxLimit = 1<<31 - 1
 const Unlimited = -1
 
 // Params are the settings of one limit, resolved from the rule file with
-// its defaults applied.
+// its defaults applied. Params are compared with ==, so every field is a
+// plain value.
 type Params struct {
 	// Algorithm is the registered name of the algorithm.
 	Algorithm string
@@ -48,22 +51,40 @@ type Params struct {
 	Limit int64
 	// Window is the rule's unit. It is positive.
 	Window time.Duration
-	// Precision is the number of buckets per window of sliding_window.
+	// Precision is the number of buckets per window of sliding_window;
+	// 0 for the other algorithms.
 	Precision int
 	// Burst is the bucket capacity of token_bucket and leaky_bucket; 0
 	// means Limit.
 	Burst int64
+	// Warmup is the warm-up period of token_bucket (seed 003's Guava
+	// SmoothWarmingUp): after idling, the admitted rate ramps from a third
+	// of Limit per Window to the full rate over this long. 0 means none.
+	Warmup time.Duration
+	// Lock is the penalty lockout of seed 002, for any algorithm: once the
+	// limit denies a request, the store denies every request on the same
+	// counter for this long. 0 means none. Stores implement it; States
+	// never see it.
+	Lock time.Duration
 }
 
 // Identity reports whether p and q describe the same counter shape, so
-// that state built for one can serve the other. Only Limit and Burst may
-// differ: a reload that changes just the limit keeps the counts.
+// that state built for one can serve the other.
+//
+// Algorithm, Window and Precision make the shape: they decide what the
+// state holds (which buckets, which windows). Limit, Burst, Warmup and
+// Lock may differ: every algorithm's state reads them afresh on each
+// decision, so a reload that changes only them keeps the counts and the
+// new values apply from the next decision. (Lock is not part of the state
+// at all: the store keeps lockouts beside it.)
 func (p *Params) Identity(q *Params) bool {
 	return p.Algorithm == q.Algorithm && p.Window == q.Window && p.Precision == q.Precision
 }
 
 // Validate reports whether p can be used, in a sentence fit for a rule-file
-// error message.
+// error message. A message about one setting starts with its name in the
+// rule file ("limit ...", "unit ..." for Window, "lockSeconds ..." for
+// Lock) so that a rule-file parser can put it on that setting's line.
 func (p *Params) Validate() error {
 	if p.Limit < Unlimited {
 		return fmt.Errorf("limit %d is below -1 (use -1 for unlimited, 0 to block)", p.Limit)
@@ -74,12 +95,23 @@ func (p *Params) Validate() error {
 	if p.Window <= 0 {
 		return fmt.Errorf("unit %s is not positive", p.Window)
 	}
+	if p.Lock < 0 {
+		return fmt.Errorf("lockSeconds %s is negative", strconv.FormatFloat(p.Lock.Seconds(), 'f', -1, 64))
+	}
+	if p.Lock > maxSpan {
+		return fmt.Errorf("lockSeconds %s is longer than 100 years", strconv.FormatFloat(p.Lock.Seconds(), 'f', -1, 64))
+	}
 	a, ok := Lookup(p.Algorithm)
 	if !ok {
 		return fmt.Errorf("unknown algorithm %q (known: %s)", p.Algorithm, strings.Join(Algorithms(), ", "))
 	}
 	return a.Validate(p)
 }
+
+// maxSpan bounds the durations that algorithms add to an instant (a
+// window, the time to refill a bucket, a lockout), so that instants up to
+// the year 2170 plus any of them fit in an int64 of nanoseconds.
+const maxSpan = 100 * 365 * 24 * time.Hour
 
 // Request asks one store decision for one limit.
 type Request struct {
@@ -120,7 +152,8 @@ type Store interface {
 	// whether every non-shadow request was admitted; only then is the
 	// request counted, against every limit that admitted it (shadow limits
 	// that denied are not counted). When it reports false nothing is
-	// counted. Stores that keep their own clock (Redis) ignore now.
+	// counted, but a non-shadow limit with Params.Lock that denied starts
+	// its lockout. Stores that keep their own clock (Redis) ignore now.
 	Allow(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error)
 }
 
@@ -128,23 +161,40 @@ type Store interface {
 // algorithm that is not registered.
 var ErrUnknownAlgorithm = errors.New("unknown algorithm")
 
+// Setting is one of the fields of Params that only some algorithms read.
+// The values are bits, so that a set of them is a Setting too.
+type Setting uint8
+
+// The optional settings.
+const (
+	SettingPrecision Setting = 1 << iota // Params.Precision
+	SettingBurst                         // Params.Burst
+	SettingWarmup                        // Params.Warmup
+)
+
 // Algorithm is one limiting strategy of the memory store.
 //
 // Implementations must be safe for concurrent use; the State values they
 // create are guarded by the store.
 type Algorithm interface {
 	// Validate reports a problem with p that only this algorithm checks
-	// (e.g. precision), in a sentence fit for a rule-file error.
+	// (e.g. precision), in a sentence fit for a rule-file error. It
+	// rejects every optional setting that Reads leaves out when p sets it.
 	Validate(p *Params) error
+	// Reads returns the optional settings of Params that the algorithm
+	// reads. A rule file's defaults of the others do not apply to rules
+	// that use it.
+	Reads() Setting
 	// NewState returns the state of one fresh counter for p.
 	NewState(p *Params) State
 }
 
 // State is the per-key state of an Algorithm. The store serializes calls.
-// now is nanoseconds since the Unix epoch.
+// now is nanoseconds since the Unix epoch; a State never reads the clock.
 type State interface {
 	// Decide reports what admitting one request at now would give,
-	// without changing the state.
+	// without changing the state: a store decides all of a request's
+	// limits before it counts the request against any of them.
 	Decide(now int64, p *Params) Result
 	// Commit counts one admitted request at now. It is called only after
 	// Decide at the same now admitted it.
@@ -152,6 +202,50 @@ type State interface {
 	// Idle reports whether the state at now is indistinguishable from a
 	// fresh one, so that the store may evict it.
 	Idle(now int64, p *Params) bool
+}
+
+// fixed returns the Result of a limit that needs no state, and whether p
+// is one: unlimited (-1) admits everything and is never counted, 0 blocks
+// everything.
+func fixed(p *Params) (Result, bool) {
+	switch {
+	case p.Limit < 0:
+		return Result{Allowed: true, Limit: p.Limit, Remaining: -1}, true
+	case p.Limit == 0:
+		// Never admitted; one window is the conventional wait, and a zero
+		// Reset would tell clients to come straight back.
+		return Result{Limit: 0, Reset: p.Window, RetryAfter: p.Window}, true
+	}
+	return Result{}, false
+}
+
+// window returns p.Window in nanoseconds, at least 1: Params are validated
+// before use, and the clamp only keeps a caller that skipped validation
+// from dividing by zero.
+func window(p *Params) int64 {
+	return max(int64(p.Window), 1)
+}
+
+// Errors of Validate for an optional setting that an algorithm does not
+// read.
+var (
+	errPrecision = errors.New("precision applies only to sliding_window")
+	errBurst     = errors.New("burst applies only to token_bucket and leaky_bucket")
+	errWarmup    = errors.New("warmup applies only to token_bucket")
+)
+
+// unread returns the error for the first optional setting that p sets
+// and reads leaves out, or nil.
+func unread(p *Params, reads Setting) error {
+	switch {
+	case p.Precision != 0 && reads&SettingPrecision == 0:
+		return errPrecision
+	case p.Burst != 0 && reads&SettingBurst == 0:
+		return errBurst
+	case p.Warmup != 0 && reads&SettingWarmup == 0:
+		return errWarmup
+	}
+	return nil
 }
 
 // registry is written only by Register during package initialization and

@@ -62,18 +62,54 @@ var _ Store = (*Memory)(nil)
 type shard struct {
 	mu sync.Mutex
 	m  map[string]*entry
+	// params interns the Params of the shard's entries: a rule's Params
+	// are shared by all of its keys (a million client IPs), so an entry
+	// points to one copy rather than holding its own. It holds every
+	// Params a key of the shard was created or reshaped with, a few per
+	// rule edit. It is per shard so that creating a key takes no lock
+	// but its shard's.
+	params map[Params]*Params
 	// Shards are locked by different CPUs; keep each on its own cache
-	// line (a Mutex and a map pointer are 16 bytes).
-	_ [64 - 16]byte
+	// line (a Mutex and two map pointers are 24 bytes).
+	_ [64 - 24]byte
+}
+
+// intern returns the shard's copy of p. The shard is locked.
+func (sh *shard) intern(p *Params) *Params {
+	if q, ok := sh.params[*p]; ok {
+		return q
+	}
+	if sh.params == nil {
+		sh.params = map[Params]*Params{}
+	}
+	q := new(Params)
+	*q = *p
+	sh.params[*p] = q
+	return q
 }
 
 // entry is the state of one key, guarded by its shard's mutex.
 type entry struct {
 	state State
-	// params are the Params the state was last used with: Identity
-	// tells whether a reloaded rule can keep the state, and Sweep asks
-	// Idle with them.
-	params Params
+	// params are the Params the state was last used with, interned:
+	// Identity tells whether a reloaded rule can keep the state, and
+	// Sweep asks Idle with them. They are never modified.
+	params *Params
+	// lockedUntil is the end of the key's lockout (Params.Lock), in
+	// nanoseconds since the Unix epoch; the key is locked while now is
+	// before it. Lockouts live here rather than in the States so that
+	// every algorithm has them.
+	lockedUntil int64
+}
+
+// lockout makes r, the Result of a locked key, a denial that lasts at
+// least until the lockout's end: left is the time until then.
+func lockout(r Result, left time.Duration) Result {
+	return Result{
+		Limit:      r.Limit,
+		Reset:      max(r.Reset, left),
+		RetryAfter: max(r.RetryAfter, left),
+	}
 }
 
 // NewMemory returns an empty Memory store configured by cfg.
@@ -114,6 +150,14 @@ const inline = 4
 // When it reports false, nothing is counted, and the Remaining of each
 // Result that admitted is that of the uncounted state (its Reset is still
 // the one it would have had if counted, an upper bound).
+//
+// Lockouts (seed 002): when a limit with Params.Lock > 0 that is not a
+// shadow denies, its key is locked for Lock from now, and every request
+// on that key is denied until then, with Remaining 0 and a RetryAfter of
+// at least the time left. A request denied while locked does not extend
+// the lockout, and RetryAfter is also never less than the algorithm's
+// own: a client that waits it out is admitted. A lockout concerns its key
+// only: the other limits of the request are counted or not as usual.
 //
 // The keys of reqs (after overflow) must be distinct. Allow returns an
 // error wrapping ErrUnknownAlgorithm for Params naming an unregistered
@@ -185,6 +229,9 @@ func (m *Memory) Allow(_ context.Context, now time.Time, reqs []Request, res []R
 		}
 		ents[i] = e
 		res[i] = e.state.Decide(ns, r.Params)
+		if e.lockedUntil > ns {
+			res[i] = lockout(res[i], time.Duration(e.lockedUntil-ns))
+		}
 	}
 	allowed := true
 	for i := range reqs {
@@ -195,6 +242,10 @@ func (m *Memory) Allow(_ context.Context, now time.Time, reqs []Request, res []R
 	}
 	for i := range reqs {
 		if !res[i].Allowed {
+			if p := reqs[i].Params; p.Lock > 0 && !reqs[i].Shadow && ents[i].lockedUntil <= ns {
+				ents[i].lockedUntil = ns + int64(p.Lock)
+				res[i] = lockout(res[i], p.Lock)
+			}
 			continue
 		}
 		if allowed {
@@ -210,9 +261,10 @@ func (m *Memory) Allow(_ context.Context, now time.Time, reqs []Request, res []R
 // the Overflow key when ovf ≥ 0 and the store is full) or resetting its
 // state if r.Params no longer fit it. The shards involved are locked.
 func (m *Memory) entryFor(r *Request, a Algorithm, key uint32, ovf int32) (*entry, error) {
-	e := m.shards[key].m[r.Key]
+	sh := &m.shards[key]
+	e := sh.m[r.Key]
 	if e == nil {
-		sh, k := &m.shards[key], r.Key
+		k := r.Key
 		if ovf >= 0 && m.keys.Load() >= m.maxKeys {
 			sh, k = &m.shards[ovf], r.Overflow
 			e = sh.m[k]
@@ -221,7 +273,7 @@ func (m *Memory) entryFor(r *Request, a Algorithm, key uint32, ovf int32) (*entr
 			if err := r.Params.Validate(); err != nil {
 				return nil, fmt.Errorf("limit: key %q: %w", k, err)
 			}
-			e = &entry{state: a.NewState(r.Params), params: *r.Params}
+			e = &entry{state: a.NewState(r.Params), params: sh.intern(r.Params)}
 			// Clone: the caller's key may share memory with a larger
 			// string (a request header) that the map would otherwise keep.
 			sh.m[strings.Clone(k)] = e
@@ -229,7 +281,7 @@ func (m *Memory) entryFor(r *Request, a Algorithm, key uint32, ovf int32) (*entr
 			return e, nil
 		}
 	}
-	if e.params == *r.Params {
+	if *e.params == *r.Params {
 		return e, nil
 	}
 	// A reloaded rule: validate once per change, not per decision.
@@ -239,9 +291,13 @@ func (m *Memory) entryFor(r *Request, a Algorithm, key uint32, ovf int32) (*entr
 	if !e.params.Identity(r.Params) {
 		e.state = a.NewState(r.Params)
 	}
-	// Otherwise only Limit or Burst changed: the counts stay and the new
-	// limit applies from this decision on.
-	e.params = *r.Params
+	// Otherwise only Limit, Burst, Warmup or Lock changed: the counts
+	// stay and the new values apply from this decision on. A lockout in
+	// progress runs to its end, unless the rule no longer locks out.
+	if r.Params.Lock == 0 {
+		e.lockedUntil = 0
+	}
+	e.params = sh.intern(r.Params)
 	return e, nil
 }
 
@@ -285,7 +341,7 @@ func (m *Memory) Sweep(now time.Time) int {
 		sh.mu.Lock()
 		n := 0
 		for k, e := range sh.m {
-			if e.state.Idle(ns, &e.params) {
+			if e.lockedUntil <= ns && e.state.Idle(ns, e.params) {
 				delete(sh.m, k)
 				n++
 			}

@@ -626,3 +626,163 @@ func TestShardFillsACacheLine(t *testing.T) {
 		t.Errorf("shard size: got %d, want %d", got, want)
 	}
 }
+
+// lockCall is one Allow in a lockout step table: want is Allow's answer,
+// and for each request whether it was allowed and its RetryAfter.
+type lockCall struct {
+	at         time.Duration
+	reqs       []Request
+	want       bool
+	allowed    []bool
+	retryAfter []time.Duration
+}
+
+func TestMemoryLockout(t *testing.T) {
+	t.Parallel()
+	sec := time.Second
+	fw := func(limit int64, window, lock time.Duration) *Params {
+		return &Params{Algorithm: "fixed_window", Limit: limit, Window: window, Lock: lock}
+	}
+	api := func(p *Params) Request { return Request{Key: "app-1|/v1/user", Params: p} }
+	total := func(p *Params) Request { return Request{Key: "app-1", Params: p} }
+	tests := []struct {
+		name  string
+		calls []lockCall
+	}{
+		{
+			name: "locked out after a denial, for the lock's length",
+			calls: []lockCall{
+				{reqs: []Request{api(fw(2, sec, 5*sec))}, want: true, allowed: []bool{true}, retryAfter: []time.Duration{0}},
+				{reqs: []Request{api(fw(2, sec, 5*sec))}, want: true, allowed: []bool{true}, retryAfter: []time.Duration{0}},
+				{reqs: []Request{api(fw(2, sec, 5*sec))}, want: false, allowed: []bool{false}, retryAfter: []time.Duration{5 * sec}},
+				// A new window would admit; the lockout does not, and a
+				// denial during it does not extend it.
+				{at: sec, reqs: []Request{api(fw(2, sec, 5*sec))}, want: false, allowed: []bool{false}, retryAfter: []time.Duration{4 * sec}},
+				{at: 5*sec - time.Millisecond, reqs: []Request{api(fw(2, sec, 5*sec))}, want: false, allowed: []bool{false}, retryAfter: []time.Duration{time.Millisecond}},
+				{at: 5 * sec, reqs: []Request{api(fw(2, sec, 5*sec))}, want: true, allowed: []bool{true}, retryAfter: []time.Duration{0}},
+			},
+		},
+		{
+			name: "a lock shorter than the algorithm's wait",
+			calls: []lockCall{
+				{reqs: []Request{api(fw(1, 10*sec, sec))}, want: true, allowed: []bool{true}, retryAfter: []time.Duration{0}},
+				{reqs: []Request{api(fw(1, 10*sec, sec))}, want: false, allowed: []bool{false}, retryAfter: []time.Duration{10 * sec}},
+				// Over, but the window still denies: locked again.
+				{at: sec, reqs: []Request{api(fw(1, 10*sec, sec))}, want: false, allowed: []bool{false}, retryAfter: []time.Duration{9 * sec}},
+				{at: 10 * sec, reqs: []Request{api(fw(1, 10*sec, sec))}, want: true, allowed: []bool{true}, retryAfter: []time.Duration{0}},
+			},
+		},
+		{
+			name: "shadow limits do not lock out",
+			calls: []lockCall{
+				{reqs: []Request{{Key: "k", Params: fw(1, sec, time.Hour), Shadow: true}}, want: true, allowed: []bool{true}, retryAfter: []time.Duration{0}},
+				{reqs: []Request{{Key: "k", Params: fw(1, sec, time.Hour), Shadow: true}}, want: true, allowed: []bool{false}, retryAfter: []time.Duration{sec}},
+				{at: sec, reqs: []Request{{Key: "k", Params: fw(1, sec, time.Hour), Shadow: true}}, want: true, allowed: []bool{true}, retryAfter: []time.Duration{0}},
+			},
+		},
+		{
+			name: "a lockout concerns its own counter",
+			calls: []lockCall{
+				{reqs: []Request{total(fw(2, time.Hour, time.Hour)), api(fw(1, 10*sec, 0))}, want: true, allowed: []bool{true, true}, retryAfter: []time.Duration{0, 0}},
+				// The rule denies; it has no lock, and the total admitted.
+				{reqs: []Request{total(fw(2, time.Hour, time.Hour)), api(fw(1, 10*sec, 0))}, want: false, allowed: []bool{true, false}, retryAfter: []time.Duration{0, 10 * sec}},
+				{at: 10 * sec, reqs: []Request{total(fw(2, time.Hour, time.Hour)), api(fw(1, 10*sec, 0))}, want: true, allowed: []bool{true, true}, retryAfter: []time.Duration{0, 0}},
+				// The total denies and is locked; the rule is not.
+				{at: 20 * sec, reqs: []Request{total(fw(2, time.Hour, time.Hour)), api(fw(1, 10*sec, 0))}, want: false, allowed: []bool{false, true}, retryAfter: []time.Duration{time.Hour, 0}},
+				{at: 30 * sec, reqs: []Request{api(fw(1, 10*sec, 0))}, want: true, allowed: []bool{true}, retryAfter: []time.Duration{0}},
+				{at: 30 * sec, reqs: []Request{total(fw(2, time.Hour, time.Hour))}, want: false, allowed: []bool{false}, retryAfter: []time.Duration{time.Hour - 10*sec}},
+			},
+		},
+		{
+			name: "a reload that drops the lock lifts it",
+			calls: []lockCall{
+				{reqs: []Request{api(fw(1, sec, time.Hour))}, want: true, allowed: []bool{true}, retryAfter: []time.Duration{0}},
+				{reqs: []Request{api(fw(1, sec, time.Hour))}, want: false, allowed: []bool{false}, retryAfter: []time.Duration{time.Hour}},
+				// Another lock length: the lockout runs to its end.
+				{at: sec, reqs: []Request{api(fw(1, sec, time.Minute))}, want: false, allowed: []bool{false}, retryAfter: []time.Duration{time.Hour - sec}},
+				{at: sec, reqs: []Request{api(fw(1, sec, 0))}, want: true, allowed: []bool{true}, retryAfter: []time.Duration{0}},
+			},
+		},
+		{
+			name: "every algorithm locks out",
+			calls: []lockCall{
+				{reqs: []Request{
+					{Key: "a", Params: &Params{Algorithm: "sliding_window", Limit: 1, Window: sec, Precision: 10, Lock: time.Minute}},
+					{Key: "b", Params: &Params{Algorithm: "sliding_log", Limit: 1, Window: sec, Lock: time.Minute}},
+					{Key: "c", Params: &Params{Algorithm: "token_bucket", Limit: 1, Window: sec, Lock: time.Minute}},
+					{Key: "d", Params: &Params{Algorithm: "leaky_bucket", Limit: 1, Window: sec, Lock: time.Minute}},
+				}, want: true, allowed: []bool{true, true, true, true}, retryAfter: []time.Duration{0, 0, 0, 0}},
+				{at: sec / 2, reqs: []Request{
+					{Key: "a", Params: &Params{Algorithm: "sliding_window", Limit: 1, Window: sec, Precision: 10, Lock: time.Minute}},
+					{Key: "b", Params: &Params{Algorithm: "sliding_log", Limit: 1, Window: sec, Lock: time.Minute}},
+					{Key: "c", Params: &Params{Algorithm: "token_bucket", Limit: 1, Window: sec, Lock: time.Minute}},
+					{Key: "d", Params: &Params{Algorithm: "leaky_bucket", Limit: 1, Window: sec, Lock: time.Minute}},
+				}, want: false, allowed: []bool{false, false, false, false}, retryAfter: []time.Duration{time.Minute, time.Minute, time.Minute, time.Minute}},
+				{at: time.Minute, reqs: []Request{
+					{Key: "a", Params: &Params{Algorithm: "sliding_window", Limit: 1, Window: sec, Precision: 10, Lock: time.Minute}},
+					{Key: "b", Params: &Params{Algorithm: "sliding_log", Limit: 1, Window: sec, Lock: time.Minute}},
+					{Key: "c", Params: &Params{Algorithm: "token_bucket", Limit: 1, Window: sec, Lock: time.Minute}},
+					{Key: "d", Params: &Params{Algorithm: "leaky_bucket", Limit: 1, Window: sec, Lock: time.Minute}},
+				}, want: false, allowed: []bool{false, false, false, false}, retryAfter: []time.Duration{time.Second / 2, time.Second / 2, time.Second / 2, time.Second / 2}},
+				{at: time.Minute + sec/2, reqs: []Request{
+					{Key: "a", Params: &Params{Algorithm: "sliding_window", Limit: 1, Window: sec, Precision: 10, Lock: time.Minute}},
+					{Key: "b", Params: &Params{Algorithm: "sliding_log", Limit: 1, Window: sec, Lock: time.Minute}},
+					{Key: "c", Params: &Params{Algorithm: "token_bucket", Limit: 1, Window: sec, Lock: time.Minute}},
+					{Key: "d", Params: &Params{Algorithm: "leaky_bucket", Limit: 1, Window: sec, Lock: time.Minute}},
+				}, want: true, allowed: []bool{true, true, true, true}, retryAfter: []time.Duration{0, 0, 0, 0}},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			m := newTestMemory(t, MemoryConfig{Shards: 4})
+			for i, c := range tt.calls {
+				res := make([]Result, len(c.reqs))
+				got, err := m.Allow(context.Background(), t0.Add(c.at), c.reqs, res)
+				if err != nil {
+					t.Fatalf("call %d (t0%+v): %v", i, c.at, err)
+				}
+				if got != c.want {
+					t.Errorf("call %d (t0%+v): allowed: got %v, want %v", i, c.at, got, c.want)
+				}
+				for j, r := range res {
+					if r.Allowed != c.allowed[j] || r.RetryAfter != c.retryAfter[j] {
+						t.Errorf("call %d (t0%+v) %s: got allowed %v, retry after %v; want %v, %v",
+							i, c.at, c.reqs[j].Key, r.Allowed, r.RetryAfter, c.allowed[j], c.retryAfter[j])
+					}
+					if !r.Allowed && r.Remaining != 0 {
+						t.Errorf("call %d (t0%+v) %s: remaining of a denial: got %d, want 0", i, c.at, c.reqs[j].Key, r.Remaining)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestMemorySweepKeepsLockouts checks that a key whose counts have aged
+// out is not evicted while it is locked out.
+func TestMemorySweepKeepsLockouts(t *testing.T) {
+	t.Parallel()
+	m := newTestMemory(t, MemoryConfig{Shards: 2})
+	p := &Params{Algorithm: "token_bucket", Limit: 1, Window: time.Second, Lock: time.Minute}
+	reqs, res := []Request{{Key: "k", Params: p}}, make([]Result, 1)
+	for range 2 {
+		if _, err := m.Allow(context.Background(), t0, reqs, res); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		at      time.Duration
+		evicted int
+	}{
+		{at: 10 * time.Second, evicted: 0},
+		{at: time.Minute - 1, evicted: 0},
+		{at: time.Minute, evicted: 1},
+	}
+	for i, tt := range tests {
+		if got := m.Sweep(t0.Add(tt.at)); got != tt.evicted {
+			t.Errorf("step %d: Sweep(t0+%v): got %d, want %d", i, tt.at, got, tt.evicted)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package limit
 
 import (
-	"errors"
 	"fmt"
 	"time"
 )
@@ -38,11 +37,10 @@ func (slidingWindow) Validate(p *Params) error {
 		return fmt.Errorf("unit %s split into %d buckets leaves less than 1µs per bucket; lower the precision or raise the unit",
 			p.Window, p.Precision)
 	}
-	if p.Burst != 0 {
-		return errors.New("burst applies only to token_bucket and leaky_bucket")
-	}
-	return nil
+	return unread(p, SettingPrecision)
 }
+
+func (slidingWindow) Reads() Setting { return SettingPrecision }
 
 func (slidingWindow) NewState(p *Params) State {
 	// Params are validated before use; the clamps only keep a caller that
@@ -98,15 +96,10 @@ func (s *swState) view(now int64) (b int64, sum uint32) {
 }
 
 func (s *swState) Decide(now int64, p *Params) Result {
+	if r, ok := fixed(p); ok {
+		return r
+	}
 	limit := p.Limit
-	if limit < 0 {
-		return Result{Allowed: true, Limit: limit, Remaining: -1}
-	}
-	if limit == 0 {
-		// Never admitted; one window is the conventional wait, and a zero
-		// Reset would tell clients to come straight back.
-		return Result{Limit: 0, Reset: p.Window, RetryAfter: p.Window}
-	}
 	b, sum := s.view(now)
 	n := int64(len(s.counts))
 	if int64(sum) < limit {

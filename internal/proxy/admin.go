@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/limit"
 )
 
 // Rules holds the rule set in force and the outcome of the last reload. It
@@ -126,8 +127,21 @@ type limitView struct {
 	Algorithm string   `json:"algorithm"`
 	Precision int      `json:"precision,omitempty"`
 	Burst     int64    `json:"burst,omitempty"`
+	Warmup    string   `json:"warmup,omitempty"`
+	Lock      string   `json:"lock,omitempty"`
 	Shadow    bool     `json:"shadow,omitempty"`
 	Line      int      `json:"line,omitempty"`
+}
+
+func newLimitView(p *limit.Params) limitView {
+	v := limitView{Limit: p.Limit, Unit: p.Window.String(), Algorithm: p.Algorithm, Precision: p.Precision, Burst: p.Burst}
+	if p.Warmup > 0 {
+		v.Warmup = p.Warmup.String()
+	}
+	if p.Lock > 0 {
+		v.Lock = p.Lock.String()
+	}
+	return v
 }
 
 func (r *Rules) view() rulesView {
@@ -143,15 +157,14 @@ func (r *Rules) view() rulesView {
 	for _, a := range src.Apps {
 		av := appView{AppID: a.ID, By: a.By, Limits: make([]limitView, 0, len(a.Limits))}
 		if a.Total != nil {
-			p := a.Total
-			av.Total = &limitView{Limit: p.Limit, Unit: p.Window.String(), Algorithm: p.Algorithm, Precision: p.Precision, Burst: p.Burst, Line: a.Line}
+			lv := newLimitView(a.Total)
+			lv.Line = a.Line
+			av.Total = &lv
 		}
 		for _, l := range a.Limits {
-			p := l.Params
-			av.Limits = append(av.Limits, limitView{
-				API: l.API, Methods: l.Methods, Limit: p.Limit, Unit: p.Window.String(),
-				Algorithm: p.Algorithm, Precision: p.Precision, Burst: p.Burst, Shadow: l.Shadow, Line: l.Line,
-			})
+			lv := newLimitView(&l.Params)
+			lv.API, lv.Methods, lv.Shadow, lv.Line = l.API, l.Methods, l.Shadow, l.Line
+			av.Limits = append(av.Limits, lv)
 		}
 		v.Apps = append(v.Apps, av)
 	}

@@ -1,0 +1,384 @@
+package limit
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// newState returns a fresh state of p's algorithm, which must be valid.
+func newState(t testing.TB, p *Params) State {
+	t.Helper()
+	if err := p.Validate(); err != nil {
+		t.Fatalf("Validate(%+v): %v", *p, err)
+	}
+	a, _ := Lookup(p.Algorithm)
+	return a.NewState(p)
+}
+
+func TestAlgorithmsRegistered(t *testing.T) {
+	t.Parallel()
+	want := []string{"fixed_window", "leaky_bucket", "sliding_log", "sliding_window", "token_bucket"}
+	if got := Algorithms(); !slices.Equal(got, want) {
+		t.Errorf("Algorithms(): got %v, want %v", got, want)
+	}
+}
+
+// TestAlgorithmsReadTheirSettings checks, for every registered algorithm,
+// that Validate rejects exactly the optional settings that Reads leaves
+// out, and that the message names exactly the algorithms that read it,
+// so that a new algorithm cannot make the messages lie.
+func TestAlgorithmsReadTheirSettings(t *testing.T) {
+	t.Parallel()
+	settings := []struct {
+		name    string
+		setting Setting
+		set     func(*Params)
+	}{
+		{name: "precision", setting: SettingPrecision, set: func(p *Params) { p.Precision = 10 }},
+		{name: "burst", setting: SettingBurst, set: func(p *Params) { p.Burst = 5 }},
+		{name: "warmup", setting: SettingWarmup, set: func(p *Params) { p.Warmup = time.Second }},
+	}
+	for _, s := range settings {
+		var readers []string
+		for _, name := range Algorithms() {
+			a, _ := Lookup(name)
+			if a.Reads()&s.setting != 0 {
+				readers = append(readers, name)
+			}
+		}
+		for _, name := range Algorithms() {
+			a, _ := Lookup(name)
+			p := Params{Algorithm: name, Limit: 10, Window: time.Second}
+			if a.Reads()&SettingPrecision != 0 {
+				p.Precision = DefaultPrecision
+			}
+			s.set(&p)
+			err := p.Validate()
+			if a.Reads()&s.setting != 0 {
+				if err != nil {
+					t.Errorf("%s with %s: got %v, want nil", name, s.name, err)
+				}
+				continue
+			}
+			if err == nil {
+				t.Errorf("%s with %s: got nil, want an error", name, s.name)
+				continue
+			}
+			msg, prefix := err.Error(), s.name+" applies only to "
+			named := strings.Split(strings.TrimPrefix(msg, prefix), " and ")
+			slices.Sort(named)
+			if !strings.HasPrefix(msg, prefix) || !slices.Equal(named, readers) {
+				t.Errorf("%s with %s: got %q, want %q and the readers %v", name, s.name, msg, prefix, readers)
+			}
+		}
+	}
+}
+
+// TestNewStateUnvalidated checks that Params that skipped validation
+// cannot crash any state.
+func TestNewStateUnvalidated(t *testing.T) {
+	t.Parallel()
+	for _, name := range Algorithms() {
+		a, _ := Lookup(name)
+		for _, p := range []Params{
+			{Limit: 1, Window: time.Second},
+			{Limit: 5, Window: 0, Burst: 3},
+			{Limit: 5, Window: -time.Second, Warmup: time.Second},
+			{Limit: MaxLimit, Window: time.Nanosecond, Burst: MaxLimit, Warmup: 3},
+			{Limit: 3, Window: 1 << 62, Burst: MaxLimit},
+			{Limit: MaxLimit, Window: 1 << 62, Warmup: -time.Second},
+			{Limit: -1, Window: time.Second},
+			{Limit: 0, Window: time.Second},
+		} {
+			p.Algorithm = name
+			if name == "sliding_window" {
+				p.Precision = 10
+			}
+			st := a.NewState(&p)
+			for _, now := range []int64{0, -1, 1 << 61, -(1 << 61), 5, 5} {
+				if st.Decide(now, &p).Allowed {
+					st.Commit(now, &p)
+				}
+				st.Idle(now, &p)
+			}
+		}
+	}
+}
+
+// TestAllowDoesNotAllocateAnyAlgorithm checks that a decision on an
+// existing key allocates nothing, for every algorithm, when it admits,
+// when it denies, and when the key is locked out.
+func TestAllowDoesNotAllocateAnyAlgorithm(t *testing.T) {
+	for _, name := range Algorithms() {
+		for _, tt := range []struct {
+			name  string
+			limit int64
+			lock  time.Duration
+		}{
+			{name: "admitted", limit: 5000},
+			{name: "denied", limit: 1},
+			{name: "locked out", limit: 1, lock: time.Hour},
+		} {
+			p := Params{Algorithm: name, Limit: tt.limit, Window: time.Second, Lock: tt.lock}
+			if name == "sliding_window" {
+				p.Precision = DefaultPrecision
+			}
+			if name == "token_bucket" {
+				p.Warmup = time.Second
+			}
+			m := newTestMemory(t, MemoryConfig{})
+			ctx := context.Background()
+			reqs := []Request{{Key: "app-1|/v1/user", Params: &p}, {Key: "app-1", Params: &p, Shadow: true}}
+			res := make([]Result, len(reqs))
+			now := t0
+			if _, err := m.Allow(ctx, now, reqs, res); err != nil {
+				t.Fatal(err)
+			}
+			allocs := testing.AllocsPerRun(1000, func() {
+				now = now.Add(100 * time.Microsecond)
+				if _, err := m.Allow(ctx, now, reqs, res); err != nil {
+					t.Fatal(err)
+				}
+			})
+			if allocs != 0 {
+				t.Errorf("%s %s: allocations per Allow: got %v, want 0", name, tt.name, allocs)
+			}
+		}
+	}
+}
+
+// randomBucketParams returns random Params of algorithm: a limit of 1..50,
+// a window that is round, odd or tiny, and for the buckets a burst of 0
+// (the limit) or 1..3 times the limit.
+func randomBucketParams(rng *rand.Rand, algorithm string) *Params {
+	p := &Params{Algorithm: algorithm, Limit: 1 + rng.Int64N(50)}
+	switch rng.IntN(3) {
+	case 0:
+		p.Window = []time.Duration{time.Second, 100 * time.Millisecond, time.Minute, 3 * time.Second}[rng.IntN(4)]
+	case 1:
+		// Rarely a multiple of the limit: T = Window/Limit has a fraction.
+		p.Window = time.Duration(1_000_000 + rng.Int64N(5_000_000_000))
+	default:
+		p.Window = time.Duration(1 + rng.Int64N(20_000))
+	}
+	if algorithm == "token_bucket" || algorithm == "leaky_bucket" {
+		if rng.IntN(3) > 0 {
+			p.Burst = 1 + rng.Int64N(3*p.Limit)
+		}
+	}
+	return p
+}
+
+// edgeArrivals returns sorted arrival instants over about six windows
+// from start: bursts exactly on, 1ns before and 1ns after window edges
+// (absolute multiples of Window, and Window from start) and refill
+// instants (multiples of Window/Limit, rounded both ways), and uniformly
+// random arrivals.
+func edgeArrivals(rng *rand.Rand, p *Params, start int64) []int64 {
+	win := int64(p.Window)
+	end := start + 6*win
+	most := max(p.Limit, p.Burst)
+	var ts []int64
+	burst := func(at int64) {
+		if at < start || at >= end {
+			return
+		}
+		for range rng.Int64N(most + 2) {
+			ts = append(ts, at)
+		}
+	}
+	for k := floorDiv(start, win) + 1; k*win < end; k++ {
+		burst(k*win - 1)
+		burst(k * win)
+		burst(k*win + 1)
+	}
+	for k := int64(0); k < 6; k++ {
+		burst(start + k*win)
+	}
+	for k := int64(1); k <= 6*p.Limit && k <= 300; k++ {
+		at := start + k*win/p.Limit
+		if rng.IntN(4) == 0 {
+			burst(at)
+			burst(at + 1)
+		}
+	}
+	for range 8 * most {
+		ts = append(ts, start+rng.Int64N(end-start))
+	}
+	slices.Sort(ts)
+	return ts
+}
+
+// decision is one decision of offer.
+type decision struct {
+	at      int64
+	allowed bool
+}
+
+// offer offers arrivals (sorted) to a fresh state of p in order, and
+// returns every decision it made, in order, and the admitted instants.
+// It adds arrivals of its own: a client that retries exactly RetryAfter
+// after a denial, and, after some admissions, arrivals exactly Window and
+// Window+1ns later (the edges of a closed interval).
+//
+// On every decision it checks that:
+//   - Remaining is in 0..capacity-1 and true: after an admission that
+//     left r, another request at the same instant is admitted if and only
+//     if r > 0, and then leaves r-1;
+//   - RetryAfter is exact: with no other traffic, the request is admitted
+//     RetryAfter later and not 1ns sooner;
+//   - if checkReset, Reset is exact: the state is idle (as good as fresh)
+//     Reset later and not 1ns sooner.
+func offer(t *testing.T, p *Params, arrivals []int64, checkReset bool) (log []decision, admitted []int64) {
+	t.Helper()
+	st := newState(t, p)
+	win := int64(p.Window)
+	capacity := p.Limit
+	if p.Burst > 0 {
+		capacity = p.Burst
+	}
+	failures := 0
+	fail := func(format string, args ...any) {
+		t.Helper()
+		if failures++; failures <= 5 {
+			t.Errorf(format, args...)
+		}
+	}
+	queue := slices.Clone(arrivals)
+	added, maxAdded := 0, 4*len(arrivals)
+	push := func(at int64) {
+		if added < maxAdded {
+			i, _ := slices.BinarySearch(queue, at)
+			queue = slices.Insert(queue, i, at)
+			added++
+		}
+	}
+	var prev Result
+	prevAt := int64(-1 << 63)
+	for len(queue) > 0 {
+		now := queue[0]
+		queue = queue[1:]
+		r := st.Decide(now, p)
+		log = append(log, decision{at: now, allowed: r.Allowed})
+		if r.Limit != p.Limit {
+			fail("at %d: limit %d, want %d", now, r.Limit, p.Limit)
+		}
+		if r.Remaining < 0 || r.Remaining >= capacity {
+			fail("at %d: remaining %d outside 0..%d", now, r.Remaining, capacity-1)
+		}
+		if now == prevAt {
+			switch {
+			case prev.Allowed && r.Allowed != (prev.Remaining > 0):
+				fail("at %d: allowed %v right after an admission that left %d", now, r.Allowed, prev.Remaining)
+			case prev.Allowed && r.Allowed && r.Remaining != prev.Remaining-1:
+				fail("at %d: remaining %d right after an admission that left %d", now, r.Remaining, prev.Remaining)
+			case !prev.Allowed && r.Allowed:
+				fail("at %d: admitted right after a denial at the same instant", now)
+			}
+		}
+		prev, prevAt = r, now
+		if !r.Allowed {
+			if r.RetryAfter <= 0 {
+				fail("at %d: retry after %v is not positive", now, r.RetryAfter)
+				continue
+			}
+			if !st.Decide(now+int64(r.RetryAfter), p).Allowed {
+				fail("at %d: denied after waiting retry after %v", now, r.RetryAfter)
+			}
+			if st.Decide(now+int64(r.RetryAfter)-1, p).Allowed {
+				fail("at %d: admitted 1ns before retry after %v", now, r.RetryAfter)
+			}
+			if r.Reset < r.RetryAfter {
+				fail("at %d: reset %v before retry after %v", now, r.Reset, r.RetryAfter)
+			}
+			if checkReset && (st.Idle(now+int64(r.Reset)-1, p) || !st.Idle(now+int64(r.Reset), p)) {
+				fail("at %d: reset %v of a denial is not when the state becomes idle", now, r.Reset)
+			}
+			if len(log)%3 == 0 {
+				push(now + int64(r.RetryAfter))
+			}
+			continue
+		}
+		if r.RetryAfter != 0 {
+			fail("at %d: admitted with retry after %v", now, r.RetryAfter)
+		}
+		st.Commit(now, p)
+		admitted = append(admitted, now)
+		if checkReset && (st.Idle(now+int64(r.Reset)-1, p) || !st.Idle(now+int64(r.Reset), p)) {
+			fail("at %d: reset %v is not when the state becomes idle", now, r.Reset)
+		}
+		if len(admitted)%4 == 0 {
+			push(now + win)
+			push(now + win + 1)
+		}
+	}
+	return log, admitted
+}
+
+// rateBound checks that admitted (sorted) never holds more than b + t·rate
+// admissions in a closed interval of length t, rate = Limit per Window:
+// that n·Window ≤ b·Window + t·Limit for every run of n admissions
+// spanning t. It returns the first violation found.
+func rateBound(admitted []int64, b int64, p *Params) error {
+	// For the run from i to j it must hold that (j-i+1-b)·W ≤ (a_j-a_i)·L,
+	// that is (j+1-b)·W - a_j·L ≤ i·W - a_i·L; so for each j it suffices
+	// to check against the least right-hand side over i ≤ j. Instants are
+	// taken relative to the first so that the products fit.
+	if len(admitted) == 0 {
+		return nil
+	}
+	w, l := int64(p.Window), p.Limit
+	base := admitted[0]
+	best, bestI := int64(1<<62), 0
+	for j, a := range admitted {
+		rel := a - base
+		if v := int64(j)*w - rel*l; v < best {
+			best, bestI = v, j
+		}
+		if (int64(j+1)-b)*w-rel*l > best {
+			n := j - bestI + 1
+			return fmt.Errorf("%d admitted in [%d, %d] (%v), more than %d + %v·%d/%v",
+				n, admitted[bestI], a, time.Duration(a-admitted[bestI]), b, time.Duration(a-admitted[bestI]), l, p.Window)
+		}
+	}
+	return nil
+}
+
+// TestRateBound checks the checker on admissions that break the bound and
+// that just meet it.
+func TestRateBound(t *testing.T) {
+	t.Parallel()
+	p := &Params{Limit: 2, Window: time.Second} // one per 500ms
+	const ms = int64(time.Millisecond)
+	tests := []struct {
+		name     string
+		admitted []int64
+		b        int64
+		wantErr  bool
+	}{
+		{name: "burst of b", admitted: []int64{0, 0, 0}, b: 3},
+		{name: "burst above b", admitted: []int64{0, 0, 0, 0}, b: 3, wantErr: true},
+		{name: "burst then rate", admitted: []int64{0, 0, 500 * ms, 1000 * ms}, b: 2},
+		{name: "burst then too fast", admitted: []int64{0, 0, 500 * ms, 1000*ms - 1}, b: 2, wantErr: true},
+		{name: "late burst", admitted: []int64{0, 5000 * ms, 5000 * ms, 5000 * ms}, b: 2, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if err := rateBound(tt.admitted, tt.b, p); (err != nil) != tt.wantErr {
+				t.Errorf("rateBound(%v, %d): got %v, want error %v", tt.admitted, tt.b, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// stepAlg runs a step table against a fresh state of p's algorithm.
+func stepAlg(t *testing.T, p *Params, steps []step) {
+	t.Helper()
+	runSteps(t, newState(t, p), p, steps)
+}

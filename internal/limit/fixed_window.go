@@ -1,0 +1,75 @@
+package limit
+
+import "time"
+
+func init() {
+	Register("fixed_window", fixedWindow{})
+}
+
+// fixedWindow is the fixed_window algorithm (DESIGN §5), seed 003's
+// counter: one count per window, the windows aligned to multiples of
+// Window since the Unix epoch, so that every gateway and every key agree
+// on where a window starts.
+//
+// It never admits more than Limit in one aligned window, but it forgets
+// everything at a window's end: Limit admissions just before a boundary
+// and Limit just after it put 2×Limit within an instant of each other
+// (seed 003's 临界问题). That is its documented price for 16 bytes a key.
+type fixedWindow struct{}
+
+func (fixedWindow) Validate(p *Params) error { return unread(p, 0) }
+
+func (fixedWindow) Reads() Setting { return 0 }
+
+func (fixedWindow) NewState(*Params) State { return &fwState{} }
+
+// fwState is the state of one fixed_window counter: count requests were
+// counted in window number win, the window [win·Window, (win+1)·Window).
+// The zero value is a fresh counter. count never exceeds the largest Limit
+// it was checked against, so it fits in 32 bits (MaxLimit).
+type fwState struct {
+	win   int64
+	count uint32
+}
+
+// view returns the window that now falls in and what was counted in it. A
+// now before the counted window (a clock that stepped back) is treated as
+// being in it, as sliding_window does.
+func (s *fwState) view(now int64, w int64) (win int64, count int64) {
+	win = floorDiv(now, w)
+	switch {
+	case s.count == 0 || win > s.win:
+		return win, 0
+	case win < s.win:
+		win = s.win
+	}
+	return win, int64(s.count)
+}
+
+func (s *fwState) Decide(now int64, p *Params) Result {
+	if r, ok := fixed(p); ok {
+		return r
+	}
+	w := window(p)
+	win, count := s.view(now, w)
+	// The window's end is when the count is forgotten: it is both when the
+	// counter is fully replenished and, for a denied request, the first
+	// instant it would be admitted.
+	end := time.Duration((win+1)*w - now)
+	if count < p.Limit {
+		return Result{Allowed: true, Limit: p.Limit, Remaining: p.Limit - count - 1, Reset: end}
+	}
+	return Result{Limit: p.Limit, Reset: end, RetryAfter: end}
+}
+
+func (s *fwState) Commit(now int64, p *Params) {
+	if p.Limit < 0 {
+		return
+	}
+	win, count := s.view(now, window(p))
+	s.win, s.count = win, uint32(count)+1
+}
+
+func (s *fwState) Idle(now int64, p *Params) bool {
+	return s.count == 0 || floorDiv(now, window(p)) > s.win
+}

@@ -1,0 +1,172 @@
+package limit
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+func lbParams(limit int64, window time.Duration, burst int64) *Params {
+	return &Params{Algorithm: "leaky_bucket", Limit: limit, Window: window, Burst: burst}
+}
+
+func TestLeakyBucketSteps(t *testing.T) {
+	t.Parallel()
+	const ms = time.Millisecond
+	sec := time.Second
+	tests := []struct {
+		name  string
+		p     *Params
+		steps []step
+	}{
+		{
+			// Capacity 2, leaking one every 500ms.
+			name: "capacity 2 at 2 per second",
+			p:    lbParams(2, sec, 0),
+			steps: []step{
+				{at: 0, allow: true, remaining: 1, reset: 500 * ms},
+				{at: 0, allow: true, remaining: 0, reset: sec},
+				{at: 0, retryAfter: 500 * ms, reset: sec},
+				{at: 250 * ms, retryAfter: 250 * ms, reset: 750 * ms},
+				{at: 500 * ms, allow: true, remaining: 0, reset: sec},
+				{at: 3 * sec, allow: true, remaining: 1, reset: 500 * ms},
+			},
+		},
+		{
+			// Level 1.5 of 3 at 750ms: one more fits, then none.
+			name: "capacity 3 at 2 per second",
+			p:    lbParams(2, sec, 3),
+			steps: []step{
+				{at: 0, allow: true, remaining: 2, reset: 500 * ms},
+				{at: 0, allow: true, remaining: 1, reset: sec},
+				{at: 0, allow: true, remaining: 0, reset: 1500 * ms},
+				{at: 0, retryAfter: 500 * ms, reset: 1500 * ms},
+				{at: 750 * ms, allow: true, remaining: 0, reset: 1250 * ms},
+				{at: 750 * ms, retryAfter: 250 * ms, reset: 1250 * ms},
+			},
+		},
+		{
+			name: "capacity 1 is a steady pace",
+			p:    lbParams(3, sec, 1),
+			steps: []step{
+				// Empty at 1/3 s.
+				{at: 0, allow: true, remaining: 0, reset: 333333334},
+				{at: 333333333, retryAfter: 1, reset: 1},
+				// Admitted 2/3 ns late: empty at 666666667⅓ns.
+				{at: 333333334, allow: true, remaining: 0, reset: 333333334},
+				{at: 666666667, retryAfter: 1, reset: 1},
+				{at: 666666668, allow: true, remaining: 0, reset: 333333334},
+				{at: sec, retryAfter: 2, reset: 2},
+			},
+		},
+		{
+			name:  "limit 0 blocks",
+			p:     lbParams(0, sec, 0),
+			steps: []step{{at: 0, retryAfter: sec, reset: sec}},
+		},
+		{
+			name:  "unlimited",
+			p:     lbParams(Unlimited, sec, 0),
+			steps: []step{{at: 0, allow: true, remaining: -1}, {at: 0, allow: true, remaining: -1}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			stepAlg(t, tt.p, tt.steps)
+		})
+	}
+}
+
+func TestLeakyBucketIdle(t *testing.T) {
+	t.Parallel()
+	p := lbParams(2, time.Second, 0)
+	st := newState(t, p)
+	at := func(d time.Duration) int64 { return t0.Add(d).UnixNano() }
+	tests := []struct {
+		name string
+		do   func()
+		at   time.Duration
+		want bool
+	}{
+		{name: "fresh", at: 0, want: true},
+		{name: "counted", do: func() { st.Commit(at(0), p); st.Commit(at(0), p) }, at: 0, want: false},
+		{name: "not yet empty", at: time.Second - 1, want: false},
+		{name: "empty", at: time.Second, want: true},
+	}
+	for _, tt := range tests {
+		// Sequential: the steps share st.
+		if tt.do != nil {
+			tt.do()
+		}
+		if got := st.Idle(at(tt.at), p); got != tt.want {
+			t.Errorf("%s: Idle(t0%+v): got %v, want %v", tt.name, tt.at, got, tt.want)
+		}
+	}
+}
+
+func TestLeakyBucketValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		p    Params
+		want string // "" for valid
+	}{
+		{name: "default capacity", p: *lbParams(100, time.Minute, 0)},
+		{name: "capacity", p: *lbParams(100, time.Minute, 10)},
+		{name: "negative capacity", p: *lbParams(1, time.Second, -5), want: "burst -5 is negative (0 means the limit)"},
+		{name: "warmup", p: Params{Algorithm: "leaky_bucket", Limit: 1, Window: time.Second, Warmup: time.Second}, want: "warmup applies only to token_bucket"},
+		{name: "precision", p: Params{Algorithm: "leaky_bucket", Limit: 1, Window: time.Second, Precision: 10}, want: "precision applies only to sliding_window"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := ""
+			if err := tt.p.Validate(); err != nil {
+				got = err.Error()
+			}
+			if got != tt.want {
+				t.Errorf("Validate(%+v): got %q, want %q", tt.p, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestLeakyBucketGuarantee is the guarantee of DESIGN §5: never more than
+// capacity + rate·t admitted in any interval of length t. Every decision
+// is also exactly that of seed 003's leaky bucket in exact arithmetic, and
+// that of a token bucket of the same capacity and rate.
+func TestLeakyBucketGuarantee(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(15, 16))
+	for c := range 300 {
+		p := randomBucketParams(rng, "leaky_bucket")
+		start := t0.UnixNano() + rng.Int64N(int64(p.Window))
+		arrivals := edgeArrivals(rng, p, start)
+		t.Run(fmt.Sprintf("%d/limit=%d,window=%v,burst=%d", c, p.Limit, p.Window, p.Burst), func(t *testing.T) {
+			log, admitted := offer(t, p, arrivals, true)
+			if err := rateBound(admitted, capacity(p), p); err != nil {
+				t.Error(err)
+			}
+			if err := refBucket(log, p, true); err != nil {
+				t.Error(err)
+			}
+			tb := *p
+			tb.Algorithm = "token_bucket"
+			st := newState(t, &tb)
+			for i, d := range log {
+				if got := st.Decide(d.at, &tb).Allowed; got != d.allowed {
+					t.Fatalf("decision %d at %d: token bucket allowed %v, leaky bucket %v", i, d.at, got, d.allowed)
+				}
+				if d.allowed {
+					st.Commit(d.at, &tb)
+				}
+			}
+			if !slices.IsSorted(admitted) {
+				t.Errorf("admissions out of order")
+			}
+		})
+	}
+}

@@ -1,0 +1,151 @@
+package limit
+
+import (
+	"fmt"
+	"time"
+)
+
+func init() {
+	Register("sliding_log", slidingLog{})
+}
+
+// MaxLogLimit is the largest limit a sliding_log rule may set: the log
+// keeps 8 bytes per admitted request per key, so its memory is
+// O(limit). Larger limits belong to sliding_window, whose memory does not
+// grow with the limit.
+const MaxLogLimit = 10_000
+
+// slidingLog is the sliding_log algorithm (DESIGN §5), seed 004's Redis
+// sorted set kept in memory: the instants of the last Limit admissions. A
+// request at now is admitted when fewer than Limit of them lie in the
+// closed interval [now-Window, now], so no closed interval of length
+// Window ever holds more than Limit admissions, and a request is denied
+// only when one holds exactly Limit: the limit is exact, with no buckets
+// to round to. An admission at a stops counting at a+Window+1ns, so
+// RetryAfter is that instant for the oldest of the last Limit.
+type slidingLog struct{}
+
+func (slidingLog) Validate(p *Params) error {
+	if err := unread(p, 0); err != nil {
+		return err
+	}
+	if p.Limit > MaxLogLimit {
+		return fmt.Errorf("limit %d is above %d, the most sliding_log keeps (it stores every admission: 8 bytes each, per key); use sliding_window for larger limits",
+			p.Limit, MaxLogLimit)
+	}
+	if p.Window > maxSpan {
+		return fmt.Errorf("unit %s is longer than 100 years", p.Window)
+	}
+	return nil
+}
+
+func (slidingLog) Reads() Setting { return 0 }
+
+func (slidingLog) NewState(p *Params) State {
+	// The ring is sized to the limit once, so that no decision on an
+	// existing key allocates. The clamp only protects callers that
+	// skipped validation.
+	return &slState{ts: make([]int64, min(max(p.Limit, 0), MaxLogLimit))}
+}
+
+// slState is the state of one sliding_log counter: a ring of the instants
+// of the last len(ts) admissions, oldest first from head, n of them used.
+// Instants are nondecreasing: a request decided at an instant before the
+// newest one (a clock that stepped back) is counted at the newest.
+type slState struct {
+	ts   []int64
+	head uint32
+	n    uint32
+}
+
+// at returns the i-th instant from the oldest.
+func (s *slState) at(i int) int64 {
+	j := int(s.head) + i
+	if j >= len(s.ts) {
+		j -= len(s.ts)
+	}
+	return s.ts[j]
+}
+
+// view returns the instant a request at now is counted at, and the index
+// (from the oldest) of the first admission among the last limit that
+// still counts then: those from it on lie in [now-Window, now].
+func (s *slState) view(now, limit, w int64) (at int64, first int) {
+	n := int(s.n)
+	if n == 0 {
+		return now, 0
+	}
+	at = max(now, s.at(n-1))
+	// Binary search for the first instant ≥ at-w among the last limit.
+	lo, hi := n-int(min(int64(n), limit)), n
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if s.at(mid) >= at-w {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return at, lo
+}
+
+func (s *slState) Decide(now int64, p *Params) Result {
+	if r, ok := fixed(p); ok {
+		return r
+	}
+	w := window(p)
+	at, first := s.view(now, p.Limit, w)
+	counted := int64(int(s.n) - first)
+	if counted < p.Limit {
+		// Counted at at, this request is the newest: everything has aged
+		// out when it has.
+		return Result{
+			Allowed:   true,
+			Limit:     p.Limit,
+			Remaining: p.Limit - counted - 1,
+			Reset:     time.Duration(at + w + 1 - now),
+		}
+	}
+	return Result{
+		Limit:      p.Limit,
+		Reset:      time.Duration(s.at(int(s.n)-1) + w + 1 - now),
+		RetryAfter: time.Duration(s.at(first) + w + 1 - now),
+	}
+}
+
+func (s *slState) Commit(now int64, p *Params) {
+	if p.Limit < 0 {
+		return
+	}
+	at, _ := s.view(now, p.Limit, window(p))
+	if int64(len(s.ts)) < p.Limit {
+		s.grow(int(min(p.Limit, MaxLogLimit)))
+	}
+	if int(s.n) < len(s.ts) {
+		s.n++
+	} else {
+		s.head++
+		if int(s.head) == len(s.ts) {
+			s.head = 0
+		}
+	}
+	j := int(s.head) + int(s.n) - 1
+	if j >= len(s.ts) {
+		j -= len(s.ts)
+	}
+	s.ts[j] = at
+}
+
+// grow resizes the ring to size, keeping the admissions in order. It runs
+// only after a reload raised the limit.
+func (s *slState) grow(size int) {
+	ts := make([]int64, size)
+	for i := range int(s.n) {
+		ts[i] = s.at(i)
+	}
+	s.ts, s.head = ts, 0
+}
+
+func (s *slState) Idle(now int64, p *Params) bool {
+	return s.n == 0 || s.at(int(s.n)-1)+window(p) < now
+}

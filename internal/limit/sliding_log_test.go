@@ -1,0 +1,188 @@
+package limit
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"testing"
+	"time"
+)
+
+func slParams(limit int64, window time.Duration) *Params {
+	return &Params{Algorithm: "sliding_log", Limit: limit, Window: window}
+}
+
+func TestSlidingLogSteps(t *testing.T) {
+	t.Parallel()
+	const ms = time.Millisecond
+	sec := time.Second
+	tests := []struct {
+		name  string
+		p     *Params
+		steps []step
+	}{
+		{
+			// An admission at a counts in [a, a+1s]: it stops counting at
+			// a+1s+1ns.
+			name: "3 per second",
+			p:    slParams(3, sec),
+			steps: []step{
+				{at: 0, allow: true, remaining: 2, reset: sec + 1},
+				{at: 100 * ms, allow: true, remaining: 1, reset: sec + 1},
+				{at: 200 * ms, allow: true, remaining: 0, reset: sec + 1},
+				{at: 300 * ms, retryAfter: 700*ms + 1, reset: 900*ms + 1},
+				// [t0, t0+1s] is closed: the request at t0 still counts.
+				{at: sec, retryAfter: 1, reset: 200*ms + 1},
+				{at: sec + 1, allow: true, remaining: 0, reset: sec + 1},
+				{at: sec + 1, retryAfter: 100 * ms, reset: sec + 1},
+				{at: 1100*ms + 1, allow: true, remaining: 0, reset: sec + 1},
+			},
+		},
+		{
+			name: "limit change keeps the log",
+			p:    slParams(2, sec),
+			steps: []step{
+				{at: 0, allow: true, remaining: 1, reset: sec + 1},
+				{at: 0, allow: true, remaining: 0, reset: sec + 1},
+				{at: 0, retryAfter: sec + 1, reset: sec + 1},
+				// A higher limit grows the log.
+				{at: 100 * ms, params: slParams(4, sec), allow: true, remaining: 1, reset: sec + 1},
+				{at: 100 * ms, params: slParams(4, sec), allow: true, remaining: 0, reset: sec + 1},
+				{at: 100 * ms, params: slParams(4, sec), retryAfter: 900*ms + 1, reset: sec + 1},
+				// A lower one looks at the newest admissions only.
+				{at: 100 * ms, params: slParams(1, sec), retryAfter: sec + 1, reset: sec + 1},
+				{at: 1050 * ms, params: slParams(3, sec), allow: true, remaining: 0, reset: sec + 1},
+			},
+		},
+		{
+			name: "time going backwards counts at the newest admission",
+			p:    slParams(3, sec),
+			steps: []step{
+				{at: sec, allow: true, remaining: 2, reset: sec + 1},
+				{at: 500 * ms, allow: true, remaining: 1, reset: 1500*ms + 1},
+				{at: 999 * ms, allow: true, remaining: 0, reset: 1001*ms + 1},
+				{at: 400 * ms, retryAfter: 1600*ms + 1, reset: 1600*ms + 1},
+				{at: 2*sec + 1, allow: true, remaining: 2, reset: sec + 1},
+			},
+		},
+		{
+			name: "long gap",
+			p:    slParams(2, sec),
+			steps: []step{
+				{at: 0, allow: true, remaining: 1, reset: sec + 1},
+				{at: 0, allow: true, remaining: 0, reset: sec + 1},
+				{at: 1000 * time.Hour, allow: true, remaining: 1, reset: sec + 1},
+				{at: 1000 * time.Hour, allow: true, remaining: 0, reset: sec + 1},
+				{at: 1000 * time.Hour, retryAfter: sec + 1, reset: sec + 1},
+			},
+		},
+		{
+			name:  "limit 0 blocks",
+			p:     slParams(0, sec),
+			steps: []step{{at: 0, retryAfter: sec, reset: sec}},
+		},
+		{
+			name:  "unlimited",
+			p:     slParams(Unlimited, sec),
+			steps: []step{{at: 0, allow: true, remaining: -1}, {at: 0, allow: true, remaining: -1}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			stepAlg(t, tt.p, tt.steps)
+		})
+	}
+}
+
+func TestSlidingLogIdle(t *testing.T) {
+	t.Parallel()
+	p := slParams(3, time.Second)
+	st := newState(t, p)
+	at := func(d time.Duration) int64 { return t0.Add(d).UnixNano() }
+	tests := []struct {
+		name string
+		do   func()
+		at   time.Duration
+		want bool
+	}{
+		{name: "fresh", at: 0, want: true},
+		{name: "counted", do: func() { st.Commit(at(0), p); st.Commit(at(300*time.Millisecond), p) }, at: 0, want: false},
+		{name: "newest still counts", at: 1300 * time.Millisecond, want: false},
+		{name: "all aged out", at: 1300*time.Millisecond + 1, want: true},
+	}
+	for _, tt := range tests {
+		// Sequential: the steps share st.
+		if tt.do != nil {
+			tt.do()
+		}
+		if got := st.Idle(at(tt.at), p); got != tt.want {
+			t.Errorf("%s: Idle(t0%+v): got %v, want %v", tt.name, tt.at, got, tt.want)
+		}
+	}
+}
+
+func TestSlidingLogValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		p    Params
+		want string // "" for valid
+	}{
+		{name: "plain", p: *slParams(100, time.Minute)},
+		{name: "largest limit", p: *slParams(MaxLogLimit, time.Minute)},
+		{
+			name: "limit above the log's maximum",
+			p:    *slParams(MaxLogLimit+1, time.Minute),
+			want: "limit 10001 is above 10000, the most sliding_log keeps (it stores every admission: 8 bytes each, per key); use sliding_window for larger limits",
+		},
+		{name: "precision", p: Params{Algorithm: "sliding_log", Limit: 1, Window: time.Second, Precision: 10}, want: "precision applies only to sliding_window"},
+		{name: "burst", p: Params{Algorithm: "sliding_log", Limit: 1, Window: time.Second, Burst: 2}, want: "burst applies only to token_bucket and leaky_bucket"},
+		{name: "unit too long", p: *slParams(1, maxSpan+1), want: "unit 876000h0m0.000000001s is longer than 100 years"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := ""
+			if err := tt.p.Validate(); err != nil {
+				got = err.Error()
+			}
+			if got != tt.want {
+				t.Errorf("Validate(%+v): got %q, want %q", tt.p, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestSlidingLogExact is the guarantee of DESIGN §5: never more than
+// Limit admissions in any closed interval of length Window — and, for
+// "exactly", a request is denied only when the interval of length Window
+// that ends at it already holds Limit.
+func TestSlidingLogExact(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(9, 10))
+	for c := range 250 {
+		p := randomBucketParams(rng, "sliding_log")
+		start := t0.UnixNano() + rng.Int64N(int64(p.Window))
+		arrivals := edgeArrivals(rng, p, start)
+		t.Run(fmt.Sprintf("%d/limit=%d,window=%v", c, p.Limit, p.Window), func(t *testing.T) {
+			log, admitted := offer(t, p, arrivals, true)
+			w := int64(p.Window)
+			if most, at := maxInWindow(admitted, w); most > int(p.Limit) {
+				t.Errorf("%d admitted in [%d, %d+%v], want at most %d", most, at, at, p.Window, p.Limit)
+			}
+			var before []int64 // admitted before the decision, sorted
+			for _, d := range log {
+				if d.allowed {
+					before = append(before, d.at)
+					continue
+				}
+				from := sort.Search(len(before), func(i int) bool { return before[i] >= d.at-w })
+				if n := len(before) - from; n != int(p.Limit) {
+					t.Errorf("denied at %d with %d admitted in [%d-%v, %d], want %d", d.at, n, d.at, p.Window, d.at, p.Limit)
+					break
+				}
+			}
+		})
+	}
+}

@@ -168,43 +168,41 @@ func (m *Memory) Allow(_ context.Context, now time.Time, reqs []Request, res []R
 	if len(res) < n {
 		return false, fmt.Errorf("limit: %d results for %d requests", len(res), n)
 	}
-	var (
-		algBuf  [inline]Algorithm
-		entBuf  [inline]*entry
-		keyBuf  [inline]uint32 // shard of Key
-		ovfBuf  [inline]int32  // shard of Overflow, -1 when not locked
-		lockBuf [2 * inline]uint32
-
-		algs     []Algorithm
-		ents     []*entry
-		keyShard []uint32
-		ovfShard []int32
-		locks    []uint32 // shards to lock, ascending
-	)
-	if n <= inline {
-		algs, ents, keyShard, ovfShard, locks = algBuf[:n], entBuf[:n], keyBuf[:n], ovfBuf[:n], lockBuf[:0]
-	} else {
-		algs, ents = make([]Algorithm, n), make([]*entry, n)
-		keyShard, ovfShard = make([]uint32, n), make([]int32, n)
-		locks = make([]uint32, 0, 2*n)
+	for i := range reqs {
+		if reqs[i].Params == nil {
+			return false, fmt.Errorf("limit: request for %q has no params", reqs[i].Key)
+		}
 	}
-
 	// The cap is checked once, before locking: an Overflow shard is
 	// locked only when it may be needed. Callers racing below the cap may
 	// each add a key, so MaxKeys is exceeded by at most the number of
 	// concurrent calls until the next Sweep.
 	atCap := m.keys.Load() >= m.maxKeys
 	ns := now.UnixNano()
+	if n == 1 && !(atCap && reqs[0].Overflow != "") {
+		return m.allowOne(ns, &reqs[0], &res[0])
+	}
+
+	var (
+		entBuf  [inline]*entry
+		keyBuf  [inline]uint32 // shard of Key
+		ovfBuf  [inline]int32  // shard of Overflow, -1 when not locked
+		lockBuf [2 * inline]uint32
+
+		ents     []*entry
+		keyShard []uint32
+		ovfShard []int32
+		locks    []uint32 // shards to lock, ascending
+	)
+	if n <= inline {
+		ents, keyShard, ovfShard, locks = entBuf[:n], keyBuf[:n], ovfBuf[:n], lockBuf[:0]
+	} else {
+		ents = make([]*entry, n)
+		keyShard, ovfShard = make([]uint32, n), make([]int32, n)
+		locks = make([]uint32, 0, 2*n)
+	}
 	for i := range reqs {
 		r := &reqs[i]
-		if r.Params == nil {
-			return false, fmt.Errorf("limit: request for %q has no params", r.Key)
-		}
-		a, ok := Lookup(r.Params.Algorithm)
-		if !ok {
-			return false, fmt.Errorf("%w %q", ErrUnknownAlgorithm, r.Params.Algorithm)
-		}
-		algs[i] = a
 		keyShard[i] = m.shardOf(r.Key)
 		locks = insertSorted(locks, keyShard[i])
 		ovfShard[i] = -1
@@ -223,15 +221,12 @@ func (m *Memory) Allow(_ context.Context, now time.Time, reqs []Request, res []R
 
 	for i := range reqs {
 		r := &reqs[i]
-		e, err := m.entryFor(r, algs[i], keyShard[i], ovfShard[i])
+		e, err := m.entryFor(r, keyShard[i], ovfShard[i])
 		if err != nil {
 			return false, err
 		}
 		ents[i] = e
-		res[i] = e.state.Decide(ns, r.Params)
-		if e.lockedUntil > ns {
-			res[i] = lockout(res[i], time.Duration(e.lockedUntil-ns))
-		}
+		res[i] = e.decide(ns, r.Params)
 	}
 	allowed := true
 	for i := range reqs {
@@ -241,26 +236,61 @@ func (m *Memory) Allow(_ context.Context, now time.Time, reqs []Request, res []R
 		}
 	}
 	for i := range reqs {
-		if !res[i].Allowed {
-			if p := reqs[i].Params; p.Lock > 0 && !reqs[i].Shadow && ents[i].lockedUntil <= ns {
-				ents[i].lockedUntil = ns + int64(p.Lock)
-				res[i] = lockout(res[i], p.Lock)
-			}
-			continue
-		}
-		if allowed {
-			ents[i].state.Commit(ns, reqs[i].Params)
-		} else if res[i].Remaining >= 0 {
-			res[i].Remaining++ // decided as if counted; it was not
-		}
+		ents[i].settle(ns, &reqs[i], &res[i], allowed)
 	}
 	return allowed, nil
+}
+
+// allowOne is Allow for a single request that needs no overflow shard:
+// the common case, with one lock and no bookkeeping.
+func (m *Memory) allowOne(ns int64, r *Request, res *Result) (bool, error) {
+	s := m.shardOf(r.Key)
+	sh := &m.shards[s]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, err := m.entryFor(r, s, -1)
+	if err != nil {
+		return false, err
+	}
+	*res = e.decide(ns, r.Params)
+	allowed := res.Allowed || r.Shadow
+	e.settle(ns, r, res, allowed)
+	return allowed, nil
+}
+
+// decide is the entry's Result for one more request at ns, lockout
+// included. Its shard is locked.
+func (e *entry) decide(ns int64, p *Params) Result {
+	r := e.state.Decide(ns, p)
+	if e.lockedUntil > ns {
+		r = lockout(r, time.Duration(e.lockedUntil-ns))
+	}
+	return r
+}
+
+// settle applies a decision to the entry: it counts the request when the
+// request as a whole was admitted (allowed) and this limit admitted it,
+// and starts a lockout when this enforced limit denied it. Its shard is
+// locked.
+func (e *entry) settle(ns int64, r *Request, res *Result, allowed bool) {
+	if !res.Allowed {
+		if p := r.Params; p.Lock > 0 && !r.Shadow && e.lockedUntil <= ns {
+			e.lockedUntil = ns + int64(p.Lock)
+			*res = lockout(*res, p.Lock)
+		}
+		return
+	}
+	if allowed {
+		e.state.Commit(ns, r.Params)
+	} else if res.Remaining >= 0 {
+		res.Remaining++ // decided as if counted; it was not
+	}
 }
 
 // entryFor returns the entry that r is counted against, creating it (under
 // the Overflow key when ovf ≥ 0 and the store is full) or resetting its
 // state if r.Params no longer fit it. The shards involved are locked.
-func (m *Memory) entryFor(r *Request, a Algorithm, key uint32, ovf int32) (*entry, error) {
+func (m *Memory) entryFor(r *Request, key uint32, ovf int32) (*entry, error) {
 	sh := &m.shards[key]
 	e := sh.m[r.Key]
 	if e == nil {
@@ -270,8 +300,9 @@ func (m *Memory) entryFor(r *Request, a Algorithm, key uint32, ovf int32) (*entr
 			e = sh.m[k]
 		}
 		if e == nil {
-			if err := r.Params.Validate(); err != nil {
-				return nil, fmt.Errorf("limit: key %q: %w", k, err)
+			a, err := algorithmFor(k, r.Params)
+			if err != nil {
+				return nil, err
 			}
 			e = &entry{state: a.NewState(r.Params), params: sh.intern(r.Params)}
 			// Clone: the caller's key may share memory with a larger
@@ -285,8 +316,9 @@ func (m *Memory) entryFor(r *Request, a Algorithm, key uint32, ovf int32) (*entr
 		return e, nil
 	}
 	// A reloaded rule: validate once per change, not per decision.
-	if err := r.Params.Validate(); err != nil {
-		return nil, fmt.Errorf("limit: key %q: %w", r.Key, err)
+	a, err := algorithmFor(r.Key, r.Params)
+	if err != nil {
+		return nil, err
 	}
 	if !e.params.Identity(r.Params) {
 		e.state = a.NewState(r.Params)
@@ -299,6 +331,19 @@ func (m *Memory) entryFor(r *Request, a Algorithm, key uint32, ovf int32) (*entr
 	}
 	e.params = sh.intern(r.Params)
 	return e, nil
+}
+
+// algorithmFor validates p, used to create or reshape key's state, and
+// returns its algorithm.
+func algorithmFor(key string, p *Params) (Algorithm, error) {
+	a, ok := Lookup(p.Algorithm)
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownAlgorithm, p.Algorithm)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("limit: key %q: %w", key, err)
+	}
+	return a, nil
 }
 
 func (m *Memory) unlock(locks []uint32) {

@@ -46,51 +46,64 @@ func (slidingWindow) NewState(p *Params) State {
 	// Params are validated before use; the clamps only keep a caller that
 	// skipped validation from dividing by zero or allocating without bound.
 	prec := min(max(p.Precision, 1), MaxPrecision)
-	width := (int64(p.Window) + int64(prec) - 1) / int64(prec)
-	return &swState{
-		width:  max(width, 1),
-		counts: make([]uint32, prec+1),
-	}
+	// One allocation: the Precision+1 bucket counts, then the total.
+	return &swState{counts: make([]uint32, prec+2)}
+}
+
+// swWidth is the bucket width of p in nanoseconds, rounded up: rounding
+// down would let an interval of one unit span one bucket more than the ring
+// covers. It is derived from p, not stored: Identity keeps Window and
+// Precision fixed for a state's life, and a state this small keeps more
+// keys in memory (DESIGN §6 memory store; issue 7's bytes per key).
+func swWidth(p *Params) int64 {
+	prec := int64(min(max(p.Precision, 1), MaxPrecision))
+	return max((window(p)+prec-1)/prec, 1)
 }
 
 // swState is the state of one sliding_window counter.
 //
-// Invariants: total is the sum of counts; when total > 0, counts[j mod n]
-// holds the count of bucket j for head-n < j ≤ head, where n = len(counts),
-// and the head bucket's count is not zero.
+// Invariants, with counts and total as ring returns them: total is the sum
+// of counts; when total > 0, counts[j mod n] holds the count of bucket j
+// for head-n < j ≤ head, where n = len(counts) = Precision+1, and the head
+// bucket's count is not zero.
 // total never exceeds the largest Limit it was checked against, so it fits
 // in 32 bits (MaxLimit).
 type swState struct {
 	// head is the newest bucket that was counted into.
 	head int64
-	// width is the bucket width in nanoseconds.
-	width int64
-	// total is the number of requests counted in the ring.
-	total uint32
-	// counts is the ring of Precision+1 bucket counts.
+	// counts is the ring of Precision+1 bucket counts followed by their
+	// total, in one allocation: 32 bytes of state plus the ring keep a
+	// million keys in less memory than separate fields would.
 	counts []uint32
+}
+
+// ring returns the bucket counts and a pointer to their total.
+func (s *swState) ring() ([]uint32, *uint32) {
+	n := len(s.counts) - 1
+	return s.counts[:n], &s.counts[n]
 }
 
 // view returns the bucket b that now falls in and the count of buckets
 // b-P..b. A now before the head bucket (a clock that stepped back) is
 // treated as being in the head bucket: the counts stay where they are and
 // the guarantee holds for the order in which requests are decided.
-func (s *swState) view(now int64) (b int64, sum uint32) {
-	b = floorDiv(now, s.width)
-	if s.total == 0 {
+func (s *swState) view(now, width int64) (b int64, sum uint32) {
+	b = floorDiv(now, width)
+	counts, total := s.ring()
+	if *total == 0 {
 		return b, 0
 	}
 	if b < s.head {
 		b = s.head
 	}
-	n := int64(len(s.counts))
+	n := int64(len(counts))
 	if b-s.head >= n {
 		return b, 0
 	}
-	sum = s.total
+	sum = *total
 	// Bucket j shares its slot with bucket j-n, which has aged out at b.
 	for j := s.head + 1; j <= b; j++ {
-		sum -= s.counts[mod(j, n)]
+		sum -= counts[mod(j, n)]
 	}
 	return b, sum
 }
@@ -100,8 +113,10 @@ func (s *swState) Decide(now int64, p *Params) Result {
 		return r
 	}
 	limit := p.Limit
-	b, sum := s.view(now)
-	n := int64(len(s.counts))
+	width := swWidth(p)
+	b, sum := s.view(now, width)
+	counts, _ := s.ring()
+	n := int64(len(counts))
 	if int64(sum) < limit {
 		// Counted in bucket b, this request is the last to age out, at
 		// the start of bucket b+n.
@@ -109,7 +124,7 @@ func (s *swState) Decide(now int64, p *Params) Result {
 			Allowed:   true,
 			Limit:     limit,
 			Remaining: limit - int64(sum) - 1,
-			Reset:     time.Duration((b+n)*s.width - now),
+			Reset:     time.Duration((b+n)*width - now),
 		}
 	}
 
@@ -123,15 +138,15 @@ func (s *swState) Decide(now int64, p *Params) Result {
 		Limit: limit,
 		// The head bucket is never empty (Commit counts into it), so it
 		// holds the newest requests.
-		Reset: time.Duration((s.head+n)*s.width - now),
+		Reset: time.Duration((s.head+n)*width - now),
 	}
 	left := int64(sum)
 	for k := int64(1); k <= n; k++ {
 		if j := b + k - n; j <= s.head {
-			left -= int64(s.counts[mod(j, n)])
+			left -= int64(counts[mod(j, n)])
 		}
 		if left < limit {
-			res.RetryAfter = time.Duration((b+k)*s.width - now)
+			res.RetryAfter = time.Duration((b+k)*width - now)
 			break
 		}
 	}
@@ -144,30 +159,32 @@ func (s *swState) Commit(now int64, p *Params) {
 		// and they could overflow 32 bits.
 		return
 	}
-	b := floorDiv(now, s.width)
-	n := int64(len(s.counts))
+	b := floorDiv(now, swWidth(p))
+	counts, total := s.ring()
+	n := int64(len(counts))
 	switch {
-	case s.total == 0:
+	case *total == 0:
 		// All slots are zero; any bucket may become the head.
 	case b <= s.head:
 		b = s.head
 	case b-s.head >= n:
-		clear(s.counts)
-		s.total = 0
+		clear(counts)
+		*total = 0
 	default:
 		for j := s.head + 1; j <= b; j++ {
 			i := mod(j, n)
-			s.total -= s.counts[i]
-			s.counts[i] = 0
+			*total -= counts[i]
+			counts[i] = 0
 		}
 	}
 	s.head = b
-	s.counts[mod(b, n)]++
-	s.total++
+	counts[mod(b, n)]++
+	*total++
 }
 
-func (s *swState) Idle(now int64, _ *Params) bool {
-	return s.total == 0 || floorDiv(now, s.width)-s.head >= int64(len(s.counts))
+func (s *swState) Idle(now int64, p *Params) bool {
+	counts, total := s.ring()
+	return *total == 0 || floorDiv(now, swWidth(p))-s.head >= int64(len(counts))
 }
 
 // floorDiv returns ⌊a/b⌋ for b > 0, also for a < 0 (instants before 1970).

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"net/http/httputil"
 	"net/netip"
 	"strconv"
 	"sync"
@@ -67,7 +66,7 @@ const maxLimitsPerRequest = 2
 type Handler struct {
 	rules       atomic.Pointer[RuleSet]
 	store       limit.Store
-	upstream    *httputil.ReverseProxy
+	upstream    http.Handler
 	appHeader   string
 	trusted     []netip.Prefix
 	limitStatus int
@@ -84,8 +83,9 @@ type HandlerConfig struct {
 	Rules *RuleSet
 	// Store decides limits. Required.
 	Store limit.Store
-	// Upstream forwards admitted requests. Required.
-	Upstream *httputil.ReverseProxy
+	// Upstream forwards admitted requests: the reverse proxy NewUpstream
+	// returns (replay passes a handler that only answers). Required.
+	Upstream http.Handler
 	// AppHeader is the header carrying the caller's app ID. Default
 	// "X-App-Id".
 	AppHeader string

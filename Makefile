@@ -42,7 +42,10 @@ lint-deploy:
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzNormalize -fuzztime=$(FUZZTIME) ./internal/trie/
+	$(GO) test -run='^$$' -fuzz=FuzzMatch -fuzztime=$(FUZZTIME) ./internal/trie/
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/config/
+	$(GO) test -run='^$$' -fuzz=FuzzClientIP -fuzztime=$(FUZZTIME) ./internal/proxy/
+	$(GO) test -run='^$$' -fuzz=FuzzAppID -fuzztime=$(FUZZTIME) ./internal/proxy/
 
 # The gateway against nginx and haproxy (installs them and wrk when missing);
 # results go to bench/results/. See bench/run.sh for the knobs.

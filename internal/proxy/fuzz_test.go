@@ -1,0 +1,62 @@
+package proxy
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/ratelimit-gateway/gateway/internal/config"
+)
+
+// FuzzClientIP checks the X-Forwarded-For walk on arbitrary headers: it
+// never panics, and the address it returns is the peer's or one written
+// in the header — never one made up — and it is the peer's whenever the
+// peer is not trusted.
+func FuzzClientIP(f *testing.F) {
+	f.Add("10.0.0.1:1", "1.2.3.4")
+	f.Add("10.0.0.1:1", "6.6.6.6, 1.2.3.4, 10.1.1.1")
+	f.Add("10.0.0.1:1", "bogus, 10.0.0.2")
+	f.Add("203.0.113.5:9", "1.2.3.4")
+	f.Add("[::1]:80", "::ffff:1.2.3.4,,  , 2001:db8::1")
+	f.Add("10.0.0.1:1", strings.Repeat("10.9.9.9,", 100))
+	trusted, err := ParseTrustedProxies([]string{"10.0.0.0/8", "::1/128"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, peer, xff string) {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = peer
+		r.Header.Set("X-Forwarded-For", xff)
+		got := clientIP(r, trusted)
+		if !got.IsValid() {
+			return // the peer is not an address
+		}
+		peerIP := clientIP(r, nil)
+		if !isTrusted(peerIP, trusted) && got != peerIP {
+			t.Fatalf("untrusted peer %s: got %s from XFF %q", peer, got, xff)
+		}
+		if got != peerIP && !strings.Contains(xff, got.String()) && !strings.Contains(strings.ToLower(xff), got.String()) {
+			// Unmapped IPv4-in-IPv6 is the one rewrite allowed.
+			if !strings.Contains(xff, "::ffff:"+got.String()) {
+				t.Fatalf("got %s, which is neither the peer %s nor in XFF %q", got, peer, xff)
+			}
+		}
+	})
+}
+
+// FuzzAppID checks the app header validation: an accepted ID is one the
+// rule file could configure.
+func FuzzAppID(f *testing.F) {
+	for _, s := range []string{"app-1", "", "a b", "ä", strings.Repeat("x", 129), "a.b_c:d-E9", "\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		got, err := checkAppID(id)
+		if err != nil {
+			return
+		}
+		if got != id || !config.ValidAppID(id) {
+			t.Fatalf("accepted %q as %q, which the rule file would reject", id, got)
+		}
+	})
+}

@@ -26,9 +26,14 @@ rules in --config, with /healthz, /readyz and /rules on --admin-listen.
 
 The rules reload when the file changes (--watch), on SIGHUP and on
 POST /rules/reload; a file that fails validation never replaces good rules.
+
+With --store redis, every gateway that uses the same Redis (or Redis
+Cluster) shares its counters, so that limits hold for the fleet; when Redis
+fails or is slower than --redis-timeout, --fail-mode decides.
 SIGTERM or SIGINT drains in-flight requests and exits.`,
 		Example: `  gateway serve --demo-upstream
-  gateway serve --config /etc/gateway/ratelimiter-rule.yaml --upstream http://127.0.0.1:8081`,
+  gateway serve --config /etc/gateway/ratelimiter-rule.yaml --upstream http://127.0.0.1:8081
+  GATEWAY_REDIS_PASSWORD=secret gateway serve --upstream http://127.0.0.1:8081 --store redis --redis-url rediss://gateway@redis.internal:6380/0`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(cmd.ErrOrStderr(), logFormat, logLevel)
@@ -54,8 +59,18 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 	f.BoolVar(&cfg.DemoUpstream, "demo-upstream", false, "start a built-in JSON echo upstream on loopback and forward to it")
 	f.StringVar(&cfg.AppHeader, "app-header", "X-App-Id", "request header carrying the caller's app ID")
 	f.StringSliceVar(&cfg.TrustedProxies, "trusted-proxies", nil, "comma-separated CIDRs of proxies whose X-Forwarded-For is believed")
-	f.StringVar(&cfg.Store, "store", "memory", "counter store: memory")
+	f.StringVar(&cfg.Store, "store", "memory", "counter store: memory (this process) or redis (shared by a fleet of gateways)")
 	f.IntVar(&cfg.MaxKeys, "max-keys", 1_000_000, "most counters the memory store keeps; beyond it unknown callers share one overflow counter")
+	f.StringVar(&cfg.RedisURL, "redis-url", "", "redis store: redis://[[user]:password@]host[:port][/db], rediss:// for TLS")
+	f.StringSliceVar(&cfg.RedisAddrs, "redis-addrs", nil, "redis store: comma-separated host:port of Redis Cluster seed nodes (--redis-cluster) or Sentinels (--redis-sentinel-master)")
+	f.BoolVar(&cfg.RedisCluster, "redis-cluster", false, "redis store: the servers are a Redis Cluster")
+	f.StringVar(&cfg.RedisSentinelMaster, "redis-sentinel-master", "", "redis store: the master name that the Sentinels at --redis-addrs watch")
+	f.StringVar(&cfg.RedisUsername, "redis-username", "", "redis store: ACL user (replaces the URL's)")
+	f.StringVar(&cfg.RedisPassword, "redis-password", "", "redis store: password (replaces the URL's); prefer GATEWAY_REDIS_PASSWORD to a flag")
+	f.BoolVar(&cfg.RedisTLS, "redis-tls", false, "redis store: connect to --redis-addrs with TLS")
+	f.DurationVar(&cfg.RedisTimeout, "redis-timeout", 25*time.Millisecond, "redis store: longest wait for one Redis call before --fail-mode decides")
+	f.StringVar(&cfg.FailMode, "fail-mode", "open", "redis store: when Redis fails, open (admit), closed (503) or local (limit in memory with limit × --local-share)")
+	f.Float64Var(&cfg.LocalShare, "local-share", proxy.DefaultLocalShare, "the share of each limit one gateway admits under --fail-mode local: about 1 / the number of gateways")
 	f.DurationVar(&cfg.UpstreamTimeout, "upstream-timeout", 30*time.Second, "longest wait for the upstream's response headers before 504")
 	f.IntVar(&cfg.LimitStatus, "limit-status", 429, "status code of a limited response")
 	f.StringVar(&cfg.RateLimitHeaders, "ratelimit-headers", "both", "rate-limit response headers: both, draft (RateLimit, RateLimit-Policy), legacy (X-RateLimit-*), none")

@@ -1,6 +1,9 @@
 package limit
 
-import "time"
+import (
+	_ "embed"
+	"time"
+)
 
 func init() {
 	Register("fixed_window", fixedWindow{})
@@ -73,3 +76,9 @@ func (s *fwState) Commit(now int64, p *Params) {
 func (s *fwState) Idle(now int64, p *Params) bool {
 	return s.count == 0 || floorDiv(now, window(p)) > s.win
 }
+
+//go:embed fixed_window.lua
+var fixedWindowLua string
+
+// Lua implements RedisAlgorithm.
+func (fixedWindow) Lua() string { return fixedWindowLua }

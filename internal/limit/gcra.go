@@ -2,6 +2,7 @@ package limit
 
 import (
 	"cmp"
+	_ "embed"
 	"fmt"
 	"math"
 	"math/bits"
@@ -172,3 +173,9 @@ func validateBucket(p *Params) error {
 	}
 	return nil
 }
+
+// gcraLua is the Lua of this file's arithmetic, which the Lua of
+// token_bucket and leaky_bucket starts with.
+//
+//go:embed gcra.lua
+var gcraLua string

@@ -1,6 +1,7 @@
 package limit
 
 import (
+	_ "embed"
 	"math"
 	"time"
 )
@@ -88,3 +89,9 @@ func (s *lbState) Commit(now int64, p *Params) {
 func (s *lbState) Idle(now int64, _ *Params) bool {
 	return s.den == 0 || s.due < now || s.due == now && s.dueF == 0
 }
+
+//go:embed leaky_bucket.lua
+var leakyBucketLua string
+
+// Lua implements RedisAlgorithm.
+func (leakyBucket) Lua() string { return gcraLua + leakyBucketLua }

@@ -9,7 +9,12 @@
 // seed 002) are the store's, so that every algorithm has them.
 //
 // The core never reads the clock: the memory store takes now as an argument,
-// so tests run on fixed instants and never sleep.
+// so tests run on fixed instants and never sleep; the Redis store uses
+// Redis's clock (TIME), so that gateways with skewed clocks agree.
+//
+// The Redis store (redis.go) runs the same algorithms in Lua: each one
+// that implements RedisAlgorithm brings its own script, and the store
+// assembles them from the registry.
 //
 // The package knows nothing about HTTP.
 package limit
@@ -128,6 +133,14 @@ type Request struct {
 	// Shadow reports whether the limit is a dry run: it is decided and
 	// counted when it admits, but its denial does not deny the request.
 	Shadow bool
+	// Tag groups keys for a distributed store: the Redis store keeps a key
+	// in the Redis Cluster hash slot of its tag ("gw:{tag}:..."), and one
+	// call decides its keys atomically only if they share a slot, so the
+	// requests of one call must have the same Tag. A key must always come
+	// with the same Tag, or it names a different counter. Empty means the
+	// part of Key before its first "|" (the app ID of the proxy's keys).
+	// The memory store ignores it.
+	Tag string
 }
 
 // Result is the outcome of one Request.
@@ -187,6 +200,19 @@ type Algorithm interface {
 	Reads() Setting
 	// NewState returns the state of one fresh counter for p.
 	NewState(p *Params) State
+}
+
+// RedisAlgorithm is an Algorithm that the Redis store can run. Lua
+// returns a Lua chunk that evaluates to a table of functions — fields,
+// decide and commit — that do in Redis what State's Decide and Commit do
+// in memory, on the fields of one Redis hash, in microseconds; redis.lua
+// documents the contract and the helpers the chunk may use. The Redis
+// store assembles one script from the chunks of every registered
+// RedisAlgorithm, so that adding an algorithm to both stores still touches
+// only its own files.
+type RedisAlgorithm interface {
+	Algorithm
+	Lua() string
 }
 
 // State is the per-key state of an Algorithm. The store serializes calls.

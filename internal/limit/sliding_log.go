@@ -1,6 +1,7 @@
 package limit
 
 import (
+	_ "embed"
 	"fmt"
 	"time"
 )
@@ -149,3 +150,9 @@ func (s *slState) grow(size int) {
 func (s *slState) Idle(now int64, p *Params) bool {
 	return s.n == 0 || s.at(int(s.n)-1)+window(p) < now
 }
+
+//go:embed sliding_log.lua
+var slidingLogLua string
+
+// Lua implements RedisAlgorithm.
+func (slidingLog) Lua() string { return slidingLogLua }

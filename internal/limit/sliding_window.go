@@ -1,6 +1,7 @@
 package limit
 
 import (
+	_ "embed"
 	"fmt"
 	"time"
 )
@@ -204,3 +205,9 @@ func mod(a, n int64) int64 {
 	}
 	return m
 }
+
+//go:embed sliding_window.lua
+var slidingWindowLua string
+
+// Lua implements RedisAlgorithm.
+func (slidingWindow) Lua() string { return slidingWindowLua }

@@ -1,6 +1,7 @@
 package limit
 
 import (
+	_ "embed"
 	"fmt"
 	"math"
 	"time"
@@ -207,3 +208,9 @@ func (s *tbState) Idle(now int64, p *Params) bool {
 	cold := rat{s.cold, int64(s.coldF)}.add(n.sub(due, den), den)
 	return cold.cmp(rat{int64(p.Warmup), 0}) >= 0
 }
+
+//go:embed token_bucket.lua
+var tokenBucketLua string
+
+// Lua implements RedisAlgorithm.
+func (tokenBucket) Lua() string { return gcraLua + tokenBucketLua }

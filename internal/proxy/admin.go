@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
@@ -90,7 +91,7 @@ func (r *Rules) reload() (bool, error) {
 	if parsed.SHA256 == r.handler.Rules().Source.SHA256 {
 		return false, nil
 	}
-	rs, err := Compile(parsed, r.now())
+	rs, err := CompileWith(parsed, r.now(), r.handler.Rules().opts)
 	if err != nil {
 		return false, err
 	}
@@ -99,6 +100,14 @@ func (r *Rules) reload() (bool, error) {
 		f.Forget(rs.ownsKey)
 	}
 	return true, nil
+}
+
+// readyView is the JSON of GET /readyz with a store report.
+type readyView struct {
+	Status  string       `json:"status"`
+	Error   string       `json:"error,omitempty"`
+	Message string       `json:"message,omitempty"`
+	Store   *StoreHealth `json:"store,omitempty"`
 }
 
 // rulesView is the JSON of GET /rules.
@@ -178,6 +187,24 @@ func (r *Rules) view() rulesView {
 	return v
 }
 
+// StoreHealth is what /readyz says about the store.
+type StoreHealth struct {
+	// Store is the store's name: memory or redis.
+	Store string `json:"store"`
+	// Reachable reports whether the store answered just now.
+	Reachable bool `json:"reachable"`
+	// Circuit is the state of the store's circuit breaker, "closed" or
+	// "open"; empty for a store without one.
+	Circuit string `json:"circuit,omitempty"`
+	// FailMode is --fail-mode, for a store that can fail.
+	FailMode string `json:"failMode,omitempty"`
+	// Serving reports whether requests are served: the store is
+	// reachable, or the fail mode serves without it (open, local).
+	Serving bool `json:"serving"`
+	// Error is why the store is not reachable.
+	Error string `json:"error,omitempty"`
+}
+
 // AdminConfig configures the admin handler.
 type AdminConfig struct {
 	// Rules is the reload state shown at /rules. Required.
@@ -185,6 +212,9 @@ type AdminConfig struct {
 	// Ready reports why the gateway cannot serve, or nil. Default: always
 	// ready once rules are loaded.
 	Ready func() error
+	// Store, if not nil, reports on the store for /readyz, which is not
+	// ready while the store's Serving is false (DESIGN §7).
+	Store func(ctx context.Context) StoreHealth
 	// Metrics, if not nil, is served at /metrics.
 	Metrics http.Handler
 	// Pprof serves the Go profiler at /debug/pprof/.
@@ -199,14 +229,27 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if cfg.Ready != nil {
 			if err := cfg.Ready(); err != nil {
 				writeError(w, http.StatusServiceUnavailable, "not_ready", err.Error())
 				return
 			}
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		if cfg.Store == nil {
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+			return
+		}
+		h := cfg.Store(r.Context())
+		if !h.Serving {
+			writeJSON(w, http.StatusServiceUnavailable, readyView{
+				Status: "not_ready", Error: "not_ready",
+				Message: "the store is unreachable and --fail-mode closed refuses requests without it",
+				Store:   &h,
+			})
+			return
+		}
+		writeJSON(w, http.StatusOK, readyView{Status: "ready", Store: &h})
 	})
 	mux.HandleFunc("GET /rules", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, cfg.Rules.view())

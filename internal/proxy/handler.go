@@ -56,6 +56,47 @@ func ParseHeaderMode(s string) (HeaderMode, bool) {
 	return 0, false
 }
 
+// FailMode is what the handler does with a request when the store fails
+// (DESIGN §6: --fail-mode).
+type FailMode uint8
+
+// The fail modes.
+const (
+	// FailOpen admits the request (decision fail_open): a broken limiter
+	// must not take the service down (seed 001).
+	FailOpen FailMode = iota
+	// FailClosed answers 503 limiter_unavailable (decision fail_closed).
+	FailClosed
+	// FailLocal decides in memory with each limit scaled by the local
+	// share (RuleSet's CompileOptions), as if each gateway had its share
+	// of the fleet's limit.
+	FailLocal
+)
+
+// ParseFailMode parses a --fail-mode value.
+func ParseFailMode(s string) (FailMode, bool) {
+	switch s {
+	case "open":
+		return FailOpen, true
+	case "closed":
+		return FailClosed, true
+	case "local":
+		return FailLocal, true
+	}
+	return 0, false
+}
+
+// String returns the --fail-mode value of m.
+func (m FailMode) String() string {
+	switch m {
+	case FailClosed:
+		return "closed"
+	case FailLocal:
+		return "local"
+	}
+	return "open"
+}
+
 // maxLimitsPerRequest is how many limits one request can meet: the app
 // total and one API rule.
 const maxLimitsPerRequest = 2
@@ -75,6 +116,11 @@ type Handler struct {
 	log         *slog.Logger
 	observers   []Observer
 	needIP      bool
+	failMode    FailMode
+	local       limit.Store
+	// lastErrLog is when a store error was last logged (Unix ns): an
+	// outage fails every request, and one line a second tells as much.
+	lastErrLog atomic.Int64
 }
 
 // HandlerConfig configures a Handler.
@@ -104,12 +150,21 @@ type HandlerConfig struct {
 	// NeedClientIP makes every Outcome carry the client IP (for access
 	// logs), not just those of per-IP limits.
 	NeedClientIP bool
+	// FailMode is what happens to a request when Store fails. The zero
+	// value is FailOpen.
+	FailMode FailMode
+	// Local decides requests under FailLocal, with the limits scaled by
+	// the rule set's local share. Required for FailLocal.
+	Local limit.Store
 }
 
 // NewHandler returns a Handler for cfg.
 func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	if cfg.Rules == nil || cfg.Store == nil || cfg.Upstream == nil {
 		return nil, errors.New("proxy: NewHandler needs Rules, Store and Upstream")
+	}
+	if cfg.FailMode == FailLocal && cfg.Local == nil {
+		return nil, errors.New("proxy: NewHandler needs a Local store for fail mode local")
 	}
 	h := &Handler{
 		store:       cfg.Store,
@@ -122,6 +177,8 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		log:         cfg.Logger,
 		observers:   cfg.Observers,
 		needIP:      cfg.NeedClientIP,
+		failMode:    cfg.FailMode,
+		local:       cfg.Local,
 	}
 	if h.appHeader == "" {
 		h.appHeader = "X-App-Id"
@@ -288,19 +345,24 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, now time.Time, s
 	o.Decision = DecisionAllowed
 
 	reqs, res := &sc.reqs, &sc.res
-	var ip string
-	for i := 0; i < n; i++ {
-		cl := lims[i]
-		reqs[i] = limit.Request{Key: cl.key, Params: &cl.params, Shadow: cl.shadow}
-		if sec.byIP {
-			if ip == "" {
-				if !o.ClientIP.IsValid() {
-					o.ClientIP = clientIP(r, h.trusted)
-				}
-				ip = o.ClientIP.String()
-			}
-			reqs[i].Key = cl.key + "|" + ip
-			reqs[i].Overflow = cl.key + "|overflow"
+	// The tag keeps a request's keys together in one Redis Cluster slot:
+	// the app's, or for per-IP counters the app's and the caller's, so
+	// that unknown callers spread over the cluster.
+	tag := sec.app
+	if sec.byIP {
+		if !o.ClientIP.IsValid() {
+			o.ClientIP = clientIP(r, h.trusted)
+		}
+		ip := o.ClientIP.String()
+		tag = sec.app + "|" + ip
+		for i := 0; i < n; i++ {
+			cl := lims[i]
+			reqs[i] = limit.Request{Key: cl.key + "|" + ip, Overflow: cl.key + "|overflow", Tag: tag, Params: &cl.params, Shadow: cl.shadow}
+		}
+	} else {
+		for i := 0; i < n; i++ {
+			cl := lims[i]
+			reqs[i] = limit.Request{Key: cl.key, Tag: tag, Params: &cl.params, Shadow: cl.shadow}
 		}
 	}
 	var t0 time.Time
@@ -308,16 +370,33 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, now time.Time, s
 		t0 = time.Now()
 	}
 	allowed, err := h.store.Allow(r.Context(), now, reqs[:n], res[:n])
+	if err != nil {
+		o.StoreError = true
+		h.logStoreError(r, err)
+		switch h.failMode {
+		case FailClosed:
+			if len(h.observers) > 0 {
+				o.LimiterDuration = time.Since(t0)
+			}
+			o.Decision = DecisionFailClosed
+			w.Header()["Retry-After"] = smallInts[1]
+			writeError(w, http.StatusServiceUnavailable, "limiter_unavailable",
+				"the rate limiter cannot decide right now; retry shortly")
+			return
+		case FailLocal:
+			for i := 0; i < n; i++ {
+				reqs[i].Params = &lims[i].local
+			}
+			allowed, err = h.local.Allow(r.Context(), now, reqs[:n], res[:n])
+		}
+	}
 	if len(h.observers) > 0 {
 		o.LimiterDuration = time.Since(t0)
 	}
 	if err != nil {
-		o.Decision, o.StoreError = DecisionFailOpen, true
 		// Fail open: a broken limiter must not take the service down
-		// (seed 001). The store-specific fail modes live in the store.
-		if r.Context().Err() == nil {
-			h.log.Error("limiter failed; admitting request", "err", err)
-		}
+		// (seed 001).
+		o.Decision = DecisionFailOpen
 		h.forward(w, r, o)
 		return
 	}
@@ -340,6 +419,21 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, now time.Time, s
 		}
 	}
 	h.forward(w, r, o)
+}
+
+// logStoreError logs a store error, at most once a second, unless the
+// caller went away or the circuit breaker is open (the breaker's opening
+// was logged).
+func (h *Handler) logStoreError(r *http.Request, err error) {
+	if r.Context().Err() != nil || errors.Is(err, limit.ErrCircuitOpen) {
+		return
+	}
+	now, last := time.Now().UnixNano(), h.lastErrLog.Load()
+	if now-last < int64(time.Second) || !h.lastErrLog.CompareAndSwap(last, now) {
+		return
+	}
+	h.log.Error("limiter failed; deciding by --fail-mode (logged at most once a second)",
+		"err", err, "fail_mode", h.failMode.String())
 }
 
 func (h *Handler) forward(w http.ResponseWriter, r *http.Request, o *Outcome) {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +24,7 @@ type RuleSet struct {
 	apps    map[string]*section
 	unknown *section            // the "*" section, nil if the file has none
 	keys    map[string]struct{} // every compiledLimit.key
+	opts    CompileOptions
 }
 
 // section is one app's compiled rules.
@@ -40,6 +42,10 @@ type compiledLimit struct {
 	app    string
 	api    string // rule pattern; "" for an app total
 	params limit.Params
+	// local are the params of --fail-mode local: params with Limit (and
+	// Burst) scaled by the local share, decided in memory when the shared
+	// store fails.
+	local  limit.Params
 	shadow bool
 	// key is the counter key; for per-IP sections the client IP is
 	// appended after a "|".
@@ -59,9 +65,34 @@ type compiledLimit struct {
 	metrics    metricsCache
 }
 
-// Compile builds a RuleSet from parsed rules.
+// DefaultLocalShare is the share of each limit that one gateway admits on
+// its own under --fail-mode local while Redis is down: right for a fleet
+// of up to ten gateways, which together then admit at most the limit.
+const DefaultLocalShare = 0.1
+
+// CompileOptions are the settings of Compile that do not come from the
+// rule file. The zero value gives the defaults.
+type CompileOptions struct {
+	// LocalShare scales the limits decided in memory under --fail-mode
+	// local, in (0, 1]. 0 means DefaultLocalShare.
+	LocalShare float64
+}
+
+// Compile builds a RuleSet from parsed rules with the default options.
 func Compile(rules *config.Rules, now time.Time) (*RuleSet, error) {
-	rs := &RuleSet{Source: rules, LoadedAt: now, apps: make(map[string]*section, len(rules.Apps)), keys: map[string]struct{}{}}
+	return CompileWith(rules, now, CompileOptions{})
+}
+
+// CompileWith builds a RuleSet from parsed rules. A reload compiles the new
+// rules with the options of the rule set in force.
+func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*RuleSet, error) {
+	if opts.LocalShare == 0 {
+		opts.LocalShare = DefaultLocalShare
+	}
+	if !(opts.LocalShare > 0 && opts.LocalShare <= 1) {
+		return nil, fmt.Errorf("local share %v is outside (0, 1]", opts.LocalShare)
+	}
+	rs := &RuleSet{Source: rules, LoadedAt: now, apps: make(map[string]*section, len(rules.Apps)), keys: map[string]struct{}{}, opts: opts}
 	for i := range rules.Apps {
 		app := &rules.Apps[i]
 		sec := &section{
@@ -70,12 +101,12 @@ func Compile(rules *config.Rules, now time.Time) (*RuleSet, error) {
 			trie: trie.New[*compiledLimit](trie.Options{CaseInsensitive: rules.CaseInsensitive}),
 		}
 		if app.Total != nil && app.Total.Limit != limit.Unlimited {
-			sec.total = newCompiledLimit(app.ID, "", nil, *app.Total, false)
+			sec.total = newCompiledLimit(app.ID, "", nil, *app.Total, false, opts.LocalShare)
 			rs.keys[sec.total.key] = struct{}{}
 		}
 		for j := range app.Limits {
 			r := &app.Limits[j]
-			cl := newCompiledLimit(app.ID, r.API, r.Methods, r.Params, r.Shadow)
+			cl := newCompiledLimit(app.ID, r.API, r.Methods, r.Params, r.Shadow, opts.LocalShare)
 			rs.keys[cl.key] = struct{}{}
 			if t := sec.total; t != nil && !t.shadow && !cl.shadow {
 				cl.pairPolicy = []string{t.policy + ", " + cl.policy}
@@ -93,7 +124,7 @@ func Compile(rules *config.Rules, now time.Time) (*RuleSet, error) {
 	return rs, nil
 }
 
-func newCompiledLimit(app, api string, methods []string, p limit.Params, shadow bool) *compiledLimit {
+func newCompiledLimit(app, api string, methods []string, p limit.Params, shadow bool, share float64) *compiledLimit {
 	key := app + "|" + api
 	if len(methods) > 0 {
 		key += "|" + strings.Join(methods, ",")
@@ -108,6 +139,7 @@ func newCompiledLimit(app, api string, methods []string, p limit.Params, shadow 
 		app:           app,
 		api:           api,
 		params:        p,
+		local:         scaleParams(p, share),
 		shadow:        shadow,
 		key:           key,
 		name:          quoted,
@@ -118,6 +150,26 @@ func newCompiledLimit(app, api string, methods []string, p limit.Params, shadow 
 	cl.policyHdr = []string{cl.policy}
 	cl.body429 = limitedBodyPrefix(app, api, p)
 	return cl
+}
+
+// scaleParams returns p with Limit and Burst multiplied by share, rounded
+// up so that a positive limit stays positive; 0 and -1 stay as they are.
+// When the scaled params would be invalid (a bucket that refills too
+// slowly), it returns p.
+func scaleParams(p limit.Params, share float64) limit.Params {
+	scale := func(n int64) int64 {
+		if n <= 0 {
+			return n
+		}
+		// The epsilon keeps 70 × 0.1 (7.000000000000001) at 7.
+		return min(max(int64(math.Ceil(float64(n)*share-1e-9)), 1), n)
+	}
+	q := p
+	q.Limit, q.Burst = scale(p.Limit), scale(p.Burst)
+	if q.Validate() != nil {
+		return p
+	}
+	return q
 }
 
 // sfString renders s as a structured-field string (RFC 8941 §3.3.3),

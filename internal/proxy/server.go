@@ -42,10 +42,34 @@ type Config struct {
 	AppHeader string
 	// TrustedProxies are CIDRs whose X-Forwarded-For is believed.
 	TrustedProxies []string
-	// Store is the counter store; only "memory" for now. Default "memory".
+	// Store is the counter store: "memory" or "redis". Default "memory".
 	Store string
-	// MaxKeys caps the memory store's keys. Default 1,000,000.
+	// MaxKeys caps the memory store's keys (and, under FailMode local,
+	// the in-memory fallback's). Default 1,000,000.
 	MaxKeys int
+	// RedisURL is redis://[[user]:password@]host[:port][/db], or rediss://
+	// for TLS. With RedisAddrs too, it gives only the scheme, credentials
+	// and database.
+	RedisURL string
+	// RedisAddrs are host:port addresses: Redis Cluster seed nodes (with
+	// RedisCluster) or Sentinels (with RedisSentinelMaster).
+	RedisAddrs []string
+	// RedisCluster makes the addresses those of a Redis Cluster.
+	RedisCluster bool
+	// RedisSentinelMaster is the master's name for Redis Sentinel.
+	RedisSentinelMaster string
+	// RedisUsername and RedisPassword, when set, replace the URL's.
+	RedisUsername, RedisPassword string
+	// RedisTLS connects to RedisAddrs with TLS.
+	RedisTLS bool
+	// RedisTimeout bounds every Redis call. Default 25ms.
+	RedisTimeout time.Duration
+	// FailMode is what the redis store's failures do to a request:
+	// "open", "closed" or "local". Default "open".
+	FailMode string
+	// LocalShare scales each limit under FailMode local, in (0, 1].
+	// Default DefaultLocalShare (0.1).
+	LocalShare float64
 	// UpstreamTimeout bounds the wait for the upstream's response
 	// headers. Default 30s.
 	UpstreamTimeout time.Duration
@@ -85,6 +109,15 @@ func (c *Config) setDefaults() {
 	if c.Store == "" {
 		c.Store = "memory"
 	}
+	if c.FailMode == "" {
+		c.FailMode = "open"
+	}
+	if c.RedisTimeout == 0 {
+		c.RedisTimeout = limit.DefaultRedisTimeout
+	}
+	if c.LocalShare == 0 {
+		c.LocalShare = DefaultLocalShare
+	}
 	if c.RateLimitHeaders == "" {
 		c.RateLimitHeaders = "both"
 	}
@@ -117,13 +150,27 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
-	if cfg.Store != "memory" {
-		return fmt.Errorf("--store %q is not supported (supported: memory)", cfg.Store)
+	failMode, ok := ParseFailMode(cfg.FailMode)
+	if !ok {
+		return fmt.Errorf("--fail-mode %q is not one of open, closed, local", cfg.FailMode)
 	}
-	store, err := limit.NewMemory(limit.MemoryConfig{MaxKeys: cfg.MaxKeys})
+	if !(cfg.LocalShare > 0 && cfg.LocalShare <= 1) {
+		return fmt.Errorf("--local-share %v is outside (0, 1]", cfg.LocalShare)
+	}
+	// metrics is set below, before anything can call the store.
+	var metrics *Metrics
+	st, err := newStore(cfg, failMode, func(open bool) {
+		metrics.SetCircuitOpen(open)
+		if open {
+			log.Warn("redis circuit breaker open: deciding by --fail-mode until a probe finds Redis back", "fail_mode", cfg.FailMode)
+		} else {
+			log.Info("redis circuit breaker closed: Redis answers again")
+		}
+	})
 	if err != nil {
-		return fmt.Errorf("--max-keys: %w", err)
+		return err
 	}
+	defer st.close()
 
 	upstream := cfg.Upstream
 	if cfg.DemoUpstream {
@@ -146,7 +193,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("--upstream: %w", err)
 	}
 	reg := prometheus.NewRegistry()
-	metrics := NewMetrics(MetricsConfig{Registry: reg, Store: cfg.Store, Keys: store.Len, Version: cfg.Version})
+	metrics = NewMetrics(MetricsConfig{Registry: reg, Store: cfg.Store, Keys: st.keys, Version: cfg.Version})
 	observers := []Observer{metrics}
 	if cfg.AccessLog != "" {
 		al, err := OpenAccessLog(cfg.AccessLog)
@@ -167,15 +214,16 @@ func Run(ctx context.Context, cfg Config) error {
 		metrics.RulesLoaded(false, nil, time.Time{})
 		return err
 	}
-	rs, err := Compile(parsed, time.Now())
+	rs, err := CompileWith(parsed, time.Now(), CompileOptions{LocalShare: cfg.LocalShare})
 	if err != nil {
 		return err
 	}
 	metrics.RulesLoaded(true, rs, rs.LoadedAt)
 	h, err := NewHandler(HandlerConfig{
-		Rules: rs, Store: store, Upstream: rp, AppHeader: cfg.AppHeader,
+		Rules: rs, Store: st.store, Upstream: rp, AppHeader: cfg.AppHeader,
 		TrustedProxies: trusted, LimitStatus: cfg.LimitStatus, Headers: headers, Logger: log,
 		Observers: observers, NeedClientIP: cfg.AccessLog != "",
+		FailMode: st.failMode, Local: st.local,
 	})
 	if err != nil {
 		return err
@@ -202,7 +250,7 @@ func Run(ctx context.Context, cfg Config) error {
 		ErrorLog:          errLog,
 	}
 	adminSrv := &http.Server{
-		Handler:           NewAdmin(AdminConfig{Rules: rules, Metrics: metrics.Handler(), Pprof: cfg.Pprof}),
+		Handler:           NewAdmin(AdminConfig{Rules: rules, Store: st.health, Metrics: metrics.Handler(), Pprof: cfg.Pprof}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          errLog,
@@ -210,7 +258,16 @@ func Run(ctx context.Context, cfg Config) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go store.SweepEvery(ctx, time.Minute, time.Now)
+	if st.mem != nil {
+		go st.mem.SweepEvery(ctx, time.Minute, time.Now)
+	}
+	if st.redis != nil {
+		// Redis may be down: the gateway serves by --fail-mode meanwhile
+		// and uses Redis as soon as it answers.
+		if err := st.redis.Ping(ctx); err != nil {
+			log.Warn("redis unreachable at start; serving by --fail-mode until it answers", "err", err, "fail_mode", cfg.FailMode)
+		}
+	}
 	go reloadOnHUP(ctx, rules)
 	if cfg.Watch && parsed.Path == cfg.ConfigPath {
 		w, err := config.NewWatcher(config.WatchConfig{
@@ -250,6 +307,85 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// stores are the stores Run built from Config.
+type stores struct {
+	store    limit.Store   // what the handler asks
+	mem      *limit.Memory // the memory store, or the local fallback; nil if none
+	redis    *limit.Redis  // the redis store, if it is the one
+	local    limit.Store   // the handler's Local store (FailLocal only)
+	failMode FailMode
+	name     string
+}
+
+// newStore builds the store of cfg.Store. onCircuit is called when the
+// redis store's circuit breaker opens or closes.
+func newStore(cfg Config, failMode FailMode, onCircuit func(open bool)) (*stores, error) {
+	st := &stores{name: cfg.Store}
+	switch cfg.Store {
+	case "memory":
+		mem, err := limit.NewMemory(limit.MemoryConfig{MaxKeys: cfg.MaxKeys})
+		if err != nil {
+			return nil, fmt.Errorf("--max-keys: %w", err)
+		}
+		st.store, st.mem = mem, mem
+	case "redis":
+		red, err := limit.NewRedis(limit.RedisConfig{
+			URL: cfg.RedisURL, Addrs: cfg.RedisAddrs, Cluster: cfg.RedisCluster,
+			SentinelMaster: cfg.RedisSentinelMaster, Username: cfg.RedisUsername,
+			Password: cfg.RedisPassword, TLS: cfg.RedisTLS, Timeout: cfg.RedisTimeout,
+			OnCircuitChange: onCircuit, Logger: cfg.Logger,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("--store redis: %w", err)
+		}
+		st.store, st.redis, st.failMode = red, red, failMode
+		if failMode == FailLocal {
+			mem, err := limit.NewMemory(limit.MemoryConfig{MaxKeys: cfg.MaxKeys})
+			if err != nil {
+				red.Close()
+				return nil, fmt.Errorf("--max-keys: %w", err)
+			}
+			st.mem, st.local = mem, mem
+		}
+	default:
+		return nil, fmt.Errorf("--store %q is not one of memory, redis", cfg.Store)
+	}
+	return st, nil
+}
+
+// keys returns the number of counters the store keeps in this process:
+// the memory store's; Redis's are in Redis.
+func (st *stores) keys() int {
+	if st.redis == nil && st.mem != nil {
+		return st.mem.Len()
+	}
+	return 0
+}
+
+// health reports on the store for /readyz.
+func (st *stores) health(ctx context.Context) StoreHealth {
+	if st.redis == nil {
+		return StoreHealth{Store: st.name, Reachable: true, Serving: true}
+	}
+	h := StoreHealth{Store: st.name, Circuit: "closed", FailMode: st.failMode.String()}
+	if st.redis.CircuitOpen() {
+		h.Circuit = "open"
+	}
+	if err := st.redis.Ping(ctx); err != nil {
+		h.Error = err.Error()
+	} else {
+		h.Reachable = true
+	}
+	h.Serving = h.Reachable || st.failMode != FailClosed
+	return h
+}
+
+func (st *stores) close() {
+	if st.redis != nil {
+		st.redis.Close()
+	}
 }
 
 // loadInitialRules reads the rule file, falling back to the built-in rules

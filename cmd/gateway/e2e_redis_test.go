@@ -1,0 +1,78 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/redistest"
+)
+
+// TestEndToEndRedis runs two gateway binaries on one Redis that is down
+// when they start: with --fail-mode closed they answer 503 and are not
+// ready, then use Redis once it comes, and together admit each limit once.
+func TestEndToEndRedis(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, `{"ok":true}`)
+	}))
+	defer up.Close()
+	srv := redistest.Start(t)
+	srv.Stop()
+
+	env := []string{"GATEWAY_UPSTREAM=" + up.URL, "GATEWAY_STORE=redis", "GATEWAY_REDIS_URL=" + srv.URL()}
+	a := startGateway(t, env, "--fail-mode", "closed")
+	b := startGateway(t, env, "--fail-mode", "closed", "--redis-timeout", "50ms")
+
+	if code, body := send(t, "GET", a.proxy+"/v1/user/42/orders", "X-App-Id", "app-1"); code != 503 || !strings.Contains(body, `"error":"limiter_unavailable"`) {
+		t.Errorf("Redis down, fail closed: got %d %s, want 503 limiter_unavailable", code, body)
+	}
+	if code, body := send(t, "GET", a.admin+"/readyz"); code != 503 || !strings.Contains(body, `"reachable":false`) {
+		t.Errorf("readyz with Redis down, fail closed: got %d %s, want 503", code, body)
+	}
+	if !strings.Contains(a.logs.String(), "redis unreachable at start") {
+		t.Errorf("no warning about Redis at start in the logs:\n%s", a.logs)
+	}
+
+	srv.Restart()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, g := range []*running{a, b} {
+		for {
+			code, _ := send(t, "GET", g.admin+"/readyz")
+			if code == 200 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("readyz 5s after Redis came: got %d\n%s", code, g.logs)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	// The breaker may still be open for its backoff: wait for a decision.
+	for {
+		code, _ := send(t, "GET", a.proxy+"/v1/user/1", "X-App-Id", "app-3")
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("requests 5s after Redis came: got %d\n%s", code, a.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// app-1 may GET /v1/user/{id}/orders 10 times a minute, across both
+	// gateways.
+	n1, _ := countAdmitted(t, 8, a.proxy+"/v1/user/42/orders", "X-App-Id", "app-1")
+	n2, _ := countAdmitted(t, 8, b.proxy+"/v1/user/42/orders", "X-App-Id", "app-1")
+	if n1+n2 != 10 {
+		t.Errorf("two gateways admitted %d + %d, want 10 in all", n1, n2)
+	}
+	if code, metrics := send(t, "GET", a.admin+"/metrics"); code != 200 ||
+		!strings.Contains(metrics, `gateway_store_errors_total{store="redis"}`) ||
+		!strings.Contains(metrics, "gateway_store_circuit_open 0") {
+		t.Errorf("metrics: got %d, want the store's errors and a closed circuit", code)
+	}
+}

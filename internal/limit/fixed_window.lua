@@ -1,0 +1,31 @@
+-- fixed_window for the Redis store (redis.lua), as fwState in
+-- fixed_window.go: fields w (the window number counted in) and c (its
+-- count).
+local M = {}
+
+function M.fields()
+  return { 'w', 'c' }
+end
+
+function M.decide(key, p, now, v)
+  local sw, sc = tonumber(v.w), tonumber(v.c) or 0
+  -- The window that now falls in and what was counted in it; a now
+  -- before the counted window is treated as being in it.
+  local win, count = fdiv(now, p.window), 0
+  if sc > 0 and win <= sw then
+    win, count = sw, sc
+  end
+  local e = (win + 1) * p.window - now
+  if count < p.limit then
+    return { ok = true, remaining = p.limit - count - 1, reset = e, retry = 0, win = win, count = count }
+  end
+  return { ok = false, remaining = 0, reset = e, retry = e }
+end
+
+function M.commit(key, p, now, r, set)
+  put(set, 'w', r.win)
+  put(set, 'c', r.count + 1)
+  return (r.win + 1) * p.window
+end
+
+return M

@@ -1,0 +1,429 @@
+package limit
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// Defaults of RedisConfig.
+const (
+	DefaultRedisTimeout      = 25 * time.Millisecond
+	DefaultBreakerThreshold  = 5
+	DefaultBreakerBackoff    = 100 * time.Millisecond
+	DefaultBreakerMaxBackoff = 500 * time.Millisecond
+	DefaultDenyCacheSize     = 1 << 16
+)
+
+// RedisConfig configures a Redis store. Name the server with URL, Addrs,
+// or both; the other fields have defaults.
+type RedisConfig struct {
+	// URL is redis://[[user]:password@]host[:port][/db], or rediss:// for
+	// TLS. With Addrs too, it gives only the scheme, credentials and
+	// database, and Addrs the servers.
+	URL string
+	// Addrs are host:port addresses: the seed nodes of a Redis Cluster
+	// (with Cluster), the Sentinels (with SentinelMaster), or one server.
+	Addrs []string
+	// Cluster makes URL's host or Addrs the seed nodes of a Redis Cluster.
+	Cluster bool
+	// SentinelMaster is the name of the master that the Sentinels at
+	// Addrs (or URL's host) watch. Empty for no Sentinel.
+	SentinelMaster string
+	// Username and Password, when not empty, replace URL's credentials.
+	// With Sentinel, they are the master's; the Sentinels are asked
+	// without credentials.
+	Username, Password string
+	// TLS connects with TLS (as rediss:// does) to Addrs.
+	TLS bool
+	// Timeout bounds every call to Redis, a slow answer included. Default
+	// DefaultRedisTimeout (25ms).
+	Timeout time.Duration
+	// PoolSize is the number of connections per Redis server. 0 means
+	// go-redis's default, 10 per CPU.
+	PoolSize int
+	// BreakerThreshold is the number of consecutive failed calls that
+	// opens the circuit breaker. Default 5.
+	BreakerThreshold int
+	// BreakerBackoff is how long the breaker stays open before it lets a
+	// probe through; it doubles after each failed probe up to
+	// BreakerMaxBackoff. Defaults 100ms and 500ms: a gateway finds a
+	// recovered Redis within about a second.
+	BreakerBackoff, BreakerMaxBackoff time.Duration
+	// DenyCacheSize is the number of keys whose denial the store
+	// remembers, so that it can deny them until the denial's end without
+	// asking Redis. 0 means DefaultDenyCacheSize (65536: 7 MB and the keys); -1
+	// turns the cache off.
+	DenyCacheSize int
+	// OnCircuitChange, if not nil, is called with true when the circuit
+	// breaker opens and false when it closes.
+	OnCircuitChange func(open bool)
+	// Now is the clock of the breaker and the deny cache (decisions use
+	// Redis's clock). Default time.Now.
+	Now func() time.Time
+	// Logger receives go-redis's own log lines (failed dials, at debug
+	// level: the store's errors and breaker report the same trouble).
+	// go-redis logs per process, not per client: the last Redis store
+	// created with a Logger gets every client's lines. Nil drops them.
+	Logger *slog.Logger
+}
+
+// Redis is the distributed Store (DESIGN §6): the counters live in Redis
+// or Redis Cluster and are shared by every gateway that uses it, so that
+// limits hold for the fleet as a whole.
+//
+// One Allow is one script call (EVALSHA, EVAL when Redis lost the
+// script): the script reads Redis's clock (TIME), decides every limit of
+// the request, and counts the request against all of them only if every
+// enforced limit admits it, atomically, with the semantics of Memory.Allow.
+// A counter is a Redis hash "gw:{tag}:rest" (see Request.Tag) that
+// expires once its state is as good as fresh. Times are whole
+// microseconds (Redis's resolution): durations in Params are rounded up
+// to them, and Reset and RetryAfter are multiples of them.
+//
+// A call that fails or takes longer than Timeout returns an error; after
+// several in a row, a circuit breaker fails calls at once (ErrCircuitOpen)
+// until a probe finds Redis back. A key that Redis denied until some
+// instant is denied locally until then, without a call.
+//
+// NewRedis does not need Redis to be up: it connects on first use, and
+// again whenever Redis comes back. A Redis is safe for concurrent use.
+type Redis struct {
+	client  redis.UniversalClient
+	script  *redis.Script
+	timeout time.Duration
+	breaker *breaker
+	deny    *denyCache
+	now     func() time.Time
+	// epoch is now at creation: the deny cache counts from it, on the
+	// monotonic clock, so that a step of the wall clock moves no denial.
+	epoch time.Time
+	// fixedNow, when not nil, gives the instant (µs since the Unix epoch)
+	// the script decides at instead of Redis's TIME. Tests only.
+	fixedNow func() int64
+}
+
+var _ Store = (*Redis)(nil)
+
+// NewRedis returns a Redis store for cfg. It validates cfg but does not
+// connect.
+func NewRedis(cfg RedisConfig) (*Redis, error) {
+	opts, err := redisOptions(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.Timeout < 0:
+		return nil, fmt.Errorf("redis timeout %s is negative", cfg.Timeout)
+	case cfg.BreakerThreshold < 0:
+		return nil, fmt.Errorf("redis breaker threshold %d is negative", cfg.BreakerThreshold)
+	case cfg.BreakerBackoff < 0 || cfg.BreakerMaxBackoff < 0:
+		return nil, errors.New("redis breaker backoff is negative")
+	case cfg.DenyCacheSize < -1:
+		return nil, fmt.Errorf("redis deny cache size %d is below -1", cfg.DenyCacheSize)
+	case cfg.PoolSize < 0:
+		return nil, fmt.Errorf("redis pool size %d is negative", cfg.PoolSize)
+	}
+	timeout := cmpOr(cfg.Timeout, DefaultRedisTimeout)
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	src, err := redisScript()
+	if err != nil {
+		return nil, err
+	}
+
+	opts.PoolSize = cfg.PoolSize
+	// One attempt per call, bounded by the call's context: a retry would
+	// only add latency that the fail mode avoids.
+	opts.MaxRetries = -1
+	opts.ContextTimeoutEnabled = true
+	opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = timeout, timeout, timeout
+	// Dials happen inside calls (bounded by Timeout) and in go-redis's
+	// background redial; a refused dial should fail at once, not retry.
+	opts.DialTimeout = max(timeout, time.Second)
+	opts.DialerRetries = 1
+	opts.DisableIdentity = true
+	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	if cfg.Logger != nil {
+		redisLog.Store(cfg.Logger)
+	}
+
+	r := &Redis{
+		client:  redis.NewUniversalClient(opts),
+		script:  redis.NewScript(src),
+		timeout: timeout,
+		now:     now,
+		epoch:   now(),
+		breaker: newBreaker(
+			cmpOr(cfg.BreakerThreshold, DefaultBreakerThreshold),
+			cmpOr(cfg.BreakerBackoff, DefaultBreakerBackoff),
+			cmpOr(cfg.BreakerMaxBackoff, DefaultBreakerMaxBackoff),
+			now, cfg.OnCircuitChange),
+	}
+	if cfg.DenyCacheSize >= 0 {
+		r.deny = newDenyCache(cmpOr(cfg.DenyCacheSize, DefaultDenyCacheSize))
+	}
+	return r, nil
+}
+
+// cmpOr returns v, or def when v is zero.
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// redisOptions turns cfg's addressing into go-redis options.
+func redisOptions(cfg *RedisConfig) (*redis.UniversalOptions, error) {
+	if cfg.URL == "" && len(cfg.Addrs) == 0 {
+		return nil, errors.New("redis: no server: set a URL or addresses")
+	}
+	if cfg.Cluster && cfg.SentinelMaster != "" {
+		return nil, errors.New("redis: cluster and sentinel are exclusive")
+	}
+	opts := &redis.UniversalOptions{}
+	if cfg.URL != "" {
+		u, err := redis.ParseURL(cfg.URL)
+		if err != nil {
+			// The URL may hold a password: say what is wrong without it.
+			var uerr *url.Error
+			if errors.As(err, &uerr) {
+				err = uerr.Err
+			}
+			return nil, fmt.Errorf("redis url: %w", err)
+		}
+		opts.Addrs = []string{u.Addr}
+		opts.Username, opts.Password, opts.DB, opts.TLSConfig = u.Username, u.Password, u.DB, u.TLSConfig
+	}
+	if len(cfg.Addrs) > 0 {
+		opts.Addrs = nil
+		for _, a := range cfg.Addrs {
+			a = strings.TrimSpace(a)
+			if a == "" {
+				continue
+			}
+			if _, _, err := splitHostPort(a); err != nil {
+				return nil, fmt.Errorf("redis address %q: %w", a, err)
+			}
+			opts.Addrs = append(opts.Addrs, a)
+		}
+		if len(opts.Addrs) == 0 {
+			return nil, errors.New("redis: no server: the address list is empty")
+		}
+	}
+	if cfg.Username != "" {
+		opts.Username = cfg.Username
+	}
+	if cfg.Password != "" {
+		opts.Password = cfg.Password
+	}
+	if cfg.TLS && opts.TLSConfig == nil {
+		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	switch {
+	case cfg.SentinelMaster != "":
+		opts.MasterName = cfg.SentinelMaster
+	case cfg.Cluster:
+		if opts.DB != 0 {
+			return nil, fmt.Errorf("redis: database %d: a cluster has only database 0", opts.DB)
+		}
+		opts.IsClusterMode = true
+	case len(opts.Addrs) > 1:
+		return nil, errors.New("redis: several addresses need cluster or a sentinel master")
+	}
+	return opts, nil
+}
+
+// splitHostPort checks a host:port address.
+func splitHostPort(a string) (string, int, error) {
+	i := strings.LastIndexByte(a, ':')
+	if i <= 0 {
+		return "", 0, errors.New("want host:port")
+	}
+	port, err := strconv.Atoi(a[i+1:])
+	if err != nil || port <= 0 || port > 65535 {
+		return "", 0, errors.New("want host:port with a port in 1..65535")
+	}
+	return a[:i], port, nil
+}
+
+// Close closes the connections to Redis.
+func (r *Redis) Close() error { return r.client.Close() }
+
+// CircuitOpen reports whether the circuit breaker is open: Redis failed
+// repeatedly and calls fail at once until a probe succeeds.
+func (r *Redis) CircuitOpen() bool { return r.breaker.isOpen() }
+
+// Ping asks Redis whether it is up, within the store's timeout. It does
+// not move the circuit breaker.
+func (r *Redis) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	if err := r.client.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis ping: %w", err)
+	}
+	return nil
+}
+
+// argsPerLimit is the number of script arguments per limit (redis.lua).
+const argsPerLimit = 8
+
+// Allow implements Store, with Memory.Allow's semantics, on Redis's clock:
+// now is not used (the deny cache and the breaker use RedisConfig.Now).
+// It returns ErrCircuitOpen while the breaker is open, and an error when
+// Redis fails or does not answer within the timeout; a caller's own
+// cancellation is returned as such and does not count as a failure.
+//
+// The requests must share a Tag (Request.Tag) and have distinct keys;
+// Overflow is not used, since Redis keys expire on their own.
+func (r *Redis) Allow(ctx context.Context, _ time.Time, reqs []Request, res []Result) (bool, error) {
+	n := len(reqs)
+	if len(res) < n {
+		return false, fmt.Errorf("limit: %d results for %d requests", len(res), n)
+	}
+	if n == 0 {
+		return true, nil
+	}
+	keys := make([]string, n)
+	args := make([]any, 1, 1+argsPerLimit*n)
+	args[0] = ""
+	if r.fixedNow != nil {
+		args[0] = strconv.FormatInt(r.fixedNow(), 10)
+	}
+	var tag0 string
+	for i := range reqs {
+		q := &reqs[i]
+		p := q.Params
+		if p == nil {
+			return false, fmt.Errorf("limit: request for %q has no params", q.Key)
+		}
+		if err := p.Validate(); err != nil {
+			if _, ok := Lookup(p.Algorithm); !ok {
+				return false, fmt.Errorf("%w %q", ErrUnknownAlgorithm, p.Algorithm)
+			}
+			return false, fmt.Errorf("limit: key %q: %w", q.Key, err)
+		}
+		a, _ := Lookup(p.Algorithm)
+		if _, ok := a.(RedisAlgorithm); !ok {
+			return false, fmt.Errorf("limit: algorithm %q has no Redis implementation", p.Algorithm)
+		}
+		tag := redisTag(q)
+		if i == 0 {
+			tag0 = tag
+		} else if tag != tag0 {
+			return false, fmt.Errorf("limit: keys %q and %q of one call have different tags %q and %q", reqs[0].Key, q.Key, tag0, tag)
+		}
+		keys[i] = redisKey(tag, q.Key)
+		shadow := "0"
+		if q.Shadow {
+			shadow = "1"
+		}
+		args = append(args, p.Algorithm, p.Limit, micros(p.Window), p.Precision, p.Burst,
+			micros(p.Warmup), micros(p.Lock), shadow)
+	}
+
+	start := int64(r.now().Sub(r.epoch))
+	if r.deny != nil && r.deny.lookup(keys, reqs, start, res) {
+		return false, nil
+	}
+	ok, probe := r.breaker.allow()
+	if !ok {
+		return false, ErrCircuitOpen
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	v, err := r.script.Run(cctx, r.client, keys, args...).Int64Slice()
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			// The caller went away: that says nothing about Redis.
+			r.breaker.abandon(probe)
+			return false, fmt.Errorf("redis: %w", ctx.Err())
+		}
+		r.breaker.failure(probe)
+		return false, fmt.Errorf("redis: %w", err)
+	}
+	r.breaker.success()
+	if len(v) != 1+4*n {
+		return false, fmt.Errorf("redis: script answered %d values for %d limits", len(v), n)
+	}
+	for i := range reqs {
+		w := v[1+4*i:]
+		res[i] = Result{
+			Allowed:    w[0] == 1,
+			Limit:      reqs[i].Params.Limit,
+			Remaining:  w[1],
+			Reset:      time.Duration(w[2]) * time.Microsecond,
+			RetryAfter: time.Duration(w[3]) * time.Microsecond,
+		}
+	}
+	allowed := v[0] == 1
+	if !allowed && r.deny != nil {
+		r.deny.record(keys, reqs, res, start)
+	}
+	return allowed, nil
+}
+
+// micros returns d in whole microseconds, rounded up.
+func micros(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+// redisTag returns q's tag: Tag, or Key up to its first "|".
+func redisTag(q *Request) string {
+	if q.Tag != "" {
+		return q.Tag
+	}
+	if i := strings.IndexByte(q.Key, '|'); i >= 0 {
+		return q.Key[:i]
+	}
+	return q.Key
+}
+
+// redisKey returns the Redis key of the counter key with tag:
+// "gw:{tag}:rest" when key is tag + "|" + rest (an app's keys:
+// "gw:{app-1}:/v1/user"), else "gw:{tag}|key" (a per-IP key:
+// "gw:{*|203.0.113.7}|*|/|203.0.113.7"). The separator after the tag tells
+// the two forms apart, so distinct keys never share a Redis key. Redis
+// Cluster places the key by the tag between the braces.
+func redisKey(tag, key string) string {
+	if len(key) > len(tag) && key[len(tag)] == '|' && key[:len(tag)] == tag {
+		return "gw:{" + tag + "}:" + key[len(tag)+1:]
+	}
+	return "gw:{" + tag + "}|" + key
+}
+
+// redisLog is where go-redis's log lines go (RedisConfig.Logger); nil
+// drops them.
+var redisLog atomic.Pointer[slog.Logger]
+
+func init() {
+	// go-redis's logger is a process-wide variable without a lock: set it
+	// once, before any client exists, to one that reads redisLog.
+	redis.SetLogger(redisLogger{})
+}
+
+// redisLogger sends go-redis's log lines to redisLog at debug level.
+type redisLogger struct{}
+
+func (redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	if l := redisLog.Load(); l != nil {
+		l.DebugContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
+	}
+}

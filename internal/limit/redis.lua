@@ -1,0 +1,253 @@
+-- The Redis store's one script (redis.go): it decides every limit of one
+-- request and, only if every enforced limit admits it, counts it against
+-- all of them, atomically. It mirrors Memory.Allow (memory.go).
+--
+-- Time is Redis's own (TIME), in whole microseconds, so that gateways with
+-- skewed clocks agree (seed 004). Every instant and duration here is an
+-- integer number of microseconds held in a Lua number (a double): exact up
+-- to 2^53 µs, about 285 years, which is why the store does not count in
+-- nanoseconds as the memory store does.
+--
+-- KEYS[i] is the hash of limit i. Its fields "_id" (the counter's shape:
+-- algorithm/window/precision), "_lk" (the end of a lockout) and "_x" (when
+-- the key expires) are the store's; the other fields belong to the
+-- algorithm. The algorithms' chunks (A below) may use the helpers fdiv,
+-- fmod, muldiv and put defined here.
+--
+-- ARGV[1] is "" (read TIME) or a fixed instant, for tests. Then for each
+-- limit, eight values: algorithm, limit, window (µs), precision, burst,
+-- warmup (µs), lock (µs), and "1" for a shadow limit.
+--
+-- The reply is {allowed, then for each limit: allowed, remaining, reset
+-- (µs), retry after (µs)}, with 1 and 0 for true and false.
+
+-- fdiv returns ⌊a/b⌋ for integers a, b > 0 below 2^53, exactly: the
+-- quotient of two doubles can round up to the next integer.
+local function fdiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+-- fmod returns a mod b in 0..b-1 for b > 0.
+local function fmod(a, b)
+  return a - fdiv(a, b) * b
+end
+
+local EXACT = 9007199254740992 -- 2^53
+
+-- muldiv returns ⌊a·b/c⌋ and a·b mod c for integers 0 ≤ a, b < 2^53 and
+-- 0 < c ≤ 2^52 whose quotient is below 2^53, although a·b itself may not
+-- be (the GCRA's k·Window/Limit): a·b = ⌊a/c⌋·b·c + (a mod c)·b, and the
+-- second product is divided bit by bit, every partial sum staying below
+-- 2c.
+local function muldiv(a, b, c)
+  if a * b < EXACT then
+    local q = fdiv(a * b, c)
+    return q, a * b - q * c
+  end
+  local aq = fdiv(a, c)
+  local ar = a - aq * c
+  local bits, x = {}, b
+  while x > 0 do
+    local h = fdiv(x, 2)
+    bits[#bits + 1] = x - 2 * h
+    x = h
+  end
+  local q, r = 0, 0
+  for i = #bits, 1, -1 do
+    q, r = 2 * q, 2 * r
+    if r >= c then q, r = q + 1, r - c end
+    if bits[i] == 1 then
+      r = r + ar
+      if r >= c then q, r = q + 1, r - c end
+    end
+  end
+  return aq * b + q, r
+end
+
+-- put appends a field and its value to the list set. Numbers go to Redis
+-- as they are: it renders integers below 2^53 exactly, without the cost
+-- of string.format.
+local function put(set, field, value)
+  set[#set + 1] = field
+  set[#set + 1] = value
+end
+
+-- slack is added to every expiry: none on Redis's clock; an hour on a
+-- test's fixed clock, which Redis's expiry does not follow.
+local slack = 0
+if ARGV[1] ~= '' then
+  slack = 3600000
+end
+
+-- ttl returns the time in milliseconds from now until at, rounded up and at
+-- least 1: what PEXPIRE needs so that a key lives until at.
+local function ttl(at, now)
+  return math.max(math.ceil((at - now) / 1000), 1) + slack
+end
+
+-- A maps each algorithm's name to a function that returns its functions
+-- (and, once called, to them):
+--   fields(p, now) returns the names of the fields decide needs first; the
+--     script reads them with its own in one HMGET;
+--   decide(key, p, now, v) returns a result {ok, remaining, reset, retry}
+--     (and whatever else commit needs) without writing anything; v maps
+--     the names of fields to their values (false when absent, as HMGET
+--     gives them to Lua), and decide may read more fields itself;
+--   commit(key, p, now, r, set) counts one request that decide admitted:
+--     it appends the fields to write to the list set (name, value, ...),
+--     which the script writes with its own in one HSET, and returns the
+--     instant from which the state is as good as fresh, so that the key
+--     can expire then.
+-- p holds limit, window, precision, burst and warmup (µs); the functions
+-- are called only for limit ≥ 1.
+local A = {}
+--ALGORITHMS--
+
+local now
+if ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- lockout makes r the denial of a locked key that is left µs from its end.
+local function lockout(r, left)
+  return { ok = false, remaining = 0, reset = math.max(r.reset, left), retry = math.max(r.retry, left) }
+end
+
+-- expiry returns the instant, after the state's idle instant at, until
+-- which a key is kept: up to a window (at most a second) more, so that a
+-- busy key's expiry is moved once per window rather than on every
+-- request.
+local function expiry(at, p)
+  return at + math.min(p.window, 1000000)
+end
+
+local n = #KEYS
+local P, R, L, X, fresh = {}, {}, {}, {}, {}
+for i = 1, n do
+  local o = 2 + (i - 1) * 8
+  local p = {
+    alg = ARGV[o],
+    limit = tonumber(ARGV[o + 1]),
+    window = tonumber(ARGV[o + 2]),
+    precision = tonumber(ARGV[o + 3]),
+    burst = tonumber(ARGV[o + 4]),
+    warmup = tonumber(ARGV[o + 5]),
+    lock = tonumber(ARGV[o + 6]),
+    shadow = ARGV[o + 7] == '1',
+  }
+  p.id = p.alg .. '/' .. ARGV[o + 2] .. '/' .. ARGV[o + 3]
+  local a = A[p.alg]
+  if a == nil then
+    return redis.error_reply('ERR gateway script: unknown algorithm ' .. p.alg)
+  end
+  if type(a) == 'function' then
+    a = a()
+    A[p.alg] = a
+  end
+  p.a = a
+  local key = KEYS[i]
+  -- The store's fields: the shape, the end of a lockout, and the instant
+  -- the key expires (µs).
+  local names = { '_id', '_lk', '_x' }
+  local own = {}
+  if p.limit > 0 then
+    own = a.fields(p, now)
+    for _, f in ipairs(own) do
+      names[#names + 1] = f
+    end
+  end
+  local v = redis.call('HMGET', key, unpack(names))
+  local lk, x = tonumber(v[2]) or 0, tonumber(v[3]) or 0
+  local st = {}
+  for j, f in ipairs(own) do
+    st[f] = v[3 + j]
+  end
+  fresh[i] = v[1] ~= p.id
+  if v[1] and v[1] ~= p.id then
+    -- The counter changed shape (a reload changed its algorithm, window
+    -- or precision): start afresh, keeping the lockout (in progress, or
+    -- ended but in force again if the clock steps back, as in memory).
+    redis.call('DEL', key)
+    st, x = {}, 0
+    if p.lock > 0 and lk > 0 then
+      x = expiry(math.max(lk, now), p)
+      redis.call('HSET', key, '_id', p.id, '_lk', lk, '_x', x)
+      redis.call('PEXPIRE', key, ttl(x, now))
+      fresh[i] = false
+    end
+  end
+  if p.lock == 0 and lk > 0 then
+    -- The rule no longer locks out: lift a lockout in progress.
+    redis.call('HDEL', key, '_lk')
+    lk = 0
+  end
+  local r
+  if p.limit < 0 then
+    r = { ok = true, remaining = -1, reset = 0, retry = 0 }
+  elseif p.limit == 0 then
+    r = { ok = false, remaining = 0, reset = p.window, retry = p.window }
+  else
+    r = a.decide(key, p, now, st)
+  end
+  if lk > now then
+    r = lockout(r, lk - now)
+  end
+  P[i], R[i], L[i], X[i] = p, r, lk, x
+end
+
+local allowed = true
+for i = 1, n do
+  if not R[i].ok and not P[i].shadow then
+    allowed = false
+  end
+end
+
+-- write writes the fields of set to key, moving its expiry to cover upto
+-- if it does not.
+local function write(key, p, set, upto, x, now)
+  if upto > x then
+    x = expiry(upto, p)
+    put(set, '_x', x)
+    redis.call('HSET', key, unpack(set))
+    redis.call('PEXPIRE', key, ttl(x, now))
+  elseif #set > 0 then
+    redis.call('HSET', key, unpack(set))
+  end
+end
+
+local out = { allowed and 1 or 0 }
+for i = 1, n do
+  local p, r, key = P[i], R[i], KEYS[i]
+  if not r.ok then
+    if p.lock > 0 and not p.shadow and L[i] <= now then
+      local lk = now + p.lock
+      write(key, p, { '_id', p.id, '_lk', lk }, lk, X[i], now)
+      r = lockout(r, p.lock)
+    end
+  elseif allowed then
+    if p.limit > 0 then
+      local set = {}
+      local idle = p.a.commit(key, p, now, r, set)
+      if fresh[i] then
+        put(set, '_id', p.id)
+      end
+      write(key, p, set, math.max(idle, L[i]), X[i], now)
+    end
+  elseif r.remaining >= 0 then
+    r.remaining = r.remaining + 1 -- decided as if counted; it was not
+  end
+  out[#out + 1] = r.ok and 1 or 0
+  out[#out + 1] = r.remaining
+  out[#out + 1] = r.reset
+  out[#out + 1] = r.retry
+end
+return out

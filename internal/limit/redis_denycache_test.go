@@ -1,0 +1,97 @@
+package limit
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+func TestDenyCache(t *testing.T) {
+	t.Parallel()
+	const s = int64(time.Second)
+	p := &Params{Algorithm: "fixed_window", Limit: 10, Window: time.Minute}
+	q := &Params{Algorithm: "fixed_window", Limit: 100, Window: time.Minute}
+	total := Request{Key: "a|", Params: q}
+	rule := Request{Key: "a|/x", Params: p}
+	keys := []string{"gw:{a}:", "gw:{a}:/x"}
+	reqs := []Request{total, rule}
+
+	c := newDenyCache(8)
+	res := make([]Result, 2)
+	if c.lookup(keys, reqs, 0, res) {
+		t.Fatalf("empty cache: got a hit")
+	}
+	// Redis denied the request at 0: the rule until 30s, the total admitted.
+	c.record(keys, reqs, []Result{
+		{Allowed: true, Limit: 100, Remaining: 42, Reset: 50 * time.Second},
+		{Limit: 10, Reset: 40 * time.Second, RetryAfter: 30 * time.Second},
+	}, 0)
+	tests := []struct {
+		name    string
+		keys    []string
+		reqs    []Request
+		at      int64
+		wantHit bool
+		want    []Result
+	}{
+		{
+			name: "denied with the headers Redis gave", keys: keys, reqs: reqs, at: 10 * s, wantHit: true,
+			want: []Result{
+				{Allowed: true, Limit: 100, Remaining: 42, Reset: 40 * time.Second},
+				{Limit: 10, Reset: 30 * time.Second, RetryAfter: 20 * time.Second},
+			},
+		},
+		{
+			name: "the denied limit alone", keys: keys[1:], reqs: reqs[1:], at: 29 * s, wantHit: true,
+			want: []Result{{Limit: 10, Reset: 11 * time.Second, RetryAfter: time.Second}},
+		},
+		{name: "after the denial", keys: keys, reqs: reqs, at: 30 * s},
+		{name: "the admitting limit alone", keys: keys[:1], reqs: reqs[:1], at: 10 * s},
+		{name: "a limit the cache does not know", keys: []string{keys[1], "gw:{a}:/y"}, reqs: []Request{rule, {Key: "a|/y", Params: p}}, at: 10 * s},
+		{name: "shadow", keys: keys[1:], reqs: []Request{{Key: "a|/x", Params: p, Shadow: true}}, at: 10 * s},
+		{name: "reloaded params", keys: keys[1:], reqs: []Request{{Key: "a|/x", Params: q}}, at: 10 * s},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			res := make([]Result, len(tt.reqs))
+			if got := c.lookup(tt.keys, tt.reqs, tt.at, res); got != tt.wantHit {
+				t.Fatalf("hit: got %v, want %v", got, tt.wantHit)
+			}
+			for i := range tt.want {
+				if res[i] != tt.want[i] {
+					t.Errorf("result %d: got %+v, want %+v", i, res[i], tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestDenyCacheIsBounded checks that a flood of denied keys does not grow
+// the cache.
+func TestDenyCacheIsBounded(t *testing.T) {
+	t.Parallel()
+	c := newDenyCache(100)
+	if got := len(c.slots); got != 128 {
+		t.Errorf("slots: got %d, want 128", got)
+	}
+	p := &Params{Algorithm: "fixed_window", Limit: 1, Window: time.Minute}
+	hits := 0
+	for i := range 10_000 {
+		key := fmt.Sprintf("gw:{*|10.0.%d.%d}|*|/", i/256, i%256)
+		reqs := []Request{{Key: key, Params: p}}
+		c.record([]string{key}, reqs, []Result{{Limit: 1, Reset: time.Minute, RetryAfter: time.Minute}}, 0)
+	}
+	for i := range 10_000 {
+		key := fmt.Sprintf("gw:{*|10.0.%d.%d}|*|/", i/256, i%256)
+		if c.lookup([]string{key}, []Request{{Key: key, Params: p}}, 1, make([]Result, 1)) {
+			hits++
+		}
+	}
+	if got := len(c.slots); got != 128 {
+		t.Errorf("slots after a flood: got %d, want 128", got)
+	}
+	if hits == 0 || hits > 128 {
+		t.Errorf("hits after a flood of 10000 keys: got %d, want 1..128", hits)
+	}
+}

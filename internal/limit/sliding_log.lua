@@ -1,0 +1,92 @@
+-- sliding_log for the Redis store (redis.lua), as slState in
+-- sliding_log.go: a ring of the instants of the last z admissions in fields
+-- 0..z-1, oldest first from h, n of them used. A decision reads
+-- O(log limit) fields (a binary search), a commit writes one.
+local M = {}
+
+function M.fields()
+  return { 'h', 'n', 'z' }
+end
+
+-- at returns the i-th instant from the oldest.
+local function at(key, st, i)
+  local j = st.h + i
+  if j >= st.z then
+    j = j - st.z
+  end
+  return tonumber(redis.call('HGET', key, j))
+end
+
+-- view returns the instant a request at now is counted at, the index of
+-- the first admission among the last limit that still counts then, and
+-- the newest admission.
+local function view(key, st, now, limit, w)
+  if st.n == 0 then
+    return now, 0, nil
+  end
+  local newest = at(key, st, st.n - 1)
+  local t = math.max(now, newest)
+  local lo, hi = st.n - math.min(st.n, limit), st.n
+  while lo < hi do
+    local mid = fdiv(lo + hi, 2)
+    if at(key, st, mid) >= t - w then
+      hi = mid
+    else
+      lo = mid + 1
+    end
+  end
+  return t, lo, newest
+end
+
+function M.decide(key, p, now, v)
+  local st = { h = tonumber(v.h) or 0, n = tonumber(v.n) or 0, z = tonumber(v.z) or p.limit }
+  local w = p.window
+  local t, first, newest = view(key, st, now, p.limit, w)
+  local counted = st.n - first
+  if counted < p.limit then
+    return { ok = true, remaining = p.limit - counted - 1, reset = t + w + 1 - now, retry = 0, st = st, t = t }
+  end
+  return { ok = false, remaining = 0, reset = newest + w + 1 - now, retry = at(key, st, first) + w + 1 - now }
+end
+
+-- grow resizes the ring to size, keeping the admissions in order, in set.
+-- It runs only after a reload raised the limit.
+local function grow(key, st, size, set)
+  if st.n > 0 then
+    local f = {}
+    for i = 0, st.n - 1 do
+      f[#f + 1] = fmod(st.h + i, st.z)
+    end
+    local v = redis.call('HMGET', key, unpack(f))
+    for i = 1, st.n do
+      put(set, i - 1, v[i])
+    end
+  end
+  st.h, st.z = 0, size
+end
+
+function M.commit(key, p, now, r, set)
+  local st = r.st
+  if st.z < p.limit then
+    grow(key, st, p.limit, set)
+  end
+  if st.n < st.z then
+    st.n = st.n + 1
+  else
+    st.h = st.h + 1
+    if st.h == st.z then
+      st.h = 0
+    end
+  end
+  local j = st.h + st.n - 1
+  if j >= st.z then
+    j = j - st.z
+  end
+  put(set, j, r.t)
+  put(set, 'h', st.h)
+  put(set, 'n', st.n)
+  put(set, 'z', st.z)
+  return r.t + p.window + 1
+end
+
+return M

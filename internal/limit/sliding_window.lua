@@ -1,0 +1,115 @@
+-- sliding_window for the Redis store (redis.lua), as swState in
+-- sliding_window.go: a ring of precision+1 bucket counts in fields 0..P,
+-- h the newest bucket counted into and t the total. Buckets are
+-- ⌈window/precision⌉ µs wide and aligned to the Unix epoch. An admission
+-- in the newest bucket reads and writes three fields.
+local M = {}
+
+local function geometry(p)
+  return math.max(fdiv(p.window + p.precision - 1, p.precision), 1), p.precision + 1
+end
+
+-- slot returns the field of bucket b.
+local function slot(b, n)
+  return fmod(b, n)
+end
+
+-- counts returns the counts of buckets from..to (at most n of them),
+-- indexed by bucket.
+local function counts(key, from, to, n)
+  local f = {}
+  for j = from, to do
+    f[#f + 1] = slot(j, n)
+  end
+  local out = {}
+  if #f == 0 then
+    return out
+  end
+  local v = redis.call('HMGET', key, unpack(f))
+  for i = 1, #f do
+    out[from + i - 1] = tonumber(v[i]) or 0
+  end
+  return out
+end
+
+function M.fields(p, now)
+  local width, n = geometry(p)
+  return { 'h', 't', slot(fdiv(now, width), n) }
+end
+
+function M.decide(key, p, now, v)
+  local width, n = geometry(p)
+  local head, total = tonumber(v.h) or 0, tonumber(v.t) or 0
+  local b = fdiv(now, width)
+  local r = { head = head, total = total, b = b }
+  local sum = 0
+  if total > 0 then
+    if b <= head then
+      -- Counted in the head bucket (b < head: a clock that stepped back).
+      b = head
+      r.b = b
+      r.cb = tonumber(v[slot(b, n)])
+      if r.cb == nil then
+        r.cb = tonumber(redis.call('HGET', key, slot(b, n))) or 0
+      end
+    end
+    if b - head < n then
+      sum = total
+      if b > head then
+        -- Bucket j shares its slot with bucket j-n, which has aged out.
+        r.c = counts(key, head + 1, b, n)
+        for j = head + 1, b do
+          sum = sum - r.c[j]
+        end
+      end
+    end
+  end
+  if sum < p.limit then
+    r.ok, r.remaining, r.reset, r.retry = true, p.limit - sum - 1, (b + n) * width - now, 0
+    return r
+  end
+  -- Denied: walk forward bucket by bucket until enough old buckets have
+  -- aged out for one more request to fit.
+  local all = counts(key, head - n + 1, head, n)
+  local res = { ok = false, remaining = 0, reset = (head + n) * width - now, retry = 0 }
+  local left = sum
+  for k = 1, n do
+    local j = b + k - n
+    if j <= head then
+      left = left - all[j]
+    end
+    if left < p.limit then
+      res.retry = (b + k) * width - now
+      break
+    end
+  end
+  return res
+end
+
+function M.commit(key, p, now, r, set)
+  local width, n = geometry(p)
+  local head, total, b = r.head, r.total, r.b
+  local count = 1
+  if total == 0 then
+    -- Every slot is empty; any bucket may become the head.
+  elseif b <= head then
+    count = r.cb + 1
+  elseif b - head >= n then
+    for i = 0, n - 1 do
+      put(set, i, 0)
+    end
+    total = 0
+  else
+    for j = head + 1, b - 1 do
+      total = total - r.c[j]
+      put(set, slot(j, n), 0)
+    end
+    total = total - r.c[b]
+  end
+  put(set, slot(b, n), count)
+  put(set, 'h', b)
+  put(set, 't', total + 1)
+  return (b + n) * width
+end
+
+return M

@@ -1,0 +1,398 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/redistest"
+)
+
+// redisGW is a gateway on the redis store, with metrics.
+type redisGW struct {
+	*gw
+	red     *limit.Redis
+	metrics *Metrics
+}
+
+// newRedisGW returns a gateway whose store is a Redis store on srv with
+// fail mode mode (and, for FailLocal, a memory store for the local
+// decisions).
+func newRedisGW(t *testing.T, rules string, srv *redistest.Server, mode FailMode) *redisGW {
+	t.Helper()
+	var m *Metrics
+	red, err := limit.NewRedis(limit.RedisConfig{URL: srv.URL(), OnCircuitChange: func(open bool) { m.SetCircuitOpen(open) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { red.Close() })
+	m = NewMetrics(MetricsConfig{Registry: prometheus.NewRegistry(), Store: "redis", Version: "test"})
+	g := newGW(t, rules, func(h *HandlerConfig, _ *UpstreamConfig) {
+		h.Store, h.FailMode = red, mode
+		h.Observers = append(h.Observers, m)
+		if mode == FailLocal {
+			mem, err := limit.NewMemory(limit.MemoryConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.Local = mem
+		}
+	})
+	return &redisGW{gw: g, red: red, metrics: m}
+}
+
+// from sends one request through the handler from the client at ip.
+func (g *gw) from(ip, target, app string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest("GET", target, nil)
+	r.RemoteAddr = ip + ":4321"
+	if app != "" {
+		r.Header.Set("X-App-Id", app)
+	}
+	w := httptest.NewRecorder()
+	g.h.ServeHTTP(w, r)
+	return w
+}
+
+const fleetRules = `
+configs:
+  - appId: app-1
+    limit: 60
+    unit: 1h
+    algorithm: sliding_log
+    limits:
+      - api: /v1/a
+        limit: 25
+        unit: 1h
+      - api: /v1/b
+        limit: 1000
+        unit: 1h
+        algorithm: token_bucket
+  - appId: app-2
+    limits:
+      - api: /v1/fixed
+        limit: 30
+        unit: 24h
+        algorithm: fixed_window
+      - api: /v1/leaky
+        limit: 30
+        unit: 1h
+        algorithm: leaky_bucket
+  - appId: "*"
+    limits:
+      - api: /
+        limit: 10
+        unit: 1h
+`
+
+// TestRedisFleet runs three gateways on one Redis, hammered concurrently:
+// together they admit exactly each limit — an app total and its rules
+// counted atomically, unknown callers per IP — and ask Redis at most once
+// per request.
+func TestRedisFleet(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	var gws []*redisGW
+	for range 3 {
+		gws = append(gws, newRedisGW(t, fleetRules, srv, FailOpen))
+	}
+	day0, err := srv.Client().Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type target struct{ path, app, ip string }
+	targets := []target{
+		{"/v1/a/1", "app-1", ""}, {"/v1/b/2", "app-1", ""}, {"/v1/fixed", "app-2", ""}, {"/v1/leaky", "app-2", ""},
+		{"/x", "", "203.0.113.1"}, {"/y", "", "203.0.113.2"}, {"/z", "nobody", "203.0.113.3"},
+	}
+	var (
+		mu       sync.Mutex
+		admitted = map[target]int{}
+		sent     atomic.Int64
+	)
+	var wg sync.WaitGroup
+	for w := range 9 {
+		wg.Go(func() {
+			g := gws[w%len(gws)]
+			for i := range 60 {
+				tg := targets[(w+i)%len(targets)]
+				ip := tg.ip
+				if ip == "" {
+					ip = "192.0.2.1"
+				}
+				rec := g.from(ip, tg.path, tg.app)
+				sent.Add(1)
+				switch rec.Code {
+				case 200:
+					mu.Lock()
+					admitted[tg]++
+					mu.Unlock()
+				case 429:
+				default:
+					t.Errorf("%s: got %d %s", tg.path, rec.Code, rec.Body)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	a, b := admitted[targets[0]], admitted[targets[1]]
+	if a > 25 || a+b != 60 {
+		t.Errorf("app-1: admitted /v1/a %d and /v1/b %d, want at most 25 and exactly 60 in all", a, b)
+	}
+	day1, _ := srv.Client().Time(context.Background()).Result()
+	if got := admitted[targets[2]]; got != 30 && day0.Truncate(24*time.Hour) == day1.Truncate(24*time.Hour) {
+		t.Errorf("app-2 /v1/fixed: admitted %d, want exactly 30", got)
+	}
+	if got := admitted[targets[3]]; got != 30 {
+		t.Errorf("app-2 /v1/leaky: admitted %d, want exactly 30", got)
+	}
+	for _, tg := range targets[4:] {
+		if got := admitted[tg]; got != 10 {
+			t.Errorf("unknown caller %s: admitted %d, want exactly 10", tg.ip, got)
+		}
+	}
+	calls := redistest.ScriptCalls(t, srv.Client())
+	if calls > sent.Load() {
+		t.Errorf("Redis script calls: got %d for %d requests, want at most one per request", calls, sent.Load())
+	}
+	t.Logf("%d requests, %d Redis script calls (the deny cache answered the rest)", sent.Load(), calls)
+
+	// Unknown callers' keys carry their IP in the hash tag, so that they
+	// spread over a cluster's slots.
+	keys, err := srv.Client().Keys(context.Background(), "gw:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"gw:{app-1}:", "gw:{app-1}:/v1/a", "gw:{*|203.0.113.1}|*|/|203.0.113.1"} {
+		if !slices.Contains(keys, want) {
+			t.Errorf("Redis keys %v lack %q", keys, want)
+		}
+	}
+}
+
+const outageRules = `
+configs:
+  - appId: app-1
+    limits:
+      - api: /v1
+        limit: 100000
+        unit: 1h
+      - api: /v1/small
+        limit: 100
+        unit: 1h
+`
+
+// TestRedisOutage stops Redis (killed, or hung with SIGSTOP) under load in
+// each fail mode: open admits everything (no 5xx), closed answers 503,
+// local limits in memory with the local share; once the breaker is open,
+// the p99 latency stays under --redis-timeout + 5ms; and once Redis is
+// back, the gateway uses it again within two seconds.
+func TestRedisOutage(t *testing.T) {
+	// Not parallel with other tests: it measures latency.
+	for _, mode := range []FailMode{FailOpen, FailClosed, FailLocal} {
+		for _, how := range []string{"killed", "hung"} {
+			t.Run(mode.String()+"/"+how, func(t *testing.T) {
+				testOutage(t, mode, how)
+			})
+		}
+	}
+}
+
+func testOutage(t *testing.T, mode FailMode, how string) {
+	srv := redistest.Start(t)
+	g := newRedisGW(t, outageRules, srv, mode)
+	for range 20 {
+		if rec := g.do("GET", "/v1/x", "app-1"); rec.Code != 200 {
+			t.Fatalf("with Redis up: got %d %s", rec.Code, rec.Body)
+		}
+	}
+	if how == "killed" {
+		srv.Stop()
+	} else {
+		srv.Pause()
+		t.Cleanup(srv.Resume)
+	}
+
+	// Load until the breaker opens, then measure for a while.
+	var (
+		mu        sync.Mutex
+		latencies []time.Duration
+		codes     = map[int]int{} // while measuring
+		small     = map[int]int{} // /v1/small since the outage began
+		bodies    []string
+	)
+	open := func() bool { return testutil.ToFloat64(g.metrics.circuitOpen) == 1 }
+	deadline := time.Now().Add(5 * time.Second)
+	measureUntil := time.Time{}
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				mu.Lock()
+				if !measureUntil.IsZero() && time.Now().After(measureUntil) || time.Now().After(deadline) {
+					mu.Unlock()
+					return
+				}
+				measuring := !measureUntil.IsZero()
+				mu.Unlock()
+				target := "/v1/x"
+				if w == 1 && i%2 == 0 {
+					target = "/v1/small"
+				}
+				start := time.Now()
+				rec := g.do("GET", target, "app-1")
+				took := time.Since(start)
+				mu.Lock()
+				if target == "/v1/small" {
+					small[rec.Code]++
+				}
+				if measuring {
+					latencies = append(latencies, took)
+					codes[rec.Code]++
+					if rec.Code == 503 && len(bodies) < 1 {
+						bodies = append(bodies, rec.Body.String())
+					}
+				} else if open() {
+					measureUntil = time.Now().Add(700 * time.Millisecond)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(latencies) < 50 {
+		t.Fatalf("the breaker did not open, or too few requests during the outage (%d)", len(latencies))
+	}
+	slices.Sort(latencies)
+	p99 := latencies[len(latencies)*99/100]
+	if bound := limit.DefaultRedisTimeout + 5*time.Millisecond; p99 > bound {
+		t.Errorf("p99 latency during the outage: got %v over %d requests, want under %v", p99, len(latencies), bound)
+	}
+	t.Logf("%d requests during the outage: p50 %v, p99 %v, max %v; codes %v", len(latencies),
+		latencies[len(latencies)/2], p99, latencies[len(latencies)-1], codes)
+	switch mode {
+	case FailOpen:
+		if codes[200] != len(latencies) {
+			t.Errorf("fail open: got codes %v, want only 200", codes)
+		}
+	case FailClosed:
+		if codes[503] != len(latencies) {
+			t.Errorf("fail closed: got codes %v, want only 503", codes)
+		}
+		if len(bodies) == 0 || !strings.Contains(bodies[0], `"error":"limiter_unavailable"`) {
+			t.Errorf("fail closed body: got %v", bodies)
+		}
+	case FailLocal:
+		// /v1/small's 100 scaled by the default local share 0.1.
+		if small[200] != 10 || small[429] == 0 || codes[200]+codes[429] != len(latencies) {
+			t.Errorf("fail local: /v1/small codes %v (want 10 admitted, then 429s), all codes %v", small, codes)
+		}
+	}
+	if got := testutil.ToFloat64(g.metrics.storeErrors); got < float64(len(latencies)) {
+		t.Errorf("store errors: got %v, want at least %d", got, len(latencies))
+	}
+
+	// Redis comes back: the gateway uses it within two seconds.
+	if how == "killed" {
+		srv.Restart()
+	} else {
+		srv.Resume()
+	}
+	back := time.Now()
+	for {
+		g.do("GET", "/v1/x", "app-1")
+		if o := g.obs.last(); !o.StoreError {
+			break
+		}
+		if time.Since(back) > 5*time.Second {
+			t.Fatalf("the gateway did not use Redis within 5s of its return")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if took := time.Since(back); took > 2*time.Second {
+		t.Errorf("the gateway used Redis again %v after it came back, want within 2s", took)
+	} else {
+		t.Logf("Redis used again %v after it came back", took)
+	}
+	if open() {
+		t.Errorf("gateway_store_circuit_open: still 1 after recovery")
+	}
+}
+
+// TestRedisReadyz checks /readyz on the redis store: it reports the
+// store and its breaker, and is not ready only when Redis is unreachable
+// and --fail-mode closed refuses requests without it.
+func TestRedisReadyz(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, mode := range []FailMode{FailOpen, FailClosed} {
+		red, err := limit.NewRedis(limit.RedisConfig{URL: srv.URL()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer red.Close()
+		g := newGW(t, basicRules)
+		st := &stores{store: red, redis: red, failMode: mode, name: "redis"}
+		admin := NewAdmin(AdminConfig{Rules: NewRules(g.h, nil, nil, nil), Store: st.health})
+		readyz := func() (int, readyView) {
+			w := httptest.NewRecorder()
+			admin.ServeHTTP(w, httptest.NewRequest("GET", "/readyz", nil))
+			var v readyView
+			if err := json.Unmarshal(w.Body.Bytes(), &v); err != nil || v.Store == nil {
+				t.Fatalf("readyz body: %v %s", err, w.Body)
+			}
+			return w.Code, v
+		}
+		if code, v := readyz(); code != 200 || !v.Store.Reachable || v.Store.Circuit != "closed" || v.Store.FailMode != mode.String() {
+			t.Errorf("%s, Redis up: got %d %+v", mode, code, *v.Store)
+		}
+		srv.Stop()
+		wantCode := 200
+		if mode == FailClosed {
+			wantCode = 503
+		}
+		if code, v := readyz(); code != wantCode || v.Store.Reachable || v.Store.Error == "" || v.Store.Serving != (mode != FailClosed) {
+			t.Errorf("%s, Redis down: got %d %+v, want %d", mode, code, *v.Store, wantCode)
+		}
+		srv.Restart()
+	}
+}
+
+// TestRedisHandlerKeepsMemorySemantics checks, through the handler, what
+// the issue asks of the redis store on a single gateway: headers, 429
+// bodies with a true Retry-After, a denied request consuming nothing.
+func TestRedisHandlerKeepsMemorySemantics(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	g := newRedisGW(t, basicRules, srv, FailOpen)
+	for i := range 3 {
+		rec := g.do("GET", "/v1/user/42", "app-1")
+		if rec.Code != 200 {
+			t.Fatalf("request %d: got %d %s", i, rec.Code, rec.Body)
+		}
+		if got, want := rec.Header().Get("X-RateLimit-Remaining"), fmt.Sprint(2-i); got != want {
+			t.Errorf("request %d: X-RateLimit-Remaining: got %q, want %q", i, got, want)
+		}
+	}
+	rec := g.do("GET", "/v1/user/42", "app-1")
+	if rec.Code != 429 || rec.Header().Get("Retry-After") == "" || !strings.Contains(rec.Body.String(), `"error":"rate_limited"`) {
+		t.Fatalf("fourth: got %d %v %s, want 429 with Retry-After", rec.Code, rec.Header(), rec.Body)
+	}
+	// The app total (5) lost nothing to the denial: 2 are left for another rule.
+	if rec := g.do("GET", "/v1/user/42/orders", "app-1"); rec.Code != 200 {
+		t.Errorf("another rule: got %d %s", rec.Code, rec.Body)
+	}
+	if got := rec.Header().Get("Ratelimit"); !strings.Contains(got, `"app-1";r=2`) {
+		t.Errorf("RateLimit of the denied request: got %q, want the total's r=2", got)
+	}
+}

@@ -21,6 +21,10 @@ import (
 // binary is the gateway built once for the end-to-end tests.
 var binary string
 
+// raceEnv spares each run of the race-enabled binary the race detector's
+// one-second pause at exit.
+const raceEnv = "GORACE=atexit_sleep_ms=0"
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "gateway-e2e")
 	if err != nil {
@@ -72,7 +76,7 @@ func startGateway(t *testing.T, env []string, args ...string) *running {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)...)
 	cmd.Dir = "../.." // the repository root, where configs/ lives
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(append(os.Environ(), raceEnv), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -281,6 +285,7 @@ func runBinary(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), raceEnv)
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -347,7 +352,7 @@ func TestVersionAndUsage(t *testing.T) {
 		t.Errorf("serve without upstream: exit %d %q", code, errOut)
 	}
 	cmd := exec.Command(binary, "serve", "--demo-upstream")
-	cmd.Env = append(os.Environ(), "GATEWAY_LOG_LEVEL=loud")
+	cmd.Env = append(os.Environ(), raceEnv, "GATEWAY_LOG_LEVEL=loud")
 	outB, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(outB), "--log-level") {
 		t.Errorf("bad GATEWAY_LOG_LEVEL: %v %s", err, outB)

@@ -74,7 +74,7 @@ GATEWAY_UPSTREAM=http://127.0.0.1:8081. A flag given on the command line wins.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newServeCmd(), newValidateCmd(), newMatchCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newValidateCmd(), newMatchCmd(), newReplayCmd(), newVersionCmd())
 	return root
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"time"
 )
 
 // AccessLog writes one JSON line per request (--access-log). Its "time" is
@@ -42,7 +43,17 @@ func OpenAccessLog(dest string) (*AccessLog, error) {
 
 // NewAccessLog returns an AccessLog writing to w; Close closes c if not nil.
 func NewAccessLog(w io.Writer, c io.Closer) *AccessLog {
-	return &AccessLog{h: slog.NewJSONHandler(w, nil), c: c}
+	return &AccessLog{h: slog.NewJSONHandler(w, &slog.HandlerOptions{ReplaceAttr: nanoTime}), c: c}
+}
+
+// nanoTime writes the record's time to the nanosecond (slog's default
+// stops at the millisecond): replay decides at exactly the instants the
+// live gateway did.
+func nanoTime(groups []string, a slog.Attr) slog.Attr {
+	if len(groups) == 0 && a.Key == slog.TimeKey && a.Value.Kind() == slog.KindTime {
+		return slog.String(slog.TimeKey, a.Value.Time().UTC().Format(time.RFC3339Nano))
+	}
+	return a
 }
 
 // ObserveRequest writes the request's line. It implements Observer.

@@ -83,11 +83,15 @@ func BenchmarkMemoryAllowParallel(b *testing.B) {
 		totals[i] = fmt.Sprintf("app-%d", i)
 	}
 	for _, tt := range []struct {
-		name string
-		keys []string
-		two  bool
+		name      string
+		keys      []string
+		two       bool
+		perWorker bool
 	}{
 		{name: "shared key", keys: keys[:1]},
+		// One hot key per goroutine: the parallel counterpart of
+		// BenchmarkMemoryAllow/one_limit, for the scaling ratio.
+		{name: "key per goroutine", keys: keys[:64], perWorker: true},
 		{name: "distinct keys", keys: keys},
 		{name: "app total and API/distinct apps", keys: keys, two: true},
 	} {
@@ -110,8 +114,12 @@ func BenchmarkMemoryAllowParallel(b *testing.B) {
 				}
 				res := make([]Result, 2)
 				now := t0
+				w := i
 				for pb.Next() {
 					i = (i + 1) % len(tt.keys)
+					if tt.perWorker {
+						i = w % len(tt.keys)
+					}
 					reqs[0] = Request{Key: tt.keys[i], Params: benchParams}
 					if tt.two {
 						reqs[1] = Request{Key: totals[i], Params: benchParams}

@@ -382,3 +382,27 @@ func stepAlg(t *testing.T, p *Params, steps []step) {
 	t.Helper()
 	runSteps(t, newState(t, p), p, steps)
 }
+
+// validateCase is one row of an algorithm's Validate table.
+type validateCase struct {
+	name string
+	p    Params
+	want string // the error, "" for valid
+}
+
+// runValidateCases checks Params.Validate against every row.
+func runValidateCases(t *testing.T, tests []validateCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := ""
+			if err := tt.p.Validate(); err != nil {
+				got = err.Error()
+			}
+			if got != tt.want {
+				t.Errorf("Validate(%+v): got %q, want %q", tt.p, got, tt.want)
+			}
+		})
+	}
+}

@@ -144,11 +144,7 @@ func TestFixedWindowIdle(t *testing.T) {
 
 func TestFixedWindowValidate(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name string
-		p    Params
-		want string // "" for valid
-	}{
+	tests := []validateCase{
 		{name: "plain", p: *fwParams(100, time.Minute)},
 		{name: "lock", p: Params{Algorithm: "fixed_window", Limit: 1, Window: time.Second, Lock: time.Minute}},
 		{name: "precision", p: Params{Algorithm: "fixed_window", Limit: 1, Window: time.Second, Precision: 10}, want: "precision applies only to sliding_window"},
@@ -157,18 +153,7 @@ func TestFixedWindowValidate(t *testing.T) {
 		{name: "negative lock", p: Params{Algorithm: "fixed_window", Limit: 1, Window: time.Second, Lock: -time.Second}, want: "lockSeconds -1 is negative"},
 		{name: "lock too long", p: Params{Algorithm: "fixed_window", Limit: 1, Window: time.Second, Lock: maxSpan + time.Second}, want: "lockSeconds 3153600001 is longer than 100 years"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			got := ""
-			if err := tt.p.Validate(); err != nil {
-				got = err.Error()
-			}
-			if got != tt.want {
-				t.Errorf("Validate(%+v): got %q, want %q", tt.p, got, tt.want)
-			}
-		})
-	}
+	runValidateCases(t, tests)
 }
 
 // TestFixedWindowGuarantee is the guarantee of DESIGN §5: never more than

@@ -109,29 +109,14 @@ func TestLeakyBucketIdle(t *testing.T) {
 
 func TestLeakyBucketValidate(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name string
-		p    Params
-		want string // "" for valid
-	}{
+	tests := []validateCase{
 		{name: "default capacity", p: *lbParams(100, time.Minute, 0)},
 		{name: "capacity", p: *lbParams(100, time.Minute, 10)},
 		{name: "negative capacity", p: *lbParams(1, time.Second, -5), want: "burst -5 is negative (0 means the limit)"},
 		{name: "warmup", p: Params{Algorithm: "leaky_bucket", Limit: 1, Window: time.Second, Warmup: time.Second}, want: "warmup applies only to token_bucket"},
 		{name: "precision", p: Params{Algorithm: "leaky_bucket", Limit: 1, Window: time.Second, Precision: 10}, want: "precision applies only to sliding_window"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			got := ""
-			if err := tt.p.Validate(); err != nil {
-				got = err.Error()
-			}
-			if got != tt.want {
-				t.Errorf("Validate(%+v): got %q, want %q", tt.p, got, tt.want)
-			}
-		})
-	}
+	runValidateCases(t, tests)
 }
 
 // TestLeakyBucketGuarantee is the guarantee of DESIGN §5: never more than

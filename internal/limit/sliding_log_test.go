@@ -124,11 +124,7 @@ func TestSlidingLogIdle(t *testing.T) {
 
 func TestSlidingLogValidate(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name string
-		p    Params
-		want string // "" for valid
-	}{
+	tests := []validateCase{
 		{name: "plain", p: *slParams(100, time.Minute)},
 		{name: "largest limit", p: *slParams(MaxLogLimit, time.Minute)},
 		{
@@ -140,18 +136,7 @@ func TestSlidingLogValidate(t *testing.T) {
 		{name: "burst", p: Params{Algorithm: "sliding_log", Limit: 1, Window: time.Second, Burst: 2}, want: "burst applies only to token_bucket and leaky_bucket"},
 		{name: "unit too long", p: *slParams(1, maxSpan+1), want: "unit 876000h0m0.000000001s is longer than 100 years"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			got := ""
-			if err := tt.p.Validate(); err != nil {
-				got = err.Error()
-			}
-			if got != tt.want {
-				t.Errorf("Validate(%+v): got %q, want %q", tt.p, got, tt.want)
-			}
-		})
-	}
+	runValidateCases(t, tests)
 }
 
 // TestSlidingLogExact is the guarantee of DESIGN §5: never more than

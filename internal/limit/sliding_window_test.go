@@ -208,11 +208,7 @@ func TestSlidingWindowIdle(t *testing.T) {
 
 func TestSlidingWindowValidate(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name string
-		p    Params
-		want string // "" for valid
-	}{
+	tests := []validateCase{
 		{name: "default", p: *swParams(100, time.Minute, DefaultPrecision)},
 		{name: "one bucket", p: *swParams(1, time.Second, 1)},
 		{name: "max precision", p: *swParams(1, time.Second, MaxPrecision)},
@@ -233,18 +229,7 @@ func TestSlidingWindowValidate(t *testing.T) {
 		{name: "limit too low", p: *swParams(-2, time.Second, 10), want: "limit -2 is below -1 (use -1 for unlimited, 0 to block)"},
 		{name: "zero unit", p: *swParams(1, 0, 10), want: "unit 0s is not positive"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			got := ""
-			if err := tt.p.Validate(); err != nil {
-				got = err.Error()
-			}
-			if got != tt.want {
-				t.Errorf("Validate(%+v): got %q, want %q", tt.p, got, tt.want)
-			}
-		})
-	}
+	runValidateCases(t, tests)
 }
 
 // TestSlidingWindowNewStateUnvalidated checks that Params that skipped

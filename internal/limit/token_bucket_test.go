@@ -221,11 +221,7 @@ func TestTokenBucketIdle(t *testing.T) {
 
 func TestTokenBucketValidate(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name string
-		p    Params
-		want string // "" for valid
-	}{
+	tests := []validateCase{
 		{name: "default burst", p: *tbParams(100, time.Minute, 0, 0)},
 		{name: "burst and warmup", p: *tbParams(100, time.Minute, 500, time.Minute)},
 		{name: "largest warmup", p: *tbParams(100, time.Minute, 0, maxWarmup)},
@@ -242,18 +238,7 @@ func TestTokenBucketValidate(t *testing.T) {
 		},
 		{name: "unit too long", p: *tbParams(1, maxSpan+1, 0, 0), want: "unit 876000h0m0.000000001s is longer than 100 years"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			got := ""
-			if err := tt.p.Validate(); err != nil {
-				got = err.Error()
-			}
-			if got != tt.want {
-				t.Errorf("Validate(%+v): got %q, want %q", tt.p, got, tt.want)
-			}
-		})
-	}
+	runValidateCases(t, tests)
 }
 
 // refBucket replays log against seed 003's TokenBucketDemo in exact

@@ -136,11 +136,19 @@ func BenchmarkMemoryAllowParallel(b *testing.B) {
 // (precision 10) in a store of a million keys. Run it with -benchtime=1x.
 func BenchmarkMemoryBytesPerKey(b *testing.B) {
 	const keys = 1_000_000
-	names := make([]string, keys)
+	perKey := measureBytesPerKey(b, keys, swParams(100, time.Minute, 10))
+	b.ReportMetric(perKey, "bytes/key")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/keys, "ns/insert")
+}
+
+// measureBytesPerKey fills a fresh store with n client-IP keys under p, b.N
+// times, and returns the heap it holds per key.
+func measureBytesPerKey(b *testing.B, n int, p *Params) float64 {
+	b.Helper()
+	names := make([]string, n)
 	for i := range names {
 		names[i] = fmt.Sprintf("*|/v1/user|10.%d.%d.%d", i>>16, i>>8&0xff, i&0xff)
 	}
-	p := swParams(100, time.Minute, 10)
 	ctx := context.Background()
 	reqs, res := make([]Request, 1), make([]Result, 1)
 	var perKey float64
@@ -152,7 +160,7 @@ func BenchmarkMemoryBytesPerKey(b *testing.B) {
 		runtime.ReadMemStats(&before)
 		b.StartTimer()
 
-		m := newTestMemory(b, MemoryConfig{MaxKeys: keys})
+		m := newTestMemory(b, MemoryConfig{MaxKeys: n})
 		for _, k := range names {
 			reqs[0] = Request{Key: k, Params: p}
 			if _, err := m.Allow(ctx, t0, reqs, res); err != nil {
@@ -163,15 +171,14 @@ func BenchmarkMemoryBytesPerKey(b *testing.B) {
 		b.StopTimer()
 		runtime.GC()
 		runtime.ReadMemStats(&after)
-		if m.Len() != keys {
-			b.Fatalf("Len: got %d, want %d", m.Len(), keys)
+		if m.Len() != n {
+			b.Fatalf("Len: got %d, want %d", m.Len(), n)
 		}
-		perKey = float64(after.HeapAlloc-before.HeapAlloc) / keys
+		perKey = float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
 		runtime.KeepAlive(m)
 		b.StartTimer()
 	}
-	b.ReportMetric(perKey, "bytes/key")
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/keys, "ns/insert")
+	return perKey
 }
 
 // algCase is an algorithm and its Params in a benchmark.
@@ -301,41 +308,11 @@ func BenchmarkMemoryAllowParallelAlgorithms(b *testing.B) {
 // each algorithm, for a limit of 100 per minute, in a store of 100,000
 // keys that each counted one request. Run it with -benchtime=1x.
 func BenchmarkMemoryBytesPerKeyAlgorithms(b *testing.B) {
-	const keys = 100_000
-	names := make([]string, keys)
-	for i := range names {
-		names[i] = fmt.Sprintf("*|/v1/user|10.%d.%d.%d", i>>16, i>>8&0xff, i&0xff)
-	}
 	for _, c := range algCases(100) {
 		p := c.p
 		p.Window = time.Minute
 		b.Run(c.name, func(b *testing.B) {
-			ctx := context.Background()
-			reqs, res := make([]Request, 1), make([]Result, 1)
-			var perKey float64
-			for range b.N {
-				b.StopTimer()
-				var before, after runtime.MemStats
-				runtime.GC()
-				runtime.ReadMemStats(&before)
-				b.StartTimer()
-
-				m := newTestMemory(b, MemoryConfig{MaxKeys: keys})
-				for _, k := range names {
-					reqs[0] = Request{Key: k, Params: p}
-					if _, err := m.Allow(ctx, t0, reqs, res); err != nil {
-						b.Fatal(err)
-					}
-				}
-
-				b.StopTimer()
-				runtime.GC()
-				runtime.ReadMemStats(&after)
-				perKey = float64(after.HeapAlloc-before.HeapAlloc) / keys
-				runtime.KeepAlive(m)
-				b.StartTimer()
-			}
-			b.ReportMetric(perKey, "bytes/key")
+			b.ReportMetric(measureBytesPerKey(b, 100_000, p), "bytes/key")
 		})
 	}
 }

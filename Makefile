@@ -33,11 +33,23 @@ lint:
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
-# Prometheus scrape config and alerting rules (with their unit tests).
+# The deployment files (README.md, "Deployment"): Prometheus scrape configs
+# and alerting rules (with their unit tests); the Dockerfile's build command
+# (deploy/build.sh) run here, its binary checked static and stamped; the
+# Compose file, every YAML file and every shell script; the Kubernetes
+# manifests when kubectl is at hand. deploy/deploy_test.go checks the rest
+# (Dockerfile stages, manifests, Compose, systemd unit) against the gateway.
+SHELL_SCRIPTS = $(shell find . -name '*.sh' -not -path './.git/*') .ci/run .ci/deps
 lint-deploy:
 	promtool check config deploy/prometheus/prometheus.yml
+	promtool check config deploy/compose/prometheus.yml
 	promtool check rules deploy/prometheus/*.rules.yml
 	cd deploy/prometheus && promtool test rules *.rules.test.yml
+	bash deploy/check-build.sh
+	docker-compose -f deploy/docker-compose.yaml config -q
+	yamllint -s deploy configs .yamllint
+	shellcheck $(SHELL_SCRIPTS)
+	@if command -v kubectl >/dev/null; then kubectl kustomize deploy/k8s >/dev/null && echo "kubectl kustomize deploy/k8s: ok"; fi
 
 FUZZTIME ?= 30s
 fuzz:

@@ -28,11 +28,11 @@ type redisGW struct {
 
 // newRedisGW returns a gateway whose store is a Redis store on srv with
 // fail mode mode (and, for FailLocal, a memory store for the local
-// decisions).
-func newRedisGW(t *testing.T, rules string, srv *redistest.Server, mode FailMode) *redisGW {
+// decisions) and the given Redis timeout (0: the default 25ms).
+func newRedisGW(t *testing.T, rules string, srv *redistest.Server, mode FailMode, timeout time.Duration) *redisGW {
 	t.Helper()
 	var m *Metrics
-	red, err := limit.NewRedis(limit.RedisConfig{URL: srv.URL(), OnCircuitChange: func(open bool) { m.SetCircuitOpen(open) }})
+	red, err := limit.NewRedis(limit.RedisConfig{URL: srv.URL(), Timeout: timeout, OnCircuitChange: func(open bool) { m.SetCircuitOpen(open) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,10 @@ func TestRedisFleet(t *testing.T) {
 	srv := redistest.Start(t)
 	var gws []*redisGW
 	for range 3 {
-		gws = append(gws, newRedisGW(t, fleetRules, srv, FailOpen))
+		// Fail closed with a generous timeout: this test is about exact
+		// counts, and a call that times out on a loaded CI machine must
+		// show up as a 503 failure, never as a silent fail-open admission.
+		gws = append(gws, newRedisGW(t, fleetRules, srv, FailClosed, 5*time.Second))
 	}
 	day0, err := srv.Client().Time(context.Background()).Result()
 	if err != nil {
@@ -210,7 +213,7 @@ func TestRedisOutage(t *testing.T) {
 
 func testOutage(t *testing.T, mode FailMode, how string) {
 	srv := redistest.Start(t)
-	g := newRedisGW(t, outageRules, srv, mode)
+	g := newRedisGW(t, outageRules, srv, mode, 0)
 	for range 20 {
 		if rec := g.do("GET", "/v1/x", "app-1"); rec.Code != 200 {
 			t.Fatalf("with Redis up: got %d %s", rec.Code, rec.Body)
@@ -374,7 +377,7 @@ func TestRedisReadyz(t *testing.T) {
 func TestRedisHandlerKeepsMemorySemantics(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	g := newRedisGW(t, basicRules, srv, FailOpen)
+	g := newRedisGW(t, basicRules, srv, FailOpen, 0)
 	for i := range 3 {
 		rec := g.do("GET", "/v1/user/42", "app-1")
 		if rec.Code != 200 {

@@ -121,7 +121,7 @@ configs:
 		{"/v1/admin%20", "/v1/admin "},
 	}
 	for _, tt := range tests {
-		before := len(g.up.seen())
+		before, observed := len(g.up.seen()), g.obs.count()
 		code := rawRequest(t, addr, tt.target, "X-App-Id: app-1")
 		seen := g.up.seen()[before:]
 		switch tt.want {
@@ -139,6 +139,7 @@ configs:
 				t.Errorf("%s: got %d, upstream saw %q; want 200 and %q", tt.target, code, seen, want)
 				continue
 			}
+			g.obs.waitFor(t, observed+1)
 			if got := g.obs.last().Path; got != tt.want {
 				t.Errorf("%s: counted path %q, forwarded %q", tt.target, got, tt.want)
 			}

@@ -52,14 +52,40 @@ func (u *upstreamRecorder) seen() []string {
 }
 
 type observed struct {
-	mu  sync.Mutex
-	out []Outcome
+	mu   sync.Mutex
+	out  []Outcome
+	more chan struct{} // signalled after each outcome
 }
 
 func (o *observed) ObserveRequest(_ *http.Request, oc *Outcome) {
 	o.mu.Lock()
 	o.out = append(o.out, *oc)
 	o.mu.Unlock()
+	select {
+	case o.more <- struct{}{}:
+	default:
+	}
+}
+
+// count returns the number of outcomes observed.
+func (o *observed) count() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.out)
+}
+
+// waitFor waits until n outcomes were observed: over a real server the
+// client has its response before the handler reports its outcome.
+func (o *observed) waitFor(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for o.count() < n {
+		select {
+		case <-o.more:
+		case <-deadline:
+			t.Fatalf("outcome %d was never observed", n)
+		}
+	}
 }
 
 func (o *observed) last() Outcome {
@@ -105,7 +131,7 @@ func newGWWith(t *testing.T, rules, upstreamURL string, up *upstreamRecorder, op
 	u, _ := url.Parse(upstreamURL)
 	ucfg := UpstreamConfig{URL: u, Logger: log}
 	c := &clock{t: t0}
-	obs := &observed{}
+	obs := &observed{more: make(chan struct{}, 1)}
 	hcfg := HandlerConfig{Rules: rs, Store: store, Now: c.now, Logger: log, Observers: []Observer{obs}}
 	for _, o := range opts {
 		o(&hcfg, &ucfg)

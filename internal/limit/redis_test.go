@@ -997,6 +997,34 @@ func BenchmarkRedisAllow(b *testing.B) {
 	}
 }
 
+// BenchmarkRedisAlgorithms measures decisions per second of each
+// algorithm's script against a local Redis, from 8 goroutines, at the
+// largest limit every algorithm takes (sliding_log's MaxLogLimit) per
+// second: a mix of admitted and denied decisions.
+func BenchmarkRedisAlgorithms(b *testing.B) {
+	srv := redistest.Start(b)
+	// No deny cache: every decision is a script call.
+	red := newTestRedis(b, RedisConfig{URL: srv.URL(), Timeout: time.Second, DenyCacheSize: -1})
+	ctx := context.Background()
+	for _, c := range algCases(MaxLogLimit) {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				reqs := []Request{{Key: "bench|/" + c.name, Params: c.p}}
+				res := make([]Result, 1)
+				for pb.Next() {
+					if _, err := red.Allow(ctx, time.Time{}, reqs, res); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+		})
+	}
+}
+
 // BenchmarkRedisDenied measures a caller that keeps asking while denied,
 // with the deny cache and without: the Redis calls per denied request.
 func BenchmarkRedisDenied(b *testing.B) {

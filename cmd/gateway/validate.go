@@ -1,11 +1,8 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 
-	"github.com/ratelimit-gateway/gateway/internal/config"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/spf13/cobra"
 )
 
@@ -17,22 +14,11 @@ func newValidateCmd() *cobra.Command {
 file and line and exits 1, or prints a one-line summary and exits 0.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rules, err := config.Load(args[0])
-			if err == nil {
-				_, err = proxy.Compile(rules, timeZero)
-			}
-			if err != nil {
-				var list config.Errors
-				if errors.As(err, &list) {
-					for _, e := range list {
-						fmt.Fprintln(cmd.ErrOrStderr(), e)
-					}
-					fmt.Fprintf(cmd.ErrOrStderr(), "%s: %d error(s)\n", args[0], len(list))
-				} else {
-					fmt.Fprintln(cmd.ErrOrStderr(), err)
-				}
+			rs, ok := loadRuleSet(args[0], cmd.ErrOrStderr())
+			if !ok {
 				return exitError(exitFailure)
 			}
+			rules := rs.Source
 			apps, limits := 0, 0
 			for _, a := range rules.Apps {
 				apps++

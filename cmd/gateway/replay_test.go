@@ -68,7 +68,7 @@ func TestEndToEndReplay(t *testing.T) {
 			args: []string{"--rules", current},
 			want: []string{
 				`^Replayed 12 requests from 1 file in `,
-				`^  not replayed: 1 invalid request \(answered 400 before any limit, under any rules\)$`,
+				`^  not replayed: 1 invalid request \(answered 400, 401 or 403 before any limit\)$`,
 				`^  app-1  /v1/user +8 +3 +5  \(62\.5%\)$`,
 				`^  \* +/ +4 +4 +0 +\(0\.0%\)$`,
 			},

@@ -467,3 +467,64 @@ configs:
 		t.Errorf("rule merged from a list: shadow: got %v, want %v", got, want)
 	}
 }
+
+func TestKeys(t *testing.T) {
+	t.Parallel()
+	a, b := sha256.Sum256([]byte("key-a")), sha256.Sum256([]byte("key-b"))
+	r := mustParse(t, "rules.yaml", src(`
+configs:
+  - appId: a
+    limit: 1
+    keys:
+      - `+hex.EncodeToString(a[:])+`
+      - `+strings.ToUpper(hex.EncodeToString(b[:]))+`
+  - {appId: b, limit: 1}
+`))
+	if got := r.Apps[0].Keys; len(got) != 2 || got[0] != a || got[1] != b {
+		t.Errorf("app a: keys: got %x, want [%x %x]", got, a, b)
+	}
+	if r.Apps[1].Keys != nil {
+		t.Errorf("app b: keys: got %x, want none", r.Apps[1].Keys)
+	}
+}
+
+func TestKeysErrors(t *testing.T) {
+	t.Parallel()
+	d := sha256.Sum256([]byte("k"))
+	digest := hex.EncodeToString(d[:])
+	r, err := Parse("rules.yaml", []byte(src(`
+configs:
+  - appId: a
+    limit: 1
+    keys: []
+  - appId: b
+    limit: 1
+    keys: `+digest+`
+  - appId: c
+    limit: 1
+    keys:
+      - my-secret-key
+      - `+digest[:63]+`g
+      - 42
+      - `+digest+`
+      - `+digest+`
+  - appId: "*"
+    limit: 1
+    keys: [`+digest+`]
+`)))
+	if r != nil {
+		t.Fatalf("Parse returned rules for a bad file")
+	}
+	checkErrors(t, err, []wantErr{
+		{4, "keys is an empty list, which would admit no caller"},
+		{7, "keys must be a list of key digests, each the sha256 of a key as 64 hex digits"},
+		{11, "this key is not a sha256 digest: it has 13 characters, not 64"},
+		{12, "this key is not a sha256 digest: it is not hexadecimal"},
+		{13, "each key must be the sha256 of a key as 64 hex digits"},
+		{15, "this key digest is already listed at line 14; list it once"},
+		{18, `keys cannot be set on the "*" section`},
+	})
+	if strings.Contains(err.Error(), "my-secret-key") || strings.Contains(err.Error(), digest[:20]) {
+		t.Errorf("the error repeats a key given in clear: %v", err)
+	}
+}

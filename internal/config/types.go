@@ -10,6 +10,7 @@
 package config
 
 import (
+	"crypto/sha256"
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
@@ -55,6 +56,10 @@ type App struct {
 	// By says what one counter is shared by: ByIP by default for
 	// UnknownApp, ByApp for configured apps.
 	By By
+	// Keys are the sha256 digests of the API keys that the app's callers
+	// present in the key header; when there are any, a caller naming the
+	// app without one of them is refused (401). Nil for no keys.
+	Keys [][sha256.Size]byte
 	// Total is the app's limit across all its APIs, nil if none.
 	Total *limit.Params
 	// Limits are the per-API rules in file order.

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -18,7 +20,7 @@ var (
 	topFields      = []string{"caseInsensitive", "defaults", "configs"}
 	settingFields  = []string{"algorithm", "unit", "precision", "burst", "warmup", "lockSeconds"}
 	defaultsFields = settingFields
-	appFields      = []string{"appId", "by", "limit", "unit", "algorithm", "precision", "burst", "limits", "warmup", "lockSeconds"}
+	appFields      = []string{"appId", "by", "limit", "unit", "algorithm", "precision", "burst", "limits", "keys", "warmup", "lockSeconds"}
 	ruleFields     = []string{"api", "method", "limit", "unit", "algorithm", "precision", "burst", "shadow", "warmup", "lockSeconds"}
 )
 
@@ -340,6 +342,14 @@ func (p *parser) app(item *yaml.Node, ids map[string]int) (App, bool) {
 		}
 	}
 
+	if f, ok := fs["keys"]; ok {
+		if app.ID == UnknownApp {
+			p.errorf(f.line, "keys cannot be set on the \"*\" section: it is for callers without a configured app ID; give the callers an appId with keys instead")
+		} else {
+			app.Keys = p.keys(f)
+		}
+	}
+
 	s, settingsOK := p.readSettings(fs, p.defaults)
 	total, hasTotal := fs["limit"]
 	if hasTotal {
@@ -368,6 +378,46 @@ func (p *parser) app(item *yaml.Node, ids map[string]int) (App, bool) {
 		p.errorf(app.Line, "this app section has neither limit nor limits, so it would do nothing; add limits, or set limit: -1 to exempt the app from the \"*\" section explicitly")
 	}
 	return app, true
+}
+
+// keys returns the API key digests of an app's keys list: each the sha256
+// of a key as 64 hex digits.
+func (p *parser) keys(f field) [][sha256.Size]byte {
+	const how = "the sha256 of a key as 64 hex digits (for example: printf %s \"$KEY\" | sha256sum)"
+	if f.val.Kind != yaml.SequenceNode {
+		// Not wrongType: it would quote the value, which may be a key.
+		p.errorf(f.line, "keys must be a list of key digests, each %s, not a single value", how)
+		return nil
+	}
+	if len(f.val.Content) == 0 {
+		p.errorf(f.line, "keys is an empty list, which would admit no caller; remove keys to identify the app by its header alone, or list the digests of its keys")
+		return nil
+	}
+	var keys [][sha256.Size]byte
+	seen := map[[sha256.Size]byte]int{}
+	for _, c := range f.val.Content {
+		n := deref(c)
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+			p.errorf(c.Line, "each key must be %s, not %s", how, p.describe(n))
+			continue
+		}
+		var d [sha256.Size]byte
+		if len(n.Value) != 2*sha256.Size {
+			p.errorf(c.Line, "this key is not a sha256 digest: it has %d characters, not 64; each key must be %s, never the key itself", len(n.Value), how)
+			continue
+		}
+		if _, err := hex.Decode(d[:], []byte(n.Value)); err != nil {
+			p.errorf(c.Line, "this key is not a sha256 digest: it is not hexadecimal; each key must be %s", how)
+			continue
+		}
+		if first, dup := seen[d]; dup {
+			p.errorf(c.Line, "this key digest is already listed at line %d; list it once", first)
+			continue
+		}
+		seen[d] = c.Line
+		keys = append(keys, d)
+	}
+	return keys
 }
 
 // ValidAppID reports whether id is an app ID a caller can send: 1 to

@@ -1,7 +1,10 @@
 package proxy
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -28,6 +31,10 @@ const (
 	DecisionInvalid       Decision = "invalid"
 	DecisionFailOpen      Decision = "fail_open"
 	DecisionFailClosed    Decision = "fail_closed"
+	// DecisionUnauthorized is a caller refused before any limit: an app
+	// with keys named without one of them (401), or an unknown caller
+	// under --unknown-callers reject (403).
+	DecisionUnauthorized Decision = "unauthorized"
 )
 
 // HeaderMode selects which rate-limit headers responses carry.
@@ -105,19 +112,24 @@ const maxLimitsPerRequest = 2
 // match the path, ask the store, then forward or reject. It is safe for
 // concurrent use; the rule set is swapped atomically by SetRules.
 type Handler struct {
-	rules       atomic.Pointer[RuleSet]
-	store       limit.Store
-	upstream    http.Handler
-	appHeader   string
-	trusted     []netip.Prefix
-	limitStatus int
-	headers     HeaderMode
-	now         func() time.Time
-	log         *slog.Logger
-	observers   []Observer
-	needIP      bool
-	failMode    FailMode
-	local       limit.Store
+	rules         atomic.Pointer[RuleSet]
+	store         limit.Store
+	upstream      http.Handler
+	appHeader     string
+	keyHeader     string
+	keyAuth       string // the WWW-Authenticate value of a 401
+	rejectUnknown bool
+	forwardApp    bool
+	trustKeys     bool
+	trusted       []netip.Prefix
+	limitStatus   int
+	headers       HeaderMode
+	now           func() time.Time
+	log           *slog.Logger
+	observers     []Observer
+	needIP        bool
+	failMode      FailMode
+	local         limit.Store
 	// lastErrLog is when a store error was last logged (Unix ns): an
 	// outage fails every request, and one line a second tells as much.
 	lastErrLog atomic.Int64
@@ -133,8 +145,20 @@ type HandlerConfig struct {
 	// returns (replay passes a handler that only answers). Required.
 	Upstream http.Handler
 	// AppHeader is the header carrying the caller's app ID. Default
-	// "X-App-Id".
+	// "X-App-Id". It is removed before forwarding unless ForwardAppHeader.
 	AppHeader string
+	// ForwardAppHeader passes AppHeader on to the upstream.
+	ForwardAppHeader bool
+	// KeyHeader carries the API key of a caller whose app has keys.
+	// Default "X-Api-Key". It is removed before forwarding a request
+	// whose key the gateway checked.
+	KeyHeader string
+	// RejectUnknown refuses, with 403, callers that name no configured
+	// app (--unknown-callers reject); the "*" section then never applies.
+	RejectUnknown bool
+	// TrustKeys skips the API key check: for replay, whose access log
+	// holds only callers the live gateway let through.
+	TrustKeys bool
 	// TrustedProxies are the peers whose X-Forwarded-For is believed.
 	TrustedProxies []netip.Prefix
 	// LimitStatus is the status of a limited response. Default 429.
@@ -167,22 +191,33 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		return nil, errors.New("proxy: NewHandler needs a Local store for fail mode local")
 	}
 	h := &Handler{
-		store:       cfg.Store,
-		upstream:    cfg.Upstream,
-		appHeader:   http.CanonicalHeaderKey(cfg.AppHeader),
-		trusted:     cfg.TrustedProxies,
-		limitStatus: cfg.LimitStatus,
-		headers:     cfg.Headers,
-		now:         cfg.Now,
-		log:         cfg.Logger,
-		observers:   cfg.Observers,
-		needIP:      cfg.NeedClientIP,
-		failMode:    cfg.FailMode,
-		local:       cfg.Local,
+		store:         cfg.Store,
+		upstream:      cfg.Upstream,
+		appHeader:     http.CanonicalHeaderKey(cfg.AppHeader),
+		keyHeader:     http.CanonicalHeaderKey(cfg.KeyHeader),
+		rejectUnknown: cfg.RejectUnknown,
+		forwardApp:    cfg.ForwardAppHeader,
+		trustKeys:     cfg.TrustKeys,
+		trusted:       cfg.TrustedProxies,
+		limitStatus:   cfg.LimitStatus,
+		headers:       cfg.Headers,
+		now:           cfg.Now,
+		log:           cfg.Logger,
+		observers:     cfg.Observers,
+		needIP:        cfg.NeedClientIP,
+		failMode:      cfg.FailMode,
+		local:         cfg.Local,
 	}
 	if h.appHeader == "" {
 		h.appHeader = "X-App-Id"
 	}
+	if h.keyHeader == "" {
+		h.keyHeader = "X-Api-Key"
+	}
+	if h.keyHeader == h.appHeader {
+		return nil, fmt.Errorf("proxy: the key header and the app header are both %s; they must differ", h.appHeader)
+	}
+	h.keyAuth = `ApiKey header="` + h.keyHeader + `"`
 	if h.limitStatus == 0 {
 		h.limitStatus = http.StatusTooManyRequests
 	}
@@ -303,9 +338,29 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, now time.Time, s
 	}
 	o.AppID = app
 	rs := h.rules.Load()
-	sec, _ := rs.lookup(app)
+	sec, configured := rs.lookup(app)
 	if sec != nil {
 		o.App, o.sec = sec.app, sec
+	}
+	if !configured && h.rejectUnknown {
+		o.Decision = DecisionUnauthorized
+		writeError(w, http.StatusForbidden, "unknown_caller",
+			"this gateway serves only configured apps; send a configured app ID in the "+h.appHeader+" header")
+		return
+	}
+	if configured && len(sec.keys) > 0 && !h.trustKeys {
+		if code, msg := h.checkKey(r, sec); code != "" {
+			o.Decision = DecisionUnauthorized
+			w.Header()["Www-Authenticate"] = []string{h.keyAuth}
+			writeError(w, http.StatusUnauthorized, code, msg)
+			return
+		}
+		// The key was the gateway's to check; the upstream has no use
+		// for it.
+		delete(r.Header, h.keyHeader)
+	}
+	if !h.forwardApp {
+		delete(r.Header, h.appHeader)
 	}
 	clean, err := trie.Normalize(r.URL.EscapedPath())
 	if err != nil {
@@ -419,6 +474,29 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, now time.Time, s
 		}
 	}
 	h.forward(w, r, o)
+}
+
+// checkKey checks the API key of a caller naming sec's app: "" when it
+// presents one of the app's keys, else the error code and message of a
+// 401. Every digest is compared in constant time, so neither the time nor
+// which digest is tried first tells a caller anything about the keys.
+func (h *Handler) checkKey(r *http.Request, sec *section) (code, msg string) {
+	vs := r.Header[h.keyHeader]
+	switch {
+	case len(vs) == 0 || vs[0] == "":
+		return "missing_api_key", "app " + sec.app + " requires an API key in the " + h.keyHeader + " header"
+	case len(vs) > 1:
+		return "invalid_api_key", "the " + h.keyHeader + " header is sent more than once"
+	}
+	d := sha256.Sum256([]byte(vs[0]))
+	match := 0
+	for i := range sec.keys {
+		match |= subtle.ConstantTimeCompare(d[:], sec.keys[i][:])
+	}
+	if match != 1 {
+		return "invalid_api_key", "the API key in the " + h.keyHeader + " header is not one of app " + sec.app + "'s keys"
+	}
+	return "", ""
 }
 
 // logStoreError logs a store error, at most once a second, unless the

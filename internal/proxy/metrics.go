@@ -171,12 +171,12 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 func (m *Metrics) Handler() http.Handler { return m.handler }
 
 // numDecisions is the number of Decision values.
-const numDecisions = 7
+const numDecisions = 8
 
 // decisions lists every Decision in index order.
 var decisions = [numDecisions]Decision{
 	DecisionAllowed, DecisionLimited, DecisionShadowLimited, DecisionUnmatched,
-	DecisionInvalid, DecisionFailOpen, DecisionFailClosed,
+	DecisionInvalid, DecisionFailOpen, DecisionFailClosed, DecisionUnauthorized,
 }
 
 // index returns d's position in decisions.

@@ -176,8 +176,8 @@ type ReplayResult struct {
 	Lines int64
 	// Requests is the number of requests replayed.
 	Requests int64
-	// Invalid is the number of requests logged as invalid (400, before
-	// any limit): they are the same under every rule file and are not
+	// Invalid is the number of requests logged as invalid (400) or
+	// unauthorized (401/403), refused before any limit: they are not
 	// replayed.
 	Invalid int64
 	// Other is the number of JSON lines that are not access records (a
@@ -686,6 +686,10 @@ func newReplayRun(rs *RuleSet, maxKeys int) (*replayRun, error) {
 		Store:     store,
 		Upstream:  answerOK{},
 		AppHeader: run.appHdr,
+		// The request is reused: the handler must leave its header be.
+		ForwardAppHeader: true,
+		// The log holds only callers the live gateway let through.
+		TrustKeys: true,
 		// No headers: they change nothing that is decided, and cost.
 		Headers:   HeadersNone,
 		Now:       func() time.Time { return run.now },

@@ -20,8 +20,8 @@ type replayRecord struct {
 	path   string
 	ip     string // "" when the peer had no IP address
 	remote string // ip as an http.Request.RemoteAddr
-	// invalid reports whether the live gateway rejected the request with
-	// a 400 before any limit: no rule file changes that, so it is counted
+	// invalid reports whether the live gateway refused the request
+	// before any limit (400 invalid, 401/403 unauthorized): it is counted
 	// and not replayed.
 	invalid bool
 	file    int   // index of the file in the replay's inputs
@@ -117,7 +117,7 @@ func (p *lineParser) parse(line []byte, rec *replayRecord) (lineKind, error) {
 		return lineMalformed, fmt.Errorf("time %q is not an RFC 3339 timestamp", ts)
 	}
 	*rec = replayRecord{t: t}
-	if string(f.vals[6]) == string(DecisionInvalid) {
+	if d := string(f.vals[6]); d == string(DecisionInvalid) || d == string(DecisionUnauthorized) {
 		rec.invalid = true
 		return lineRecord, nil
 	}

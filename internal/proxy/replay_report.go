@@ -155,7 +155,7 @@ func (r *ReplayResult) reportView() *reportView {
 	}
 
 	if r.Invalid > 0 {
-		v.Notes = append(v.Notes, plural(r.Invalid, "request was", "requests were")+" logged as invalid (400 before any limit) and not replayed.")
+		v.Notes = append(v.Notes, plural(r.Invalid, "request was", "requests were")+" logged as invalid or unauthorized (400, 401 or 403 before any limit) and not replayed.")
 	}
 	if r.Other > 0 {
 		v.Notes = append(v.Notes, plural(r.Other, "line of another log was", "lines of other logs were")+" skipped (msg is not \"access\").")

@@ -52,7 +52,7 @@ func (r *ReplayResult) writeInput(b *strings.Builder) {
 	}
 	var skipped []string
 	if r.Invalid > 0 {
-		skipped = append(skipped, plural(r.Invalid, "invalid request", "invalid requests")+" (answered 400 before any limit, under any rules)")
+		skipped = append(skipped, plural(r.Invalid, "invalid request", "invalid requests")+" (answered 400, 401 or 403 before any limit)")
 	}
 	if r.Other > 0 {
 		skipped = append(skipped, plural(r.Other, "line", "lines")+" of other logs (msg is not \"access\")")

@@ -547,7 +547,7 @@ func TestReplaySummary(t *testing.T) {
 			"Replayed 4,190 requests from 1 file in ",
 			"  candidate:  candidate.yaml (sha256 ",
 			"  baseline:   current.yaml (sha256 ",
-			"  not replayed: 1 invalid request (answered 400 before any limit, under any rules)",
+			"  not replayed: 1 invalid request (answered 400, 401 or 403 before any limit)",
 			"Newly limited callers (limited by the candidate, never by the baseline):",
 			"  app-1      1,200                  0  →        200  (16.7%)",
 			"Limited more (by both, more by the candidate):",

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"math"
 	"strconv"
@@ -31,7 +32,8 @@ type RuleSet struct {
 type section struct {
 	app   string
 	byIP  bool
-	total *compiledLimit // nil when the app has no total
+	keys  [][sha256.Size]byte // digests of the app's API keys; nil if none
+	total *compiledLimit      // nil when the app has no total
 	trie  *trie.Trie[*compiledLimit]
 	// metrics of requests that matched no rule (api "")
 	metrics metricsCache
@@ -98,6 +100,7 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 		sec := &section{
 			app:  app.ID,
 			byIP: app.By == config.ByIP,
+			keys: app.Keys,
 			trie: trie.New[*compiledLimit](trie.Options{CaseInsensitive: rules.CaseInsensitive}),
 		}
 		if app.Total != nil && app.Total.Limit != limit.Unlimited {
@@ -238,6 +241,9 @@ func (rs *RuleSet) Explain(app, method, path string) (string, error) {
 		return b.String(), nil
 	case known:
 		fmt.Fprintf(&b, "app %q: section at line %d\n", app, rs.sectionLine(sec.app))
+		if n := len(sec.keys); n > 0 {
+			fmt.Fprintf(&b, "  requires an API key: one of the app's %d key(s) in the key header (--key-header), else 401\n", n)
+		}
 	default:
 		fmt.Fprintf(&b, "app %q is not configured: unknown caller, section \"*\" (counted per %s)\n", app, byName(sec.byIP))
 	}

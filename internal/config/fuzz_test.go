@@ -31,6 +31,7 @@ func FuzzParse(f *testing.F) {
 		"configs:\n  - appId: a\n    limits: [{api: /, limit: 1}\n",
 		"a: 1\n---\nb: 2\n",
 		"configs:\n- &a {appId: a, <<: *a}\n",
+		"configs:\n- appId: a\n  keys: [9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08, 9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A0g, x]\n  limit: 1\n",
 		"defaults: {algorithm: token_bucket, burst: 5, warmup: 10s, lockSeconds: 30}\nconfigs:\n- appId: a\n  limit: 9\n  limits:\n  - {api: /a, limit: 3, algorithm: leaky_bucket}\n  - {api: /b, limit: 3, algorithm: sliding_log, lockSeconds: 0}\n  - {api: /c, limit: 3, algorithm: fixed_window}\n",
 	} {
 		f.Add([]byte(s), false)
@@ -76,6 +77,14 @@ func FuzzParse(f *testing.F) {
 			ids[app.ID] = true
 			if app.By != ByIP && app.By != ByApp && app.By != ByGlobal {
 				t.Fatalf("app %q: by %q", app.ID, app.By)
+			}
+			if app.Keys != nil && (app.ID == UnknownApp || len(app.Keys) == 0) {
+				t.Fatalf("app %q: keys %x", app.ID, app.Keys)
+			}
+			for i := range app.Keys {
+				if slices.Contains(app.Keys[:i], app.Keys[i]) {
+					t.Fatalf("app %q: key digest %x is repeated", app.ID, app.Keys[i])
+				}
 			}
 			if app.Total != nil {
 				if err := app.Total.Validate(); err != nil {

@@ -25,7 +25,8 @@ func newServeCmd() *cobra.Command {
 rules in --config, with /healthz, /readyz and /rules on --admin-listen.
 
 The rules reload when the file changes (--watch), on SIGHUP and on
-POST /rules/reload; a file that fails validation never replaces good rules.
+POST /rules/reload (which needs --admin-token); a file that fails validation
+never replaces good rules.
 
 With --store redis, every gateway that uses the same Redis (or Redis
 Cluster) shares its counters, so that limits hold for the fleet; when Redis
@@ -45,6 +46,9 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 			if !cmd.Flags().Changed("config") {
 				cfg.FallbackRules = configs.ExampleRules
 			}
+			if err := proxy.CheckServerLimits(cfg); err != nil {
+				return usageError{err}
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
 			return proxy.Run(ctx, cfg)
@@ -54,10 +58,13 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 	f.StringVar(&cfg.ConfigPath, "config", "configs/ratelimiter-rule.yaml", "rule file (YAML, or JSON by extension); if the default file is missing, the built-in example rules are used")
 	f.BoolVar(&cfg.Watch, "watch", true, "reload the rules when the rule file changes (SIGHUP and POST /rules/reload always do)")
 	f.StringVar(&cfg.Listen, "listen", ":8080", "proxy listen address")
-	f.StringVar(&cfg.AdminListen, "admin-listen", ":9090", "admin listen address (/healthz, /readyz, /rules)")
+	f.StringVar(&cfg.AdminListen, "admin-listen", ":9090", "admin listen address (/healthz, /readyz, /rules, /metrics); always plain HTTP, so keep it on an internal network")
 	f.StringVar(&cfg.Upstream, "upstream", "", "upstream base URL admitted requests are forwarded to, e.g. http://127.0.0.1:8081")
 	f.BoolVar(&cfg.DemoUpstream, "demo-upstream", false, "start a built-in JSON echo upstream on loopback and forward to it")
 	f.StringVar(&cfg.AppHeader, "app-header", "X-App-Id", "request header carrying the caller's app ID")
+	f.BoolVar(&cfg.ForwardAppHeader, "forward-app-header", false, "pass the app header on to the upstream (by default it is removed before forwarding)")
+	f.StringVar(&cfg.KeyHeader, "key-header", "X-Api-Key", "request header carrying the API key of callers whose app lists keys in the rule file; removed before forwarding")
+	f.StringVar(&cfg.UnknownCallers, "unknown-callers", "allow", `callers with no configured app ID: allow (limited by the "*" section) or reject (403)`)
 	f.StringSliceVar(&cfg.TrustedProxies, "trusted-proxies", nil, "comma-separated CIDRs of proxies whose X-Forwarded-For is believed")
 	f.StringVar(&cfg.Store, "store", "memory", "counter store: memory (this process) or redis (shared by a fleet of gateways)")
 	f.IntVar(&cfg.MaxKeys, "max-keys", 1_000_000, "most counters the memory store keeps; beyond it unknown callers share one overflow counter")
@@ -77,6 +84,13 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "longest drain of in-flight requests on SIGTERM")
 	f.StringVar(&cfg.AccessLog, "access-log", "", "write one JSON line per request to stdout, stderr or this file (off when empty)")
 	f.BoolVar(&cfg.Pprof, "pprof", false, "serve the Go profiler on the admin port at /debug/pprof/")
+	f.DurationVar(&cfg.ReadHeaderTimeout, "read-header-timeout", 10*time.Second, "longest a client may take to send a request's headers (and TLS handshake) before the proxy closes the connection; stops slowloris clients. Whole requests and responses have no timeout, so that streams work")
+	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", 120*time.Second, "longest a keep-alive connection to the proxy may wait for its next request")
+	f.IntVar(&cfg.MaxHeaderBytes, "max-header-bytes", proxy.DefaultMaxHeaderBytes, "largest request line and headers in bytes, else 431; the default 64 KiB is well above what browsers and proxies send (8-16 KiB) and caps the memory a connection can pin")
+	f.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate (chain) file: with --tls-key, the proxy serves HTTPS and HTTP/2, reloading the pair when either file changes or on SIGHUP. The admin port stays plain HTTP: keep it on an internal network")
+	f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key file of --tls-cert")
+	f.StringVar(&cfg.AdminToken, "admin-token", "", "bearer token required by POST /rules/reload on the admin port, which is disabled without one; prefer GATEWAY_ADMIN_TOKEN or --admin-token-file to a flag (visible in ps)")
+	f.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "file whose contents (trimmed) are the --admin-token; exclusive with --admin-token")
 	f.StringVar(&logFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	return cmd

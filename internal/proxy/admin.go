@@ -2,9 +2,12 @@ package proxy
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"sync"
 	"time"
 
@@ -219,13 +222,20 @@ type AdminConfig struct {
 	Metrics http.Handler
 	// Pprof serves the Go profiler at /debug/pprof/.
 	Pprof bool
+	// Token is the bearer token that the mutating endpoints (POST
+	// /rules/reload) require. Empty disables them: the admin port is
+	// plain HTTP, and an endpoint that changes the gateway must not be
+	// open to whoever can reach it.
+	Token string
 }
 
 // NewAdmin returns the admin port's handler: /healthz (the process is
 // alive), /readyz (rules loaded and the store usable), /rules (the rules in
-// force and the last reload error), POST /rules/reload, and /metrics.
+// force and the last reload error), POST /rules/reload (with the Token),
+// and /metrics.
 func NewAdmin(cfg AdminConfig) http.Handler {
 	mux := http.NewServeMux()
+	auth := newAdminAuth(cfg.Token)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -254,7 +264,7 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 	mux.HandleFunc("GET /rules", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, cfg.Rules.view())
 	})
-	mux.HandleFunc("POST /rules/reload", func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("POST /rules/reload", auth.require(func(w http.ResponseWriter, _ *http.Request) {
 		changed, err := cfg.Rules.Reload()
 		if err != nil {
 			writeError(w, http.StatusUnprocessableEntity, "reload_failed", err.Error())
@@ -265,7 +275,7 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 			status = "reloaded"
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": status, "sha256": cfg.Rules.handler.Rules().Source.SHA256})
-	})
+	}))
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics)
 	}
@@ -277,4 +287,61 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return mux
+}
+
+// adminAuth checks the bearer token of the mutating admin endpoints. The
+// zero value has no token and refuses every request.
+type adminAuth struct {
+	// digest is the SHA-256 of the token; nil when there is none.
+	// Comparing digests rather than tokens takes the same time whatever
+	// the lengths, so that timing tells an attacker nothing about the
+	// token, not even its length.
+	digest []byte
+}
+
+func newAdminAuth(token string) adminAuth {
+	if token == "" {
+		return adminAuth{}
+	}
+	d := sha256.Sum256([]byte(token))
+	return adminAuth{digest: d[:]}
+}
+
+// require wraps h so that it runs only for a request that carries the
+// token as "Authorization: Bearer <token>" (RFC 6750 §2.1).
+func (a adminAuth) require(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a.digest == nil {
+			writeError(w, http.StatusForbidden, "admin_disabled",
+				r.Method+" "+r.URL.Path+" is disabled: start the gateway with --admin-token (or GATEWAY_ADMIN_TOKEN, or --admin-token-file) and send it as Authorization: Bearer <token>")
+			return
+		}
+		token, ok := bearerToken(r.Header.Get("Authorization"))
+		if !ok {
+			// RFC 6750 §3: no credentials, no error code.
+			w.Header().Set("WWW-Authenticate", `Bearer realm="gateway admin"`)
+			writeError(w, http.StatusUnauthorized, "unauthorized",
+				r.Method+" "+r.URL.Path+" needs the --admin-token as Authorization: Bearer <token>")
+			return
+		}
+		d := sha256.Sum256([]byte(token))
+		if subtle.ConstantTimeCompare(d[:], a.digest) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="gateway admin", error="invalid_token"`)
+			writeError(w, http.StatusUnauthorized, "unauthorized",
+				"the bearer token is not the --admin-token")
+			return
+		}
+		h(w, r)
+	})
+}
+
+// bearerToken returns the token of an Authorization header value of the
+// Bearer scheme, whose name is case-insensitive (RFC 9110 §11.1).
+func bearerToken(h string) (string, bool) {
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
 }

@@ -20,10 +20,12 @@ func TestAdminEndpoints(t *testing.T) {
 	}, g.clock.now, g.h.log)
 	var reloads []bool
 	rules.OnReload(func(ok bool, _ *RuleSet) { reloads = append(reloads, ok) })
-	admin := NewAdmin(AdminConfig{Rules: rules})
+	admin := NewAdmin(AdminConfig{Rules: rules, Token: "admin-secret"})
 	get := func(method, path string) (int, map[string]any) {
 		w := httptest.NewRecorder()
-		admin.ServeHTTP(w, httptest.NewRequest(method, path, nil))
+		r := httptest.NewRequest(method, path, nil)
+		r.Header.Set("Authorization", "Bearer admin-secret")
+		admin.ServeHTTP(w, r)
 		var body map[string]any
 		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
 			t.Fatalf("%s %s: body is not JSON: %s", method, path, w.Body)
@@ -94,5 +96,93 @@ func TestReadyzReportsStoreTrouble(t *testing.T) {
 	admin.ServeHTTP(w, httptest.NewRequest("GET", "/readyz", nil))
 	if w.Code != 503 || !strings.Contains(w.Body.String(), "store unreachable") {
 		t.Errorf("got %d %s, want 503 with the reason", w.Code, w.Body)
+	}
+}
+
+// TestAdminReloadNeedsToken checks that POST /rules/reload, the admin
+// port's one mutating endpoint, runs only with the configured bearer token,
+// is disabled without one, and that the read-only endpoints stay open.
+func TestAdminReloadNeedsToken(t *testing.T) {
+	t.Parallel()
+	const token = "s3cret-token"
+	tests := []struct {
+		name       string
+		token      string // AdminConfig.Token
+		method     string
+		path       string
+		auth       string // Authorization header, if any
+		wantCode   int
+		wantError  string // the JSON error code; "" for a success
+		wantBearer string // the WWW-Authenticate header
+	}{
+		{name: "no token configured", method: "POST", path: "/rules/reload", auth: "Bearer " + token, wantCode: 403, wantError: "admin_disabled"},
+		{name: "no credentials", token: token, method: "POST", path: "/rules/reload", wantCode: 401, wantError: "unauthorized", wantBearer: `Bearer realm="gateway admin"`},
+		{name: "wrong token", token: token, method: "POST", path: "/rules/reload", auth: "Bearer s3cret-tokeN", wantCode: 401, wantError: "unauthorized", wantBearer: `Bearer realm="gateway admin", error="invalid_token"`},
+		{name: "token prefix", token: token, method: "POST", path: "/rules/reload", auth: "Bearer s3cret", wantCode: 401, wantError: "unauthorized", wantBearer: `Bearer realm="gateway admin", error="invalid_token"`},
+		{name: "token as basic credentials", token: token, method: "POST", path: "/rules/reload", auth: "Basic " + token, wantCode: 401, wantError: "unauthorized", wantBearer: `Bearer realm="gateway admin"`},
+		{name: "empty bearer", token: token, method: "POST", path: "/rules/reload", auth: "Bearer ", wantCode: 401, wantError: "unauthorized", wantBearer: `Bearer realm="gateway admin"`},
+		{name: "right token", token: token, method: "POST", path: "/rules/reload", auth: "Bearer " + token, wantCode: 200},
+		{name: "scheme in lower case", token: token, method: "POST", path: "/rules/reload", auth: "bearer " + token, wantCode: 200},
+		{name: "healthz without credentials", token: token, method: "GET", path: "/healthz", wantCode: 200},
+		{name: "readyz without credentials", token: token, method: "GET", path: "/readyz", wantCode: 200},
+		{name: "rules without credentials", token: token, method: "GET", path: "/rules", wantCode: 200},
+		{name: "metrics without credentials", token: token, method: "GET", path: "/metrics", wantCode: 200},
+		{name: "healthz without a token configured", method: "GET", path: "/healthz", wantCode: 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			g := newGW(t, basicRules)
+			rules := NewRules(g.h, func() (*config.Rules, error) {
+				return config.Parse("rules.yaml", []byte(basicRules))
+			}, g.clock.now, g.h.log)
+			metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				writeJSON(w, http.StatusOK, map[string]string{"metrics": "yes"})
+			})
+			admin := NewAdmin(AdminConfig{Rules: rules, Token: tt.token, Metrics: metrics})
+			r := httptest.NewRequest(tt.method, tt.path, nil)
+			if tt.auth != "" {
+				r.Header.Set("Authorization", tt.auth)
+			}
+			w := httptest.NewRecorder()
+			admin.ServeHTTP(w, r)
+			if w.Code != tt.wantCode {
+				t.Errorf("status: got %d, want %d (%s)", w.Code, tt.wantCode, w.Body)
+			}
+			var body map[string]any
+			if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+				t.Fatalf("body is not JSON: %s", w.Body)
+			}
+			if got, _ := body["error"].(string); got != tt.wantError {
+				t.Errorf("error: got %q, want %q", got, tt.wantError)
+			}
+			if got := w.Header().Get("WWW-Authenticate"); got != tt.wantBearer {
+				t.Errorf("WWW-Authenticate: got %q, want %q", got, tt.wantBearer)
+			}
+			if msg, _ := body["message"].(string); tt.wantError == "admin_disabled" && !strings.Contains(msg, "--admin-token") {
+				t.Errorf("message: got %q, want it to name --admin-token", msg)
+			}
+		})
+	}
+}
+
+// TestPprofOnlyWithFlag checks that the profiler, which exposes the
+// process's internals, is served only with --pprof.
+func TestPprofOnlyWithFlag(t *testing.T) {
+	t.Parallel()
+	g := newGW(t, basicRules)
+	rules := NewRules(g.h, nil, nil, nil)
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/heap", "/debug/pprof/symbol"} {
+		for _, on := range []bool{false, true} {
+			w := httptest.NewRecorder()
+			NewAdmin(AdminConfig{Rules: rules, Pprof: on}).ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+			want := http.StatusNotFound
+			if on {
+				want = http.StatusOK
+			}
+			if w.Code != want {
+				t.Errorf("GET %s with Pprof %v: got %d, want %d", path, on, w.Code, want)
+			}
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -42,6 +43,15 @@ type Config struct {
 	AppHeader string
 	// TrustedProxies are CIDRs whose X-Forwarded-For is believed.
 	TrustedProxies []string
+	// ForwardAppHeader passes the app header on to the upstream; by
+	// default it is removed.
+	ForwardAppHeader bool
+	// KeyHeader carries the API key of callers whose app has keys.
+	// Default "X-Api-Key".
+	KeyHeader string
+	// UnknownCallers is "allow" (the "*" section limits them) or
+	// "reject" (403). Default "allow".
+	UnknownCallers string
 	// Store is the counter store: "memory" or "redis". Default "memory".
 	Store string
 	// MaxKeys caps the memory store's keys (and, under FailMode local,
@@ -82,6 +92,30 @@ type Config struct {
 	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM.
 	// Default 30s.
 	ShutdownTimeout time.Duration
+	// ReadHeaderTimeout bounds the reading of a request's line and
+	// headers (and the TLS handshake) on the proxy port, so that clients
+	// that send them slowly or never (slowloris) cannot hold connections
+	// open. Default 10s. There is deliberately no timeout on the whole
+	// request or response: it would cut off long uploads and streamed
+	// responses.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout bounds how long a keep-alive connection on the proxy
+	// port waits for its next request. Default 120s.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes caps the size of a request's line and headers on the
+	// proxy port; a larger request gets 431. Default DefaultMaxHeaderBytes.
+	MaxHeaderBytes int
+	// TLSCert and TLSKey, both or neither, are PEM files of the proxy
+	// port's certificate (chain) and key: with them the proxy serves
+	// HTTPS with HTTP/2, and reloads the pair when either file changes or
+	// on SIGHUP. The admin port stays plain HTTP.
+	TLSCert, TLSKey string
+	// AdminToken is the bearer token that POST /rules/reload requires;
+	// without one that endpoint is disabled (403).
+	AdminToken string
+	// AdminTokenFile, exclusive with AdminToken, is a file whose contents,
+	// trimmed of white space, are the admin token.
+	AdminTokenFile string
 	// Logger is the one logger. Default slog.Default().
 	Logger *slog.Logger
 	// AccessLog, if not empty, is where one JSON line per request goes:
@@ -127,6 +161,15 @@ func (c *Config) setDefaults() {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 30 * time.Second
 	}
+	if c.ReadHeaderTimeout == 0 {
+		c.ReadHeaderTimeout = 10 * time.Second
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 120 * time.Second
+	}
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -150,12 +193,41 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
+	var rejectUnknown bool
+	switch cfg.UnknownCallers {
+	case "", "allow":
+	case "reject":
+		rejectUnknown = true
+	default:
+		return fmt.Errorf("--unknown-callers %q is not one of allow, reject", cfg.UnknownCallers)
+	}
 	failMode, ok := ParseFailMode(cfg.FailMode)
 	if !ok {
 		return fmt.Errorf("--fail-mode %q is not one of open, closed, local", cfg.FailMode)
 	}
 	if !(cfg.LocalShare > 0 && cfg.LocalShare <= 1) {
 		return fmt.Errorf("--local-share %v is outside (0, 1]", cfg.LocalShare)
+	}
+	if err := CheckServerLimits(cfg); err != nil {
+		return err
+	}
+	adminToken, err := loadAdminToken(cfg.AdminToken, cfg.AdminTokenFile)
+	if err != nil {
+		return err
+	}
+	if err := checkTLSFlags(cfg.TLSCert, cfg.TLSKey); err != nil {
+		return err
+	}
+	var certs *certReloader
+	if cfg.TLSCert != "" {
+		if certs, err = newCertReloader(cfg.TLSCert, cfg.TLSKey, log); err != nil {
+			return err
+		}
+		stop, err := certs.Watch(ctx)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	// metrics is set below, before anything can call the store.
 	var metrics *Metrics
@@ -221,6 +293,7 @@ func Run(ctx context.Context, cfg Config) error {
 	metrics.RulesLoaded(true, rs, rs.LoadedAt)
 	h, err := NewHandler(HandlerConfig{
 		Rules: rs, Store: st.store, Upstream: rp, AppHeader: cfg.AppHeader,
+		ForwardAppHeader: cfg.ForwardAppHeader, KeyHeader: cfg.KeyHeader, RejectUnknown: rejectUnknown,
 		TrustedProxies: trusted, LimitStatus: cfg.LimitStatus, Headers: headers, Logger: log,
 		Observers: observers, NeedClientIP: cfg.AccessLog != "",
 		FailMode: st.failMode, Local: st.local,
@@ -244,13 +317,16 @@ func Run(ctx context.Context, cfg Config) error {
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	proxySrv := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    1 << 20,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 		ErrorLog:          errLog,
 	}
+	if certs != nil {
+		proxySrv.TLSConfig = serverTLSConfig(certs)
+	}
 	adminSrv := &http.Server{
-		Handler:           NewAdmin(AdminConfig{Rules: rules, Store: st.health, Metrics: metrics.Handler(), Pprof: cfg.Pprof}),
+		Handler:           NewAdmin(AdminConfig{Rules: rules, Store: st.health, Metrics: metrics.Handler(), Pprof: cfg.Pprof, Token: adminToken}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          errLog,
@@ -268,7 +344,11 @@ func Run(ctx context.Context, cfg Config) error {
 			log.Warn("redis unreachable at start; serving by --fail-mode until it answers", "err", err, "fail_mode", cfg.FailMode)
 		}
 	}
-	go reloadOnHUP(ctx, rules)
+	hupReloads := []func(){func() { rules.Reload() }}
+	if certs != nil {
+		hupReloads = append(hupReloads, func() { certs.Reload() })
+	}
+	reloadOnHUP(ctx, hupReloads...)
 	if cfg.Watch && parsed.Path == cfg.ConfigPath {
 		w, err := config.NewWatcher(config.WatchConfig{
 			Path:     cfg.ConfigPath,
@@ -283,9 +363,16 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	errc := make(chan error, 2)
-	go func() { errc <- proxySrv.Serve(pl) }()
+	go func() {
+		if certs != nil {
+			// The certificate comes from TLSConfig.GetCertificate.
+			errc <- proxySrv.ServeTLS(pl, "", "")
+			return
+		}
+		errc <- proxySrv.Serve(pl)
+	}()
 	go func() { errc <- adminSrv.Serve(al) }()
-	log.Info("gateway listening", "proxy", pl.Addr().String(), "admin", al.Addr().String(), "upstream", upstream)
+	log.Info("gateway listening", "proxy", pl.Addr().String(), "admin", al.Addr().String(), "upstream", upstream, "tls", certs != nil)
 	if cfg.Ready != nil {
 		cfg.Ready(pl.Addr(), al.Addr())
 	}
@@ -400,17 +487,68 @@ func loadInitialRules(cfg Config, log *slog.Logger) (*config.Rules, error) {
 	return r, err
 }
 
-// reloadOnHUP reloads the rules on every SIGHUP; Reload logs the outcome.
-func reloadOnHUP(ctx context.Context, rules *Rules) {
+// reloadOnHUP calls every reload on each SIGHUP until ctx is done; the
+// reloads log their outcomes. It subscribes to SIGHUP before it returns,
+// so that a SIGHUP sent once the gateway listens is never lost (nor, by
+// default, fatal).
+func reloadOnHUP(ctx context.Context, reloads ...func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hup:
-			rules.Reload()
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				for _, reload := range reloads {
+					reload()
+				}
+			}
 		}
+	}()
+}
+
+// DefaultMaxHeaderBytes is the default Config.MaxHeaderBytes: 64 KiB, far
+// above what real clients send (browsers and proxies cap a request's
+// headers at 8–16 KiB, cookies included) and a sixteenth of net/http's
+// 1 MiB, so that each connection still reading headers can pin only that
+// much memory.
+const DefaultMaxHeaderBytes = 64 << 10
+
+// CheckServerLimits reports the first of cfg's ReadHeaderTimeout,
+// IdleTimeout and MaxHeaderBytes that is not positive. Run checks them
+// after filling in the defaults for zero values; the command line checks
+// the flags as given, where zero is refused too: to net/http it would mean
+// no limit, and silently serving the default instead would surprise.
+func CheckServerLimits(cfg Config) error {
+	switch {
+	case cfg.ReadHeaderTimeout <= 0:
+		return fmt.Errorf("--read-header-timeout %s is not positive: it bounds how long a client may take to send its headers", cfg.ReadHeaderTimeout)
+	case cfg.IdleTimeout <= 0:
+		return fmt.Errorf("--idle-timeout %s is not positive: it bounds how long a keep-alive connection may sit idle", cfg.IdleTimeout)
+	case cfg.MaxHeaderBytes <= 0:
+		return fmt.Errorf("--max-header-bytes %d is not positive: it caps the size of a request's headers", cfg.MaxHeaderBytes)
 	}
+	return nil
+}
+
+// loadAdminToken returns the admin token of --admin-token or
+// --admin-token-file, or "" if neither is set.
+func loadAdminToken(token, file string) (string, error) {
+	if file == "" {
+		return token, nil
+	}
+	if token != "" {
+		return "", errors.New("--admin-token and --admin-token-file are exclusive: pass one")
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("--admin-token-file: %w", err)
+	}
+	token = strings.TrimSpace(string(data))
+	if token == "" {
+		return "", fmt.Errorf("--admin-token-file %s is empty: write the token into it", file)
+	}
+	return token, nil
 }

@@ -1,0 +1,202 @@
+package proxy
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// testCert is a self-signed certificate for 127.0.0.1 and localhost, made
+// by the test: no key is checked in.
+type testCert struct {
+	serial       int64
+	cert         *x509.Certificate
+	certPEM, key []byte
+}
+
+func newTestCert(t *testing.T, serial int64) testCert {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(serial),
+		Subject:               pkix.Name{CommonName: "gateway test " + strconv.FormatInt(serial, 10)},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(time.Hour),
+		DNSNames:              []string{"localhost"},
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true, // its own root, for the client's pool
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testCert{
+		serial:  serial,
+		cert:    cert,
+		certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		key:     pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
+	}
+}
+
+// replaceFile writes data to a temporary file next to path and renames it
+// over path, the way certificate tools (and editors) replace files.
+func replaceFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// servedSerial opens a new TLS connection to addr offering protos by ALPN
+// and returns the serial of the certificate served and the protocol
+// agreed.
+func servedSerial(t *testing.T, addr string, roots *x509.CertPool, protos ...string) (serial int64, proto string) {
+	t.Helper()
+	d := &tls.Dialer{
+		NetDialer: &net.Dialer{Timeout: 10 * time.Second},
+		Config:    &tls.Config{RootCAs: roots, NextProtos: protos},
+	}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("TLS dial %s: %v", addr, err)
+	}
+	defer c.Close()
+	st := c.(*tls.Conn).ConnectionState()
+	return st.PeerCertificates[0].SerialNumber.Int64(), st.NegotiatedProtocol
+}
+
+// TestTLSServesHTTP2AndReloadsCertificates serves HTTPS through Run with a
+// certificate pair on disk, then replaces the pair, breaks it in two ways,
+// and mends it, checking at each step the certificate that a new
+// connection gets.
+func TestTLSServesHTTP2AndReloadsCertificates(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	first, second, third := newTestCert(t, 1001), newTestCert(t, 1002), newTestCert(t, 1003)
+	roots := x509.NewCertPool()
+	for _, c := range []testCert{first, second, third} {
+		roots.AddCert(c.cert)
+	}
+	replaceFile(t, certFile, first.certPEM)
+	replaceFile(t, keyFile, first.key)
+	g := startLive(t, Config{TLSCert: certFile, TLSKey: keyFile})
+
+	// HTTP/2 by ALPN, through the proxy to the upstream.
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	req, _ := http.NewRequest("GET", "https://"+g.proxy+"/v1/user", nil)
+	req.Header.Set("X-App-Id", "app-1")
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "ok" || resp.ProtoMajor != 2 {
+		t.Errorf("HTTPS request: got %d %q over %s, want 200 \"ok\" over HTTP/2", resp.StatusCode, body, resp.Proto)
+	}
+	if got := resp.TLS.PeerCertificates[0].SerialNumber.Int64(); got != first.serial {
+		t.Errorf("served certificate: got serial %d, want %d", got, first.serial)
+	}
+	// HTTP/1.1 clients are served too, and nothing below TLS 1.2.
+	if _, proto := servedSerial(t, g.proxy, roots, "http/1.1"); proto != "http/1.1" {
+		t.Errorf("ALPN for an HTTP/1.1 client: got %q, want http/1.1", proto)
+	}
+	old := &tls.Dialer{Config: &tls.Config{RootCAs: roots, MaxVersion: tls.VersionTLS11}}
+	if c, err := old.Dial("tcp", g.proxy); err == nil {
+		c.Close()
+		t.Errorf("a TLS 1.1 client was served; want TLS 1.2 at least")
+	}
+
+	// want checks the certificate of a new connection.
+	want := func(step string, c testCert) {
+		t.Helper()
+		if got, proto := servedSerial(t, g.proxy, roots, "h2", "http/1.1"); got != c.serial || proto != "h2" {
+			t.Errorf("%s: new connection got serial %d over %q, want %d over h2", step, got, proto, c.serial)
+		}
+	}
+	serial := func(c testCert) string { return strconv.FormatInt(c.serial, 10) }
+
+	// A new pair, each file renamed over the old: it is served without a
+	// restart.
+	mark := g.logs.mark()
+	replaceFile(t, keyFile, second.key)
+	replaceFile(t, certFile, second.certPEM)
+	g.logs.waitFor(t, mark, "tls certificate reloaded", "serial", serial(second))
+	want("after replacing the pair", second)
+
+	// Half a pair: the third certificate next to the second's key. The
+	// reload fails and the second pair is still served.
+	mark = g.logs.mark()
+	replaceFile(t, certFile, third.certPEM)
+	g.logs.waitFor(t, mark, "tls certificate reload failed; keeping the certificate in force", "serial", serial(second))
+	want("after a certificate without its key", second)
+
+	// A key file that is not PEM: the same.
+	mark = g.logs.mark()
+	replaceFile(t, keyFile, []byte("-----BEGIN PRIVATE KEY-----\nnot base64\n"))
+	g.logs.waitFor(t, mark, "tls certificate reload failed; keeping the certificate in force", "serial", serial(second))
+	want("after a bad key file", second)
+
+	// The key that completes the pair: the third certificate is served.
+	mark = g.logs.mark()
+	replaceFile(t, keyFile, third.key)
+	g.logs.waitFor(t, mark, "tls certificate reloaded", "serial", serial(third))
+	want("after completing the pair", third)
+}
+
+// TestTLSReloadsOnSIGHUP checks that SIGHUP reloads the certificate pair
+// as well as the rules. The files do not change, so the watchers are
+// silent and only SIGHUP can have caused the reload that is logged.
+func TestTLSReloadsOnSIGHUP(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	c := newTestCert(t, 2001)
+	replaceFile(t, certFile, c.certPEM)
+	replaceFile(t, keyFile, c.key)
+	g := startLive(t, Config{TLSCert: certFile, TLSKey: keyFile})
+
+	mark := g.logs.mark()
+	// Run subscribed to SIGHUP before it called Ready, so the signal
+	// cannot kill the test binary. Other gateways of parallel tests
+	// reload too, which is harmless.
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	g.logs.waitFor(t, mark, "tls certificate unchanged", "serial", "2001")
+}

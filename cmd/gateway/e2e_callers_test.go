@@ -49,6 +49,10 @@ func TestEndToEndCallers(t *testing.T) {
 			t.Errorf("the upstream saw the app header or the key: %v", h)
 		}
 	}
+	// /rules counts the keys and never shows their digests.
+	if _, rules := send(t, "GET", g.admin+"/rules"); !strings.Contains(rules, `"appId":"partner-1","by":"app","keys":1`) || strings.Contains(rules, "c48a01f4") {
+		t.Errorf("/rules: want partner-1 with \"keys\":1 and no digest:\n%s", rules)
+	}
 	_, metrics := send(t, "GET", g.admin+"/metrics")
 	for _, want := range []string{
 		`gateway_requests_total{api="",app="partner-1",decision="unauthorized"} 2`,

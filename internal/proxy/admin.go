@@ -125,8 +125,10 @@ type rulesView struct {
 }
 
 type appView struct {
-	AppID  string      `json:"appId"`
-	By     config.By   `json:"by"`
+	AppID string    `json:"appId"`
+	By    config.By `json:"by"`
+	// Keys is how many API keys the app has; the digests are not shown.
+	Keys   int         `json:"keys,omitempty"`
 	Total  *limitView  `json:"total,omitempty"`
 	Limits []limitView `json:"limits"`
 }
@@ -167,7 +169,7 @@ func (r *Rules) view() rulesView {
 		Apps:            make([]appView, 0, len(src.Apps)),
 	}
 	for _, a := range src.Apps {
-		av := appView{AppID: a.ID, By: a.By, Limits: make([]limitView, 0, len(a.Limits))}
+		av := appView{AppID: a.ID, By: a.By, Keys: len(a.Keys), Limits: make([]limitView, 0, len(a.Limits))}
 		if a.Total != nil {
 			lv := newLimitView(a.Total)
 			lv.Line = a.Line

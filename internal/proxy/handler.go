@@ -320,7 +320,25 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sc.sw = statusWriter{ResponseWriter: w}
 	o := &sc.o
 	o.Start = h.now()
+	defer func() {
+		// ReverseProxy aborts a response whose upstream broke mid-body
+		// by panicking with http.ErrAbortHandler, so that the client
+		// sees it broken too: the request is observed all the same,
+		// with the status its client was sent, and the panic goes on to
+		// net/http.
+		if p := recover(); p != nil {
+			h.observe(r, sc)
+			panic(p)
+		}
+	}()
 	h.serve(&sc.sw, r, o.Start, sc)
+	h.observe(r, sc)
+}
+
+// observe completes the outcome of a served request and hands it to the
+// observers.
+func (h *Handler) observe(r *http.Request, sc *scratch) {
+	o := &sc.o
 	o.Status = sc.sw.status
 	o.Duration = h.now().Sub(o.Start)
 	for _, obs := range h.observers {

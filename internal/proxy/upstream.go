@@ -89,8 +89,13 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 		},
 		Transport:  tr,
 		BufferPool: newBufferPool(),
-		// Flush streamed responses (SSE) as they come; other responses
-		// are flushed by the copy buffer.
+		// The proxy's own messages (an upstream failing mid-body) go to
+		// the one logger, not to the standard library's global one.
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// Flush after every write of the copy buffer, whatever the
+		// response: streams (SSE, bodies of unknown length) reach the
+		// client as the upstream writes them, and so do slow bodies of
+		// known length.
 		FlushInterval: -1,
 		ModifyResponse: func(resp *http.Response) error {
 			if events != nil {

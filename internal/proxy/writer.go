@@ -1,10 +1,15 @@
 package proxy
 
-import "net/http"
+import (
+	"bufio"
+	"net"
+	"net/http"
+)
 
 // statusWriter records the status a response was given, for logs and
 // metrics. Unwrap lets http.ResponseController (used by ReverseProxy for
-// flushing and protocol upgrades) reach the underlying writer.
+// flushing) reach the underlying writer; Hijack records the 101 of a
+// protocol upgrade.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
@@ -25,6 +30,17 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 }
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// Hijack takes over the connection and records 101: ReverseProxy hijacks
+// only to tunnel a protocol switch, and writes the upstream's 101 on the
+// connection itself, never through WriteHeader.
+func (s *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(s.ResponseWriter).Hijack()
+	if err == nil && s.status == 0 {
+		s.status = http.StatusSwitchingProtocols
+	}
+	return conn, brw, err
+}
 
 // markStatus records a status that is not sent, such as 499 for a client
 // that went away.

@@ -4,7 +4,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin/gateway
 
-.PHONY: all build run deps test test-short lint lint-deploy fuzz bench gobench clean
+.PHONY: all build run deps test test-short lint lint-deploy fuzz bench soak gobench clean
 
 all: build
 
@@ -64,6 +64,12 @@ fuzz:
 # results go to bench/results/. See bench/run.sh for the knobs.
 bench:
 	bash bench/run.sh
+
+# The gateway for DURATION (default 10m) under mixed traffic and rule
+# rewrites; fails on an unexpected status, a rule write not taken as it
+# should be, or goroutine growth. Report in bench/results/soak-*.md.
+soak:
+	bash bench/soak/run.sh
 
 # The Go benchmarks of the hot paths.
 gobench:

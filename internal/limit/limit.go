@@ -86,6 +86,14 @@ func (p *Params) Identity(q *Params) bool {
 	return p.Algorithm == q.Algorithm && p.Window == q.Window && p.Precision == q.Precision
 }
 
+// equal reports whether p == *q. The stores compare a request's Params
+// with those of its key on every decision, and the compiler's == compares
+// the fields after Algorithm with a call to the runtime's memequal.
+func (p *Params) equal(q *Params) bool {
+	return p.Limit == q.Limit && p.Window == q.Window && p.Precision == q.Precision &&
+		p.Burst == q.Burst && p.Warmup == q.Warmup && p.Lock == q.Lock && p.Algorithm == q.Algorithm
+}
+
 // Validate reports whether p can be used, in a sentence fit for a rule-file
 // error message. A message about one setting starts with its name in the
 // rule file ("limit ...", "unit ..." for Window, "lockSeconds ..." for
@@ -141,6 +149,12 @@ type Request struct {
 	// part of Key before its first "|" (the app ID of the proxy's keys).
 	// The memory store ignores it.
 	Tag string
+	// Hash, when not 0, is Memory.Hash of Key, computed ahead by a caller
+	// whose keys are fixed (a configured app's rules) so that the memory
+	// store need not hash Key on every decision. A Hash of another key or
+	// from another store costs the store a second hash, never a wrong
+	// count. The Redis store ignores it.
+	Hash uint64
 }
 
 // Result is the outcome of one Request.

@@ -37,15 +37,17 @@ type MemoryConfig struct {
 	MaxKeys int
 }
 
-// Memory is the in-process Store (DESIGN §6): a map from key to algorithm
-// state, split into shards that are locked separately, so that decisions
-// on different keys rarely contend and none takes a global lock.
+// Memory is the in-process Store (DESIGN §6): a hash table from key to
+// algorithm state, split into shards that are locked separately, so that
+// decisions on different keys rarely contend and none takes a global lock.
 //
-// Keys are hashed with a per-process random seed: callers choose the keys
-// (client IPs), so a fixed hash would let them pile every key into one
-// shard.
+// Keys are hashed with a random seed: callers choose the keys (client
+// IPs), so a fixed hash would let them pile every key into one shard.
+// One hash of the key picks both its shard and its slot there, and a
+// caller with fixed keys can compute it ahead (Request.Hash).
 //
-// Idle keys stay until Sweep (or SweepEvery) evicts them.
+// Idle keys stay until Sweep (or SweepEvery) evicts them; a shard's table
+// shrinks when a sweep leaves it mostly empty.
 //
 // Create a Memory with NewMemory; the zero value is not usable. A Memory is
 // safe for concurrent use.
@@ -53,48 +55,193 @@ type Memory struct {
 	seed    maphash.Seed
 	mask    uint64
 	maxKeys int64
-	keys    atomic.Int64
 	shards  []shard
+	// rules[i] interns the Params of shard i's entries: a rule's Params
+	// are shared by all of its keys (a million client IPs), so an entry
+	// points to one copy rather than holding its own. It holds every
+	// Params a key of the shard was created or reshaped with, a few per
+	// rule edit. It is per shard, guarded by the shard's mutex, so that
+	// creating a key takes no lock but its shard's.
+	rules []map[Params]*rule
+	// keys is written when a key is created or evicted; the padding keeps
+	// those writes off the cache line of the fields above, which every
+	// decision reads.
+	_    [64]byte
+	keys atomic.Int64
+	_    [56]byte
 }
 
 var _ Store = (*Memory)(nil)
 
+// shard is one independently locked part of the key space: an
+// open-addressing hash table with linear probing. Slot i holds ents[i],
+// and tags[i] is the tag (tagOf) of its key's hash, or 0 when the slot is
+// empty. Keys are found by the hash that chose their shard, so a decision
+// hashes its key once; the tags are scanned before any key is compared,
+// and at 12 bytes a slot the table is smaller than a map[string]*entry.
 type shard struct {
-	mu sync.Mutex
-	m  map[string]*entry
-	// params interns the Params of the shard's entries: a rule's Params
-	// are shared by all of its keys (a million client IPs), so an entry
-	// points to one copy rather than holding its own. It holds every
-	// Params a key of the shard was created or reshaped with, a few per
-	// rule edit. It is per shard so that creating a key takes no lock
-	// but its shard's.
-	params map[Params]*Params
-	// Shards are locked by different CPUs; keep each on its own cache
-	// line (a Mutex and two map pointers are 24 bytes).
-	_ [64 - 24]byte
+	mu   sync.Mutex
+	tags []uint32 // a power of two long, or empty
+	ents []*entry // as long as tags
+	n    int      // occupied slots
+	// Shards are locked by different CPUs; the fields fill a cache line
+	// exactly (TestShardFillsACacheLine).
 }
 
-// intern returns the shard's copy of p. The shard is locked.
-func (sh *shard) intern(p *Params) *Params {
-	if q, ok := sh.params[*p]; ok {
+// maxLoad is the fraction of a shard's slots that may be occupied before
+// it doubles: with linear probing, a lookup scans on average 2.5 tags at
+// 3/4 and 1.5 at 3/8, just after doubling.
+const (
+	maxLoadNum, maxLoadDen = 3, 4
+	minSlots               = 8
+)
+
+// tagOf returns the tag of a key's hash h: its high 32 bits, with the top
+// one set so that no tag is 0. The low bits of h pick the shard and the
+// low bits of the tag the home slot, so the two are independent.
+func tagOf(h uint64) uint32 {
+	return uint32(h>>32) | 1<<31
+}
+
+// find returns the entry of key, whose tag is tag, and its slot; or nil and
+// the empty slot where the key would go. The shard is locked.
+func (sh *shard) find(key string, tag uint32) (*entry, int) {
+	tags := sh.tags
+	if len(tags) == 0 {
+		return nil, -1
+	}
+	ents := sh.ents[:len(tags)]
+	mask := len(tags) - 1
+	for i := int(tag) & mask; ; i = (i + 1) & mask {
+		switch tags[i] {
+		case tag:
+			if e := ents[i]; e.key == key {
+				return e, i
+			}
+		case 0:
+			return nil, i
+		}
+	}
+}
+
+// insert puts e, whose key has tag tag and is not in the table, in slot i,
+// the empty slot that find returned. The shard is locked.
+func (sh *shard) insert(i int, tag uint32, e *entry) {
+	if (sh.n+1)*maxLoadDen > len(sh.tags)*maxLoadNum {
+		sh.resize(max(2*len(sh.tags), minSlots))
+		_, i = sh.find(e.key, tag)
+	}
+	sh.tags[i], sh.ents[i] = tag, e
+	sh.n++
+}
+
+// resize moves the entries to a table of size slots, a power of two that
+// keeps the load at most maxLoad. The shard is locked.
+func (sh *shard) resize(size int) {
+	tags, ents := make([]uint32, size), make([]*entry, size)
+	mask := size - 1
+	for j, t := range sh.tags {
+		if t == 0 {
+			continue
+		}
+		i := int(t) & mask
+		for tags[i] != 0 {
+			i = (i + 1) & mask
+		}
+		tags[i], ents[i] = t, sh.ents[j]
+	}
+	sh.tags, sh.ents = tags, ents
+}
+
+// remove empties slot i and moves later entries of its cluster back so
+// that every entry stays reachable from its home slot without tombstones
+// (Knuth's algorithm R). Only slots after i in the cluster change. The
+// shard is locked.
+func (sh *shard) remove(i int) {
+	tags, ents := sh.tags, sh.ents[:len(sh.tags)]
+	mask := len(tags) - 1
+	for j := i; ; {
+		j = (j + 1) & mask
+		t := tags[j]
+		if t == 0 {
+			break
+		}
+		// The entry at j may fill the hole at i unless its home slot
+		// lies cyclically in (i, j].
+		if home := int(t) & mask; (j-home)&mask >= (j-i)&mask {
+			tags[i], ents[i] = t, ents[j]
+			i = j
+		}
+	}
+	tags[i], ents[i] = 0, nil
+	sh.n--
+}
+
+// evict removes the entries for which drop returns true and returns how
+// many it removed, shrinking the table when it is mostly empty so that
+// the memory of a flood of keys is returned once they are swept. The
+// shard is locked.
+func (sh *shard) evict(drop func(e *entry) bool) int {
+	size := len(sh.tags)
+	if sh.n == 0 {
+		return 0
+	}
+	// Start after an empty slot: no cluster spans the start, so the
+	// entries that remove moves back are all still ahead, and each entry
+	// is seen once.
+	start := 0
+	for sh.tags[start] != 0 {
+		start++
+	}
+	removed := 0
+	for k := 1; k <= size; {
+		i := (start + k) & (size - 1)
+		if sh.tags[i] != 0 && drop(sh.ents[i]) {
+			sh.remove(i)
+			removed++
+			continue // slot i may hold a moved entry now
+		}
+		k++
+	}
+	if sh.n == 0 {
+		sh.tags, sh.ents = nil, nil
+	} else if size > minSlots && sh.n*8 < size {
+		sh.resize(max(size/4, minSlots))
+	}
+	return removed
+}
+
+// rule is an interned copy of one Params, with what the store derives from
+// them once rather than on every decision. It is never modified.
+type rule struct {
+	p Params
+	// width is the sliding_window bucket width of p (swWidth), a
+	// division that each decision would otherwise make twice.
+	width int64
+}
+
+// intern returns shard s's rule for p. Shard s is locked.
+func (m *Memory) intern(s uint32, p *Params) *rule {
+	if q, ok := m.rules[s][*p]; ok {
 		return q
 	}
-	if sh.params == nil {
-		sh.params = map[Params]*Params{}
+	if m.rules[s] == nil {
+		m.rules[s] = map[Params]*rule{}
 	}
-	q := new(Params)
-	*q = *p
-	sh.params[*p] = q
+	q := &rule{p: *p, width: swWidth(p)}
+	m.rules[s][*p] = q
 	return q
 }
 
 // entry is the state of one key, guarded by its shard's mutex.
 type entry struct {
+	// key is the entry's key, for lookups, Forget and error messages.
+	key   string
 	state State
-	// params are the Params the state was last used with, interned:
+	// rule holds the Params the state was last used with, interned:
 	// Identity tells whether a reloaded rule can keep the state, and
-	// Sweep asks Idle with them. They are never modified.
-	params *Params
+	// Sweep asks Idle with them.
+	rule *rule
 	// lockedUntil is the end of the key's lockout (Params.Lock), in
 	// nanoseconds since the Unix epoch; the key is locked while now is
 	// before it. Lockouts live here rather than in the States so that
@@ -104,12 +251,10 @@ type entry struct {
 
 // lockout makes r, the Result of a locked key, a denial that lasts at
 // least until the lockout's end: left is the time until then.
-func lockout(r Result, left time.Duration) Result {
-	return Result{
-		Limit:      r.Limit,
-		Reset:      max(r.Reset, left),
-		RetryAfter: max(r.RetryAfter, left),
-	}
+func (r *Result) lockout(left time.Duration) {
+	r.Allowed, r.Remaining = false, 0
+	r.Reset = max(r.Reset, left)
+	r.RetryAfter = max(r.RetryAfter, left)
 }
 
 // NewMemory returns an empty Memory store configured by cfg.
@@ -134,9 +279,7 @@ func NewMemory(cfg MemoryConfig) (*Memory, error) {
 		mask:    uint64(shards - 1),
 		maxKeys: int64(maxKeys),
 		shards:  make([]shard, shards),
-	}
-	for i := range m.shards {
-		m.shards[i].m = make(map[string]*entry)
+		rules:   make([]map[Params]*rule, shards),
 	}
 	return m, nil
 }
@@ -162,8 +305,24 @@ const inline = 4
 // The keys of reqs (after overflow) must be distinct. Allow returns an
 // error wrapping ErrUnknownAlgorithm for Params naming an unregistered
 // algorithm, or the Validate error of Params used to create or reshape a
-// key's state. ctx is not used: a decision is a few map lookups.
+// key's state. ctx is not used: a decision is a hash and a table lookup.
 func (m *Memory) Allow(_ context.Context, now time.Time, reqs []Request, res []Result) (bool, error) {
+	// One request that cannot need its Overflow shard (see allowLocked
+	// on the cap) takes the short path.
+	if len(reqs) == 1 && len(res) >= 1 && reqs[0].Params != nil &&
+		(reqs[0].Overflow == "" || m.keys.Load() < m.maxKeys) {
+		return m.allowOne(now.UnixNano(), &reqs[0], &res[0])
+	}
+	return m.allowMany(now.UnixNano(), reqs, res)
+}
+
+// errWrongHash is entryFor's report of a Request.Hash that is not the
+// hash of its key: the shards locked for it may be the wrong ones.
+var errWrongHash = errors.New("limit: wrong Request.Hash")
+
+// allowMany is Allow for several requests, or one that may need its
+// Overflow shard.
+func (m *Memory) allowMany(ns int64, reqs []Request, res []Result) (bool, error) {
 	n := len(reqs)
 	if len(res) < n {
 		return false, fmt.Errorf("limit: %d results for %d requests", len(res), n)
@@ -173,43 +332,51 @@ func (m *Memory) Allow(_ context.Context, now time.Time, reqs []Request, res []R
 			return false, fmt.Errorf("limit: request for %q has no params", reqs[i].Key)
 		}
 	}
+	allowed, err := m.allowLocked(ns, reqs, res, true)
+	if err == errWrongHash {
+		// Nothing was counted; do it again with the keys' own hashes.
+		allowed, err = m.allowLocked(ns, reqs, res, false)
+	}
+	return allowed, err
+}
+
+// allowLocked is allowMany after its checks: it locks the shards of reqs,
+// which it finds with their Request.Hash when hints is true, and decides
+// them. It returns errWrongHash, having counted nothing, if a hint was
+// wrong.
+func (m *Memory) allowLocked(ns int64, reqs []Request, res []Result, hints bool) (bool, error) {
+	n := len(reqs)
+	res = res[:n]
 	// The cap is checked once, before locking: an Overflow shard is
 	// locked only when it may be needed. Callers racing below the cap may
 	// each add a key, so MaxKeys is exceeded by at most the number of
 	// concurrent calls until the next Sweep.
 	atCap := m.keys.Load() >= m.maxKeys
-	ns := now.UnixNano()
-	if n == 1 && !(atCap && reqs[0].Overflow != "") {
-		return m.allowOne(ns, &reqs[0], &res[0])
-	}
 
+	// Per request: its entry, and the hashes of its Key and, when its
+	// shard is locked, of its Overflow key.
 	var (
 		entBuf  [inline]*entry
-		keyBuf  [inline]uint32 // shard of Key
-		ovfBuf  [inline]int32  // shard of Overflow, -1 when not locked
+		hashBuf [2 * inline]uint64
 		lockBuf [2 * inline]uint32
-
-		ents     []*entry
-		keyShard []uint32
-		ovfShard []int32
-		locks    []uint32 // shards to lock, ascending
 	)
-	if n <= inline {
-		ents, keyShard, ovfShard, locks = entBuf[:n], keyBuf[:n], ovfBuf[:n], lockBuf[:0]
-	} else {
-		ents = make([]*entry, n)
-		keyShard, ovfShard = make([]uint32, n), make([]int32, n)
-		locks = make([]uint32, 0, 2*n)
+	ents, hashes, locks := entBuf[:], hashBuf[:], lockBuf[:0] // locks: shards to lock, ascending
+	if n > inline {
+		ents, hashes, locks = make([]*entry, n), make([]uint64, 2*n), make([]uint32, 0, 2*n)
 	}
+	ents, hashes = ents[:n], hashes[:2*n]
 	for i := range reqs {
 		r := &reqs[i]
-		keyShard[i] = m.shardOf(r.Key)
-		locks = insertSorted(locks, keyShard[i])
-		ovfShard[i] = -1
+		kh := r.Hash
+		if !hints || kh == 0 {
+			kh = m.hash(r.Key)
+		}
+		hashes[2*i] = kh
+		locks = insertSorted(locks, m.shardOf(kh))
 		if atCap && r.Overflow != "" {
-			s := m.shardOf(r.Overflow)
-			ovfShard[i] = int32(s)
-			locks = insertSorted(locks, s)
+			oh := m.hash(r.Overflow)
+			hashes[2*i+1] = oh
+			locks = insertSorted(locks, m.shardOf(oh))
 		}
 	}
 
@@ -219,53 +386,94 @@ func (m *Memory) Allow(_ context.Context, now time.Time, reqs []Request, res []R
 	}
 	defer m.unlock(locks)
 
+	allowed := true
 	for i := range reqs {
 		r := &reqs[i]
-		e, err := m.entryFor(r, keyShard[i], ovfShard[i])
+		e, err := m.entryFor(r, hashes[2*i], hints && r.Hash != 0, atCap && r.Overflow != "", hashes[2*i+1])
 		if err != nil {
 			return false, err
 		}
 		ents[i] = e
-		res[i] = e.decide(ns, r.Params)
-	}
-	allowed := true
-	for i := range reqs {
-		if !res[i].Allowed && !reqs[i].Shadow {
+		e.decide(ns, r.Params, &res[i])
+		if !res[i].Allowed && !r.Shadow {
 			allowed = false
-			break
 		}
 	}
-	for i := range reqs {
-		ents[i].settle(ns, &reqs[i], &res[i], allowed)
+	for i, e := range ents {
+		e.settle(ns, &reqs[i], &res[i], allowed)
 	}
 	return allowed, nil
 }
 
 // allowOne is Allow for a single request that needs no overflow shard:
 // the common case, with one lock and no bookkeeping.
+//
+// The commonest case of all — an existing sliding_window key, not locked
+// out, admitted in its head bucket — runs only this package's code, which
+// cannot panic, and unlocks without a defer. Everything else goes to
+// allowOneSlow, whose deferred unlock keeps a panicking algorithm from
+// leaving the shard locked.
 func (m *Memory) allowOne(ns int64, r *Request, res *Result) (bool, error) {
-	s := m.shardOf(r.Key)
-	sh := &m.shards[s]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e, err := m.entryFor(r, s, -1)
-	if err != nil {
-		return false, err
+	h := r.Hash
+	if h == 0 {
+		h = m.hash(r.Key)
 	}
-	*res = e.decide(ns, r.Params)
+	sh := &m.shards[m.shardOf(h)]
+	sh.mu.Lock()
+	e, _ := sh.find(r.Key, tagOf(h))
+	if e != nil && e.rule.p.equal(r.Params) {
+		if s, ok := e.state.(*swState); ok && e.lockedUntil <= ns && s.allowHead(ns, r.Params.Limit, e.rule.width, res) {
+			sh.mu.Unlock()
+			return true, nil
+		}
+	} else {
+		e = nil // new, or to reshape
+	}
+	return m.allowOneSlow(ns, r, res, sh, h, e)
+}
+
+// allowOneSlow is allowOne after its fast path: sh, the shard of hash h
+// (r.Hash when it is not 0), is locked, and is unlocked on return. e is
+// r's entry, or nil if entryFor has to find, create or reshape it.
+func (m *Memory) allowOneSlow(ns int64, r *Request, res *Result, sh *shard, h uint64, e *entry) (bool, error) {
+	defer func() { sh.mu.Unlock() }()
+	if e == nil {
+		var err error
+		e, err = m.entryFor(r, h, r.Hash != 0, false, 0)
+		if err == errWrongHash {
+			sh.mu.Unlock()
+			h = m.hash(r.Key)
+			sh = &m.shards[m.shardOf(h)]
+			sh.mu.Lock()
+			e, err = m.entryFor(r, h, false, false, 0)
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+	e.decide(ns, r.Params, res)
 	allowed := res.Allowed || r.Shadow
 	e.settle(ns, r, res, allowed)
 	return allowed, nil
 }
 
-// decide is the entry's Result for one more request at ns, lockout
-// included. Its shard is locked.
-func (e *entry) decide(ns int64, p *Params) Result {
-	r := e.state.Decide(ns, p)
-	if e.lockedUntil > ns {
-		r = lockout(r, time.Duration(e.lockedUntil-ns))
+// decide writes the entry's Result for one more request at ns, lockout
+// included, to res. Its shard is locked.
+//
+// The default algorithm is called directly rather than through State, and
+// in its common case without the divisions of Decide and Commit, writing
+// to res in place (see swState.decide): a decision is short enough that
+// the interface calls, the divisions and the copies of the Result were a
+// third of it.
+func (e *entry) decide(ns int64, p *Params, res *Result) {
+	if s, ok := e.state.(*swState); !ok {
+		*res = e.state.Decide(ns, p)
+	} else if !s.decideHead(ns, p.Limit, e.rule.width, res) {
+		s.decide(ns, p, e.rule.width, res)
 	}
-	return r
+	if e.lockedUntil > ns {
+		res.lockout(time.Duration(e.lockedUntil - ns))
+	}
 }
 
 // settle applies a decision to the entry: it counts the request when the
@@ -276,43 +484,69 @@ func (e *entry) settle(ns int64, r *Request, res *Result, allowed bool) {
 	if !res.Allowed {
 		if p := r.Params; p.Lock > 0 && !r.Shadow && e.lockedUntil <= ns {
 			e.lockedUntil = ns + int64(p.Lock)
-			*res = lockout(*res, p.Lock)
+			res.lockout(p.Lock)
 		}
 		return
 	}
 	if allowed {
-		e.state.Commit(ns, r.Params)
+		if s, ok := e.state.(*swState); !ok {
+			e.state.Commit(ns, r.Params)
+		} else if r.Params.Limit < 0 || !s.commitHead(ns, e.rule.width) {
+			s.Commit(ns, r.Params)
+		}
 	} else if res.Remaining >= 0 {
 		res.Remaining++ // decided as if counted; it was not
 	}
 }
 
 // entryFor returns the entry that r is counted against, creating it (under
-// the Overflow key when ovf ≥ 0 and the store is full) or resetting its
-// state if r.Params no longer fit it. The shards involved are locked.
-func (m *Memory) entryFor(r *Request, key uint32, ovf int32) (*entry, error) {
-	sh := &m.shards[key]
-	e := sh.m[r.Key]
+// the Overflow key when ovf and the store is full) or resetting its state
+// if r.Params no longer fit it. kh is the hash of r.Key and oh that of
+// r.Overflow when ovf. The shards involved are locked.
+//
+// kh is r.Hash when hinted. A hint finds the key only if it is right (a
+// key is stored under its own hash), so entryFor checks it only when the
+// key is not found, and returns errWrongHash, having changed nothing, if
+// it is wrong.
+func (m *Memory) entryFor(r *Request, kh uint64, hinted, ovf bool, oh uint64) (*entry, error) {
+	s := m.shardOf(kh)
+	e, slot := m.shards[s].find(r.Key, tagOf(kh))
+	if e != nil && e.rule.p.equal(r.Params) {
+		return e, nil
+	}
+	if e == nil && hinted && m.hash(r.Key) != kh {
+		return nil, errWrongHash
+	}
+	return m.newEntry(r, kh, e, slot, ovf, oh)
+}
+
+// newEntry is entryFor for a key that is new (e is nil and slot its empty
+// slot) or whose Params changed (e is not nil).
+func (m *Memory) newEntry(r *Request, kh uint64, e *entry, slot int, ovf bool, oh uint64) (*entry, error) {
+	s := m.shardOf(kh)
+	sh := &m.shards[s]
 	if e == nil {
-		k := r.Key
-		if ovf >= 0 && m.keys.Load() >= m.maxKeys {
-			sh, k = &m.shards[ovf], r.Overflow
-			e = sh.m[k]
+		k, h := r.Key, kh
+		if ovf && m.keys.Load() >= m.maxKeys {
+			k, h, s = r.Overflow, oh, m.shardOf(oh)
+			sh = &m.shards[s]
+			e, slot = sh.find(k, tagOf(h))
 		}
 		if e == nil {
 			a, err := algorithmFor(k, r.Params)
 			if err != nil {
 				return nil, err
 			}
-			e = &entry{state: a.NewState(r.Params), params: sh.intern(r.Params)}
 			// Clone: the caller's key may share memory with a larger
-			// string (a request header) that the map would otherwise keep.
-			sh.m[strings.Clone(k)] = e
+			// string (a request header) that the store would otherwise
+			// keep.
+			e = &entry{key: strings.Clone(k), state: a.NewState(r.Params), rule: m.intern(s, r.Params)}
+			sh.insert(slot, tagOf(h), e)
 			m.keys.Add(1)
 			return e, nil
 		}
 	}
-	if *e.params == *r.Params {
+	if e.rule.p.equal(r.Params) {
 		return e, nil
 	}
 	// A reloaded rule: validate once per change, not per decision.
@@ -320,7 +554,7 @@ func (m *Memory) entryFor(r *Request, key uint32, ovf int32) (*entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !e.params.Identity(r.Params) {
+	if !e.rule.p.Identity(r.Params) {
 		e.state = a.NewState(r.Params)
 	}
 	// Otherwise only Limit, Burst, Warmup or Lock changed: the counts
@@ -329,7 +563,7 @@ func (m *Memory) entryFor(r *Request, key uint32, ovf int32) (*entry, error) {
 	if r.Params.Lock == 0 {
 		e.lockedUntil = 0
 	}
-	e.params = sh.intern(r.Params)
+	e.rule = m.intern(s, r.Params)
 	return e, nil
 }
 
@@ -352,22 +586,36 @@ func (m *Memory) unlock(locks []uint32) {
 	}
 }
 
-func (m *Memory) shardOf(key string) uint32 {
-	return uint32(maphash.String(m.seed, key) & m.mask)
+// Hash returns the hash of key for Request.Hash. It is fixed for the
+// life of m, and differs between stores: the seed is random, so that
+// callers, who choose keys (client IPs), cannot pile them into one shard.
+func (m *Memory) Hash(key string) uint64 {
+	return m.hash(key)
 }
 
-// insertSorted adds s to the ascending set locks unless it is there.
+// hash returns the hash of key, which picks its shard and its slot there.
+func (m *Memory) hash(key string) uint64 {
+	return maphash.String(m.seed, key)
+}
+
+// shardOf returns the shard of the key whose hash is h.
+func (m *Memory) shardOf(h uint64) uint32 {
+	return uint32(h & m.mask)
+}
+
+// insertSorted adds s to the ascending set locks unless it is there. The
+// set holds a few shards, so a linear scan and insertion beat a binary
+// search and copy.
 func insertSorted(locks []uint32, s uint32) []uint32 {
-	i := len(locks)
-	for i > 0 && locks[i-1] > s {
-		i--
+	for _, l := range locks {
+		if l == s {
+			return locks
+		}
 	}
-	if i > 0 && locks[i-1] == s {
-		return locks
+	locks = append(locks, s)
+	for i := len(locks) - 1; i > 0 && locks[i-1] > s; i-- {
+		locks[i-1], locks[i] = s, locks[i-1]
 	}
-	locks = append(locks, 0)
-	copy(locks[i+1:], locks[i:])
-	locks[i] = s
 	return locks
 }
 
@@ -380,39 +628,26 @@ func (m *Memory) Len() int {
 // time, and returns how many it evicted.
 func (m *Memory) Sweep(now time.Time) int {
 	ns := now.UnixNano()
-	evicted := 0
-	for i := range m.shards {
-		sh := &m.shards[i]
-		sh.mu.Lock()
-		n := 0
-		for k, e := range sh.m {
-			if e.lockedUntil <= ns && e.state.Idle(ns, e.params) {
-				delete(sh.m, k)
-				n++
-			}
-		}
-		m.keys.Add(-int64(n))
-		sh.mu.Unlock()
-		evicted += n
-	}
-	return evicted
+	return m.evict(func(e *entry) bool {
+		return e.lockedUntil <= ns && e.state.Idle(ns, &e.rule.p)
+	})
 }
 
 // Forget removes every key for which keep returns false, locking one shard
 // at a time, and returns how many it removed. It is meant for a rule reload
 // that drops rules. keep is called with a shard locked and must not use m.
 func (m *Memory) Forget(keep func(key string) bool) int {
+	return m.evict(func(e *entry) bool { return !keep(e.key) })
+}
+
+// evict removes the entries for which drop returns true, locking one
+// shard at a time, and returns how many it removed.
+func (m *Memory) evict(drop func(e *entry) bool) int {
 	removed := 0
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()
-		n := 0
-		for k := range sh.m {
-			if !keep(k) {
-				delete(sh.m, k)
-				n++
-			}
-		}
+		n := sh.evict(drop)
 		m.keys.Add(-int64(n))
 		sh.mu.Unlock()
 		removed += n

@@ -47,7 +47,7 @@ func (slidingWindow) NewState(p *Params) State {
 	// Params are validated before use; the clamps only keep a caller that
 	// skipped validation from dividing by zero or allocating without bound.
 	prec := min(max(p.Precision, 1), MaxPrecision)
-	// One allocation: the Precision+1 bucket counts, then the total.
+	// One allocation: the total and the Precision+1 bucket counts.
 	return &swState{counts: make([]uint32, prec+2)}
 }
 
@@ -55,7 +55,8 @@ func (slidingWindow) NewState(p *Params) State {
 // down would let an interval of one unit span one bucket more than the ring
 // covers. It is derived from p, not stored: Identity keeps Window and
 // Precision fixed for a state's life, and a state this small keeps more
-// keys in memory (DESIGN §6 memory store; issue 7's bytes per key).
+// keys in memory (DESIGN §6 memory store; issue 7's bytes per key). The
+// memory store keeps it with its interned Params, for allowHead.
 func swWidth(p *Params) int64 {
 	prec := int64(min(max(p.Precision, 1), MaxPrecision))
 	return max((window(p)+prec-1)/prec, 1)
@@ -63,25 +64,84 @@ func swWidth(p *Params) int64 {
 
 // swState is the state of one sliding_window counter.
 //
-// Invariants, with counts and total as ring returns them: total is the sum
-// of counts; when total > 0, counts[j mod n] holds the count of bucket j
-// for head-n < j ≤ head, where n = len(counts) = Precision+1, and the head
-// bucket's count is not zero.
+// counts holds the total, then the count of the head bucket, then the P =
+// Precision older buckets, in one allocation: 32 bytes of state plus the
+// counts keep a million keys in less memory than separate fields would.
+// The head bucket has a slot of its own so that counting into it — nearly
+// every decision of a busy key — needs no division; an older bucket j
+// lives in slot j mod P of the older ones.
+//
+// Invariants: total is the sum of the P+1 bucket counts; when total > 0,
+// the head slot holds the count of bucket head, which is not zero, and
+// older slot j mod P holds the count of bucket j for head-P ≤ j < head.
 // total never exceeds the largest Limit it was checked against, so it fits
 // in 32 bits (MaxLimit).
 type swState struct {
 	// head is the newest bucket that was counted into.
-	head int64
-	// counts is the ring of Precision+1 bucket counts followed by their
-	// total, in one allocation: 32 bytes of state plus the ring keep a
-	// million keys in less memory than separate fields would.
+	head   int64
 	counts []uint32
 }
 
-// ring returns the bucket counts and a pointer to their total.
-func (s *swState) ring() ([]uint32, *uint32) {
-	n := len(s.counts) - 1
-	return s.counts[:n], &s.counts[n]
+// Indexes of counts.
+const (
+	swTotal = iota
+	swHead
+	swOld // the first of the older buckets
+)
+
+// older returns the counts of the P older buckets.
+func (s *swState) older() []uint32 {
+	return s.counts[swOld:]
+}
+
+// The memory store decides with decideHead and commitHead, or allowHead,
+// and falls back to Decide and Commit when they report false. They are the
+// common case of a busy key — a request in the head bucket — decided
+// without a division: limit is p.Limit and width is swWidth(p), which the
+// store keeps with its interned Params.
+
+// decideHead is Decide when the request at now falls in the head bucket
+// (or before it, a clock that stepped back) and the limit admits it: it
+// writes the Result to res and reports true. Otherwise it reports false.
+func (s *swState) decideHead(now, limit, width int64, res *Result) bool {
+	c := s.counts
+	if len(c) <= swHead {
+		return false // never: there is at least one older bucket
+	}
+	total := c[swTotal]
+	// A limit ≤ 0 is fixed; total ≥ 1 never passes it.
+	if total == 0 || int64(total) >= limit || now >= (s.head+1)*width {
+		return false
+	}
+	// Counted in the head bucket, this request is the last to age out,
+	// at the start of bucket head+P+1. Field by field: see decide.
+	res.Allowed, res.Limit, res.Remaining = true, limit, limit-int64(total)-1
+	res.Reset, res.RetryAfter = time.Duration((s.head+int64(len(c)-swHead))*width-now), 0
+	return true
+}
+
+// commitHead is Commit of a limited request (p.Limit ≥ 0) when now falls
+// in the head bucket: it counts the request there and reports true.
+// Otherwise it reports false.
+func (s *swState) commitHead(now, width int64) bool {
+	c := s.counts
+	if len(c) <= swHead || c[swTotal] == 0 || now >= (s.head+1)*width {
+		return false
+	}
+	c[swTotal]++
+	c[swHead]++
+	return true
+}
+
+// allowHead is decideHead followed, when it admits, by counting the
+// request.
+func (s *swState) allowHead(now, limit, width int64, res *Result) bool {
+	if !s.decideHead(now, limit, width, res) {
+		return false
+	}
+	s.counts[swTotal]++
+	s.counts[swHead]++
+	return true
 }
 
 // view returns the bucket b that now falls in and the count of buckets
@@ -89,69 +149,89 @@ func (s *swState) ring() ([]uint32, *uint32) {
 // treated as being in the head bucket: the counts stay where they are and
 // the guarantee holds for the order in which requests are decided.
 func (s *swState) view(now, width int64) (b int64, sum uint32) {
+	total := s.counts[swTotal]
+	if total != 0 && now < (s.head+1)*width {
+		return s.head, total
+	}
 	b = floorDiv(now, width)
-	counts, total := s.ring()
-	if *total == 0 {
+	if total == 0 {
 		return b, 0
 	}
-	if b < s.head {
-		b = s.head
-	}
-	n := int64(len(counts))
-	if b-s.head >= n {
+	// b > head.
+	old := s.older()
+	p := int64(len(old))
+	if b-s.head > p {
 		return b, 0
 	}
-	sum = *total
-	// Bucket j shares its slot with bucket j-n, which has aged out at b.
-	for j := s.head + 1; j <= b; j++ {
-		sum -= counts[mod(j, n)]
+	sum = total
+	// Moving the head to b retires buckets head-P..b-P-1, in the older
+	// slots of head..b-1.
+	for j := s.head; j < b; j++ {
+		sum -= old[mod(j, p)]
 	}
 	return b, sum
 }
 
-func (s *swState) Decide(now int64, p *Params) Result {
-	if r, ok := fixed(p); ok {
-		return r
+func (s *swState) Decide(now int64, p *Params) (r Result) {
+	// A named result that decide fills: a local would be copied to it.
+	s.decide(now, p, swWidth(p), &r)
+	return r
+}
+
+// decide is Decide with p's bucket width given, which the memory store
+// keeps with its interned Params, writing the Result to res.
+//
+// It writes res field by field, and copies no Result: Result is too large
+// for the compiler to keep in registers, and it copies one through the
+// stack in 16-byte moves that read across the separate stores of its
+// fields. On x86 such a load waits for the stores to retire (a failed
+// store forwarding), which cost more than the rest of the decision.
+func (s *swState) decide(now int64, p *Params, width int64, res *Result) {
+	if p.Limit <= 0 {
+		// Tested here rather than by fixed alone, whose Result would be
+		// built and copied whether or not it is used.
+		*res, _ = fixed(p)
+		return
 	}
 	limit := p.Limit
-	width := swWidth(p)
 	b, sum := s.view(now, width)
-	counts, _ := s.ring()
-	n := int64(len(counts))
+	old := s.older()
+	np := int64(len(old))
+	n := np + 1
 	if int64(sum) < limit {
 		// Counted in bucket b, this request is the last to age out, at
 		// the start of bucket b+n.
-		return Result{
-			Allowed:   true,
-			Limit:     limit,
-			Remaining: limit - int64(sum) - 1,
-			Reset:     time.Duration((b+n)*width - now),
-		}
+		res.Allowed, res.Limit, res.Remaining = true, limit, limit-int64(sum)-1
+		res.Reset, res.RetryAfter = time.Duration((b+n)*width-now), 0
+		return
 	}
 
 	// Denied: sum ≥ limit ≥ 1, so the ring is not empty and
-	// head ≤ b < head+n. Walk forward bucket by bucket (no other traffic)
-	// until enough old buckets have aged out for one more request to fit.
-	// Moving to bucket b+k retires bucket b+k-n; buckets after head hold
-	// nothing. At k = n everything has aged out, so the loop always sets
-	// RetryAfter.
-	res := Result{
-		Limit: limit,
-		// The head bucket is never empty (Commit counts into it), so it
-		// holds the newest requests.
-		Reset: time.Duration((s.head+n)*width - now),
+	// head ≤ b ≤ head+P. With no other traffic, moving to bucket b+k
+	// retires bucket j = b+k-n, from b-P on; buckets after head hold
+	// nothing. The request fits once enough have aged out. The head
+	// bucket is never empty (Commit counts into it), so it holds the
+	// newest requests: once it ages out, at head+n, everything has.
+	res.Allowed, res.Limit, res.Remaining = false, limit, 0
+	res.Reset = time.Duration((s.head+n)*width - now)
+	res.RetryAfter = res.Reset
+	if int64(s.counts[swHead]) >= limit {
+		// Only the head bucket aging out makes room: the common case of
+		// a key denied in a burst.
+		return
 	}
 	left := int64(sum)
-	for k := int64(1); k <= n; k++ {
-		if j := b + k - n; j <= s.head {
-			left -= int64(counts[mod(j, n)])
-		}
+	slot := mod(b-np, np) // of bucket b-P
+	for j := b - np; j < s.head; j++ {
+		left -= int64(old[slot])
 		if left < limit {
-			res.RetryAfter = time.Duration((b+k)*width - now)
-			break
+			res.RetryAfter = time.Duration((j+n)*width - now)
+			return
+		}
+		if slot++; slot == np {
+			slot = 0
 		}
 	}
-	return res
 }
 
 func (s *swState) Commit(now int64, p *Params) {
@@ -160,32 +240,43 @@ func (s *swState) Commit(now int64, p *Params) {
 		// and they could overflow 32 bits.
 		return
 	}
-	b := floorDiv(now, swWidth(p))
-	counts, total := s.ring()
-	n := int64(len(counts))
+	width := swWidth(p)
+	if s.commitHead(now, width) {
+		return
+	}
+	c := s.counts
+	total := &c[swTotal]
+	b := floorDiv(now, width)
+	old := s.older()
+	np := int64(len(old))
 	switch {
 	case *total == 0:
 		// All slots are zero; any bucket may become the head.
 	case b <= s.head:
 		b = s.head
-	case b-s.head >= n:
-		clear(counts)
-		*total = 0
+	case b-s.head > np:
+		clear(c)
 	default:
-		for j := s.head + 1; j <= b; j++ {
-			i := mod(j, n)
-			*total -= counts[i]
-			counts[i] = 0
+		// b > head: bucket j in head..b-1 takes the older slot of bucket
+		// j-P, which ages out; head's count moves there, the others are
+		// empty.
+		i := mod(s.head, np)
+		*total -= old[i]
+		old[i] = c[swHead]
+		for j := s.head + 1; j < b; j++ {
+			i := mod(j, np)
+			*total -= old[i]
+			old[i] = 0
 		}
+		c[swHead] = 0
 	}
 	s.head = b
-	counts[mod(b, n)]++
+	c[swHead]++
 	*total++
 }
 
 func (s *swState) Idle(now int64, p *Params) bool {
-	counts, total := s.ring()
-	return *total == 0 || floorDiv(now, swWidth(p))-s.head >= int64(len(counts))
+	return s.counts[swTotal] == 0 || floorDiv(now, swWidth(p))-s.head > int64(len(s.older()))
 }
 
 // floorDiv returns ⌊a/b⌋ for b > 0, also for a < 0 (instants before 1970).

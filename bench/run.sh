@@ -56,7 +56,7 @@ go build -o "$WORK/bareproxy" ./bench/bareproxy
 CGO_ENABLED=0 go build -trimpath -o "$WORK/gateway" ./cmd/gateway
 
 UPSTREAM=127.0.0.1:18081
-declare -A PORT=([direct]=18081 [bare]=18090 [gateway]=18091 [nginx]=18092 [haproxy]=18093)
+declare -A PORT=([direct]=18081 [bare]=18090 [gateway]=18091 [nginx]=18092 [haproxy]=18093 [gateway-noheaders]=18094)
 
 start() { # start NAME CPU CMD... — run pinned in the background
 	local name=$1 cpu=$2
@@ -78,6 +78,11 @@ start upstream "$LOAD_CPU" "$WORK/upstream" -listen "$UPSTREAM"
 start bare "$PROXY_CPU" "$WORK/bareproxy" -listen "127.0.0.1:${PORT[bare]}" -upstream "http://$UPSTREAM"
 start gateway "$PROXY_CPU" "$WORK/gateway" serve --config bench/rules.yaml --upstream "http://$UPSTREAM" \
 	--listen "127.0.0.1:${PORT[gateway]}" --admin-listen 127.0.0.1:19091 --log-level warn --watch=false
+# The same gateway without rate-limit headers: the difference to "gateway"
+# is the cost of the five headers, to "bare" the cost of limiting itself.
+start gateway-noheaders "$PROXY_CPU" "$WORK/gateway" serve --config bench/rules.yaml --upstream "http://$UPSTREAM" \
+	--listen "127.0.0.1:${PORT[gateway-noheaders]}" --admin-listen 127.0.0.1:19094 --log-level warn --watch=false \
+	--ratelimit-headers none
 
 mkdir -p "$WORK"/{body,proxy,fastcgi,uwsgi,scgi}
 sed -e "s|@DIR@|$WORK|g" bench/nginx.conf.tmpl >"$WORK/nginx.conf"
@@ -107,7 +112,7 @@ run_wrk() {
 
 declare -A RESULTS
 paths=(admitted limited)
-declare -A CONTENDERS=([admitted]="direct nginx haproxy bare gateway" [limited]="nginx haproxy gateway")
+declare -A CONTENDERS=([admitted]="direct nginx haproxy bare gateway gateway-noheaders" [limited]="nginx haproxy gateway gateway-noheaders")
 declare -A APP=([admitted]=bench [limited]=blocked)
 
 for round in $(seq "$ROUNDS"); do
@@ -152,7 +157,13 @@ file="$OUT/$stamp.md"
 		done
 	done
 	echo
-	echo "direct = the upstream without a proxy; bare = httputil.ReverseProxy with the gateway's Transport and no limiting."
+	echo "direct = the upstream without a proxy; bare = httputil.ReverseProxy with the gateway's Transport and no limiting;"
+	echo "gateway-noheaders = the gateway with --ratelimit-headers none."
+	bare=$(printf '%s' "${RESULTS[admitted/bare]}" | awk '{ print $1 }' | median)
+	for c in gateway gateway-noheaders; do
+		rps=$(printf '%s' "${RESULTS[admitted/$c]}" | awk '{ print $1 }' | median)
+		echo "Admitted, $c / bare: $(awk -v a="$rps" -v b="$bare" 'BEGIN { printf "%.3f", a / b }')."
+	done
 } >"$file"
 cat "$file"
 echo "written to $file" >&2

@@ -430,12 +430,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, now time.Time, s
 		tag = sec.app + "|" + ip
 		for i := 0; i < n; i++ {
 			cl := lims[i]
-			reqs[i] = limit.Request{Key: cl.key + "|" + ip, Overflow: cl.key + "|overflow", Tag: tag, Params: &cl.params, Shadow: cl.shadow}
+			reqs[i] = limit.Request{Key: cl.key + "|" + ip, Overflow: cl.overflow, Tag: tag, Params: &cl.params, Shadow: cl.shadow}
 		}
 	} else {
 		for i := 0; i < n; i++ {
 			cl := lims[i]
-			reqs[i] = limit.Request{Key: cl.key, Tag: tag, Params: &cl.params, Shadow: cl.shadow}
+			reqs[i] = limit.Request{Key: cl.key, Hash: cl.hash, Tag: tag, Params: &cl.params, Shadow: cl.shadow}
 		}
 	}
 	var t0 time.Time
@@ -458,7 +458,8 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, now time.Time, s
 			return
 		case FailLocal:
 			for i := 0; i < n; i++ {
-				reqs[i].Params = &lims[i].local
+				// The hash is the shared store's, not the local one's.
+				reqs[i].Params, reqs[i].Hash = &lims[i].local, 0
 			}
 			allowed, err = h.local.Allow(r.Context(), now, reqs[:n], res[:n])
 		}

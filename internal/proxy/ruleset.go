@@ -50,8 +50,11 @@ type compiledLimit struct {
 	local  limit.Params
 	shadow bool
 	// key is the counter key; for per-IP sections the client IP is
-	// appended after a "|".
-	key string
+	// appended after a "|", and callers past the store's key cap share
+	// overflow.
+	key, overflow string
+	// hash is CompileOptions.Hash of key, 0 without one.
+	hash uint64
 	// policy is the RateLimit-Policy item for this limit.
 	policy string
 	// name is the quoted policy name used in the RateLimit header.
@@ -78,6 +81,10 @@ type CompileOptions struct {
 	// LocalShare scales the limits decided in memory under --fail-mode
 	// local, in (0, 1]. 0 means DefaultLocalShare.
 	LocalShare float64
+	// Hash, if not nil, is the store's hash of a key (limit.Memory.Hash):
+	// the fixed keys are hashed once here rather than by the store on
+	// every decision.
+	Hash func(key string) uint64
 }
 
 // Compile builds a RuleSet from parsed rules with the default options.
@@ -104,12 +111,12 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 			trie: trie.New[*compiledLimit](trie.Options{CaseInsensitive: rules.CaseInsensitive}),
 		}
 		if app.Total != nil && app.Total.Limit != limit.Unlimited {
-			sec.total = newCompiledLimit(app.ID, "", nil, *app.Total, false, opts.LocalShare)
+			sec.total = newCompiledLimit(app.ID, "", nil, *app.Total, false, opts)
 			rs.keys[sec.total.key] = struct{}{}
 		}
 		for j := range app.Limits {
 			r := &app.Limits[j]
-			cl := newCompiledLimit(app.ID, r.API, r.Methods, r.Params, r.Shadow, opts.LocalShare)
+			cl := newCompiledLimit(app.ID, r.API, r.Methods, r.Params, r.Shadow, opts)
 			rs.keys[cl.key] = struct{}{}
 			if t := sec.total; t != nil && !t.shadow && !cl.shadow {
 				cl.pairPolicy = []string{t.policy + ", " + cl.policy}
@@ -127,7 +134,7 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 	return rs, nil
 }
 
-func newCompiledLimit(app, api string, methods []string, p limit.Params, shadow bool, share float64) *compiledLimit {
+func newCompiledLimit(app, api string, methods []string, p limit.Params, shadow bool, opts CompileOptions) *compiledLimit {
 	key := app + "|" + api
 	if len(methods) > 0 {
 		key += "|" + strings.Join(methods, ",")
@@ -142,13 +149,17 @@ func newCompiledLimit(app, api string, methods []string, p limit.Params, shadow 
 		app:           app,
 		api:           api,
 		params:        p,
-		local:         scaleParams(p, share),
+		local:         scaleParams(p, opts.LocalShare),
 		shadow:        shadow,
 		key:           key,
+		overflow:      key + "|overflow",
 		name:          quoted,
 		windowSeconds: w,
 		policy:        quoted + ";q=" + strconv.FormatInt(p.Limit, 10) + ";w=" + strconv.FormatInt(w, 10),
 		limitHdr:      []string{strconv.FormatInt(p.Limit, 10)},
+	}
+	if opts.Hash != nil {
+		cl.hash = opts.Hash(key)
 	}
 	cl.policyHdr = []string{cl.policy}
 	cl.body429 = limitedBodyPrefix(app, api, p)

@@ -286,7 +286,11 @@ func Run(ctx context.Context, cfg Config) error {
 		metrics.RulesLoaded(false, nil, time.Time{})
 		return err
 	}
-	rs, err := CompileWith(parsed, time.Now(), CompileOptions{LocalShare: cfg.LocalShare})
+	copts := CompileOptions{LocalShare: cfg.LocalShare}
+	if st.redis == nil && st.mem != nil {
+		copts.Hash = st.mem.Hash
+	}
+	rs, err := CompileWith(parsed, time.Now(), copts)
 	if err != nil {
 		return err
 	}

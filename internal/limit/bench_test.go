@@ -116,6 +116,12 @@ func BenchmarkMemoryAllowParallel(b *testing.B) {
 		b.Run(tt.name, func(b *testing.B) {
 			m := newTestMemory(b, MemoryConfig{})
 			ctx := context.Background()
+			if tt.perWorker {
+				// Keys in distinct shards: the seed is random, and two
+				// workers' keys sharing a shard (and its lock) would
+				// measure contention, not scaling.
+				tt.keys = keysInDistinctShards(m, keys, len(tt.keys))
+			}
 			for i, k := range tt.keys {
 				if _, err := m.Allow(ctx, t0, []Request{{Key: k, Params: benchParams}, {Key: totals[i], Params: benchParams}}, make([]Result, 2)); err != nil {
 					b.Fatal(err)
@@ -148,6 +154,23 @@ func BenchmarkMemoryAllowParallel(b *testing.B) {
 			})
 		})
 	}
+}
+
+// keysInDistinctShards returns up to n of keys, no two of them in the same
+// shard of m.
+func keysInDistinctShards(m *Memory, keys []string, n int) []string {
+	var picked []string
+	seen := map[uint32]bool{}
+	for _, k := range keys {
+		if s := m.shardOf(m.Hash(k)); !seen[s] {
+			seen[s] = true
+			picked = append(picked, k)
+			if len(picked) == n {
+				break
+			}
+		}
+	}
+	return picked
 }
 
 // BenchmarkMemoryBytesPerKey reports the heap held per sliding_window key

@@ -184,6 +184,24 @@ func editDistance(a, b string) int {
 
 // describe names the kind and value of n for a message: "the string
 // "abc"", "the number 5", "a list".
+// kind is describe without the value: for values that may be secrets.
+func (p *parser) kind(n *yaml.Node) string {
+	if n.Kind != yaml.ScalarNode {
+		return p.describe(n)
+	}
+	switch n.ShortTag() {
+	case "!!null":
+		return "empty (null)"
+	case "!!str":
+		return "a string"
+	case "!!int", "!!float":
+		return "a number"
+	case "!!bool":
+		return "true or false"
+	}
+	return "a " + strings.TrimPrefix(n.ShortTag(), "!!")
+}
+
 func (p *parser) describe(n *yaml.Node) string {
 	switch n.Kind {
 	case yaml.MappingNode:

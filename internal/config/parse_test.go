@@ -505,7 +505,7 @@ configs:
     keys:
       - my-secret-key
       - `+digest[:63]+`g
-      - 42
+      - 423456789012345678
       - `+digest+`
       - `+digest+`
   - appId: "*"
@@ -524,7 +524,7 @@ configs:
 		{15, "this key digest is already listed at line 14; list it once"},
 		{18, `keys cannot be set on the "*" section`},
 	})
-	if strings.Contains(err.Error(), "my-secret-key") || strings.Contains(err.Error(), digest[:20]) {
+	if strings.Contains(err.Error(), "my-secret-key") || strings.Contains(err.Error(), "423456789012345678") || strings.Contains(err.Error(), digest[:20]) {
 		t.Errorf("the error repeats a key given in clear: %v", err)
 	}
 }

@@ -398,7 +398,8 @@ func (p *parser) keys(f field) [][sha256.Size]byte {
 	for _, c := range f.val.Content {
 		n := deref(c)
 		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
-			p.errorf(c.Line, "each key must be %s, not %s", how, p.describe(n))
+			// The value is not quoted: it may be a key pasted in clear.
+			p.errorf(c.Line, "each key must be %s, not %s", how, p.kind(n))
 			continue
 		}
 		var d [sha256.Size]byte

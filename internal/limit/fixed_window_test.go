@@ -151,6 +151,7 @@ func TestFixedWindowValidate(t *testing.T) {
 		{name: "burst", p: Params{Algorithm: "fixed_window", Limit: 1, Window: time.Second, Burst: 2}, want: "burst applies only to token_bucket and leaky_bucket"},
 		{name: "warmup", p: Params{Algorithm: "fixed_window", Limit: 1, Window: time.Second, Warmup: time.Second}, want: "warmup applies only to token_bucket"},
 		{name: "negative lock", p: Params{Algorithm: "fixed_window", Limit: 1, Window: time.Second, Lock: -time.Second}, want: "lockSeconds -1 is negative"},
+		{name: "unit too long", p: Params{Algorithm: "fixed_window", Limit: 1, Window: maxSpan + 1}, want: "unit 876000h0m0.000000001s is longer than 100 years"},
 		{name: "lock too long", p: Params{Algorithm: "fixed_window", Limit: 1, Window: time.Second, Lock: maxSpan + time.Second}, want: "lockSeconds 3153600001 is longer than 100 years"},
 	}
 	runValidateCases(t, tests)

@@ -108,6 +108,9 @@ func (p *Params) Validate() error {
 	if p.Window <= 0 {
 		return fmt.Errorf("unit %s is not positive", p.Window)
 	}
+	if p.Window > maxSpan {
+		return fmt.Errorf("unit %s is longer than 100 years", p.Window)
+	}
 	if p.Lock < 0 {
 		return fmt.Errorf("lockSeconds %s is negative", strconv.FormatFloat(p.Lock.Seconds(), 'f', -1, 64))
 	}

@@ -34,9 +34,6 @@ func (slidingLog) Validate(p *Params) error {
 		return fmt.Errorf("limit %d is above %d, the most sliding_log keeps (it stores every admission: 8 bytes each, per key); use sliding_window for larger limits",
 			p.Limit, MaxLogLimit)
 	}
-	if p.Window > maxSpan {
-		return fmt.Errorf("unit %s is longer than 100 years", p.Window)
-	}
 	return nil
 }
 

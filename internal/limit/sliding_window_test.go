@@ -213,6 +213,9 @@ func TestSlidingWindowValidate(t *testing.T) {
 		{name: "one bucket", p: *swParams(1, time.Second, 1)},
 		{name: "max precision", p: *swParams(1, time.Second, MaxPrecision)},
 		{name: "1µs buckets", p: *swParams(1, 10*time.Microsecond, 10)},
+		{name: "100 years", p: *swParams(1, maxSpan, 1)},
+		// Longer windows would overflow Reset and RetryAfter.
+		{name: "unit too long", p: *swParams(1, maxSpan+1, 1), want: "unit 876000h0m0.000000001s is longer than 100 years"},
 		{name: "precision 0", p: *swParams(1, time.Second, 0), want: "precision 0 is outside 1..1000"},
 		{name: "precision negative", p: *swParams(1, time.Second, -3), want: "precision -3 is outside 1..1000"},
 		{name: "precision too high", p: *swParams(1, time.Second, 1001), want: "precision 1001 is outside 1..1000"},

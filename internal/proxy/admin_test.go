@@ -186,3 +186,18 @@ func TestPprofOnlyWithFlag(t *testing.T) {
 		}
 	}
 }
+
+// A token from a Secret often ends in a newline; a client's Authorization
+// header never can. Both are trimmed, so the two still match.
+func TestAdminTokenTrimmed(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{"s3cret\n", " s3cret ", "s3cret"} {
+		got, err := loadAdminToken(in, "")
+		if err != nil || got != "s3cret" {
+			t.Errorf("loadAdminToken(%q): got %q, %v; want s3cret", in, got, err)
+		}
+	}
+	if _, err := loadAdminToken(" \n", ""); err == nil {
+		t.Error("loadAdminToken accepted a token of white space only")
+	}
+}

@@ -258,3 +258,55 @@ func TestExplainKeys(t *testing.T) {
 		t.Errorf("Explain(app-1) speaks of a key:\n%s", got)
 	}
 }
+
+// Headers that spell the app or key header with underscores are dropped:
+// a CGI-style upstream would read them as the real ones, unchecked.
+func TestUnderscoreAliasesDropped(t *testing.T) {
+	t.Parallel()
+	g := newGW(t, keyRules, func(h *HandlerConfig, _ *UpstreamConfig) { h.ForwardAppHeader = true })
+	if w := g.do("GET", "/v1/x", "", "X_App_Id", "app-k", "x_api_key", "guess", "X_Other", "kept"); w.Code != http.StatusOK {
+		t.Fatalf("status %d, want 200 (an unknown caller)", w.Code)
+	}
+	if o := g.obs.last(); o.App != config.UnknownApp {
+		t.Errorf("the caller was taken for app %q; the alias must not name an app", o.App)
+	}
+	g.up.mu.Lock()
+	defer g.up.mu.Unlock()
+	h := g.up.hdrs[0]
+	for k := range h {
+		if sameUnderscored(k, "X-App-Id") || sameUnderscored(k, "X-Api-Key") {
+			t.Errorf("the upstream saw %s: %q", k, h[k])
+		}
+	}
+	if h.Get("X_Other") != "kept" {
+		t.Errorf("an unrelated underscore header was dropped: %v", h)
+	}
+}
+
+// panicky is an observer that panics once, after counting.
+type panicky struct{ calls int }
+
+func (p *panicky) ObserveRequest(*http.Request, *Outcome) {
+	p.calls++
+	if p.calls == 1 {
+		panic("observer failed")
+	}
+}
+
+// A panicking observer is not called again by the handler's recover.
+func TestObserverPanicObservedOnce(t *testing.T) {
+	t.Parallel()
+	p := &panicky{}
+	g := newGW(t, keyRules, func(h *HandlerConfig, _ *UpstreamConfig) { h.Observers = []Observer{p} })
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the observer's panic was swallowed")
+			}
+		}()
+		g.do("GET", "/v1/x", "app-1")
+	}()
+	if p.calls != 1 {
+		t.Errorf("the observer was called %d times for one request, want 1", p.calls)
+	}
+}

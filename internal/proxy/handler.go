@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -303,6 +304,9 @@ type scratch struct {
 	o    Outcome
 	reqs [maxLimitsPerRequest]limit.Request
 	res  [maxLimitsPerRequest]limit.Result
+	// observed is set once the observers are called, so that a panic
+	// of one of them does not have them called again.
+	observed bool
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
@@ -327,7 +331,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// with the status its client was sent, and the panic goes on to
 		// net/http.
 		if p := recover(); p != nil {
-			h.observe(r, sc)
+			if !sc.observed { // not a panic of an observer
+				h.observe(r, sc)
+			}
 			panic(p)
 		}
 	}()
@@ -338,6 +344,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // observe completes the outcome of a served request and hands it to the
 // observers.
 func (h *Handler) observe(r *http.Request, sc *scratch) {
+	sc.observed = true
 	o := &sc.o
 	o.Status = sc.sw.status
 	o.Duration = h.now().Sub(o.Start)
@@ -380,6 +387,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, now time.Time, s
 	if !h.forwardApp {
 		delete(r.Header, h.appHeader)
 	}
+	h.dropAliases(r.Header)
 	clean, err := trie.Normalize(r.URL.EscapedPath())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_path", err.Error())
@@ -495,6 +503,36 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, now time.Time, s
 	h.forward(w, r, o)
 }
 
+// dropAliases removes the headers that spell the app or key header with
+// underscores (X_App_Id): the gateway never reads them, but CGI-style
+// upstreams (PHP-FPM, some WSGI servers) fold them into the same variable
+// as the real header, so they would pass an unchecked app ID or key.
+func (h *Handler) dropAliases(hdr http.Header) {
+	for k := range hdr {
+		if strings.IndexByte(k, '_') >= 0 && (sameUnderscored(k, h.appHeader) || sameUnderscored(k, h.keyHeader)) {
+			delete(hdr, k)
+		}
+	}
+}
+
+// sameUnderscored reports whether k is name with any '-' written as '_',
+// in any ASCII case.
+func sameUnderscored(k, name string) bool {
+	if len(k) != len(name) {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		a, b := k[i], name[i]
+		if a == '_' {
+			a = '-'
+		}
+		if a|0x20 != b|0x20 && a != b {
+			return false
+		}
+	}
+	return true
+}
+
 // checkKey checks the API key of a caller naming sec's app: "" when it
 // presents one of the app's keys, else the error code and message of a
 // 401. Every digest is compared in constant time, so neither the time nor
@@ -539,8 +577,9 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, o *Outcome) {
 		return
 	}
 	t0 := time.Now()
+	// Deferred: ReverseProxy panics to abort a response broken mid-body.
+	defer func() { o.UpstreamDuration = time.Since(t0) }()
 	h.upstream.ServeHTTP(w, r)
-	o.UpstreamDuration = time.Since(t0)
 }
 
 // reject writes the limited response for the denying limit with the

@@ -538,10 +538,15 @@ func CheckServerLimits(cfg Config) error {
 }
 
 // loadAdminToken returns the admin token of --admin-token or
-// --admin-token-file, or "" if neither is set.
+// --admin-token-file, or "" if neither is set. Surrounding white space is
+// trimmed from either, as from the Authorization header a client sends: a
+// token from a Secret often ends in a newline.
 func loadAdminToken(token, file string) (string, error) {
 	if file == "" {
-		return token, nil
+		if token != "" && strings.TrimSpace(token) == "" {
+			return "", errors.New("--admin-token is only white space: set a token, or none to disable POST /rules/reload")
+		}
+		return strings.TrimSpace(token), nil
 	}
 	if token != "" {
 		return "", errors.New("--admin-token and --admin-token-file are exclusive: pass one")

@@ -310,6 +310,9 @@ func TestRealUpstreamResetMidResponse(t *testing.T) {
 			g.obs.mu.Lock()
 			first := g.obs.out[0]
 			g.obs.mu.Unlock()
+			if first.UpstreamDuration <= 0 {
+				t.Errorf("the reset request's upstream duration is %v: it was forwarded", first.UpstreamDuration)
+			}
 			if first.Path != "/reset" || first.Status != 200 || first.Decision != DecisionAllowed {
 				t.Errorf("the reset request's outcome: path %q, status %d, decision %s; want /reset, 200, allowed", first.Path, first.Status, first.Decision)
 			}

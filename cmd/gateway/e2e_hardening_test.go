@@ -2,16 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/tlstest"
 )
 
 // TestEndToEndAdminToken checks that POST /rules/reload takes its token
@@ -69,11 +64,16 @@ func TestEndToEndAdminToken(t *testing.T) {
 func TestEndToEndTLS(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	cert := writeSelfSigned(t, certFile, keyFile)
+	cert := tlstest.New(t, 1)
+	for file, data := range map[string][]byte{certFile: cert.CertPEM, keyFile: cert.KeyPEM} {
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	g := startGateway(t, nil, "--demo-upstream", "--tls-cert", certFile, "--tls-key", keyFile)
 
 	roots := x509.NewCertPool()
-	roots.AddCert(cert)
+	roots.AddCert(cert.Cert)
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true}
 	defer tr.CloseIdleConnections()
 	req, _ := http.NewRequest("GET", strings.Replace(g.proxy, "http://", "https://", 1)+"/v1/user/42", nil)
@@ -90,46 +90,6 @@ func TestEndToEndTLS(t *testing.T) {
 	if code, _ := send(t, "GET", g.admin+"/healthz"); code != 200 {
 		t.Errorf("admin /healthz over plain HTTP: got %d, want 200", code)
 	}
-}
-
-// writeSelfSigned writes a new self-signed certificate for 127.0.0.1 and
-// its key, and returns the certificate.
-func writeSelfSigned(t *testing.T, certFile, keyFile string) *x509.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "gateway e2e"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert
 }
 
 // TestServeRejectsBadHardeningFlags checks the errors of the server limit,

@@ -1,15 +1,9 @@
 package proxy
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -18,54 +12,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/tlstest"
 )
-
-// testCert is a self-signed certificate for 127.0.0.1 and localhost, made
-// by the test: no key is checked in.
-type testCert struct {
-	serial       int64
-	cert         *x509.Certificate
-	certPEM, key []byte
-}
-
-func newTestCert(t *testing.T, serial int64) testCert {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(serial),
-		Subject:               pkix.Name{CommonName: "gateway test " + strconv.FormatInt(serial, 10)},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(time.Hour),
-		DNSNames:              []string{"localhost"},
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true, // its own root, for the client's pool
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return testCert{
-		serial:  serial,
-		cert:    cert,
-		certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		key:     pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
-	}
-}
 
 // replaceFile writes data to a temporary file next to path and renames it
 // over path, the way certificate tools (and editors) replace files.
@@ -106,13 +55,13 @@ func TestTLSServesHTTP2AndReloadsCertificates(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	first, second, third := newTestCert(t, 1001), newTestCert(t, 1002), newTestCert(t, 1003)
+	first, second, third := tlstest.New(t, 1001), tlstest.New(t, 1002), tlstest.New(t, 1003)
 	roots := x509.NewCertPool()
-	for _, c := range []testCert{first, second, third} {
-		roots.AddCert(c.cert)
+	for _, c := range []tlstest.Cert{first, second, third} {
+		roots.AddCert(c.Cert)
 	}
-	replaceFile(t, certFile, first.certPEM)
-	replaceFile(t, keyFile, first.key)
+	replaceFile(t, certFile, first.CertPEM)
+	replaceFile(t, keyFile, first.KeyPEM)
 	g := startLive(t, Config{TLSCert: certFile, TLSKey: keyFile})
 
 	// HTTP/2 by ALPN, through the proxy to the upstream.
@@ -129,8 +78,8 @@ func TestTLSServesHTTP2AndReloadsCertificates(t *testing.T) {
 	if resp.StatusCode != 200 || string(body) != "ok" || resp.ProtoMajor != 2 {
 		t.Errorf("HTTPS request: got %d %q over %s, want 200 \"ok\" over HTTP/2", resp.StatusCode, body, resp.Proto)
 	}
-	if got := resp.TLS.PeerCertificates[0].SerialNumber.Int64(); got != first.serial {
-		t.Errorf("served certificate: got serial %d, want %d", got, first.serial)
+	if got := resp.TLS.PeerCertificates[0].SerialNumber.Int64(); got != first.Serial {
+		t.Errorf("served certificate: got serial %d, want %d", got, first.Serial)
 	}
 	// HTTP/1.1 clients are served too, and nothing below TLS 1.2.
 	if _, proto := servedSerial(t, g.proxy, roots, "http/1.1"); proto != "http/1.1" {
@@ -143,26 +92,26 @@ func TestTLSServesHTTP2AndReloadsCertificates(t *testing.T) {
 	}
 
 	// want checks the certificate of a new connection.
-	want := func(step string, c testCert) {
+	want := func(step string, c tlstest.Cert) {
 		t.Helper()
-		if got, proto := servedSerial(t, g.proxy, roots, "h2", "http/1.1"); got != c.serial || proto != "h2" {
-			t.Errorf("%s: new connection got serial %d over %q, want %d over h2", step, got, proto, c.serial)
+		if got, proto := servedSerial(t, g.proxy, roots, "h2", "http/1.1"); got != c.Serial || proto != "h2" {
+			t.Errorf("%s: new connection got serial %d over %q, want %d over h2", step, got, proto, c.Serial)
 		}
 	}
-	serial := func(c testCert) string { return strconv.FormatInt(c.serial, 10) }
+	serial := func(c tlstest.Cert) string { return strconv.FormatInt(c.Serial, 10) }
 
 	// A new pair, each file renamed over the old: it is served without a
 	// restart.
 	mark := g.logs.mark()
-	replaceFile(t, keyFile, second.key)
-	replaceFile(t, certFile, second.certPEM)
+	replaceFile(t, keyFile, second.KeyPEM)
+	replaceFile(t, certFile, second.CertPEM)
 	g.logs.waitFor(t, mark, "tls certificate reloaded", "serial", serial(second))
 	want("after replacing the pair", second)
 
 	// Half a pair: the third certificate next to the second's key. The
 	// reload fails and the second pair is still served.
 	mark = g.logs.mark()
-	replaceFile(t, certFile, third.certPEM)
+	replaceFile(t, certFile, third.CertPEM)
 	g.logs.waitFor(t, mark, "tls certificate reload failed; keeping the certificate in force", "serial", serial(second))
 	want("after a certificate without its key", second)
 
@@ -174,7 +123,7 @@ func TestTLSServesHTTP2AndReloadsCertificates(t *testing.T) {
 
 	// The key that completes the pair: the third certificate is served.
 	mark = g.logs.mark()
-	replaceFile(t, keyFile, third.key)
+	replaceFile(t, keyFile, third.KeyPEM)
 	g.logs.waitFor(t, mark, "tls certificate reloaded", "serial", serial(third))
 	want("after completing the pair", third)
 }
@@ -186,9 +135,9 @@ func TestTLSReloadsOnSIGHUP(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	c := newTestCert(t, 2001)
-	replaceFile(t, certFile, c.certPEM)
-	replaceFile(t, keyFile, c.key)
+	c := tlstest.New(t, 2001)
+	replaceFile(t, certFile, c.CertPEM)
+	replaceFile(t, keyFile, c.KeyPEM)
 	g := startLive(t, Config{TLSCert: certFile, TLSKey: keyFile})
 
 	mark := g.logs.mark()

@@ -466,8 +466,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, now time.Time, s
 			return
 		case FailLocal:
 			for i := 0; i < n; i++ {
-				// The hash is the shared store's, not the local one's.
-				reqs[i].Params, reqs[i].Hash = &lims[i].local, 0
+				reqs[i].Params = &lims[i].local
 			}
 			allowed, err = h.local.Allow(r.Context(), now, reqs[:n], res[:n])
 		}

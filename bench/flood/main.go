@@ -13,8 +13,6 @@
 package main
 
 import (
-	"bufio"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,6 +26,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratelimit-gateway/gateway/bench/internal/adminmetrics"
 )
 
 func main() {
@@ -177,53 +177,11 @@ func (s snapshot) String() string {
 	return fmt.Sprintf("rss %s, heap in use %s, limiter keys %.0f", mib(s.rss), mib(s.heapInuse), s.keys)
 }
 
-// scrape reads the snapshot from the admin /metrics (Prometheus text
-// format; the series flood reads have at most one sample each).
+// scrape reads the snapshot from the admin /metrics.
 func scrape(c *http.Client, admin string) (snapshot, error) {
-	resp, err := c.Get(strings.TrimSuffix(admin, "/") + "/metrics")
-	if err != nil {
-		return snapshot{}, fmt.Errorf("scraping metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return snapshot{}, fmt.Errorf("scraping metrics: status %d", resp.StatusCode)
-	}
-	want := map[string]*float64{}
-	var s snapshot
-	want["process_resident_memory_bytes"] = &s.rss
-	want["go_memstats_heap_inuse_bytes"] = &s.heapInuse
-	want["gateway_limiter_keys"] = &s.keys
-	found := map[string]bool{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		name, _, _ := strings.Cut(line, " ")
-		name, _, _ = strings.Cut(name, "{")
-		p, ok := want[name]
-		if !ok {
-			continue
-		}
-		fields := strings.Fields(line)
-		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
-		if err != nil {
-			return snapshot{}, fmt.Errorf("metrics: %q: %w", line, err)
-		}
-		*p = v
-		found[name] = true
-	}
-	if err := sc.Err(); err != nil {
-		return snapshot{}, fmt.Errorf("reading metrics: %w", err)
-	}
-	for name := range want {
-		if !found[name] {
-			return snapshot{}, errors.New("metrics: no " + name)
-		}
-	}
-	return s, nil
+	const rss, heap, keys = "process_resident_memory_bytes", "go_memstats_heap_inuse_bytes", `gateway_limiter_keys{store="memory"}`
+	m, err := adminmetrics.Scrape(c, admin, rss, heap, keys)
+	return snapshot{rss: m[rss], heapInuse: m[heap], keys: m[keys]}, err
 }
 
 func mib(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }

@@ -1,12 +1,11 @@
 package main
 
 import (
-	"bufio"
-	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ratelimit-gateway/gateway/bench/internal/adminmetrics"
 )
 
 // metrics is one scrape of the gateway's /metrics: every sample by its
@@ -39,41 +38,8 @@ func (m metrics) buildInfo() string {
 	return ""
 }
 
-// scrape reads the admin /metrics in the Prometheus text format.
+// scrape reads the admin /metrics.
 func scrape(c *http.Client, admin string) (metrics, error) {
-	m := metrics{at: time.Now(), series: map[string]float64{}}
-	resp, err := c.Get(admin + "/metrics")
-	if err != nil {
-		return m, fmt.Errorf("scraping metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return m, fmt.Errorf("scraping metrics: status %d", resp.StatusCode)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			return m, fmt.Errorf("metrics: %q: %w", line, err)
-		}
-		m.series[line[:i]] = v
-	}
-	if err := sc.Err(); err != nil {
-		return m, fmt.Errorf("reading metrics: %w", err)
-	}
-	for _, s := range []string{mRSS, mGoroutines, mKeys, mReloadOK, mReloadFail} {
-		if _, ok := m.series[s]; !ok {
-			return m, fmt.Errorf("metrics: no %s", s)
-		}
-	}
-	return m, nil
+	series, err := adminmetrics.Scrape(c, admin, mRSS, mGoroutines, mKeys, mReloadOK, mReloadFail)
+	return metrics{at: time.Now(), series: series}, err
 }

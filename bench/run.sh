@@ -41,14 +41,8 @@ if [ ${#need[@]} -gt 0 ]; then
 	apt-get install -y -qq "${pkgs[@]}" >/dev/null
 fi
 
-WORK=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$WORK"
-}
-trap cleanup EXIT
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 
 echo "building" >&2
 go build -o "$WORK/upstream" ./bench/upstream
@@ -63,15 +57,6 @@ start() { # start NAME CPU CMD... — run pinned in the background
 	shift 2
 	GOMAXPROCS=1 taskset -c "$cpu" "$@" >"$WORK/$name.log" 2>&1 &
 	pids+=($!)
-}
-
-wait_port() {
-	for _ in $(seq 100); do
-		if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-		sleep 0.1
-	done
-	echo "port $1 never opened" >&2
-	return 1
 }
 
 start upstream "$LOAD_CPU" "$WORK/upstream" -listen "$UPSTREAM"

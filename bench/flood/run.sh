@@ -33,28 +33,13 @@ UPSTREAM_PORT=$((BASE_PORT + 1))
 PROXY_PORT=$((BASE_PORT + 11))
 ADMIN_PORT=$((BASE_PORT + 1011))
 
-WORK=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$WORK"
-}
-trap cleanup EXIT
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 
 echo "building" >&2
 go build -o "$WORK/upstream" ./bench/upstream
 go build -o "$WORK/flood" ./bench/flood
 CGO_ENABLED=0 go build -trimpath -o "$WORK/gateway" ./cmd/gateway
-
-wait_port() {
-	for _ in $(seq 100); do
-		if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-		sleep 0.1
-	done
-	echo "port $1 never opened" >&2
-	return 1
-}
 
 "$WORK/upstream" -listen "127.0.0.1:$UPSTREAM_PORT" >"$WORK/upstream.log" 2>&1 &
 pids+=($!)

@@ -443,7 +443,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, now time.Time, s
 	} else {
 		for i := 0; i < n; i++ {
 			cl := lims[i]
-			reqs[i] = limit.Request{Key: cl.key, Hash: cl.hash, Tag: tag, Params: &cl.params, Shadow: cl.shadow}
+			reqs[i] = limit.Request{Key: cl.key, Tag: tag, Params: &cl.params, Shadow: cl.shadow}
 		}
 	}
 	var t0 time.Time

@@ -53,8 +53,6 @@ type compiledLimit struct {
 	// appended after a "|", and callers past the store's key cap share
 	// overflow.
 	key, overflow string
-	// hash is CompileOptions.Hash of key, 0 without one.
-	hash uint64
 	// policy is the RateLimit-Policy item for this limit.
 	policy string
 	// name is the quoted policy name used in the RateLimit header.
@@ -81,10 +79,6 @@ type CompileOptions struct {
 	// LocalShare scales the limits decided in memory under --fail-mode
 	// local, in (0, 1]. 0 means DefaultLocalShare.
 	LocalShare float64
-	// Hash, if not nil, is the store's hash of a key (limit.Memory.Hash):
-	// the fixed keys are hashed once here rather than by the store on
-	// every decision.
-	Hash func(key string) uint64
 }
 
 // Compile builds a RuleSet from parsed rules with the default options.
@@ -157,9 +151,6 @@ func newCompiledLimit(app, api string, methods []string, p limit.Params, shadow 
 		windowSeconds: w,
 		policy:        quoted + ";q=" + strconv.FormatInt(p.Limit, 10) + ";w=" + strconv.FormatInt(w, 10),
 		limitHdr:      []string{strconv.FormatInt(p.Limit, 10)},
-	}
-	if opts.Hash != nil {
-		cl.hash = opts.Hash(key)
 	}
 	cl.policyHdr = []string{cl.policy}
 	cl.body429 = limitedBodyPrefix(app, api, p)

@@ -287,9 +287,6 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	copts := CompileOptions{LocalShare: cfg.LocalShare}
-	if st.redis == nil && st.mem != nil {
-		copts.Hash = st.mem.Hash
-	}
 	rs, err := CompileWith(parsed, time.Now(), copts)
 	if err != nil {
 		return err

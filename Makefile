@@ -58,7 +58,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/config/
 	$(GO) test -run='^$$' -fuzz=FuzzClientIP -fuzztime=$(FUZZTIME) ./internal/proxy/
 	$(GO) test -run='^$$' -fuzz=FuzzAppID -fuzztime=$(FUZZTIME) ./internal/proxy/
-	$(GO) test -run='^$$' -fuzz=FuzzReplayLine -fuzztime=$(FUZZTIME) ./internal/proxy/
+	$(GO) test -run='^$$' -fuzz=FuzzReplayLine -fuzztime=$(FUZZTIME) ./internal/replay/
 
 # The gateway against nginx and haproxy (installs them and wrk when missing);
 # results go to bench/results/. See bench/run.sh for the knobs.

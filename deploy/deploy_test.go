@@ -15,6 +15,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -23,22 +24,35 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/server"
 	"gopkg.in/yaml.v3"
 )
 
-// serveFlags returns every `gateway serve` flag with the default written in
-// cmd/gateway/serve.go, as source text ("\":8080\"", "30*time.Second").
+// serveFlags returns every `gateway serve` flag that cmd/gateway/serve.go
+// binds to a field of server.Config, with its default as the flag prints
+// it: the field's value in server.DefaultConfig, which seeds the flags.
 func serveFlags(t *testing.T) map[string]string {
 	t.Helper()
 	src, err := os.ReadFile("../cmd/gateway/serve.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	re := regexp.MustCompile(`f\.\w+Var\(&[\w.]+, "([a-z0-9-]+)", ([^,]+),`)
+	re := regexp.MustCompile(`f\.\w*Var\(&(cfg\.)?(\w+), "([a-z0-9-]+)",`)
+	def := reflect.ValueOf(server.DefaultConfig())
 	flags := map[string]string{}
 	for _, m := range re.FindAllStringSubmatch(string(src), -1) {
-		flags[m[1]] = strings.TrimSpace(m[2])
+		if m[1] == "" {
+			// A flag of the command's own (--log-format): known, with a
+			// default nothing here reads.
+			flags[m[3]] = ""
+			continue
+		}
+		m = []string{m[0], m[2], m[3]}
+		v := def.FieldByName(m[1])
+		if !v.IsValid() {
+			t.Fatalf("serve.go: --%s is bound to cfg.%s, which server.Config lacks", m[2], m[1])
+		}
+		flags[m[2]] = fmt.Sprint(v.Interface())
 	}
 	for _, name := range []string{"config", "listen", "admin-listen", "shutdown-timeout", "upstream", "store"} {
 		if _, ok := flags[name]; !ok {
@@ -46,27 +60,6 @@ func serveFlags(t *testing.T) map[string]string {
 		}
 	}
 	return flags
-}
-
-func unquote(t *testing.T, s string) string {
-	t.Helper()
-	u, err := strconv.Unquote(s)
-	if err != nil {
-		t.Fatalf("default %s is not a string literal", s)
-	}
-	return u
-}
-
-// goDuration parses a default like 30*time.Second.
-func goDuration(t *testing.T, s string) time.Duration {
-	t.Helper()
-	m := regexp.MustCompile(`^(\d+)\s*\*\s*time\.(Millisecond|Second|Minute)$`).FindStringSubmatch(s)
-	if m == nil {
-		t.Fatalf("cannot read the duration default %q", s)
-	}
-	n, _ := strconv.Atoi(m[1])
-	unit := map[string]time.Duration{"Millisecond": time.Millisecond, "Second": time.Second, "Minute": time.Minute}[m[2]]
-	return time.Duration(n) * unit
 }
 
 func portOf(t *testing.T, addr string) int {
@@ -96,7 +89,7 @@ func (e effective) str(t *testing.T, name string) string {
 	if v, ok := e.set[name]; ok {
 		return v
 	}
-	return unquote(t, e.defaults[name])
+	return e.defaults[name]
 }
 
 func (e effective) duration(t *testing.T, name string) time.Duration {
@@ -108,7 +101,11 @@ func (e effective) duration(t *testing.T, name string) time.Duration {
 		}
 		return d
 	}
-	return goDuration(t, e.defaults[name])
+	d, err := time.ParseDuration(e.defaults[name])
+	if err != nil {
+		t.Fatalf("--%s default %q: %v", name, e.defaults[name], err)
+	}
+	return d
 }
 
 // parseServe reads `serve` arguments and GATEWAY_* variables into flags,
@@ -161,26 +158,18 @@ func servedEndpoints(t *testing.T, rulesName string, rules []byte, paths ...stri
 	if err := os.WriteFile(file, rules, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	admin := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- proxy.Run(ctx, proxy.Config{
-			ConfigPath: file, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0",
-			Upstream: "http://127.0.0.1:1", ShutdownTimeout: time.Second,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Ready:  func(_, a net.Addr) { admin <- a },
-		})
-	}()
-	defer cancel()
-	var addr net.Addr
-	select {
-	case addr = <-admin:
-	case err := <-done:
+	cfg := server.DefaultConfig()
+	cfg.ConfigPath, cfg.Listen, cfg.AdminListen = file, "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Upstream, cfg.ShutdownTimeout = "http://127.0.0.1:1", time.Second
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := server.New(cfg)
+	if err != nil {
 		t.Fatalf("gateway did not start on the rules: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("gateway did not start")
 	}
+	addr := srv.AdminAddr()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -384,7 +373,7 @@ func TestDockerfile(t *testing.T) {
 	if name == "" || name == "root" || name == "0" {
 		t.Errorf("Dockerfile: final stage USER %q, want a non-root user (nonroot, 65532)", user)
 	}
-	listen, admin := portOf(t, unquote(t, flags["listen"])), portOf(t, unquote(t, flags["admin-listen"]))
+	listen, admin := portOf(t, flags["listen"]), portOf(t, flags["admin-listen"])
 	if len(exposed) != 2 || !exposed[listen] || !exposed[admin] {
 		t.Errorf("Dockerfile: EXPOSE %v, want the proxy and admin ports %d and %d", exposed, listen, admin)
 	}

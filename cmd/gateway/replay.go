@@ -10,6 +10,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/replay"
 	"github.com/spf13/cobra"
 )
 
@@ -98,7 +99,7 @@ func runReplay(cfg replayConfig, stdout, stderr io.Writer) error {
 		defer report.Close()
 	}
 
-	res, err := proxy.ReplayFiles(proxy.ReplayConfig{
+	res, err := replay.Files(replay.Config{
 		Candidate:     cand,
 		Baseline:      base,
 		MaxKeys:       cfg.MaxKeys,

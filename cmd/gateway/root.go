@@ -102,18 +102,46 @@ func envName(flag string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
+// logFormat is --log-format, a pflag.Value.
+type logFormat string
+
+const (
+	logJSON logFormat = "json"
+	logText logFormat = "text"
+)
+
+func (f logFormat) String() string { return string(f) }
+
+func (f *logFormat) Set(s string) error {
+	switch logFormat(s) {
+	case logJSON, logText:
+		*f = logFormat(s)
+		return nil
+	}
+	return fmt.Errorf("%q is not json or text", s)
+}
+
+func (*logFormat) Type() string { return "json|text" }
+
+// levelFlag is --log-level, a pflag.Value; the zero value is info.
+type levelFlag struct{ slog.Level }
+
+func (l *levelFlag) Set(s string) error {
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return fmt.Errorf("%q is not debug, info, warn or error", s)
+	}
+	return nil
+}
+
+func (l *levelFlag) String() string { return strings.ToLower(l.Level.String()) }
+
+func (*levelFlag) Type() string { return "level" }
+
 // newLogger builds the one logger from --log-format and --log-level.
-func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, usageError{fmt.Errorf("--log-level %q is not debug, info, warn or error", level)}
+func newLogger(w io.Writer, format logFormat, level levelFlag) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level.Level}
+	if format == logText {
+		return slog.New(slog.NewTextHandler(w, opts))
 	}
-	opts := &slog.HandlerOptions{Level: lv}
-	switch format {
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	}
-	return nil, usageError{fmt.Errorf("--log-format %q is not json or text", format)}
+	return slog.New(slog.NewJSONHandler(w, opts))
 }

@@ -5,18 +5,17 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/ratelimit-gateway/gateway/configs"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/server"
 	"github.com/spf13/cobra"
 )
 
 func newServeCmd() *cobra.Command {
 	var (
-		cfg       proxy.Config
-		logFormat string
-		logLevel  string
+		cfg       = server.DefaultConfig()
+		logFormat = logJSON
+		logLevel  levelFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -37,61 +36,82 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
   GATEWAY_REDIS_PASSWORD=secret gateway serve --upstream http://127.0.0.1:8081 --store redis --redis-url rediss://gateway@redis.internal:6380/0`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(cmd.ErrOrStderr(), logFormat, logLevel)
-			if err != nil {
-				return err
-			}
-			cfg.Logger = log
+			cfg.Logger = newLogger(cmd.ErrOrStderr(), logFormat, logLevel)
 			cfg.Version = version
 			if !cmd.Flags().Changed("config") {
 				cfg.FallbackRules = configs.ExampleRules
 			}
-			if err := proxy.CheckServerLimits(cfg); err != nil {
+			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-			defer stop()
-			return proxy.Run(ctx, cfg)
+			return serve(cfg)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.ConfigPath, "config", "configs/ratelimiter-rule.yaml", "rule file (YAML, or JSON by extension); if the default file is missing, the built-in example rules are used")
-	f.BoolVar(&cfg.Watch, "watch", true, "reload the rules when the rule file changes (SIGHUP and POST /rules/reload always do)")
-	f.StringVar(&cfg.Listen, "listen", ":8080", "proxy listen address")
-	f.StringVar(&cfg.AdminListen, "admin-listen", ":9090", "admin listen address (/healthz, /readyz, /rules, /metrics); always plain HTTP, so keep it on an internal network")
-	f.StringVar(&cfg.Upstream, "upstream", "", "upstream base URL admitted requests are forwarded to, e.g. http://127.0.0.1:8081")
-	f.BoolVar(&cfg.DemoUpstream, "demo-upstream", false, "start a built-in JSON echo upstream on loopback and forward to it")
-	f.StringVar(&cfg.AppHeader, "app-header", "X-App-Id", "request header carrying the caller's app ID")
-	f.BoolVar(&cfg.ForwardAppHeader, "forward-app-header", false, "pass the app header on to the upstream (by default it is removed before forwarding)")
-	f.StringVar(&cfg.KeyHeader, "key-header", "X-Api-Key", "request header carrying the API key of callers whose app lists keys in the rule file; removed before forwarding")
-	f.StringVar(&cfg.UnknownCallers, "unknown-callers", "allow", `callers with no configured app ID: allow (limited by the "*" section) or reject (403)`)
-	f.StringSliceVar(&cfg.TrustedProxies, "trusted-proxies", nil, "comma-separated CIDRs of proxies whose X-Forwarded-For is believed")
-	f.StringVar(&cfg.Store, "store", "memory", "counter store: memory (this process) or redis (shared by a fleet of gateways)")
-	f.IntVar(&cfg.MaxKeys, "max-keys", 1_000_000, "most counters the memory store keeps; beyond it unknown callers share one overflow counter")
-	f.StringVar(&cfg.RedisURL, "redis-url", "", "redis store: redis://[[user]:password@]host[:port][/db], rediss:// for TLS")
-	f.StringSliceVar(&cfg.RedisAddrs, "redis-addrs", nil, "redis store: comma-separated host:port of Redis Cluster seed nodes (--redis-cluster) or Sentinels (--redis-sentinel-master)")
-	f.BoolVar(&cfg.RedisCluster, "redis-cluster", false, "redis store: the servers are a Redis Cluster")
-	f.StringVar(&cfg.RedisSentinelMaster, "redis-sentinel-master", "", "redis store: the master name that the Sentinels at --redis-addrs watch")
-	f.StringVar(&cfg.RedisUsername, "redis-username", "", "redis store: ACL user (replaces the URL's)")
-	f.StringVar(&cfg.RedisPassword, "redis-password", "", "redis store: password (replaces the URL's); prefer GATEWAY_REDIS_PASSWORD to a flag")
-	f.BoolVar(&cfg.RedisTLS, "redis-tls", false, "redis store: connect to --redis-addrs with TLS")
-	f.DurationVar(&cfg.RedisTimeout, "redis-timeout", 25*time.Millisecond, "redis store: longest wait for one Redis call before --fail-mode decides")
-	f.StringVar(&cfg.FailMode, "fail-mode", "open", "redis store: when Redis fails, open (admit), closed (503) or local (limit in memory with limit × --local-share)")
-	f.Float64Var(&cfg.LocalShare, "local-share", proxy.DefaultLocalShare, "the share of each limit one gateway admits under --fail-mode local: about 1 / the number of gateways")
-	f.DurationVar(&cfg.UpstreamTimeout, "upstream-timeout", 30*time.Second, "longest wait for the upstream's response headers before 504")
-	f.IntVar(&cfg.LimitStatus, "limit-status", 429, "status code of a limited response")
-	f.StringVar(&cfg.RateLimitHeaders, "ratelimit-headers", "both", "rate-limit response headers: both, draft (RateLimit, RateLimit-Policy), legacy (X-RateLimit-*), none")
-	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "longest drain of in-flight requests on SIGTERM")
-	f.StringVar(&cfg.AccessLog, "access-log", "", "write one JSON line per request to stdout, stderr or this file (off when empty)")
-	f.BoolVar(&cfg.Pprof, "pprof", false, "serve the Go profiler on the admin port at /debug/pprof/")
-	f.DurationVar(&cfg.ReadHeaderTimeout, "read-header-timeout", 10*time.Second, "longest a client may take to send a request's headers (and TLS handshake) before the proxy closes the connection; stops slowloris clients. Whole requests and responses have no timeout, so that streams work")
-	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", 120*time.Second, "longest a keep-alive connection to the proxy may wait for its next request")
-	f.IntVar(&cfg.MaxHeaderBytes, "max-header-bytes", proxy.DefaultMaxHeaderBytes, "largest request line and headers in bytes, else 431; the default 64 KiB is well above what browsers and proxies send (8-16 KiB) and caps the memory a connection can pin")
-	f.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate (chain) file: with --tls-key, the proxy serves HTTPS and HTTP/2, reloading the pair when either file changes or on SIGHUP. The admin port stays plain HTTP: keep it on an internal network")
-	f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key file of --tls-cert")
-	f.StringVar(&cfg.AdminToken, "admin-token", "", "bearer token required by POST /rules/reload on the admin port, which is disabled without one; prefer GATEWAY_ADMIN_TOKEN or --admin-token-file to a flag (visible in ps)")
-	f.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "file whose contents (trimmed) are the --admin-token; exclusive with --admin-token")
-	f.StringVar(&logFormat, "log-format", "json", "log format: json or text")
-	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	f.StringVar(&cfg.ConfigPath, "config", cfg.ConfigPath, "rule file (YAML, or JSON by extension); if the default file is missing, the built-in example rules are used")
+	f.BoolVar(&cfg.Watch, "watch", cfg.Watch, "reload the rules when the rule file changes (SIGHUP and POST /rules/reload always do)")
+	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "proxy listen address")
+	f.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, "admin listen address (/healthz, /readyz, /rules, /metrics); always plain HTTP, so keep it on an internal network")
+	f.StringVar(&cfg.Upstream, "upstream", cfg.Upstream, "upstream base URL admitted requests are forwarded to, e.g. http://127.0.0.1:8081")
+	f.BoolVar(&cfg.DemoUpstream, "demo-upstream", cfg.DemoUpstream, "start a built-in JSON echo upstream on loopback and forward to it")
+	f.StringVar(&cfg.AppHeader, "app-header", cfg.AppHeader, "request header carrying the caller's app ID")
+	f.BoolVar(&cfg.ForwardAppHeader, "forward-app-header", cfg.ForwardAppHeader, "pass the app header on to the upstream (by default it is removed before forwarding)")
+	f.StringVar(&cfg.KeyHeader, "key-header", cfg.KeyHeader, "request header carrying the API key of callers whose app lists keys in the rule file; removed before forwarding")
+	f.Var(&cfg.UnknownCallers, "unknown-callers", `callers with no configured app ID: allow (limited by the "*" section) or reject (403)`)
+	f.StringSliceVar(&cfg.TrustedProxies, "trusted-proxies", cfg.TrustedProxies, "comma-separated CIDRs of proxies whose X-Forwarded-For is believed")
+	f.Var(&cfg.Store, "store", "counter store: memory (this process) or redis (shared by a fleet of gateways)")
+	f.IntVar(&cfg.MaxKeys, "max-keys", cfg.MaxKeys, "most counters the memory store keeps; beyond it unknown callers share one overflow counter")
+	f.StringVar(&cfg.RedisURL, "redis-url", cfg.RedisURL, "redis store: redis://[[user]:password@]host[:port][/db], rediss:// for TLS")
+	f.StringSliceVar(&cfg.RedisAddrs, "redis-addrs", cfg.RedisAddrs, "redis store: comma-separated host:port of Redis Cluster seed nodes (--redis-cluster) or Sentinels (--redis-sentinel-master)")
+	f.BoolVar(&cfg.RedisCluster, "redis-cluster", cfg.RedisCluster, "redis store: the servers are a Redis Cluster")
+	f.StringVar(&cfg.RedisSentinelMaster, "redis-sentinel-master", cfg.RedisSentinelMaster, "redis store: the master name that the Sentinels at --redis-addrs watch")
+	f.StringVar(&cfg.RedisUsername, "redis-username", cfg.RedisUsername, "redis store: ACL user (replaces the URL's)")
+	f.StringVar(&cfg.RedisPassword, "redis-password", cfg.RedisPassword, "redis store: password (replaces the URL's); prefer GATEWAY_REDIS_PASSWORD to a flag")
+	f.BoolVar(&cfg.RedisTLS, "redis-tls", cfg.RedisTLS, "redis store: connect to --redis-addrs with TLS")
+	f.DurationVar(&cfg.RedisTimeout, "redis-timeout", cfg.RedisTimeout, "redis store: longest wait for one Redis call before --fail-mode decides")
+	f.Var(&cfg.FailMode, "fail-mode", "redis store: when Redis fails, open (admit), closed (503) or local (limit in memory with limit × --local-share)")
+	f.Float64Var(&cfg.LocalShare, "local-share", cfg.LocalShare, "the share of each limit one gateway admits under --fail-mode local: about 1 / the number of gateways")
+	f.DurationVar(&cfg.UpstreamTimeout, "upstream-timeout", cfg.UpstreamTimeout, "longest wait for the upstream's response headers before 504")
+	f.IntVar(&cfg.LimitStatus, "limit-status", cfg.LimitStatus, "status code of a limited response")
+	f.Var(&cfg.RateLimitHeaders, "ratelimit-headers", "rate-limit response headers: both, draft (RateLimit, RateLimit-Policy), legacy (X-RateLimit-*), none")
+	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "longest drain of in-flight requests on SIGTERM")
+	f.StringVar(&cfg.AccessLog, "access-log", cfg.AccessLog, "write one JSON line per request to stdout, stderr or this file (off when empty)")
+	f.BoolVar(&cfg.Pprof, "pprof", cfg.Pprof, "serve the Go profiler on the admin port at /debug/pprof/")
+	f.DurationVar(&cfg.ReadHeaderTimeout, "read-header-timeout", cfg.ReadHeaderTimeout, "longest a client may take to send a request's headers (and TLS handshake) before the proxy closes the connection; stops slowloris clients. Whole requests and responses have no timeout, so that streams work")
+	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "longest a keep-alive connection to the proxy may wait for its next request")
+	f.IntVar(&cfg.MaxHeaderBytes, "max-header-bytes", cfg.MaxHeaderBytes, "largest request line and headers in bytes, else 431; the default 64 KiB is well above what browsers and proxies send (8-16 KiB) and caps the memory a connection can pin")
+	f.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "PEM certificate (chain) file: with --tls-key, the proxy serves HTTPS and HTTP/2, reloading the pair when either file changes or on SIGHUP. The admin port stays plain HTTP: keep it on an internal network")
+	f.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "PEM private key file of --tls-cert")
+	f.StringVar(&cfg.AdminToken, "admin-token", cfg.AdminToken, "bearer token required by POST /rules/reload on the admin port, which is disabled without one; prefer GATEWAY_ADMIN_TOKEN or --admin-token-file to a flag (visible in ps)")
+	f.StringVar(&cfg.AdminTokenFile, "admin-token-file", cfg.AdminTokenFile, "file whose contents (trimmed) are the --admin-token; exclusive with --admin-token")
+	f.Var(&logFormat, "log-format", "log format: json or text")
+	f.Var(&logLevel, "log-level", "log level: debug, info, warn, error")
 	return cmd
+}
+
+// serve runs the gateway of cfg until SIGTERM or SIGINT, then drains it.
+// SIGHUP reloads the rules and the TLS certificate pair.
+func serve(cfg server.Config) error {
+	// Subscribed before the gateway listens, so that a SIGHUP sent once it
+	// does is never lost, nor fatal (its default action).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	srv, err := server.New(cfg)
+	if err != nil {
+		return err
+	}
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				srv.Reload() // logs its outcome
+			}
+		}
+	}()
+	return srv.Serve(ctx)
 }

@@ -70,7 +70,7 @@ func (a *AccessLog) ObserveRequest(r *http.Request, o *Outcome) {
 		slog.String("method", r.Method),
 		slog.String("path", o.Path),
 		slog.String("client_ip", ip),
-		slog.String("decision", string(o.Decision)),
+		slog.String("decision", o.Decision.String()),
 		slog.Int("status", o.Status),
 		slog.Float64("duration", o.Duration.Seconds()),
 		slog.Float64("upstream_duration", o.UpstreamDuration.Seconds()),

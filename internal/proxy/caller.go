@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"net/http"
 	"net/netip"
@@ -25,10 +27,12 @@ func appID(r *http.Request, h string) (string, error) {
 	if len(vs) != 1 {
 		return "", errors.New("the app ID header is sent more than once")
 	}
-	return checkAppID(vs[0])
+	return CheckAppID(vs[0])
 }
 
-func checkAppID(v string) (string, error) {
+// CheckAppID returns v if it is a valid app ID, or why it is not, as the
+// gateway judges the app header (replay judges logged app IDs with it).
+func CheckAppID(v string) (string, error) {
 	switch {
 	case v == "":
 		return "", errAppIDEmpty
@@ -108,4 +112,57 @@ func ParseTrustedProxies(list []string) ([]netip.Prefix, error) {
 		out = append(out, netip.PrefixFrom(a, a.BitLen()))
 	}
 	return out, nil
+}
+
+// dropAliases removes the headers that spell the app or key header with
+// underscores (X_App_Id): the gateway never reads them, but CGI-style
+// upstreams (PHP-FPM, some WSGI servers) fold them into the same variable
+// as the real header, so they would pass an unchecked app ID or key.
+func (h *Handler) dropAliases(hdr http.Header) {
+	for k := range hdr {
+		if strings.IndexByte(k, '_') >= 0 && (sameUnderscored(k, h.appHeader) || sameUnderscored(k, h.keyHeader)) {
+			delete(hdr, k)
+		}
+	}
+}
+
+// sameUnderscored reports whether k is name with any '-' written as '_',
+// in any ASCII case.
+func sameUnderscored(k, name string) bool {
+	if len(k) != len(name) {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		a, b := k[i], name[i]
+		if a == '_' {
+			a = '-'
+		}
+		if a|0x20 != b|0x20 && a != b {
+			return false
+		}
+	}
+	return true
+}
+
+// checkKey checks the API key of a caller naming sec's app: "" when it
+// presents one of the app's keys, else the error code and message of a
+// 401. Every digest is compared in constant time, so neither the time nor
+// which digest is tried first tells a caller anything about the keys.
+func (h *Handler) checkKey(r *http.Request, sec *section) (code, msg string) {
+	vs := r.Header[h.keyHeader]
+	switch {
+	case len(vs) == 0 || vs[0] == "":
+		return "missing_api_key", "app " + sec.app + " requires an API key in the " + h.keyHeader + " header"
+	case len(vs) > 1:
+		return "invalid_api_key", "the " + h.keyHeader + " header is sent more than once"
+	}
+	d := sha256.Sum256([]byte(vs[0]))
+	match := 0
+	for i := range sec.keys {
+		match |= subtle.ConstantTimeCompare(d[:], sec.keys[i][:])
+	}
+	if match != 1 {
+		return "invalid_api_key", "the API key in the " + h.keyHeader + " header is not one of app " + sec.app + "'s keys"
+	}
+	return "", ""
 }

@@ -25,9 +25,10 @@ func TestParseFailMode(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, ok := ParseFailMode(tt.in)
+			var got FailMode
+			ok := got.Set(tt.in) == nil
 			if got != tt.want || ok != tt.ok {
-				t.Errorf("ParseFailMode(%q): got %v %v, want %v %v", tt.in, got, ok, tt.want, tt.ok)
+				t.Errorf("Set(%q): got %v %v, want %v %v", tt.in, got, ok, tt.want, tt.ok)
 			}
 			if ok && got.String() != tt.in {
 				t.Errorf("String(): got %q, want %q", got.String(), tt.in)

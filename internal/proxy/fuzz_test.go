@@ -63,7 +63,7 @@ func FuzzAppID(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, id string) {
-		got, err := checkAppID(id)
+		got, err := CheckAppID(id)
 		if err != nil {
 			return
 		}

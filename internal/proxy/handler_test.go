@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -173,38 +174,14 @@ func (g *gw) do(method, target, app string, hdr ...string) *httptest.ResponseRec
 	return w
 }
 
-const basicRules = `
-configs:
-  - appId: app-1
-    limit: 5
-    unit: 60
-    limits:
-      - api: /v1/user
-        limit: 3
-        unit: 10
-      - api: /v1/user/{id}/orders
-        method: [GET]
-        limit: 1
-        unit: 10
-      - api: /v1/free
-        limit: -1
-      - api: /v1/blocked
-        limit: 0
-      - api: /v1/beta
-        limit: 1
-        unit: 10
-        shadow: true
-  - appId: app-2
-    limits:
-      - api: /v1/user
-        limit: 2
-        unit: 10
-  - appId: "*"
-    limits:
-      - api: /
-        limit: 2
-        unit: 10
-`
+// basicRules are the rules most tests use; replay's tests share them.
+var basicRules = func() string {
+	b, err := os.ReadFile("testdata/basic-rules.yaml")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
 
 func TestAdmittedIsForwardedWithHeaders(t *testing.T) {
 	t.Parallel()

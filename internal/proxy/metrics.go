@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 const NearLimitRatio = 0.8
 
 // Every label value below is bounded by the rule file: app is a configured
-// app ID or "*", api a rule pattern or "" (DESIGN §8). A caller's raw app
+// app ID or "*", api a rule pattern or "" (README "Metrics"). A caller's raw app
 // ID or path never becomes a label.
 
 // limiterBuckets resolve the memory store's microsecond decisions up to a
@@ -51,6 +52,9 @@ type Metrics struct {
 	lastReload        prometheus.Gauge
 	rulesLoaded       prometheus.Gauge
 	handler           http.Handler
+	// rules caches the ruleMetrics of each (app, api), keyed by
+	// ruleLabels. The label values are bounded by the rule files loaded.
+	rules sync.Map
 }
 
 // MetricsConfig configures NewMetrics.
@@ -157,8 +161,8 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 	f(buildInfo)
 	f(collectors.NewGoCollector())
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	for i, d := range decisions {
-		m.durations[i] = m.requestDuration.WithLabelValues(string(d))
+	for d := range numDecisions {
+		m.durations[d] = m.requestDuration.WithLabelValues(d.String())
 	}
 	// Both results exist from the start, so rate() and alerts see a 0.
 	m.reloads.WithLabelValues("success")
@@ -170,60 +174,35 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 // Handler serves the registry in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler { return m.handler }
 
-// numDecisions is the number of Decision values.
-const numDecisions = 8
-
-// decisions lists every Decision in index order.
-var decisions = [numDecisions]Decision{
-	DecisionAllowed, DecisionLimited, DecisionShadowLimited, DecisionUnmatched,
-	DecisionInvalid, DecisionFailOpen, DecisionFailClosed, DecisionUnauthorized,
-}
-
-// index returns d's position in decisions.
-func (d Decision) index() int {
-	for i, x := range decisions {
-		if x == d {
-			return i
-		}
-	}
-	panic("proxy: unknown decision " + string(d))
-}
-
 // ruleMetrics are the metric children of one (app, api) pair, resolved on
-// first use and kept on the compiled rule, so that the request path does
-// not hash label values.
+// first use and kept by Metrics, so that the request path does not hash
+// label values into the vectors.
 type ruleMetrics struct {
-	owner    *Metrics
 	requests [numDecisions]prometheus.Counter
 	near     prometheus.Counter
 }
 
-// metricsCache holds a rule's ruleMetrics. The zero value is empty.
-type metricsCache struct{ p atomic.Pointer[ruleMetrics] }
+// ruleLabels are the labels of one ruleMetrics.
+type ruleLabels struct{ app, api string }
 
-func (c *metricsCache) get(m *Metrics, app, api string) *ruleMetrics {
-	if rm := c.p.Load(); rm != nil && rm.owner == m {
-		return rm
+// rule returns the metric children of app and api.
+func (m *Metrics) rule(app, api string) *ruleMetrics {
+	k := ruleLabels{app, api}
+	if rm, ok := m.rules.Load(k); ok {
+		return rm.(*ruleMetrics)
 	}
-	rm := &ruleMetrics{owner: m, near: m.nearLimit.WithLabelValues(app, api)}
-	for i, d := range decisions {
-		rm.requests[i] = m.requests.WithLabelValues(app, api, string(d))
+	rm := &ruleMetrics{near: m.nearLimit.WithLabelValues(app, api)}
+	for d := range numDecisions {
+		rm.requests[d] = m.requests.WithLabelValues(app, api, d.String())
 	}
-	c.p.Store(rm)
-	return rm
+	got, _ := m.rules.LoadOrStore(k, rm)
+	return got.(*ruleMetrics)
 }
 
 // ObserveRequest records one request. It implements Observer.
 func (m *Metrics) ObserveRequest(_ *http.Request, o *Outcome) {
-	d := o.Decision.index()
-	switch {
-	case o.rule != nil:
-		o.rule.metrics.get(m, o.App, o.API).requests[d].Inc()
-	case o.sec != nil:
-		o.sec.metrics.get(m, o.App, "").requests[d].Inc()
-	default:
-		m.requests.WithLabelValues(o.App, o.API, string(o.Decision)).Inc()
-	}
+	d := o.Decision
+	m.rule(o.App, o.API).requests[d].Inc()
 	m.durations[d].Observe(o.Duration.Seconds())
 	if o.n > 0 || o.StoreError {
 		m.limiterDuration.Observe(o.LimiterDuration.Seconds())
@@ -236,7 +215,7 @@ func (m *Metrics) ObserveRequest(_ *http.Request, o *Outcome) {
 	}
 	for _, l := range o.Limits() {
 		if l.Allowed && l.Limit > 0 && float64(l.Limit-l.Remaining) >= NearLimitRatio*float64(l.Limit) {
-			l.cl.metrics.get(m, l.App, l.API).near.Inc()
+			m.rule(l.App, l.API).near.Inc()
 		}
 	}
 }

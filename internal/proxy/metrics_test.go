@@ -46,7 +46,7 @@ func newMetered(t *testing.T, rules string, upstreamURL string) *metered {
 }
 
 func (m *metered) requests(app, api string, d Decision) float64 {
-	return testutil.ToFloat64(m.m.requests.WithLabelValues(app, api, string(d)))
+	return testutil.ToFloat64(m.m.requests.WithLabelValues(app, api, d.String()))
 }
 
 func TestMetricsCountDecisions(t *testing.T) {
@@ -88,7 +88,7 @@ func TestMetricsCountDecisions(t *testing.T) {
 		t.Errorf("rules loaded: got %v, want 8 (app-1: a total and 5 rules; app-2: 1; *: 1)", got)
 	}
 	// Every decision's series exists from the start, at 0 until used.
-	if got, want := testutil.CollectAndCount(m.reg, "gateway_request_duration_seconds"), len(decisions); got != want {
+	if got, want := testutil.CollectAndCount(m.reg, "gateway_request_duration_seconds"), int(numDecisions); got != want {
 		t.Errorf("request duration series: got %d, want %d, one per decision", got, want)
 	}
 	if got := m.requests("app-2", "/v1/user", DecisionFailClosed); got != 0 {
@@ -150,14 +150,18 @@ func TestMetricsStoreErrorsFailOpen(t *testing.T) {
 func TestMetricsReloads(t *testing.T) {
 	t.Parallel()
 	m := newMetered(t, basicRules, "")
-	content := basicRules
-	rules := NewRules(m.h, func() (*config.Rules, error) { return config.Parse("rules.yaml", []byte(content)) }, m.clock.now, m.h.log)
-	rules.OnReload(func(ok bool, rs *RuleSet) { m.m.RulesLoaded(ok, rs, rs.LoadedAt) })
-	content = "configs: ["
-	rules.Reload()
-	content = "configs:\n  - appId: a\n    limits:\n      - api: /\n        limit: 1\n"
-	m.clock.set(t0.Add(time.Minute))
-	rules.Reload()
+	// A failed load, then a good one a minute later, as the server's
+	// reloader reports them.
+	m.m.RulesLoaded(false, nil, time.Time{})
+	parsed, err := config.Parse("rules.yaml", []byte("configs:\n  - appId: a\n    limits:\n      - api: /\n        limit: 1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := Compile(parsed, t0.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.m.RulesLoaded(true, rs, rs.LoadedAt)
 	want := `
 # HELP gateway_rules_reloads_total Rule loads (the initial one included) by result.
 # TYPE gateway_rules_reloads_total counter

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-
-	"github.com/ratelimit-gateway/gateway/internal/limit"
 )
 
 // errorBody is the JSON body of every response the gateway writes itself.
@@ -20,38 +18,11 @@ type errorBody struct {
 	RetryAfterSeconds *int64  `json:"retryAfterSeconds,omitempty"`
 }
 
-// writeError writes a JSON error: code is a stable machine-readable word,
-// msg says why in a sentence.
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, errorBody{Error: code, Message: msg})
-}
-
-// limitedBodyPrefix renders the limited response body of DESIGN §4 up to
-// the value of retryAfterSeconds, the only part that changes per request:
-// {"error":"rate_limited","app":…,"api":…,"limit":…,"window":…,"retryAfterSeconds":
-func limitedBodyPrefix(app, api string, p limit.Params) []byte {
-	var zero int64
-	body, err := json.Marshal(errorBody{
-		Error: "rate_limited", App: &app, API: &api, Limit: &p.Limit,
-		Window: p.Window.String(), RetryAfterSeconds: &zero,
-	})
-	if err != nil {
-		panic("proxy: marshaling a limited body: " + err.Error())
-	}
-	// Cut `0}` off the end.
-	return body[:len(body)-2]
-}
-
-// writeLimited writes cl's limited response.
-func writeLimited(w http.ResponseWriter, status int, cl *compiledLimit, retryAfter int64) {
-	body := make([]byte, 0, len(cl.body429)+24)
-	body = append(body, cl.body429...)
-	body = strconv.AppendInt(body, retryAfter, 10)
-	body = append(body, "}\n"...)
-	// net/http adds Content-Length itself for a body written at once.
-	w.Header()["Content-Type"] = hdrJSON
-	w.WriteHeader(status)
-	w.Write(body)
+// WriteError writes a JSON error: code is a stable machine-readable word,
+// msg says why in a sentence. Every error the gateway answers itself, on
+// either port, goes through it.
+func WriteError(w http.ResponseWriter, status int, code, msg string) {
+	WriteJSON(w, status, errorBody{Error: code, Message: msg})
 }
 
 // Constant header values, shared by every response. Each has len == cap,
@@ -79,7 +50,8 @@ func intHeader(n int64) []string {
 	return []string{strconv.FormatInt(n, 10)}
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// WriteJSON writes v as a JSON response that is not to be cached.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
 		// Every body is built from plain strings and integers.

@@ -35,8 +35,6 @@ type section struct {
 	keys  [][sha256.Size]byte // digests of the app's API keys; nil if none
 	total *compiledLimit      // nil when the app has no total
 	trie  *trie.Trie[*compiledLimit]
-	// metrics of requests that matched no rule (api "")
-	metrics metricsCache
 }
 
 // compiledLimit is one limit with what the request path writes about it.
@@ -57,15 +55,12 @@ type compiledLimit struct {
 	policy string
 	// name is the quoted policy name used in the RateLimit header.
 	name string
-	// window is Params.Window in whole seconds, at least 1, for headers.
-	windowSeconds int64
 	// The header values and the limited body that never change, built
 	// once here rather than per request.
 	policyHdr  []string // RateLimit-Policy of this limit alone
 	pairPolicy []string // RateLimit-Policy of the section's total and this rule
 	limitHdr   []string // X-RateLimit-Limit
 	body429    []byte   // the limited body up to retryAfterSeconds' value
-	metrics    metricsCache
 }
 
 // DefaultLocalShare is the share of each limit that one gateway admits on
@@ -140,17 +135,16 @@ func newCompiledLimit(app, api string, methods []string, p limit.Params, shadow 
 	w := int64((p.Window + time.Second - 1) / time.Second)
 	quoted := sfString(name)
 	cl := &compiledLimit{
-		app:           app,
-		api:           api,
-		params:        p,
-		local:         scaleParams(p, opts.LocalShare),
-		shadow:        shadow,
-		key:           key,
-		overflow:      key + "|overflow",
-		name:          quoted,
-		windowSeconds: w,
-		policy:        quoted + ";q=" + strconv.FormatInt(p.Limit, 10) + ";w=" + strconv.FormatInt(w, 10),
-		limitHdr:      []string{strconv.FormatInt(p.Limit, 10)},
+		app:      app,
+		api:      api,
+		params:   p,
+		local:    scaleParams(p, opts.LocalShare),
+		shadow:   shadow,
+		key:      key,
+		overflow: key + "|overflow",
+		name:     quoted,
+		policy:   quoted + ";q=" + strconv.FormatInt(p.Limit, 10) + ";w=" + strconv.FormatInt(w, 10),
+		limitHdr: []string{strconv.FormatInt(p.Limit, 10)},
 	}
 	cl.policyHdr = []string{cl.policy}
 	cl.body429 = limitedBodyPrefix(app, api, p)
@@ -200,9 +194,9 @@ func sfString(s string) string {
 // totals.
 func (rs *RuleSet) limitCount() int { return len(rs.keys) }
 
-// ownsKey reports whether a store key belongs to one of rs's limits: a
+// OwnsKey reports whether a store key belongs to one of rs's limits: a
 // limit's own key, or that key plus "|" and a client IP (or "overflow").
-func (rs *RuleSet) ownsKey(key string) bool {
+func (rs *RuleSet) OwnsKey(key string) bool {
 	if _, ok := rs.keys[key]; ok {
 		return true
 	}
@@ -257,7 +251,7 @@ func (rs *RuleSet) Explain(app, method, path string) (string, error) {
 	cands := sec.trie.Explain(method, clean)
 	chosen := false
 	for _, c := range cands {
-		mark := "   "
+		var mark string
 		if c.Chosen {
 			mark = "  applies:"
 			chosen = true

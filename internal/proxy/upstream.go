@@ -18,13 +18,39 @@ import (
 // client went away before the upstream answered, as nginx does.
 const StatusClientClosed = 499
 
+// DefaultUpstreamTimeout is the default UpstreamConfig.Timeout.
+const DefaultUpstreamTimeout = 30 * time.Second
+
+// ParseUpstreamURL parses the upstream's base URL: absolute, http or
+// https.
+func ParseUpstreamURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkUpstreamURL(u); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+func checkUpstreamURL(u *url.URL) error {
+	if u == nil || u.Scheme == "" || u.Host == "" {
+		return errors.New("the upstream must be an absolute URL like http://127.0.0.1:8081")
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("the upstream scheme %q is not http or https", u.Scheme)
+	}
+	return nil
+}
+
 // UpstreamConfig configures the forwarding half of the gateway.
 type UpstreamConfig struct {
 	// URL is the upstream's base URL (scheme, host and optional path
 	// prefix). Required.
 	URL *url.URL
 	// Timeout bounds the wait for the upstream's response headers; past
-	// it the client gets 504. Default 30s.
+	// it the client gets 504. Default DefaultUpstreamTimeout (30s).
 	Timeout time.Duration
 	// MaxIdleConnsPerHost is the idle keep-alive pool. Default 256.
 	MaxIdleConnsPerHost int
@@ -49,14 +75,11 @@ type UpstreamEvents interface {
 // Transport, a buffer pool, and one error mapping: 504 on timeout, 502 on
 // any other upstream failure, 499 (not logged) when the client left.
 func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
-	if cfg.URL == nil || cfg.URL.Scheme == "" || cfg.URL.Host == "" {
-		return nil, errors.New("the upstream must be an absolute URL like http://127.0.0.1:8081")
-	}
-	if cfg.URL.Scheme != "http" && cfg.URL.Scheme != "https" {
-		return nil, fmt.Errorf("the upstream scheme %q is not http or https", cfg.URL.Scheme)
+	if err := checkUpstreamURL(cfg.URL); err != nil {
+		return nil, err
 	}
 	if cfg.Timeout == 0 {
-		cfg.Timeout = 30 * time.Second
+		cfg.Timeout = DefaultUpstreamTimeout
 	}
 	if cfg.Timeout < 0 {
 		return nil, fmt.Errorf("the upstream timeout %s is negative", cfg.Timeout)
@@ -113,7 +136,7 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 				return
 			}
 			log.Warn("upstream request failed", "status", status, "method", r.Method, "path", r.URL.Path, "err", err)
-			writeError(w, status, code, msg)
+			WriteError(w, status, code, msg)
 		},
 	}, nil
 }

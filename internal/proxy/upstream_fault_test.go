@@ -316,7 +316,7 @@ func TestRealUpstreamResetMidResponse(t *testing.T) {
 			if first.Path != "/reset" || first.Status != 200 || first.Decision != DecisionAllowed {
 				t.Errorf("the reset request's outcome: path %q, status %d, decision %s; want /reset, 200, allowed", first.Path, first.Status, first.Decision)
 			}
-			if got := testutil.ToFloat64(g.m.requests.WithLabelValues("app-1", "/", string(DecisionAllowed))); got != 2 {
+			if got := testutil.ToFloat64(g.m.requests.WithLabelValues("app-1", "/", DecisionAllowed.String())); got != 2 {
 				t.Errorf("requests{app-1, /, allowed}: got %v, want 2: both requests counted", got)
 			}
 			logs := g.logs()
@@ -611,7 +611,7 @@ func TestRealUpstreamUpgradeTunnel(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests || body["error"] != "rate_limited" || body["api"] != "/ws" {
 		t.Errorf("second upgrade: got %d %v, want 429 rate_limited on /ws", resp.StatusCode, body)
 	}
-	if got := testutil.ToFloat64(g.m.requests.WithLabelValues("app-1", "/ws", string(DecisionLimited))); got != 1 {
+	if got := testutil.ToFloat64(g.m.requests.WithLabelValues("app-1", "/ws", DecisionLimited.String())); got != 1 {
 		t.Errorf("requests{app-1,/ws,limited}: got %v, want 1", got)
 	}
 }

@@ -1,109 +1,18 @@
-package proxy
+package server
 
 import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"log/slog"
 	"net/http"
 	"net/http/pprof"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
 )
-
-// Rules holds the rule set in force and the outcome of the last reload. It
-// is safe for concurrent use.
-type Rules struct {
-	handler *Handler
-	load    func() (*config.Rules, error)
-	now     func() time.Time
-	log     *slog.Logger
-
-	mu          sync.Mutex // serializes reloads and guards the fields below
-	lastError   string
-	lastErrorAt time.Time
-	onReload    func(ok bool, rs *RuleSet)
-}
-
-// NewRules returns the reload state of h, whose rules come from load.
-// now defaults to time.Now and log to slog.Default().
-func NewRules(h *Handler, load func() (*config.Rules, error), now func() time.Time, log *slog.Logger) *Rules {
-	if now == nil {
-		now = time.Now
-	}
-	if log == nil {
-		log = slog.Default()
-	}
-	return &Rules{handler: h, load: load, now: now, log: log}
-}
-
-// OnReload registers f to be called after every reload that changed the
-// rules or failed, with whether it succeeded and the rules then in force;
-// the metrics hang here.
-func (r *Rules) OnReload(f func(ok bool, rs *RuleSet)) {
-	r.mu.Lock()
-	r.onReload = f
-	r.mu.Unlock()
-}
-
-// Reload reads and compiles the rule file and, if it is valid and differs
-// from the rules in force, swaps it in. It reports whether it swapped. On
-// error the rules in force stay, and the error is logged and kept for
-// /rules until a later reload succeeds.
-//
-// Counters survive: a rule whose counter shape (app, api, method,
-// algorithm, unit, precision) is unchanged keeps its key and so its state,
-// and a changed limit applies at once to the counts already made. The
-// state of rules that are gone is released.
-func (r *Rules) Reload() (changed bool, err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	changed, err = r.reload()
-	switch {
-	case err != nil:
-		r.lastError, r.lastErrorAt = err.Error(), r.now()
-		r.log.Error("rule reload failed; keeping the rules in force", "err", err,
-			"sha256", r.handler.Rules().Source.SHA256)
-	case changed || r.lastError != "":
-		r.lastError, r.lastErrorAt = "", time.Time{}
-		rs := r.handler.Rules()
-		r.log.Info("rules reloaded", "path", rs.Source.Path, "sha256", rs.Source.SHA256, "apps", len(rs.Source.Apps))
-	default:
-		return false, nil // the same file again: nothing happened
-	}
-	if r.onReload != nil {
-		r.onReload(err == nil, r.handler.Rules())
-	}
-	return changed, err
-}
-
-// forgetter is a store that can release the state of removed rules.
-type forgetter interface {
-	Forget(keep func(key string) bool) int
-}
-
-func (r *Rules) reload() (bool, error) {
-	parsed, err := r.load()
-	if err != nil {
-		return false, err
-	}
-	if parsed.SHA256 == r.handler.Rules().Source.SHA256 {
-		return false, nil
-	}
-	rs, err := CompileWith(parsed, r.now(), r.handler.Rules().opts)
-	if err != nil {
-		return false, err
-	}
-	r.handler.SetRules(rs)
-	if f, ok := r.handler.store.(forgetter); ok {
-		f.Forget(rs.ownsKey)
-	}
-	return true, nil
-}
 
 // readyView is the JSON of GET /readyz with a store report.
 type readyView struct {
@@ -158,8 +67,8 @@ func newLimitView(p *limit.Params) limitView {
 	return v
 }
 
-func (r *Rules) view() rulesView {
-	rs := r.handler.Rules()
+func (r *Reloader) view() rulesView {
+	rs := r.Rules()
 	src := rs.Source
 	v := rulesView{
 		Path:            src.Path,
@@ -182,13 +91,10 @@ func (r *Rules) view() rulesView {
 		}
 		v.Apps = append(v.Apps, av)
 	}
-	r.mu.Lock()
-	if r.lastError != "" {
-		v.LastError = r.lastError
-		at := r.lastErrorAt.UTC()
-		v.LastErrorAt = &at
+	if msg, at := r.lastErr(); msg != "" {
+		at = at.UTC()
+		v.LastError, v.LastErrorAt = msg, &at
 	}
-	r.mu.Unlock()
 	return v
 }
 
@@ -213,12 +119,9 @@ type StoreHealth struct {
 // AdminConfig configures the admin handler.
 type AdminConfig struct {
 	// Rules is the reload state shown at /rules. Required.
-	Rules *Rules
-	// Ready reports why the gateway cannot serve, or nil. Default: always
-	// ready once rules are loaded.
-	Ready func() error
+	Rules *Reloader
 	// Store, if not nil, reports on the store for /readyz, which is not
-	// ready while the store's Serving is false (DESIGN §7).
+	// ready while the store's Serving is false (README "Admin port").
 	Store func(ctx context.Context) StoreHealth
 	// Metrics, if not nil, is served at /metrics.
 	Metrics http.Handler
@@ -239,44 +142,38 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 	mux := http.NewServeMux()
 	auth := newAdminAuth(cfg.Token)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		proxy.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if cfg.Ready != nil {
-			if err := cfg.Ready(); err != nil {
-				writeError(w, http.StatusServiceUnavailable, "not_ready", err.Error())
-				return
-			}
-		}
 		if cfg.Store == nil {
-			writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+			proxy.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 			return
 		}
 		h := cfg.Store(r.Context())
 		if !h.Serving {
-			writeJSON(w, http.StatusServiceUnavailable, readyView{
+			proxy.WriteJSON(w, http.StatusServiceUnavailable, readyView{
 				Status: "not_ready", Error: "not_ready",
 				Message: "the store is unreachable and --fail-mode closed refuses requests without it",
 				Store:   &h,
 			})
 			return
 		}
-		writeJSON(w, http.StatusOK, readyView{Status: "ready", Store: &h})
+		proxy.WriteJSON(w, http.StatusOK, readyView{Status: "ready", Store: &h})
 	})
 	mux.HandleFunc("GET /rules", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, cfg.Rules.view())
+		proxy.WriteJSON(w, http.StatusOK, cfg.Rules.view())
 	})
 	mux.Handle("POST /rules/reload", auth.require(func(w http.ResponseWriter, _ *http.Request) {
 		changed, err := cfg.Rules.Reload()
 		if err != nil {
-			writeError(w, http.StatusUnprocessableEntity, "reload_failed", err.Error())
+			proxy.WriteError(w, http.StatusUnprocessableEntity, "reload_failed", err.Error())
 			return
 		}
 		status := "unchanged"
 		if changed {
 			status = "reloaded"
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": status, "sha256": cfg.Rules.handler.Rules().Source.SHA256})
+		proxy.WriteJSON(w, http.StatusOK, map[string]string{"status": status, "sha256": cfg.Rules.Rules().Source.SHA256})
 	}))
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics)
@@ -314,7 +211,7 @@ func newAdminAuth(token string) adminAuth {
 func (a adminAuth) require(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if a.digest == nil {
-			writeError(w, http.StatusForbidden, "admin_disabled",
+			proxy.WriteError(w, http.StatusForbidden, "admin_disabled",
 				r.Method+" "+r.URL.Path+" is disabled: start the gateway with --admin-token (or GATEWAY_ADMIN_TOKEN, or --admin-token-file) and send it as Authorization: Bearer <token>")
 			return
 		}
@@ -322,14 +219,14 @@ func (a adminAuth) require(h http.HandlerFunc) http.Handler {
 		if !ok {
 			// RFC 6750 §3: no credentials, no error code.
 			w.Header().Set("WWW-Authenticate", `Bearer realm="gateway admin"`)
-			writeError(w, http.StatusUnauthorized, "unauthorized",
+			proxy.WriteError(w, http.StatusUnauthorized, "unauthorized",
 				r.Method+" "+r.URL.Path+" needs the --admin-token as Authorization: Bearer <token>")
 			return
 		}
 		d := sha256.Sum256([]byte(token))
 		if subtle.ConstantTimeCompare(d[:], a.digest) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="gateway admin", error="invalid_token"`)
-			writeError(w, http.StatusUnauthorized, "unauthorized",
+			proxy.WriteError(w, http.StatusUnauthorized, "unauthorized",
 				"the bearer token is not the --admin-token")
 			return
 		}

@@ -1,4 +1,4 @@
-package proxy
+package server
 
 import (
 	"context"
@@ -25,62 +25,56 @@ const runRules = `configs:
         unit: 60
 `
 
-// live is a gateway started by Run on loopback ports, as `gateway serve`
+// live is a gateway served by Serve on loopback ports, as `gateway serve`
 // starts it.
 type live struct {
+	srv          *Server
 	proxy, admin string // host:port
 	logs         *logStore
 }
 
-// startLive runs Run with cfg, filling in loopback listeners, a rule file
+// startLive serves a gateway of DefaultConfig, edited by edit if not nil,
+// filling in loopback listeners, a rule file
 // (runRules), an httptest upstream that answers "ok" and a logger that
 // records every record, and waits until it listens. The gateway stops
 // when the test ends.
-func startLive(t *testing.T, cfg Config) *live {
+func startLive(t *testing.T, edit func(*Config)) *live {
 	t.Helper()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "ok")
 	}))
 	t.Cleanup(up.Close)
-	if cfg.Upstream == "" {
-		cfg.Upstream = up.URL
-	}
-	if cfg.ConfigPath == "" {
-		cfg.ConfigPath = filepath.Join(t.TempDir(), "rules.yaml")
-		if err := os.WriteFile(cfg.ConfigPath, []byte(runRules), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	cfg := DefaultConfig()
+	cfg.Upstream = up.URL
+	cfg.ConfigPath = filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(cfg.ConfigPath, []byte(runRules), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
 	logs := newLogStore()
 	cfg.Logger = slog.New(&logRecorder{store: logs})
-	type addrs struct{ proxy, admin net.Addr }
-	ready := make(chan addrs, 1)
-	cfg.Ready = func(p, a net.Addr) { ready <- addrs{p, a} }
-
+	if edit != nil {
+		edit(&cfg)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	go func() { errc <- Run(ctx, cfg) }()
+	go func() { errc <- s.Serve(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
 		case err := <-errc:
 			if err != nil {
-				t.Errorf("Run: %v", err)
+				t.Errorf("Serve: %v", err)
 			}
 		case <-time.After(30 * time.Second):
-			t.Errorf("Run did not return 30s after its context was cancelled")
+			t.Errorf("Serve did not return 30s after its context was cancelled")
 		}
 	})
-	select {
-	case a := <-ready:
-		return &live{proxy: a.proxy.String(), admin: a.admin.String(), logs: logs}
-	case err := <-errc:
-		t.Fatalf("Run returned before listening: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not listen within 30s")
-	}
-	return nil
+	return &live{srv: s, proxy: s.Addr().String(), admin: s.AdminAddr().String(), logs: logs}
 }
 
 // logRecord is one log record, its attributes as strings.
@@ -195,7 +189,7 @@ func (h *logRecorder) WithGroup(string) slog.Handler { return h }
 // connections once --read-header-timeout has passed.
 func TestSlowlorisIsCutOff(t *testing.T) {
 	t.Parallel()
-	g := startLive(t, Config{ReadHeaderTimeout: 500 * time.Millisecond})
+	g := startLive(t, func(c *Config) { c.ReadHeaderTimeout = 500 * time.Millisecond })
 
 	const stalled = 300
 	conns := make([]net.Conn, 0, stalled)
@@ -271,7 +265,7 @@ func isTimeout(err error) bool {
 // closed.
 func TestIdleConnectionsAreClosed(t *testing.T) {
 	t.Parallel()
-	g := startLive(t, Config{IdleTimeout: 500 * time.Millisecond})
+	g := startLive(t, func(c *Config) { c.IdleTimeout = 500 * time.Millisecond })
 	c, err := net.DialTimeout("tcp", g.proxy, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -296,8 +290,8 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 // 4096 bytes more through than the limit, so the sizes stay clear of it.
 func TestMaxHeaderBytes(t *testing.T) {
 	t.Parallel()
-	small := startLive(t, Config{MaxHeaderBytes: 4096})
-	byDefault := startLive(t, Config{})
+	small := startLive(t, func(c *Config) { c.MaxHeaderBytes = 4096 })
+	byDefault := startLive(t, nil)
 	tests := []struct {
 		name   string
 		g      *live
@@ -311,9 +305,19 @@ func TestMaxHeaderBytes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := rawRequest(t, tt.g.proxy, "/v1/user", "X-App-Id: app-1", "X-Big: "+strings.Repeat("a", tt.header))
-			if got != tt.want {
-				t.Errorf("got %d, want %d", got, tt.want)
+			r, err := http.NewRequest("GET", "http://"+tt.g.proxy+"/v1/user", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Header.Set("X-App-Id", "app-1")
+			r.Header.Set("X-Big", strings.Repeat("a", tt.header))
+			resp, err := http.DefaultClient.Do(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tt.want {
+				t.Errorf("got %d, want %d", resp.StatusCode, tt.want)
 			}
 		})
 	}
@@ -334,31 +338,33 @@ func TestRunRejectsBadServerFlags(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		cfg  Config
+		edit func(*Config)
 		want string
 	}{
-		{name: "negative read header timeout", cfg: Config{ReadHeaderTimeout: -time.Second}, want: "--read-header-timeout -1s is not positive"},
-		{name: "negative idle timeout", cfg: Config{IdleTimeout: -time.Second}, want: "--idle-timeout -1s is not positive"},
-		{name: "negative max header bytes", cfg: Config{MaxHeaderBytes: -1}, want: "--max-header-bytes -1 is not positive"},
-		{name: "cert without key", cfg: Config{TLSCert: notPEM}, want: "--tls-cert and --tls-key go together"},
-		{name: "key without cert", cfg: Config{TLSKey: notPEM}, want: "--tls-cert and --tls-key go together"},
-		{name: "missing cert", cfg: Config{TLSCert: filepath.Join(dir, "nope.pem"), TLSKey: notPEM}, want: "loading --tls-cert " + filepath.Join(dir, "nope.pem")},
-		{name: "bad PEM", cfg: Config{TLSCert: notPEM, TLSKey: notPEM}, want: "loading --tls-cert " + notPEM},
-		{name: "token and token file", cfg: Config{AdminToken: "a", AdminTokenFile: emptyToken}, want: "--admin-token and --admin-token-file are exclusive"},
-		{name: "empty token file", cfg: Config{AdminTokenFile: emptyToken}, want: "--admin-token-file " + emptyToken + " is empty"},
-		{name: "missing token file", cfg: Config{AdminTokenFile: filepath.Join(dir, "nope")}, want: "--admin-token-file: open "},
+		{name: "negative read header timeout", edit: func(c *Config) { c.ReadHeaderTimeout = -time.Second }, want: "--read-header-timeout -1s is not positive"},
+		{name: "negative idle timeout", edit: func(c *Config) { c.IdleTimeout = -time.Second }, want: "--idle-timeout -1s is not positive"},
+		{name: "negative max header bytes", edit: func(c *Config) { c.MaxHeaderBytes = -1 }, want: "--max-header-bytes -1 is not positive"},
+		{name: "cert without key", edit: func(c *Config) { c.TLSCert = notPEM }, want: "--tls-cert and --tls-key go together"},
+		{name: "key without cert", edit: func(c *Config) { c.TLSKey = notPEM }, want: "--tls-cert and --tls-key go together"},
+		{name: "missing cert", edit: func(c *Config) { c.TLSCert, c.TLSKey = filepath.Join(dir, "nope.pem"), notPEM }, want: "loading --tls-cert " + filepath.Join(dir, "nope.pem")},
+		{name: "bad PEM", edit: func(c *Config) { c.TLSCert, c.TLSKey = notPEM, notPEM }, want: "loading --tls-cert " + notPEM},
+		{name: "token and token file", edit: func(c *Config) { c.AdminToken, c.AdminTokenFile = "a", emptyToken }, want: "--admin-token and --admin-token-file are exclusive"},
+		{name: "empty token file", edit: func(c *Config) { c.AdminTokenFile = emptyToken }, want: "--admin-token-file " + emptyToken + " is empty"},
+		{name: "missing token file", edit: func(c *Config) { c.AdminTokenFile = filepath.Join(dir, "nope") }, want: "--admin-token-file: open "},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := tt.cfg
+			cfg := DefaultConfig()
 			cfg.Upstream = "http://127.0.0.1:1"
 			cfg.ConfigPath = filepath.Join(dir, "no-rules.yaml")
 			cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
 			cfg.Logger = slog.New(slog.DiscardHandler)
-			ctx, cancel := context.WithCancel(context.Background())
-			cancel() // if it got as far as serving, stop at once
-			err := Run(ctx, cfg)
+			tt.edit(&cfg)
+			s, err := New(cfg)
+			if err == nil {
+				s.Close()
+			}
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("got %v, want an error containing %q", err, tt.want)
 			}
@@ -366,13 +372,14 @@ func TestRunRejectsBadServerFlags(t *testing.T) {
 	}
 }
 
-// TestCheckServerLimitsRefusesZero checks what the command line relies on:
-// zero, which Run would take for the default, is refused as given.
-func TestCheckServerLimitsRefusesZero(t *testing.T) {
+// TestValidateRefusesZero checks that zero, which net/http would take
+// for "no limit", is refused as given.
+func TestValidateRefusesZero(t *testing.T) {
 	t.Parallel()
-	good := Config{ReadHeaderTimeout: time.Second, IdleTimeout: time.Second, MaxHeaderBytes: 1}
-	if err := CheckServerLimits(good); err != nil {
-		t.Fatalf("positive limits: got %v, want nil", err)
+	good := DefaultConfig()
+	good.Upstream = "http://127.0.0.1:1"
+	if err := good.Validate(); err != nil {
+		t.Fatalf("the defaults: got %v, want nil", err)
 	}
 	tests := []struct {
 		name string
@@ -382,12 +389,18 @@ func TestCheckServerLimitsRefusesZero(t *testing.T) {
 		{name: "read header timeout", edit: func(c *Config) { c.ReadHeaderTimeout = 0 }, want: "--read-header-timeout 0s is not positive"},
 		{name: "idle timeout", edit: func(c *Config) { c.IdleTimeout = 0 }, want: "--idle-timeout 0s is not positive"},
 		{name: "max header bytes", edit: func(c *Config) { c.MaxHeaderBytes = 0 }, want: "--max-header-bytes 0 is not positive"},
+		{name: "no upstream", edit: func(c *Config) { c.Upstream = "" }, want: "no upstream"},
+		{name: "relative upstream", edit: func(c *Config) { c.Upstream = "127.0.0.1:1" }, want: "--upstream"},
+		{name: "demo and upstream", edit: func(c *Config) { c.DemoUpstream = true }, want: "--demo-upstream and --upstream are exclusive"},
+		{name: "limit status", edit: func(c *Config) { c.LimitStatus = 200 }, want: "--limit-status 200 is not a 4xx or 5xx status"},
+		{name: "local share", edit: func(c *Config) { c.LocalShare = 0 }, want: "--local-share 0 is outside (0, 1]"},
+		{name: "trusted proxies", edit: func(c *Config) { c.TrustedProxies = []string{"nope"} }, want: "--trusted-proxies"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := good
 			tt.edit(&cfg)
-			if err := CheckServerLimits(cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
+			if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("got %v, want an error containing %q", err, tt.want)
 			}
 		})

@@ -1,13 +1,19 @@
-package proxy
+package replay
 
 import (
 	"bytes"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"net/url"
+	"os"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 )
@@ -26,13 +32,13 @@ type genRequest struct {
 }
 
 // writeAccessLog writes reqs as the gateway's access log does (the real
-// AccessLog). Only what replay reads matters; the rest is filler.
+// proxy.AccessLog). Only what replay reads matters; the rest is filler.
 func writeAccessLog(w io.Writer, reqs []genRequest) {
-	al := NewAccessLog(w, nil)
+	al := proxy.NewAccessLog(w, nil)
 	r := &http.Request{}
 	for _, q := range reqs {
 		r.Method = q.method
-		o := &Outcome{App: "*", AppID: q.app, Path: q.path, Decision: DecisionAllowed, Status: 200, Start: q.at}
+		o := &proxy.Outcome{App: "*", AppID: q.app, Path: q.path, Decision: proxy.DecisionAllowed, Status: 200, Start: q.at}
 		if q.ip != "" {
 			o.ClientIP = netip.MustParseAddr(q.ip)
 		}
@@ -130,13 +136,13 @@ configs:
 `
 )
 
-func compileRules(t testing.TB, name, rules string) *RuleSet {
+func compileRules(t testing.TB, name, rules string) *proxy.RuleSet {
 	t.Helper()
 	parsed, err := config.Parse(name, []byte(rules))
 	if err != nil {
 		t.Fatalf("parsing %s: %v", name, err)
 	}
-	rs, err := Compile(parsed, replayStart)
+	rs, err := proxy.Compile(parsed, replayStart)
 	if err != nil {
 		t.Fatalf("compiling %s: %v", name, err)
 	}
@@ -148,3 +154,56 @@ func accessLog(reqs []genRequest) []byte {
 	writeAccessLog(&buf, reqs)
 	return buf.Bytes()
 }
+
+// t0 is bucket-aligned for every window the tests use.
+var t0 = time.Unix(1_700_000_000, 0)
+
+// basicRules are the proxy tests' rules.
+var basicRules = func() string {
+	b, err := os.ReadFile("../proxy/testdata/basic-rules.yaml")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
+
+// liveGateway is the request path of `gateway serve` on rules, at the
+// instant its clock holds, in front of a real upstream: what replay must
+// agree with. With log, it writes its access log there.
+type liveGateway struct {
+	h    *proxy.Handler
+	now  time.Time
+	last proxy.Decision
+}
+
+func newLiveGateway(t *testing.T, rules string, log io.Writer) *liveGateway {
+	t.Helper()
+	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	rp, err := proxy.NewUpstream(proxy.UpstreamConfig{URL: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := limit.NewMemory(limit.MemoryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &liveGateway{}
+	cfg := proxy.HandlerConfig{
+		Rules: compileRules(t, "rules.yaml", rules), Store: store, Upstream: rp,
+		Now: func() time.Time { return g.now }, Observers: []proxy.Observer{g},
+	}
+	if log != nil {
+		cfg.Observers = append(cfg.Observers, proxy.NewAccessLog(log, nil))
+		cfg.NeedClientIP = true
+	}
+	if g.h, err = proxy.NewHandler(cfg); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// ObserveRequest keeps the decision. The test serves one request at a
+// time.
+func (g *liveGateway) ObserveRequest(_ *http.Request, o *proxy.Outcome) { g.last = o.Decision }

@@ -1,4 +1,4 @@
-package proxy
+package replay
 
 import (
 	_ "embed"
@@ -26,7 +26,7 @@ const (
 	chartPlotHight = chartHeight - chartTop - chartBottom
 )
 
-//go:embed replay_report.html.tmpl
+//go:embed report.html.tmpl
 var reportTemplateText string
 
 var reportTemplate = template.Must(template.New("report").Parse(reportTemplateText))
@@ -38,7 +38,7 @@ var reportTemplate = template.Must(template.New("report").Parse(reportTemplateTe
 // fate changes. Each series is an SVG path of class "series" with a
 // data-series attribute naming it, and each chart a figure of class
 // "chart" with data-app and data-rule.
-func (r *ReplayResult) WriteReport(w io.Writer) error {
+func (r *Result) WriteReport(w io.Writer) error {
 	return reportTemplate.Execute(w, r.reportView())
 }
 
@@ -112,7 +112,7 @@ type seriesView struct {
 	Key, Label, Class, D, Total string
 }
 
-func (r *ReplayResult) reportView() *reportView {
+func (r *Result) reportView() *reportView {
 	v := &reportView{
 		Candidate:   ruleSetText(r.Candidate),
 		HasBaseline: r.Baseline != nil,
@@ -197,7 +197,7 @@ func (r *ReplayResult) reportView() *reportView {
 	return v
 }
 
-func (r *ReplayResult) row(g *ReplayGroup) rowView {
+func (r *Result) row(g *Group) rowView {
 	c, b := g.Candidate, g.Baseline
 	row := rowView{
 		App: g.App, Rule: RuleLabel(g.Rule),
@@ -223,8 +223,8 @@ func changeClass(d int64) string {
 	return ""
 }
 
-func (r *ReplayResult) callerLists() []callerListView {
-	var newly, noLonger, more, fewer, all []*ReplayCaller
+func (r *Result) callerLists() []callerListView {
+	var newly, noLonger, more, fewer, all []*Caller
 	for _, c := range r.Callers {
 		d := c.Candidate.Limited - c.Baseline.Limited
 		switch {
@@ -240,7 +240,7 @@ func (r *ReplayResult) callerLists() []callerListView {
 			fewer = append(fewer, c)
 		}
 	}
-	list := func(title, note string, cs []*ReplayCaller) callerListView {
+	list := func(title, note string, cs []*Caller) callerListView {
 		l := callerListView{Title: title, Note: note}
 		for i, c := range cs {
 			if i == reportCallers {
@@ -269,7 +269,7 @@ func (r *ReplayResult) callerLists() []callerListView {
 	lists := []callerListView{list("Newly limited callers", "Limited by the candidate, never by the baseline.", newly)}
 	for _, x := range []struct {
 		title, note string
-		cs          []*ReplayCaller
+		cs          []*Caller
 	}{
 		{"Limited more", "Limited by both, more by the candidate.", more},
 		{"No longer limited callers", "Limited by the baseline, never by the candidate.", noLonger},
@@ -285,7 +285,7 @@ func (r *ReplayResult) callerLists() []callerListView {
 // chart draws g's series: admitted and limited requests per second under
 // the candidate (and the baseline), averaged over buckets of equal width
 // so that a long replay keeps at most reportPoints points.
-func (r *ReplayResult) chart(g *ReplayGroup, id, title string) chartView {
+func (r *Result) chart(g *Group, id, title string) chartView {
 	cv := chartView{
 		ID: id, Title: title, App: g.App, Rule: g.Rule,
 		Width: chartWidth, Height: chartHeight,
@@ -308,7 +308,7 @@ func (r *ReplayResult) chart(g *ReplayGroup, id, title string) chartView {
 	if per == 1 && r.Step == time.Second {
 		cv.Step = "each point: one second"
 	}
-	type pick func(*ReplayBucket) int64
+	type pick func(*Bucket) int64
 	vals := func(f pick) []float64 {
 		out := make([]float64, points)
 		for i := range g.Series {
@@ -327,12 +327,12 @@ func (r *ReplayResult) chart(g *ReplayGroup, id, title string) chartView {
 	var ss []series
 	if r.Baseline != nil {
 		ss = append(ss,
-			series{seriesBaselineAdmitted, "Baseline admitted", "s-base-adm", b.Admitted, vals(func(k *ReplayBucket) int64 { return k.BaselineAdmitted })},
-			series{seriesBaselineLimited, "Baseline limited", "s-base-lim", b.Limited, vals(func(k *ReplayBucket) int64 { return k.BaselineLimited })})
+			series{seriesBaselineAdmitted, "Baseline admitted", "s-base-adm", b.Admitted, vals(func(k *Bucket) int64 { return k.BaselineAdmitted })},
+			series{seriesBaselineLimited, "Baseline limited", "s-base-lim", b.Limited, vals(func(k *Bucket) int64 { return k.BaselineLimited })})
 	}
 	ss = append(ss,
-		series{seriesCandidateAdmitted, "Candidate admitted", "s-cand-adm", c.Admitted, vals(func(k *ReplayBucket) int64 { return k.CandidateAdmitted })},
-		series{seriesCandidateLimited, "Candidate limited", "s-cand-lim", c.Limited, vals(func(k *ReplayBucket) int64 { return k.CandidateLimited })})
+		series{seriesCandidateAdmitted, "Candidate admitted", "s-cand-adm", c.Admitted, vals(func(k *Bucket) int64 { return k.CandidateAdmitted })},
+		series{seriesCandidateLimited, "Candidate limited", "s-cand-lim", c.Limited, vals(func(k *Bucket) int64 { return k.CandidateLimited })})
 	if r.Baseline == nil {
 		ss[0].label, ss[1].label = "Admitted", "Limited"
 	}

@@ -1,4 +1,4 @@
-package proxy
+package server
 
 import (
 	"crypto/tls"
@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -62,7 +61,7 @@ func TestTLSServesHTTP2AndReloadsCertificates(t *testing.T) {
 	}
 	replaceFile(t, certFile, first.CertPEM)
 	replaceFile(t, keyFile, first.KeyPEM)
-	g := startLive(t, Config{TLSCert: certFile, TLSKey: keyFile})
+	g := startLive(t, func(c *Config) { c.TLSCert, c.TLSKey = certFile, keyFile })
 
 	// HTTP/2 by ALPN, through the proxy to the upstream.
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true}
@@ -138,13 +137,11 @@ func TestTLSReloadsOnSIGHUP(t *testing.T) {
 	c := tlstest.New(t, 2001)
 	replaceFile(t, certFile, c.CertPEM)
 	replaceFile(t, keyFile, c.KeyPEM)
-	g := startLive(t, Config{TLSCert: certFile, TLSKey: keyFile})
+	g := startLive(t, func(c *Config) { c.TLSCert, c.TLSKey = certFile, keyFile })
 
 	mark := g.logs.mark()
-	// Run subscribed to SIGHUP before it called Ready, so the signal
-	// cannot kill the test binary. Other gateways of parallel tests
-	// reload too, which is harmless.
-	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+	// What SIGHUP does (cmd/gateway calls it).
+	if err := g.srv.Reload(); err != nil {
 		t.Fatal(err)
 	}
 	g.logs.waitFor(t, mark, "tls certificate unchanged", "serial", "2001")

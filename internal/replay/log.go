@@ -1,4 +1,4 @@
-package proxy
+package replay
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
 )
 
 // replayRecord is one access-log line as replay needs it: what identifies
@@ -117,7 +119,7 @@ func (p *lineParser) parse(line []byte, rec *replayRecord) (lineKind, error) {
 		return lineMalformed, fmt.Errorf("time %q is not an RFC 3339 timestamp", ts)
 	}
 	*rec = replayRecord{t: t}
-	if d := string(f.vals[6]); d == string(DecisionInvalid) || d == string(DecisionUnauthorized) {
+	if d := string(f.vals[6]); d == proxy.DecisionInvalid.String() || d == proxy.DecisionUnauthorized.String() {
 		rec.invalid = true
 		return lineRecord, nil
 	}
@@ -129,7 +131,7 @@ func (p *lineParser) parse(line []byte, rec *replayRecord) (lineKind, error) {
 		return lineMalformed, fmt.Errorf("path %q does not start with a slash", path)
 	}
 	if len(app) > 0 {
-		if _, err := checkAppID(string(app)); err != nil {
+		if _, err := proxy.CheckAppID(string(app)); err != nil {
 			return lineMalformed, fmt.Errorf("app_id %q: %v", app, strings.TrimPrefix(err.Error(), "the app ID header "))
 		}
 	}

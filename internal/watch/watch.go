@@ -1,4 +1,8 @@
-package config
+// Package watch calls a function when a file changes, however it is
+// replaced: written in place, renamed over, or swapped through a symlink
+// (Kubernetes ConfigMap and Secret volumes). The gateway watches its rule
+// file and its TLS certificate pair with it.
+package watch
 
 import (
 	"context"
@@ -35,9 +39,9 @@ type realClock struct{}
 
 func (realClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
-// WatchConfig configures a Watcher.
-type WatchConfig struct {
-	// Path is the rule file. Required.
+// Config configures a Watcher.
+type Config struct {
+	// Path is the watched file. Required.
 	Path string
 	// OnChange is called after each burst of changes to the file, from
 	// a timer goroutine. Required.
@@ -51,7 +55,7 @@ type WatchConfig struct {
 	Logger *slog.Logger
 }
 
-// Watcher calls OnChange when the rule file changes, however it changes:
+// Watcher calls OnChange when the file changes, however it changes:
 // written in place, replaced by a rename (how most editors save), deleted
 // and re-created, or swapped through a symlink (how Kubernetes updates a
 // ConfigMap volume: the file is a symlink into a "..data" directory link
@@ -73,11 +77,11 @@ type Watcher struct {
 	targetDir string // extra watched directory, "" if none
 }
 
-// NewWatcher starts watching. Call Run to deliver events and Close when
+// New starts watching. Call Run to deliver events and Close when
 // done.
-func NewWatcher(cfg WatchConfig) (*Watcher, error) {
+func New(cfg Config) (*Watcher, error) {
 	if cfg.Path == "" || cfg.OnChange == nil {
-		return nil, errors.New("config: NewWatcher needs Path and OnChange")
+		return nil, errors.New("watch: New needs Path and OnChange")
 	}
 	if cfg.Debounce == 0 {
 		cfg.Debounce = DefaultDebounce
@@ -93,11 +97,11 @@ func NewWatcher(cfg WatchConfig) (*Watcher, error) {
 	}
 	abs, err := filepath.Abs(cfg.Path)
 	if err != nil {
-		return nil, fmt.Errorf("watching rules %s: %w", cfg.Path, err)
+		return nil, fmt.Errorf("watching %s: %w", cfg.Path, err)
 	}
 	fs, err := fsnotify.NewWatcher()
 	if err != nil {
-		return nil, fmt.Errorf("watching rules %s: %w", cfg.Path, err)
+		return nil, fmt.Errorf("watching %s: %w", cfg.Path, err)
 	}
 	w := &Watcher{
 		path:     abs,
@@ -109,7 +113,7 @@ func NewWatcher(cfg WatchConfig) (*Watcher, error) {
 	}
 	if err := fs.Add(w.dir); err != nil {
 		fs.Close()
-		return nil, fmt.Errorf("watching rules directory %s: %w", w.dir, err)
+		return nil, fmt.Errorf("watching directory %s: %w", w.dir, err)
 	}
 	w.resolve()
 	return w, nil
@@ -137,7 +141,7 @@ func (w *Watcher) Run(ctx context.Context) {
 			}
 			// An overflowed event queue may have dropped our event:
 			// reload to be sure.
-			w.log.Warn("rule file watch error; reloading to be safe", "path", w.path, "err", err)
+			w.log.Warn("file watch error; reloading to be safe", "path", w.path, "err", err)
 			w.debounce.trigger()
 		}
 	}
@@ -187,7 +191,7 @@ func (w *Watcher) resolve() {
 		w.targetDir = ""
 	}
 	if err := w.fs.Add(dir); err != nil {
-		w.log.Warn("cannot watch the rule file's symlink target directory", "dir", dir, "err", err)
+		w.log.Warn("cannot watch the symlink target directory of a watched file", "dir", dir, "err", err)
 		return
 	}
 	w.targetDir = dir

@@ -1,4 +1,4 @@
-package proxy
+package server
 
 import (
 	"encoding/json"
@@ -17,7 +17,9 @@ type DemoUpstream struct {
 }
 
 // StartDemoUpstream starts a DemoUpstream on a free loopback port.
-func StartDemoUpstream() (*DemoUpstream, error) {
+// appHeader is the gateway's app header, echoed as "app" when the gateway
+// forwards it (--forward-app-header).
+func StartDemoUpstream(appHeader string) (*DemoUpstream, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -31,7 +33,7 @@ func StartDemoUpstream() (*DemoUpstream, error) {
 				"method":   r.Method,
 				"path":     r.URL.Path,
 				"query":    r.URL.RawQuery,
-				"app":      r.Header.Get("X-App-Id"),
+				"app":      r.Header.Get(appHeader),
 				"client":   r.Header.Get("X-Forwarded-For"),
 			})
 		}),

@@ -1,25 +1,29 @@
-package proxy
+package server
 
 import (
+	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/redistest"
 )
 
 func TestAdminEndpoints(t *testing.T) {
 	t.Parallel()
 	g := newGW(t, basicRules)
 	current := basicRules
-	rules := NewRules(g.h, func() (*config.Rules, error) {
+	rules := g.reloader(func() (*config.Rules, error) {
 		return config.Parse("rules.yaml", []byte(current))
-	}, g.clock.now, g.h.log)
+	})
 	var reloads []bool
-	rules.OnReload(func(ok bool, _ *RuleSet) { reloads = append(reloads, ok) })
+	rules.onReload = func(ok bool, _ *proxy.RuleSet) { reloads = append(reloads, ok) }
 	admin := NewAdmin(AdminConfig{Rules: rules, Token: "admin-secret"})
 	get := func(method, path string) (int, map[string]any) {
 		w := httptest.NewRecorder()
@@ -89,8 +93,10 @@ func TestReadyzReportsStoreTrouble(t *testing.T) {
 	t.Parallel()
 	g := newGW(t, basicRules)
 	admin := NewAdmin(AdminConfig{
-		Rules: NewRules(g.h, nil, nil, nil),
-		Ready: func() error { return errors.New("store unreachable") },
+		Rules: g.reloader(nil),
+		Store: func(context.Context) StoreHealth {
+			return StoreHealth{Store: "redis", Error: "store unreachable"}
+		},
 	})
 	w := httptest.NewRecorder()
 	admin.ServeHTTP(w, httptest.NewRequest("GET", "/readyz", nil))
@@ -133,11 +139,11 @@ func TestAdminReloadNeedsToken(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			g := newGW(t, basicRules)
-			rules := NewRules(g.h, func() (*config.Rules, error) {
+			rules := g.reloader(func() (*config.Rules, error) {
 				return config.Parse("rules.yaml", []byte(basicRules))
-			}, g.clock.now, g.h.log)
+			})
 			metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-				writeJSON(w, http.StatusOK, map[string]string{"metrics": "yes"})
+				proxy.WriteJSON(w, http.StatusOK, map[string]string{"metrics": "yes"})
 			})
 			admin := NewAdmin(AdminConfig{Rules: rules, Token: tt.token, Metrics: metrics})
 			r := httptest.NewRequest(tt.method, tt.path, nil)
@@ -171,7 +177,7 @@ func TestAdminReloadNeedsToken(t *testing.T) {
 func TestPprofOnlyWithFlag(t *testing.T) {
 	t.Parallel()
 	g := newGW(t, basicRules)
-	rules := NewRules(g.h, nil, nil, nil)
+	rules := g.reloader(nil)
 	for _, path := range []string{"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/heap", "/debug/pprof/symbol"} {
 		for _, on := range []bool{false, true} {
 			w := httptest.NewRecorder()
@@ -197,7 +203,55 @@ func TestAdminTokenTrimmed(t *testing.T) {
 			t.Errorf("loadAdminToken(%q): got %q, %v; want s3cret", in, got, err)
 		}
 	}
-	if _, err := loadAdminToken(" \n", ""); err == nil {
-		t.Error("loadAdminToken accepted a token of white space only")
+	cfg := DefaultConfig()
+	cfg.Upstream, cfg.AdminToken = "http://127.0.0.1:1", " \n"
+	if err := cfg.Validate(); err == nil {
+		t.Error("Validate accepted a token of white space only")
+	}
+}
+
+// TestRedisReadyz checks /readyz on the redis store: it reports the
+// store and its breaker, and is not ready only when Redis is unreachable
+// and --fail-mode closed refuses requests without it.
+func TestRedisReadyz(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, mode := range []proxy.FailMode{proxy.FailOpen, proxy.FailClosed} {
+		red, err := limit.NewRedis(limit.RedisConfig{URL: srv.URL()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer red.Close()
+		g := newGW(t, basicRules)
+		st := &stores{store: red, redis: red, failMode: mode, name: "redis"}
+		admin := NewAdmin(AdminConfig{Rules: g.reloader(nil), Store: st.health})
+		readyz := func() (int, readyView) {
+			w := httptest.NewRecorder()
+			admin.ServeHTTP(w, httptest.NewRequest("GET", "/readyz", nil))
+			var v readyView
+			if err := json.Unmarshal(w.Body.Bytes(), &v); err != nil || v.Store == nil {
+				t.Fatalf("readyz body: %v %s", err, w.Body)
+			}
+			return w.Code, v
+		}
+		// The first ping also dials, within the 25ms timeout; on a loaded
+		// machine (or just after a restart) that can miss, so wait for the
+		// store to be reachable before asserting the healthy state.
+		code, v := readyz()
+		for deadline := time.Now().Add(5 * time.Second); !v.Store.Reachable && time.Now().Before(deadline); {
+			code, v = readyz()
+		}
+		if code != 200 || !v.Store.Reachable || v.Store.Circuit != "closed" || v.Store.FailMode != mode.String() {
+			t.Errorf("%s, Redis up: got %d %+v", mode, code, *v.Store)
+		}
+		srv.Stop()
+		wantCode := 200
+		if mode == proxy.FailClosed {
+			wantCode = 503
+		}
+		if code, v := readyz(); code != wantCode || v.Store.Reachable || v.Store.Error == "" || v.Store.Serving != (mode != proxy.FailClosed) {
+			t.Errorf("%s, Redis down: got %d %+v, want %d", mode, code, *v.Store, wantCode)
+		}
+		srv.Restart()
 	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package deploy
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"gopkg.in/yaml.v3"
 )
 
@@ -17,7 +18,7 @@ import (
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	NewMetrics(MetricsConfig{Registry: reg})
+	proxy.NewMetrics(proxy.MetricsConfig{Registry: reg})
 	ch := make(chan *prometheus.Desc, 100)
 	go func() {
 		reg.Describe(ch)
@@ -55,7 +56,7 @@ func checkExpr(t *testing.T, where, expr string, known map[string]bool) int {
 func TestDashboardQueriesNameExportedMetrics(t *testing.T) {
 	t.Parallel()
 	known := exportedMetrics(t)
-	files, _ := filepath.Glob("../../deploy/grafana/*.json")
+	files, _ := filepath.Glob("grafana/*.json")
 	if len(files) == 0 {
 		t.Fatal("no dashboard under deploy/grafana")
 	}
@@ -97,7 +98,7 @@ func TestDashboardQueriesNameExportedMetrics(t *testing.T) {
 func TestAlertRulesNameExportedMetrics(t *testing.T) {
 	t.Parallel()
 	known := exportedMetrics(t)
-	data, err := os.ReadFile("../../deploy/prometheus/gateway.rules.yml")
+	data, err := os.ReadFile("prometheus/gateway.rules.yml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package proxy
+package server
 
 import (
 	"context"
@@ -14,7 +14,8 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
-	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/watch"
 )
 
 // rulesWithLimit is a rule file giving app-1 `limit` requests a minute on
@@ -38,7 +39,7 @@ func sha(s string) string {
 // real watcher.
 type watched struct {
 	*gw
-	rules   *Rules
+	rules   *Reloader
 	path    string
 	reloads chan bool
 }
@@ -52,10 +53,10 @@ func newWatched(t *testing.T, path string) *watched {
 		t.Fatal(err)
 	}
 	g := newGW(t, string(data))
-	rules := NewRules(g.h, func() (*config.Rules, error) { return config.Load(path) }, g.clock.now, g.h.log)
+	rules := g.reloader(func() (*config.Rules, error) { return config.Load(path) })
 	w := &watched{gw: g, rules: rules, path: path, reloads: make(chan bool, 100)}
-	rules.OnReload(func(ok bool, _ *RuleSet) { w.reloads <- ok })
-	fw, err := config.NewWatcher(config.WatchConfig{Path: path, OnChange: func() { rules.Reload() }, Debounce: 10 * time.Millisecond})
+	rules.onReload = func(ok bool, _ *proxy.RuleSet) { w.reloads <- ok }
+	fw, err := watch.New(watch.Config{Path: path, OnChange: func() { rules.Reload() }, Debounce: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +262,7 @@ func TestBadEditKeepsGoodRules(t *testing.T) {
 }
 
 // reloadTo writes content and reloads synchronously, as SIGHUP does.
-func reloadTo(t *testing.T, r *Rules, path, content string) (bool, error) {
+func reloadTo(t *testing.T, r *Reloader, path, content string) (bool, error) {
 	t.Helper()
 	writeFile(t, path, content)
 	return r.Reload()
@@ -274,8 +275,8 @@ func TestCountersSurviveReload(t *testing.T) {
 	other := "      - api: /v1/order\n        limit: 9\n"
 	writeFile(t, path, rulesWithLimit(5, other))
 	g := newGW(t, rulesWithLimit(5, other))
-	rules := NewRules(g.h, func() (*config.Rules, error) { return config.Load(path) }, g.clock.now, g.h.log)
-	store := g.h.store.(*limit.Memory)
+	rules := g.reloader(func() (*config.Rules, error) { return config.Load(path) })
+	store := g.store
 	spend := func(n int) {
 		t.Helper()
 		for i := 0; i < n; i++ {
@@ -337,7 +338,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	path := filepath.Join(dir, "rules.yaml")
 	writeFile(t, path, rulesWithLimit(1000, ""))
 	g := newGW(t, rulesWithLimit(1000, ""))
-	rules := NewRules(g.h, func() (*config.Rules, error) { return config.Load(path) }, g.clock.now, g.h.log)
+	rules := g.reloader(func() (*config.Rules, error) { return config.Load(path) })
 
 	var (
 		stop     atomic.Bool

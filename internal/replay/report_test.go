@@ -1,4 +1,4 @@
-package proxy
+package replay
 
 import (
 	"bytes"
@@ -120,13 +120,13 @@ func demoTraffic() []genRequest {
 	return reqs
 }
 
-func demoResult(t testing.TB, baseline bool) *ReplayResult {
+func demoResult(t testing.TB, baseline bool) *Result {
 	t.Helper()
-	cfg := ReplayConfig{Candidate: compileRules(t, "candidate.yaml", demoCandidateRules), ReorderWindow: 30 * time.Second}
+	cfg := Config{Candidate: compileRules(t, "candidate.yaml", demoCandidateRules), ReorderWindow: 30 * time.Second}
 	if baseline {
 		cfg.Baseline = compileRules(t, "current.yaml", demoCurrentRules)
 	}
-	res, err := Replay(cfg, ReplayInput{Name: "access.log", R: bytes.NewReader(accessLog(demoTraffic()))})
+	res, err := Run(cfg, Input{Name: "access.log", R: bytes.NewReader(accessLog(demoTraffic()))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,8 +210,8 @@ func TestNiceScale(t *testing.T) {
 // TestReplayReportEmpty renders a replay of nothing but bad lines.
 func TestReplayReportEmpty(t *testing.T) {
 	t.Parallel()
-	res, err := Replay(ReplayConfig{Candidate: compileRules(t, "candidate.yaml", demoCandidateRules), Baseline: compileRules(t, "current.yaml", demoCurrentRules)},
-		ReplayInput{Name: "access.log", R: strings.NewReader("not a log\n")})
+	res, err := Run(Config{Candidate: compileRules(t, "candidate.yaml", demoCandidateRules), Baseline: compileRules(t, "current.yaml", demoCurrentRules)},
+		Input{Name: "access.log", R: strings.NewReader("not a log\n")})
 	if err != nil {
 		t.Fatal(err)
 	}

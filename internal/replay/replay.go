@@ -1,4 +1,4 @@
-package proxy
+package replay
 
 import (
 	"bufio"
@@ -15,17 +15,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
+
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 )
 
-// ReplayConfig configures Replay.
-type ReplayConfig struct {
+// Config configures Replay.
+type Config struct {
 	// Candidate is the rule set to try. Required.
-	Candidate *RuleSet
+	Candidate *proxy.RuleSet
 	// Baseline is the rule set to compare with (the rules in force), or
 	// nil for none.
-	Baseline *RuleSet
+	Baseline *proxy.RuleSet
 	// MaxKeys caps each replay store's keys, as --max-keys does the live
 	// gateway's. Default limit.DefaultMaxKeys (1,000,000).
 	MaxKeys int
@@ -41,34 +43,34 @@ type ReplayConfig struct {
 	// OnRequest, if set, is called with every replayed request's
 	// decisions, in replay order, and with every line logged as invalid
 	// when it is read.
-	OnRequest func(ReplayedRequest)
+	OnRequest func(Request)
 }
 
-// ReplayInput is one access log to replay.
-type ReplayInput struct {
+// Input is one access log to replay.
+type Input struct {
 	// Name names the log in messages: its path, or "-" for stdin.
 	Name string
 	// R reads the log: one JSON line per request, as --access-log writes.
 	R io.Reader
 }
 
-// ReplayedRequest is one request's decisions, for ReplayConfig.OnRequest.
-type ReplayedRequest struct {
+// Request is one request's decisions, for Config.OnRequest.
+type Request struct {
 	// File and Line locate the request's line in the inputs.
 	File string
 	Line int64
 	// Time is the logged instant the request was decided at.
 	Time time.Time
-	// Candidate and Baseline are the decisions under the two rule sets
-	// (Baseline is "" without one). A line logged as invalid is not
-	// replayed; both are DecisionInvalid.
-	Candidate, Baseline Decision
+	// Candidate and Baseline are the decisions under the two rule sets;
+	// Baseline is meaningful only with a Config.Baseline. A line logged
+	// as invalid is not replayed; both are proxy.DecisionInvalid.
+	Candidate, Baseline proxy.Decision
 	// App and Rule are the candidate's app label and matched rule.
 	App, Rule string
 }
 
-// ReplayCounts counts the decisions of one rule set over some requests.
-type ReplayCounts struct {
+// Counts counts the decisions of one rule set over some requests.
+type Counts struct {
 	// Requests is every request counted; Admitted + Limited.
 	Requests int64
 	// Admitted were forwarded (allowed, unmatched or shadow-limited).
@@ -80,12 +82,12 @@ type ReplayCounts struct {
 	ShadowLimited int64
 }
 
-func (c *ReplayCounts) add(d Decision) {
+func (c *Counts) add(d proxy.Decision) {
 	c.Requests++
 	switch d {
-	case DecisionLimited:
+	case proxy.DecisionLimited:
 		c.Limited++
-	case DecisionShadowLimited:
+	case proxy.DecisionShadowLimited:
 		c.Admitted++
 		c.ShadowLimited++
 	default:
@@ -93,17 +95,17 @@ func (c *ReplayCounts) add(d Decision) {
 	}
 }
 
-// ReplayBucket counts admitted and limited requests in one interval of a
+// Bucket counts admitted and limited requests in one interval of a
 // replay's time series, under each rule set (the baseline's are zero
 // without one).
-type ReplayBucket struct {
+type Bucket struct {
 	CandidateAdmitted, CandidateLimited int64
 	BaselineAdmitted, BaselineLimited   int64
 }
 
-// ReplayGroup is the requests of one app and rule, as the candidate
+// Group is the requests of one app and rule, as the candidate
 // classified them, and their decisions under both rule sets.
-type ReplayGroup struct {
+type Group struct {
 	// App is the app label: a configured app ID, or "*" for every other
 	// caller.
 	App string
@@ -112,29 +114,29 @@ type ReplayGroup struct {
 	// Candidate and Baseline count the group's requests under each rule
 	// set. The baseline may have matched them to other rules: the rows
 	// compare the same requests, grouped the candidate's way.
-	Candidate, Baseline ReplayCounts
-	// Series counts the requests per interval of ReplayResult.Step from
-	// ReplayResult.Origin.
-	Series []ReplayBucket
+	Candidate, Baseline Counts
+	// Series counts the requests per interval of Result.Step from
+	// Result.Origin.
+	Series []Bucket
 }
 
 // LimitedChange is how many more requests the candidate limits than the
 // baseline.
-func (g *ReplayGroup) LimitedChange() int64 { return g.Candidate.Limited - g.Baseline.Limited }
+func (g *Group) LimitedChange() int64 { return g.Candidate.Limited - g.Baseline.Limited }
 
-// ReplayCaller is one caller that was limited under either rule set.
-type ReplayCaller struct {
+// Caller is one caller that was limited under either rule set.
+type Caller struct {
 	// App is the caller's configured app ID; "" for an unknown caller,
 	// identified by IP.
 	App string
 	// IP is an unknown caller's client IP ("" if the peer had none).
 	IP string
 	// Candidate and Baseline count the caller's requests under each.
-	Candidate, Baseline ReplayCounts
+	Candidate, Baseline Counts
 }
 
 // Name is how the caller is shown: its app ID, or its client IP.
-func (c *ReplayCaller) Name() string {
+func (c *Caller) Name() string {
 	switch {
 	case c.App != "":
 		return c.App
@@ -146,11 +148,11 @@ func (c *ReplayCaller) Name() string {
 
 // NewlyLimited reports whether the candidate limits the caller and the
 // baseline never did.
-func (c *ReplayCaller) NewlyLimited() bool { return c.Candidate.Limited > 0 && c.Baseline.Limited == 0 }
+func (c *Caller) NewlyLimited() bool { return c.Candidate.Limited > 0 && c.Baseline.Limited == 0 }
 
 // NoLongerLimited reports whether the baseline limited the caller and the
 // candidate never does.
-func (c *ReplayCaller) NoLongerLimited() bool {
+func (c *Caller) NoLongerLimited() bool {
 	return c.Baseline.Limited > 0 && c.Candidate.Limited == 0
 }
 
@@ -166,12 +168,12 @@ type LineProblem struct {
 // String formats p as "file:line: msg".
 func (p LineProblem) String() string { return fmt.Sprintf("%s:%d: %s", p.File, p.Line, p.Msg) }
 
-// ReplayResult is what a replay found.
-type ReplayResult struct {
+// Result is what a replay found.
+type Result struct {
 	// Files are the inputs' names, in replay order.
 	Files []string
 	// Candidate and Baseline are the rule sets (Baseline nil if none).
-	Candidate, Baseline *RuleSet
+	Candidate, Baseline *proxy.RuleSet
 	// Lines is the number of lines read, blank ones included.
 	Lines int64
 	// Requests is the number of requests replayed.
@@ -200,20 +202,20 @@ type ReplayResult struct {
 	Origin time.Time
 	Step   time.Duration
 	// Total counts every replayed request.
-	Total ReplayGroup
+	Total Group
 	// Groups are the requests by the candidate's app and rule, those whose
 	// limited count changed most first, then by app and rule.
-	Groups []*ReplayGroup
+	Groups []*Group
 	// Callers are the callers limited under either rule set: newly limited
 	// ones first, then no longer limited ones, then the rest, each by how
 	// much their limited count changed.
-	Callers []*ReplayCaller
+	Callers []*Caller
 	// Elapsed is how long the replay took.
 	Elapsed time.Duration
 }
 
 // HasBaseline reports whether the replay compared with a baseline.
-func (r *ReplayResult) HasBaseline() bool { return r.Baseline != nil }
+func (r *Result) HasBaseline() bool { return r.Baseline != nil }
 
 // maxSeriesBuckets bounds every series: when a replay spans more seconds
 // than this, buckets widen (by doubling) instead of growing in number.
@@ -222,11 +224,11 @@ const maxSeriesBuckets = 4096
 // sweepEvery is how often, in log time, the replay stores evict idle keys.
 const sweepEvery = time.Minute
 
-// ReplayFiles replays the access logs at paths, in the order given ("-"
+// Files replays the access logs at paths, in the order given ("-"
 // is stdin; a name ending in .gz is decompressed). Every file is opened
 // before the replay starts, so a missing one fails at once.
-func ReplayFiles(cfg ReplayConfig, paths []string) (*ReplayResult, error) {
-	var inputs []ReplayInput
+func Files(cfg Config, paths []string) (*Result, error) {
+	var inputs []Input
 	var closers []io.Closer
 	defer func() {
 		for _, c := range closers {
@@ -235,7 +237,7 @@ func ReplayFiles(cfg ReplayConfig, paths []string) (*ReplayResult, error) {
 	}()
 	for _, p := range paths {
 		if p == "-" {
-			inputs = append(inputs, ReplayInput{Name: "-", R: os.Stdin})
+			inputs = append(inputs, Input{Name: "-", R: os.Stdin})
 			continue
 		}
 		f, err := os.Open(p)
@@ -252,17 +254,17 @@ func ReplayFiles(cfg ReplayConfig, paths []string) (*ReplayResult, error) {
 			closers = append(closers, zr)
 			r = zr
 		}
-		inputs = append(inputs, ReplayInput{Name: p, R: r})
+		inputs = append(inputs, Input{Name: p, R: r})
 	}
-	return Replay(cfg, inputs...)
+	return Run(cfg, inputs...)
 }
 
 // Replay runs every request of the access logs, in order, through the
 // candidate rules and, if set, the baseline rules, each on a fresh memory
-// store, at the instants the log recorded. It drives the real Handler, so
+// store, at the instants the log recorded. It drives the real proxy.Handler, so
 // matching and limiting are exactly the live gateway's. Malformed lines
 // are counted and skipped; only a read error fails the replay.
-func Replay(cfg ReplayConfig, inputs ...ReplayInput) (*ReplayResult, error) {
+func Run(cfg Config, inputs ...Input) (*Result, error) {
 	if cfg.Candidate == nil {
 		return nil, errors.New("replay needs candidate rules")
 	}
@@ -272,9 +274,9 @@ func Replay(cfg ReplayConfig, inputs ...ReplayInput) (*ReplayResult, error) {
 	start := time.Now()
 	rp := &replayer{
 		cfg:     cfg,
-		res:     &ReplayResult{Candidate: cfg.Candidate, Baseline: cfg.Baseline, Step: time.Second},
-		groups:  make(map[groupKey]*ReplayGroup),
-		callers: make(map[callerKey]*ReplayCaller),
+		res:     &Result{Candidate: cfg.Candidate, Baseline: cfg.Baseline, Step: time.Second},
+		groups:  make(map[groupKey]*Group),
+		callers: make(map[callerKey]*Caller),
 		parser:  newLineParser(),
 	}
 	var err error
@@ -312,14 +314,14 @@ const maxLine = 4 << 20
 
 // replayer is the state of one Replay.
 type replayer struct {
-	cfg        ReplayConfig
-	res        *ReplayResult
+	cfg        Config
+	res        *Result
 	cand, base *replayRun
 	parser     *lineParser
 	rec        replayRecord // the line being read
 	queue      reorderQueue
-	groups     map[groupKey]*ReplayGroup
-	callers    map[callerKey]*ReplayCaller
+	groups     map[groupKey]*Group
+	callers    map[callerKey]*Caller
 	origin     int64 // Unix seconds of bucket 0
 	step       int64 // seconds per bucket
 	started    bool
@@ -393,21 +395,14 @@ func (rp *replayer) line(file int, lineNo int64, line []byte) {
 	if rec.invalid {
 		rp.res.Invalid++
 		if rp.cfg.OnRequest != nil {
-			rp.cfg.OnRequest(ReplayedRequest{
+			rp.cfg.OnRequest(Request{
 				File: rp.res.Files[file], Line: lineNo, Time: rec.t,
-				Candidate: DecisionInvalid, Baseline: rp.baseDecision(DecisionInvalid),
+				Candidate: proxy.DecisionInvalid, Baseline: proxy.DecisionInvalid,
 			})
 		}
 		return
 	}
 	rp.queue.push(rec)
-}
-
-func (rp *replayer) baseDecision(d Decision) Decision {
-	if rp.base == nil {
-		return ""
-	}
-	return d
 }
 
 func (rp *replayer) malformed(file int, line int64, msg string) {
@@ -472,7 +467,7 @@ func (rp *replayer) baselineWorker() {
 
 // count adds one request's outcomes to the result.
 func (rp *replayer) count(rec *replayRecord, c, b replayOutcome) {
-	if c.decision == DecisionInvalid {
+	if c.decision == proxy.DecisionInvalid {
 		// The parser checked the app ID and that the path is absolute;
 		// the handler found something else wrong, so the gateway cannot
 		// have logged this line as it stands.
@@ -494,24 +489,24 @@ func (rp *replayer) count(rec *replayRecord, c, b replayOutcome) {
 
 	g := rp.groups[groupKey{c.app, c.api}]
 	if g == nil {
-		g = &ReplayGroup{App: c.app, Rule: c.api}
+		g = &Group{App: c.app, Rule: c.api}
 		rp.groups[groupKey{c.app, c.api}] = g
 	}
 	i := rp.bucket(rec.t)
-	for _, g := range [2]*ReplayGroup{g, &rp.res.Total} {
+	for _, g := range [2]*Group{g, &rp.res.Total} {
 		g.Candidate.add(c.decision)
 		if i >= len(g.Series) {
 			g.Series = slices.Grow(g.Series, i+1-len(g.Series))[:i+1]
 		}
 		bk := &g.Series[i]
-		if c.decision == DecisionLimited {
+		if c.decision == proxy.DecisionLimited {
 			bk.CandidateLimited++
 		} else {
 			bk.CandidateAdmitted++
 		}
 		if rp.base != nil {
 			g.Baseline.add(b.decision)
-			if b.decision == DecisionLimited {
+			if b.decision == proxy.DecisionLimited {
 				bk.BaselineLimited++
 			} else {
 				bk.BaselineAdmitted++
@@ -528,7 +523,7 @@ func (rp *replayer) count(rec *replayRecord, c, b replayOutcome) {
 	}
 	cl := rp.callers[key]
 	if cl == nil {
-		cl = &ReplayCaller{}
+		cl = &Caller{}
 		if key.app {
 			cl.App = key.id
 		} else {
@@ -542,7 +537,7 @@ func (rp *replayer) count(rec *replayRecord, c, b replayOutcome) {
 	}
 
 	if rp.cfg.OnRequest != nil {
-		rp.cfg.OnRequest(ReplayedRequest{
+		rp.cfg.OnRequest(Request{
 			File: rp.res.Files[rec.file], Line: rec.line, Time: rec.t,
 			Candidate: c.decision, Baseline: b.decision, App: c.app, Rule: c.api,
 		})
@@ -566,7 +561,7 @@ func (rp *replayer) bucket(t time.Time) int {
 // widen doubles the width of every series' buckets.
 func (rp *replayer) widen() {
 	rp.step *= 2
-	merge := func(s []ReplayBucket) []ReplayBucket {
+	merge := func(s []Bucket) []Bucket {
 		n := (len(s) + 1) / 2
 		for i := 0; i < n; i++ {
 			a := s[2*i]
@@ -601,7 +596,7 @@ func (rp *replayer) finish() {
 		g.Series = pad(g.Series, n)
 		res.Groups = append(res.Groups, g)
 	}
-	slices.SortFunc(res.Groups, func(a, b *ReplayGroup) int {
+	slices.SortFunc(res.Groups, func(a, b *Group) int {
 		return cmp.Or(
 			cmp.Compare(abs(b.LimitedChange()), abs(a.LimitedChange())),
 			cmp.Compare(b.LimitedChange(), a.LimitedChange()),
@@ -615,7 +610,7 @@ func (rp *replayer) finish() {
 			res.Callers = append(res.Callers, c)
 		}
 	}
-	rank := func(c *ReplayCaller) int {
+	rank := func(c *Caller) int {
 		switch {
 		case c.NewlyLimited():
 			return 0
@@ -624,7 +619,7 @@ func (rp *replayer) finish() {
 		}
 		return 2
 	}
-	slices.SortFunc(res.Callers, func(a, b *ReplayCaller) int {
+	slices.SortFunc(res.Callers, func(a, b *Caller) int {
 		da, db := a.Candidate.Limited-a.Baseline.Limited, b.Candidate.Limited-b.Baseline.Limited
 		return cmp.Or(
 			cmp.Compare(rank(a), rank(b)),
@@ -637,7 +632,7 @@ func (rp *replayer) finish() {
 }
 
 // pad extends s with empty buckets to n.
-func pad(s []ReplayBucket, n int) []ReplayBucket {
+func pad(s []Bucket, n int) []Bucket {
 	if len(s) < n {
 		s = slices.Grow(s, n-len(s))[:n]
 	}
@@ -654,14 +649,14 @@ func abs(n int64) int64 {
 // replayOutcome is what the handler decided for one request.
 type replayOutcome struct {
 	app, api string
-	decision Decision
+	decision proxy.Decision
 }
 
 // replayRun is one rule set's handler with its own store and clock, and a
 // request, response writer and header it reuses for every line. It is not
 // safe for concurrent use.
 type replayRun struct {
-	h         *Handler
+	h         *proxy.Handler
 	store     *limit.Memory
 	nextSweep time.Time // when, in log time, to evict idle keys next
 	now       time.Time
@@ -674,14 +669,14 @@ type replayRun struct {
 	w         discardWriter
 }
 
-func newReplayRun(rs *RuleSet, maxKeys int) (*replayRun, error) {
+func newReplayRun(rs *proxy.RuleSet, maxKeys int) (*replayRun, error) {
 	store, err := limit.NewMemory(limit.MemoryConfig{MaxKeys: maxKeys})
 	if err != nil {
 		return nil, fmt.Errorf("replay store: %w", err)
 	}
 	run := &replayRun{store: store, appHdr: "X-App-Id", appVal: make([]string, 1), hdr: make(http.Header, 1)}
 	run.w.h = make(http.Header, 8)
-	run.h, err = NewHandler(HandlerConfig{
+	run.h, err = proxy.NewHandler(proxy.HandlerConfig{
 		Rules:     rs,
 		Store:     store,
 		Upstream:  answerOK{},
@@ -691,10 +686,10 @@ func newReplayRun(rs *RuleSet, maxKeys int) (*replayRun, error) {
 		// The log holds only callers the live gateway let through.
 		TrustKeys: true,
 		// No headers: they change nothing that is decided, and cost.
-		Headers:   HeadersNone,
+		Headers:   proxy.HeadersNone,
 		Now:       func() time.Time { return run.now },
 		Logger:    slog.New(slog.DiscardHandler),
-		Observers: []Observer{run},
+		Observers: []proxy.Observer{run},
 	})
 	if err != nil {
 		return nil, err
@@ -742,8 +737,8 @@ func (run *replayRun) decide(rec *replayRecord) replayOutcome {
 	return run.out
 }
 
-// ObserveRequest records the outcome. It implements Observer.
-func (run *replayRun) ObserveRequest(_ *http.Request, o *Outcome) {
+// ObserveRequest records the outcome. It implements proxy.Observer.
+func (run *replayRun) ObserveRequest(_ *http.Request, o *proxy.Outcome) {
 	run.out = replayOutcome{app: o.App, api: o.API, decision: o.Decision}
 }
 
@@ -761,6 +756,6 @@ func (d *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (d *discardWriter) WriteHeader(int)             {}
 
 var (
-	_ Observer            = (*replayRun)(nil)
+	_ proxy.Observer      = (*replayRun)(nil)
 	_ http.ResponseWriter = (*discardWriter)(nil)
 )

@@ -1,4 +1,4 @@
-package config
+package watch
 
 import (
 	"path/filepath"

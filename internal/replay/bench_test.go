@@ -1,4 +1,4 @@
-package proxy
+package replay
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
 )
 
 // benchLogLines is the size of the benchmark's log: the figure.
@@ -79,7 +81,7 @@ func BenchmarkReplay(b *testing.B) {
 	base := compileRules(b, "current.yaml", benchRuleFile(100))
 	for _, bc := range []struct {
 		name     string
-		baseline *RuleSet
+		baseline *proxy.RuleSet
 	}{
 		{"candidate", nil},
 		{"candidate+baseline", base},
@@ -88,8 +90,8 @@ func BenchmarkReplay(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(log)))
 			for b.Loop() {
-				res, err := Replay(ReplayConfig{Candidate: cand, Baseline: bc.baseline, ReorderWindow: 30 * time.Second},
-					ReplayInput{Name: "bench.log", R: bytes.NewReader(log)})
+				res, err := Run(Config{Candidate: cand, Baseline: bc.baseline, ReorderWindow: 30 * time.Second},
+					Input{Name: "bench.log", R: bytes.NewReader(log)})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -1,16 +1,15 @@
-package proxy
+package server
 
 import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 
-	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/watch"
 )
 
 // certReloader holds the certificate pair the proxy serves and reloads it
@@ -78,12 +77,12 @@ func (c *certReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, e
 }
 
 // Watch reloads the pair whenever either file changes until ctx is done.
-// It watches each file's directory through config.Watcher, so that it
+// It watches each file's directory through watch.Watcher, so that it
 // follows files replaced by a rename and Kubernetes Secret volumes (a
 // "..data" symlink swapped atomically). The returned function stops the
 // watchers.
 func (c *certReloader) Watch(ctx context.Context) (stop func(), err error) {
-	var ws []*config.Watcher
+	var ws []*watch.Watcher
 	stop = func() {
 		for _, w := range ws {
 			w.Close()
@@ -91,7 +90,7 @@ func (c *certReloader) Watch(ctx context.Context) (stop func(), err error) {
 	}
 	log := c.log.With("watching", "tls certificate")
 	for _, path := range []string{c.certFile, c.keyFile} {
-		w, err := config.NewWatcher(config.WatchConfig{
+		w, err := watch.New(watch.Config{
 			Path:     path,
 			OnChange: func() { c.Reload() },
 			Logger:   log,
@@ -115,14 +114,6 @@ func serverTLSConfig(c *certReloader) *tls.Config {
 		NextProtos:     []string{"h2", "http/1.1"},
 		GetCertificate: c.GetCertificate,
 	}
-}
-
-// checkTLSFlags reports the error of a pair given half.
-func checkTLSFlags(certFile, keyFile string) error {
-	if (certFile == "") != (keyFile == "") {
-		return errors.New("--tls-cert and --tls-key go together: pass both to serve HTTPS, or neither for plain HTTP")
-	}
-	return nil
 }
 
 // sameChain reports whether a and b hold the same certificate chain.

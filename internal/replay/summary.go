@@ -1,4 +1,4 @@
-package proxy
+package replay
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
 )
 
 // Limits of the terminal summary; the HTML report shows more.
@@ -19,7 +21,7 @@ const (
 // the callers newly limited (and no longer limited) by the candidate, and
 // the requests by app and rule with their limited counts under both rule
 // sets.
-func (r *ReplayResult) WriteSummary(w io.Writer) error {
+func (r *Result) WriteSummary(w io.Writer) error {
 	var b strings.Builder
 	r.writeInput(&b)
 	if r.Requests > 0 {
@@ -30,7 +32,7 @@ func (r *ReplayResult) WriteSummary(w io.Writer) error {
 	return err
 }
 
-func (r *ReplayResult) writeInput(b *strings.Builder) {
+func (r *Result) writeInput(b *strings.Builder) {
 	rate := ""
 	if secs := r.Elapsed.Seconds(); secs > 0 {
 		rate = fmt.Sprintf(" (%s lines/s)", commas(int64(float64(r.Lines)/secs)))
@@ -82,8 +84,8 @@ func writeProblems(b *strings.Builder, ps []LineProblem, total int64, max int) {
 	}
 }
 
-func (r *ReplayResult) writeCallers(b *strings.Builder) {
-	var newly, more, noLonger, less, rest []*ReplayCaller
+func (r *Result) writeCallers(b *strings.Builder) {
+	var newly, more, noLonger, less, rest []*Caller
 	for _, c := range r.Callers {
 		switch {
 		case r.Baseline == nil:
@@ -112,7 +114,7 @@ func (r *ReplayResult) writeCallers(b *strings.Builder) {
 	r.callerTable(b, "Limited less (by both, less by the candidate)", less)
 }
 
-func (r *ReplayResult) callerTable(b *strings.Builder, title string, cs []*ReplayCaller) {
+func (r *Result) callerTable(b *strings.Builder, title string, cs []*Caller) {
 	if len(cs) == 0 {
 		return
 	}
@@ -140,14 +142,14 @@ func (r *ReplayResult) callerTable(b *strings.Builder, title string, cs []*Repla
 	}
 }
 
-func callerName(c *ReplayCaller) string {
+func callerName(c *Caller) string {
 	if c.App == "" {
 		return c.Name() + " (unknown caller)"
 	}
 	return c.Name()
 }
 
-func (r *ReplayResult) writeGroups(b *strings.Builder) {
+func (r *Result) writeGroups(b *strings.Builder) {
 	if r.Baseline != nil {
 		b.WriteString("\nBy app and rule (the candidate's rules; the baseline decided the same requests):\n")
 	} else {
@@ -168,7 +170,7 @@ func (r *ReplayResult) writeGroups(b *strings.Builder) {
 		t.right = append(t.right, true)
 	}
 	t.add(head...)
-	row := func(g *ReplayGroup, app, rule string) {
+	row := func(g *Group, app, rule string) {
 		c := g.Candidate
 		cells := []string{app, rule, commas(c.Requests)}
 		pct := "(" + percent(c.Limited, c.Requests) + ")"
@@ -257,7 +259,7 @@ func spanText(first, last time.Time) string {
 	return fmt.Sprintf("%s → %s UTC (%s)", first.Format("2006-01-02 15:04:05.000"), end, last.Sub(first).Round(time.Millisecond))
 }
 
-func ruleSetText(rs *RuleSet) string {
+func ruleSetText(rs *proxy.RuleSet) string {
 	src := rs.Source
 	name := src.Path
 	if name == "" {

@@ -1,9 +1,10 @@
-package proxy
+package replay
 
 import (
 	"bytes"
 	"compress/gzip"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http/httptest"
 	"os"
@@ -12,22 +13,24 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
 )
 
-func replayBytes(t *testing.T, cfg ReplayConfig, logs ...[]byte) *ReplayResult {
+func replayBytes(t *testing.T, cfg Config, logs ...[]byte) *Result {
 	t.Helper()
-	var inputs []ReplayInput
+	var inputs []Input
 	for i, l := range logs {
-		inputs = append(inputs, ReplayInput{Name: fmt.Sprintf("access-%d.log", i+1), R: bytes.NewReader(l)})
+		inputs = append(inputs, Input{Name: fmt.Sprintf("access-%d.log", i+1), R: bytes.NewReader(l)})
 	}
-	res, err := Replay(cfg, inputs...)
+	res, err := Run(cfg, inputs...)
 	if err != nil {
 		t.Fatalf("Replay: %v", err)
 	}
 	return res
 }
 
-func groupOf(t *testing.T, res *ReplayResult, app, rule string) *ReplayGroup {
+func groupOf(t *testing.T, res *Result, app, rule string) *Group {
 	t.Helper()
 	for _, g := range res.Groups {
 		if g.App == app && g.Rule == rule {
@@ -64,7 +67,7 @@ func TestReplayKnownPattern(t *testing.T) {
 	}
 	tests := []struct {
 		name       string
-		cand, base *RuleSet
+		cand, base *proxy.RuleSet
 		wantCand   map[string]counts
 		wantBase   map[string]counts
 	}{
@@ -76,11 +79,11 @@ func TestReplayKnownPattern(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			res := replayBytes(t, ReplayConfig{Candidate: tt.cand, Baseline: tt.base}, log)
+			res := replayBytes(t, Config{Candidate: tt.cand, Baseline: tt.base}, log)
 			if res.Requests != 4190 || res.Malformed != 0 || res.Late != 0 {
 				t.Fatalf("requests %d, malformed %d, late %d: want 4190, 0, 0", res.Requests, res.Malformed, res.Late)
 			}
-			check := func(which string, want map[string]counts, get func(*ReplayGroup) ReplayCounts) {
+			check := func(which string, want map[string]counts, get func(*Group) Counts) {
 				t.Helper()
 				for name, w := range want {
 					g := &res.Total
@@ -95,9 +98,9 @@ func TestReplayKnownPattern(t *testing.T) {
 					}
 				}
 			}
-			check("candidate", tt.wantCand, func(g *ReplayGroup) ReplayCounts { return g.Candidate })
+			check("candidate", tt.wantCand, func(g *Group) Counts { return g.Candidate })
 			if tt.base != nil {
-				check("baseline", tt.wantBase, func(g *ReplayGroup) ReplayCounts { return g.Baseline })
+				check("baseline", tt.wantBase, func(g *Group) Counts { return g.Baseline })
 			}
 			if got := len(res.Groups); got != 3 {
 				t.Errorf("groups: got %d, want 3", got)
@@ -119,7 +122,7 @@ func TestReplayKnownPattern(t *testing.T) {
 
 	t.Run("callers", func(t *testing.T) {
 		t.Parallel()
-		res := replayBytes(t, ReplayConfig{Candidate: candidate, Baseline: current}, log)
+		res := replayBytes(t, Config{Candidate: candidate, Baseline: current}, log)
 		var got []string
 		for _, c := range res.Callers {
 			got = append(got, fmt.Sprintf("%s %d→%d", c.Name(), c.Baseline.Limited, c.Candidate.Limited))
@@ -231,7 +234,7 @@ func TestReplayMatchesLiveHandler(t *testing.T) {
 	type req struct {
 		at                     time.Time
 		method, path, app, ip  string
-		liveCand, liveBaseline Decision
+		liveCand, liveBaseline proxy.Decision
 	}
 	var reqs []req
 	at := t0
@@ -248,16 +251,15 @@ func TestReplayMatchesLiveHandler(t *testing.T) {
 	}
 
 	var logBuf bytes.Buffer
-	run := func(rules string, log bool, set func(*req, Decision)) {
-		g := newGW(t, rules, func(h *HandlerConfig, _ *UpstreamConfig) {
-			if log {
-				h.Observers = append(h.Observers, NewAccessLog(&lockedWriter{w: &logBuf}, nil))
-				h.NeedClientIP = true
-			}
-		})
+	run := func(rules string, log bool, set func(*req, proxy.Decision)) {
+		var w io.Writer
+		if log {
+			w = &logBuf
+		}
+		g := newLiveGateway(t, rules, w)
 		for i := range reqs {
 			q := &reqs[i]
-			g.clock.set(q.at)
+			g.now = q.at
 			r := httptest.NewRequest(q.method, q.path, nil)
 			r.RemoteAddr = q.ip + ":4242"
 			if strings.Contains(q.ip, ":") {
@@ -267,18 +269,18 @@ func TestReplayMatchesLiveHandler(t *testing.T) {
 				r.Header.Set("X-App-Id", q.app)
 			}
 			g.h.ServeHTTP(httptest.NewRecorder(), r)
-			set(q, g.obs.last().Decision)
+			set(q, g.last)
 		}
 	}
-	run(liveRules, true, func(q *req, d Decision) { q.liveCand = d })
-	run(liveBaselineRules, false, func(q *req, d Decision) { q.liveBaseline = d })
+	run(liveRules, true, func(q *req, d proxy.Decision) { q.liveCand = d })
+	run(liveBaselineRules, false, func(q *req, d proxy.Decision) { q.liveBaseline = d })
 
 	type tally struct{ limited, admitted, invalid int64 }
-	count := func(t *tally, d Decision) {
+	count := func(t *tally, d proxy.Decision) {
 		switch d {
-		case DecisionLimited:
+		case proxy.DecisionLimited:
 			t.limited++
-		case DecisionInvalid:
+		case proxy.DecisionInvalid:
 			t.invalid++
 		default:
 			t.admitted++
@@ -294,10 +296,10 @@ func TestReplayMatchesLiveHandler(t *testing.T) {
 	}
 
 	seen := 0
-	res := replayBytes(t, ReplayConfig{
+	res := replayBytes(t, Config{
 		Candidate: compileRules(t, "live.yaml", liveRules),
 		Baseline:  compileRules(t, "baseline.yaml", liveBaselineRules),
-		OnRequest: func(rr ReplayedRequest) {
+		OnRequest: func(rr Request) {
 			seen++
 			q := reqs[rr.Line-1]
 			if !rr.Time.Equal(q.at) || rr.Candidate != q.liveCand || rr.Baseline != q.liveBaseline {
@@ -356,7 +358,7 @@ func TestReplayMalformedLines(t *testing.T) {
 			t.Parallel()
 			// The line between two good ones, so that line numbers count.
 			log := good + "\n" + tt.line + "\n" + good + "\n"
-			res := replayBytes(t, ReplayConfig{Candidate: compileRules(t, "rules.yaml", basicRules)}, []byte(log))
+			res := replayBytes(t, Config{Candidate: compileRules(t, "rules.yaml", basicRules)}, []byte(log))
 			wantRequests := int64(2)
 			var wantMalformed []LineProblem
 			switch tt.want {
@@ -390,7 +392,7 @@ func TestReplayCountsEveryMalformedLine(t *testing.T) {
 	for i := 0; i < 250; i++ {
 		log.WriteString("garbage\n")
 	}
-	res := replayBytes(t, ReplayConfig{Candidate: compileRules(t, "rules.yaml", basicRules), MaxProblems: 5}, []byte(log.String()))
+	res := replayBytes(t, Config{Candidate: compileRules(t, "rules.yaml", basicRules), MaxProblems: 5}, []byte(log.String()))
 	if res.Malformed != 250 || len(res.MalformedLines) != 5 || res.MalformedLines[4].Line != 5 {
 		t.Errorf("got %d malformed, kept %v; want 250, lines 1..5", res.Malformed, res.MalformedLines)
 	}
@@ -447,9 +449,9 @@ configs:
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var order, denied []int64
-			res := replayBytes(t, ReplayConfig{Candidate: rules, ReorderWindow: tt.window, OnRequest: func(r ReplayedRequest) {
+			res := replayBytes(t, Config{Candidate: rules, ReorderWindow: tt.window, OnRequest: func(r Request) {
 				order = append(order, r.Line)
-				if r.Candidate == DecisionLimited && !slices.Contains(tt.late, r.Line) {
+				if r.Candidate == proxy.DecisionLimited && !slices.Contains(tt.late, r.Line) {
 					denied = append(denied, r.Line)
 				}
 			}}, log)
@@ -491,11 +493,11 @@ func TestReplayFiles(t *testing.T) {
 	if err := os.WriteFile(second, append(accessLog(reqs[half:]), "oops\n"...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	res, err := ReplayFiles(ReplayConfig{Candidate: compileRules(t, "rules.yaml", candidateRules)}, []string{first, second})
+	res, err := Files(Config{Candidate: compileRules(t, "rules.yaml", candidateRules)}, []string{first, second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	whole := replayBytes(t, ReplayConfig{Candidate: compileRules(t, "rules.yaml", candidateRules)}, accessLog(reqs))
+	whole := replayBytes(t, Config{Candidate: compileRules(t, "rules.yaml", candidateRules)}, accessLog(reqs))
 	if res.Total.Candidate != whole.Total.Candidate || res.Requests != int64(len(reqs)) {
 		t.Errorf("two files: got %+v, want %+v as one", res.Total.Candidate, whole.Total.Candidate)
 	}
@@ -504,7 +506,7 @@ func TestReplayFiles(t *testing.T) {
 		t.Errorf("malformed: got %v, want %v", res.MalformedLines, want)
 	}
 
-	if _, err := ReplayFiles(ReplayConfig{Candidate: compileRules(t, "rules.yaml", candidateRules)}, []string{second, filepath.Join(dir, "missing.log")}); err == nil ||
+	if _, err := Files(Config{Candidate: compileRules(t, "rules.yaml", candidateRules)}, []string{second, filepath.Join(dir, "missing.log")}); err == nil ||
 		!strings.Contains(err.Error(), "missing.log") {
 		t.Errorf("missing file: got %v, want an error naming it", err)
 	}
@@ -518,7 +520,7 @@ func TestReplaySeriesWiden(t *testing.T) {
 	for s := 0; s < 3*maxSeriesBuckets; s += 7 {
 		reqs = append(reqs, genRequest{at: replayStart.Add(time.Duration(s) * time.Second), app: "app-2", ip: "203.0.113.1", method: "GET", path: "/v1/user"})
 	}
-	res := replayBytes(t, ReplayConfig{Candidate: compileRules(t, "rules.yaml", basicRules)}, accessLog(reqs))
+	res := replayBytes(t, Config{Candidate: compileRules(t, "rules.yaml", basicRules)}, accessLog(reqs))
 	if res.Step != 4*time.Second {
 		t.Errorf("step: got %v, want 4s", res.Step)
 	}
@@ -573,7 +575,7 @@ func TestReplaySummary(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := ReplayConfig{Candidate: compileRules(t, "candidate.yaml", candidateRules)}
+			cfg := Config{Candidate: compileRules(t, "candidate.yaml", candidateRules)}
 			if tt.baseline {
 				cfg.Baseline = compileRules(t, "current.yaml", currentRules)
 			}
@@ -656,7 +658,7 @@ func TestReplayLongLines(t *testing.T) {
 	}
 	log := line(10) + line(3<<20) + line(maxLine) + line(10)
 	var rules []string
-	res := replayBytes(t, ReplayConfig{Candidate: compileRules(t, "rules.yaml", basicRules), OnRequest: func(r ReplayedRequest) {
+	res := replayBytes(t, Config{Candidate: compileRules(t, "rules.yaml", basicRules), OnRequest: func(r Request) {
 		rules = append(rules, fmt.Sprintf("%d %s", r.Line, r.Rule))
 	}}, []byte(log))
 	if got, want := strings.Join(rules, ", "), "1 /v1/user, 2 /v1/user, 4 /v1/user"; got != want {

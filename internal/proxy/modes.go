@@ -1,0 +1,121 @@
+package proxy
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Decision is what the gateway did with a request: the decision label of
+// the request metrics and of the access log (README "Metrics").
+type Decision uint8
+
+// The decisions.
+const (
+	DecisionAllowed Decision = iota
+	DecisionLimited
+	DecisionShadowLimited
+	DecisionUnmatched
+	DecisionInvalid
+	DecisionFailOpen
+	DecisionFailClosed
+	// DecisionUnauthorized is a caller refused before any limit: an app
+	// with keys named without one of them (401), or an unknown caller
+	// under --unknown-callers reject (403).
+	DecisionUnauthorized
+	numDecisions
+)
+
+var decisionNames = [numDecisions]string{
+	"allowed", "limited", "shadow_limited", "unmatched",
+	"invalid", "fail_open", "fail_closed", "unauthorized",
+}
+
+// String returns the decision's label, e.g. "shadow_limited".
+func (d Decision) String() string {
+	if d < numDecisions {
+		return decisionNames[d]
+	}
+	return fmt.Sprintf("Decision(%d)", uint8(d))
+}
+
+// MarshalText returns the decision's label.
+func (d Decision) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// ParseDecision returns the decision whose label is s.
+func ParseDecision(s string) (Decision, bool) {
+	for i, name := range decisionNames {
+		if name == s {
+			return Decision(i), true
+		}
+	}
+	return 0, false
+}
+
+// HeaderMode selects which rate-limit headers responses carry. It is a
+// pflag.Value, for --ratelimit-headers.
+type HeaderMode uint8
+
+// The header modes of --ratelimit-headers.
+const (
+	HeadersBoth   HeaderMode = iota // draft and legacy
+	HeadersDraft                    // RateLimit-Policy and RateLimit (IETF draft -10)
+	HeadersLegacy                   // X-RateLimit-Limit/Remaining/Reset
+	HeadersNone
+)
+
+var headerModeNames = []string{"both", "draft", "legacy", "none"}
+
+func (m HeaderMode) String() string { return enumName(headerModeNames, int(m)) }
+
+// Set parses a --ratelimit-headers value.
+func (m *HeaderMode) Set(s string) error { return setEnum(headerModeNames, s, (*uint8)(m)) }
+
+// Type names the flag's values in help text.
+func (*HeaderMode) Type() string { return strings.Join(headerModeNames, "|") }
+
+// FailMode is what the handler does with a request when the store fails
+// (README "Redis: one limit for a fleet of gateways"). It is a
+// pflag.Value, for --fail-mode.
+type FailMode uint8
+
+// The fail modes.
+const (
+	// FailOpen admits the request (decision fail_open): a broken limiter
+	// must not take the service down.
+	FailOpen FailMode = iota
+	// FailClosed answers 503 limiter_unavailable (decision fail_closed).
+	FailClosed
+	// FailLocal decides in memory with each limit scaled by the local
+	// share (RuleSet's CompileOptions), as if each gateway had its share
+	// of the fleet's limit.
+	FailLocal
+)
+
+var failModeNames = []string{"open", "closed", "local"}
+
+// String returns the --fail-mode value of m.
+func (m FailMode) String() string { return enumName(failModeNames, int(m)) }
+
+// Set parses a --fail-mode value.
+func (m *FailMode) Set(s string) error { return setEnum(failModeNames, s, (*uint8)(m)) }
+
+// Type names the flag's values in help text.
+func (*FailMode) Type() string { return strings.Join(failModeNames, "|") }
+
+func enumName(names []string, i int) string {
+	if i >= 0 && i < len(names) {
+		return names[i]
+	}
+	return fmt.Sprintf("%d", i)
+}
+
+// setEnum sets *v to the index of s in names, or reports the choices.
+func setEnum(names []string, s string, v *uint8) error {
+	for i, name := range names {
+		if name == s {
+			*v = uint8(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("%q is not one of %s", s, strings.Join(names, ", "))
+}

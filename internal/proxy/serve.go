@@ -1,0 +1,241 @@
+package proxy
+
+import (
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/trie"
+)
+
+// scratch is the per-request state of the handler, pooled so that a
+// request allocates none of it: the store's request and result slices
+// escape (Store is an interface), and so would the outcome.
+type scratch struct {
+	sw   statusWriter
+	o    Outcome
+	lims [maxLimitsPerRequest]*compiledLimit // the limits that apply
+	n    int                                 // how many of lims
+	reqs [maxLimitsPerRequest]limit.Request
+	res  [maxLimitsPerRequest]limit.Result
+	// observed is set once the observers are called, so that a panic
+	// of one of them does not have them called again.
+	observed bool
+}
+
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
+
+// ServeHTTP runs a request through the gateway: identify the caller,
+// match its rules, decide, then forward or reject; and hands the outcome
+// to the observers.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sc := scratches.Get().(*scratch)
+	defer func() {
+		*sc = scratch{}
+		scratches.Put(sc)
+	}()
+	sc.sw = statusWriter{ResponseWriter: w}
+	sc.o.Start = h.now()
+	defer func() {
+		// ReverseProxy aborts a response whose upstream broke mid-body
+		// by panicking with http.ErrAbortHandler, so that the client
+		// sees it broken too: the request is observed all the same,
+		// with the status its client was sent, and the panic goes on to
+		// net/http.
+		if p := recover(); p != nil {
+			if !sc.observed { // not a panic of an observer
+				h.observe(r, sc)
+			}
+			panic(p)
+		}
+	}()
+	if sec, ok := h.identify(&sc.sw, r, &sc.o); ok && h.match(&sc.sw, r, sec, sc) {
+		if sc.n > 0 {
+			h.decide(r, sec, sc)
+		}
+		h.respond(&sc.sw, r, sc)
+	}
+	h.observe(r, sc)
+}
+
+// observe completes the outcome of a served request and hands it to the
+// observers.
+func (h *Handler) observe(r *http.Request, sc *scratch) {
+	sc.observed = true
+	o := &sc.o
+	o.Status = sc.sw.status
+	o.Duration = h.now().Sub(o.Start)
+	for _, obs := range h.observers {
+		obs.ObserveRequest(r, o)
+	}
+}
+
+// identify finds the caller's section of the rules: it checks the app ID
+// and, for an app with keys, the API key, and removes the headers the
+// upstream has no use for. It answers a refused caller itself (400, 401,
+// 403) and reports false. The section is nil for an unknown caller when
+// the rules have no "*" section.
+func (h *Handler) identify(w http.ResponseWriter, r *http.Request, o *Outcome) (*section, bool) {
+	o.App, o.Decision = config.UnknownApp, DecisionInvalid
+	app, err := appID(r, h.appHeader)
+	if err != nil {
+		WriteError(w, http.StatusBadRequest, "invalid_app_id", err.Error())
+		return nil, false
+	}
+	o.AppID = app
+	sec, configured := h.rules.Load().lookup(app)
+	if sec != nil {
+		o.App = sec.app
+	}
+	if !configured && h.rejectUnknown {
+		o.Decision = DecisionUnauthorized
+		WriteError(w, http.StatusForbidden, "unknown_caller",
+			"this gateway serves only configured apps; send a configured app ID in the "+h.appHeader+" header")
+		return nil, false
+	}
+	if configured && len(sec.keys) > 0 && !h.trustKeys {
+		if code, msg := h.checkKey(r, sec); code != "" {
+			o.Decision = DecisionUnauthorized
+			w.Header()["Www-Authenticate"] = []string{h.keyAuth}
+			WriteError(w, http.StatusUnauthorized, code, msg)
+			return nil, false
+		}
+		// The key was the gateway's to check; the upstream has no use
+		// for it.
+		delete(r.Header, h.keyHeader)
+	}
+	if !h.forwardApp {
+		delete(r.Header, h.appHeader)
+	}
+	h.dropAliases(r.Header)
+	return sec, true
+}
+
+// match normalizes the path and collects the limits that apply to it in
+// sc: the app total and the most specific rule of the caller's section.
+// It answers a path that cannot be normalized with 400 and reports false.
+// The request goes on with exactly the path that was matched, so that the
+// upstream cannot see a resource other than the one counted.
+func (h *Handler) match(w http.ResponseWriter, r *http.Request, sec *section, sc *scratch) bool {
+	o := &sc.o
+	clean, err := trie.Normalize(r.URL.EscapedPath())
+	if err != nil {
+		WriteError(w, http.StatusBadRequest, "invalid_path", err.Error())
+		return false
+	}
+	o.Path = clean
+	if h.needIP {
+		o.ClientIP = clientIP(r, h.trusted)
+	}
+	o.Decision = DecisionUnmatched
+	if sec != nil {
+		if sec.total != nil {
+			sc.lims[sc.n] = sec.total
+			sc.n++
+		}
+		if cl, pattern, ok := sec.trie.Match(r.Method, clean); ok {
+			o.API = pattern
+			o.Decision = DecisionAllowed
+			if cl.params.Limit != limit.Unlimited {
+				sc.lims[sc.n] = cl
+				sc.n++
+			}
+		}
+	}
+	r.URL.Path, r.URL.RawPath = clean, ""
+	return true
+}
+
+// decide asks the store about the limits in sc and sets the outcome's
+// decision: allowed, shadow_limited or limited, with the results in sc;
+// or, when the store fails, what --fail-mode says: fail_closed, fail_open,
+// or under local the in-memory store's verdict on the scaled limits.
+func (h *Handler) decide(r *http.Request, sec *section, sc *scratch) {
+	o := &sc.o
+	n := sc.n
+	lims, reqs, res := sc.lims[:n], sc.reqs[:n], sc.res[:n]
+	o.Decision = DecisionAllowed
+	// The tag keeps a request's keys together in one Redis Cluster slot:
+	// the app's, or for per-IP counters the app's and the caller's, so
+	// that unknown callers spread over the cluster.
+	tag := sec.app
+	if sec.byIP {
+		if !o.ClientIP.IsValid() {
+			o.ClientIP = clientIP(r, h.trusted)
+		}
+		ip := o.ClientIP.String()
+		tag = sec.app + "|" + ip
+		for i, cl := range lims {
+			reqs[i] = limit.Request{Key: cl.key + "|" + ip, Overflow: cl.overflow, Tag: tag, Params: &cl.params, Shadow: cl.shadow}
+		}
+	} else {
+		for i, cl := range lims {
+			reqs[i] = limit.Request{Key: cl.key, Tag: tag, Params: &cl.params, Shadow: cl.shadow}
+		}
+	}
+	t0 := time.Now()
+	allowed, err := h.store.Allow(r.Context(), o.Start, reqs, res)
+	if err != nil {
+		o.StoreError = true
+		h.logStoreError(r, err)
+		switch h.failMode {
+		case FailClosed:
+			o.LimiterDuration = time.Since(t0)
+			o.Decision = DecisionFailClosed
+			return
+		case FailLocal:
+			for i := range reqs {
+				reqs[i].Params = &lims[i].local
+			}
+			allowed, err = h.local.Allow(r.Context(), o.Start, reqs, res)
+		}
+	}
+	o.LimiterDuration = time.Since(t0)
+	if err != nil {
+		// Fail open: a broken limiter must not take the service down.
+		o.Decision = DecisionFailOpen
+		return
+	}
+	for i, cl := range lims {
+		o.limits[i] = LimitOutcome{
+			App: cl.app, API: cl.api, Limit: res[i].Limit, Remaining: res[i].Remaining,
+			Allowed: res[i].Allowed, Shadow: cl.shadow,
+		}
+	}
+	o.n = n
+	if !allowed {
+		o.Decision = DecisionLimited
+		return
+	}
+	for i := range res {
+		if !res[i].Allowed {
+			o.Decision = DecisionShadowLimited
+		}
+	}
+}
+
+// respond answers a decided request: 503 when the store failed and
+// --fail-mode is closed, the limited response when a limit denied it, and
+// otherwise forwards it, with the rate-limit headers of the limits that
+// decided it.
+func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
+	o := &sc.o
+	switch o.Decision {
+	case DecisionFailClosed:
+		w.Header()["Retry-After"] = smallInts[1]
+		WriteError(w, http.StatusServiceUnavailable, "limiter_unavailable",
+			"the rate limiter cannot decide right now; retry shortly")
+		return
+	case DecisionLimited:
+		h.writeHeaders(w.Header(), sc.lims[:o.n], sc.res[:o.n])
+		h.reject(w, sc.lims[:o.n], sc.res[:o.n])
+		return
+	}
+	h.writeHeaders(w.Header(), sc.lims[:o.n], sc.res[:o.n])
+	t0 := time.Now()
+	// Deferred: ReverseProxy panics to abort a response broken mid-body.
+	defer func() { o.UpstreamDuration = time.Since(t0) }()
+	h.upstream.ServeHTTP(w, r)
+}

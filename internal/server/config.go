@@ -1,0 +1,252 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
+)
+
+// Config is everything `gateway serve` takes from flags and environment.
+// Start from DefaultConfig: its values are the flags' defaults, and New
+// refuses the zero values that would mean "no limit" to net/http.
+type Config struct {
+	// ConfigPath is the rule file.
+	ConfigPath string
+	// FallbackRules, if not nil, are used (with a warning) when ConfigPath
+	// does not exist: the example rules built into the binary, so that
+	// the gateway starts anywhere. Set only when the operator did not
+	// name a file.
+	FallbackRules []byte
+	// Watch reloads the rules when the rule file changes on disk.
+	Watch bool
+	// Listen is the proxy's address.
+	Listen string
+	// AdminListen is the admin address.
+	AdminListen string
+	// Upstream is the base URL admitted requests go to. Required unless
+	// DemoUpstream.
+	Upstream string
+	// DemoUpstream starts a small built-in upstream on loopback and
+	// forwards to it, so that the gateway works with nothing else running.
+	DemoUpstream bool
+	// AppHeader carries the caller's app ID.
+	AppHeader string
+	// ForwardAppHeader passes the app header on to the upstream; by
+	// default it is removed.
+	ForwardAppHeader bool
+	// KeyHeader carries the API key of callers whose app has keys.
+	KeyHeader string
+	// UnknownCallers says what happens to callers that name no configured
+	// app.
+	UnknownCallers UnknownCallers
+	// TrustedProxies are CIDRs whose X-Forwarded-For is believed.
+	TrustedProxies []string
+	// Store is the counter store.
+	Store StoreKind
+	// MaxKeys caps the memory store's keys (and, under FailMode local,
+	// the in-memory fallback's).
+	MaxKeys int
+	// RedisURL is redis://[[user]:password@]host[:port][/db], or rediss://
+	// for TLS. With RedisAddrs too, it gives only the scheme, credentials
+	// and database.
+	RedisURL string
+	// RedisAddrs are host:port addresses: Redis Cluster seed nodes (with
+	// RedisCluster) or Sentinels (with RedisSentinelMaster).
+	RedisAddrs []string
+	// RedisCluster makes the addresses those of a Redis Cluster.
+	RedisCluster bool
+	// RedisSentinelMaster is the master's name for Redis Sentinel.
+	RedisSentinelMaster string
+	// RedisUsername and RedisPassword, when set, replace the URL's.
+	RedisUsername, RedisPassword string
+	// RedisTLS connects to RedisAddrs with TLS.
+	RedisTLS bool
+	// RedisTimeout bounds every Redis call.
+	RedisTimeout time.Duration
+	// FailMode is what the redis store's failures do to a request.
+	FailMode proxy.FailMode
+	// LocalShare scales each limit under FailMode local, in (0, 1].
+	LocalShare float64
+	// UpstreamTimeout bounds the wait for the upstream's response
+	// headers.
+	UpstreamTimeout time.Duration
+	// LimitStatus is the status of a limited response, 4xx or 5xx.
+	LimitStatus int
+	// RateLimitHeaders selects the rate-limit response headers.
+	RateLimitHeaders proxy.HeaderMode
+	// ShutdownTimeout bounds the drain of in-flight requests.
+	ShutdownTimeout time.Duration
+	// ReadHeaderTimeout bounds the reading of a request's line and
+	// headers (and the TLS handshake) on the proxy port, so that clients
+	// that send them slowly or never (slowloris) cannot hold connections
+	// open. There is deliberately no timeout on the whole request or
+	// response: it would cut off long uploads and streamed responses.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout bounds how long a keep-alive connection on the proxy
+	// port waits for its next request.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes caps the size of a request's line and headers on the
+	// proxy port; a larger request gets 431.
+	MaxHeaderBytes int
+	// TLSCert and TLSKey, both or neither, are PEM files of the proxy
+	// port's certificate (chain) and key: with them the proxy serves
+	// HTTPS with HTTP/2, and reloads the pair when either file changes or
+	// on Reload. The admin port stays plain HTTP.
+	TLSCert, TLSKey string
+	// AdminToken is the bearer token that POST /rules/reload requires;
+	// without one that endpoint is disabled (403).
+	AdminToken string
+	// AdminTokenFile, exclusive with AdminToken, is a file whose contents,
+	// trimmed of white space, are the admin token.
+	AdminTokenFile string
+	// AccessLog, if not empty, is where one JSON line per request goes:
+	// "stdout", "stderr" or a file path.
+	AccessLog string
+	// Pprof serves the Go profiler on the admin port at /debug/pprof/.
+	Pprof bool
+	// Version is the build's version, for gateway_build_info.
+	Version string
+	// Logger is the one logger. nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultMaxHeaderBytes is the default Config.MaxHeaderBytes: 64 KiB, far
+// above what real clients send (browsers and proxies cap a request's
+// headers at 8–16 KiB, cookies included) and a sixteenth of net/http's
+// 1 MiB, so that each connection still reading headers can pin only that
+// much memory.
+const DefaultMaxHeaderBytes = 64 << 10
+
+// DefaultConfig returns the configuration of `gateway serve` with no
+// flags: the flags' defaults are these values.
+func DefaultConfig() Config {
+	return Config{
+		ConfigPath:        "configs/ratelimiter-rule.yaml",
+		Watch:             true,
+		Listen:            ":8080",
+		AdminListen:       ":9090",
+		AppHeader:         proxy.DefaultAppHeader,
+		KeyHeader:         proxy.DefaultKeyHeader,
+		UnknownCallers:    AllowUnknown,
+		Store:             StoreMemory,
+		MaxKeys:           limit.DefaultMaxKeys,
+		RedisTimeout:      limit.DefaultRedisTimeout,
+		FailMode:          proxy.FailOpen,
+		LocalShare:        proxy.DefaultLocalShare,
+		UpstreamTimeout:   proxy.DefaultUpstreamTimeout,
+		LimitStatus:       http.StatusTooManyRequests,
+		RateLimitHeaders:  proxy.HeadersBoth,
+		ShutdownTimeout:   30 * time.Second,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    DefaultMaxHeaderBytes,
+	}
+}
+
+// Validate reports the first setting of c that cannot work, naming its
+// flag, without touching the network or the disk: the command line
+// reports it as a usage error.
+func (c *Config) Validate() error {
+	switch {
+	case c.ConfigPath == "":
+		return errors.New("--config is empty: name a rule file")
+	case c.Listen == "":
+		return errors.New("--listen is empty: give an address such as :8080")
+	case c.AdminListen == "":
+		return errors.New("--admin-listen is empty: give an address such as :9090")
+	case c.DemoUpstream && c.Upstream != "":
+		return errors.New("--demo-upstream and --upstream are exclusive")
+	case !c.DemoUpstream && c.Upstream == "":
+		return errors.New("no upstream: pass --upstream URL (or --demo-upstream to try the gateway)")
+	case c.LimitStatus < 400 || c.LimitStatus > 599:
+		return fmt.Errorf("--limit-status %d is not a 4xx or 5xx status", c.LimitStatus)
+	case !(c.LocalShare > 0 && c.LocalShare <= 1):
+		return fmt.Errorf("--local-share %v is outside (0, 1]", c.LocalShare)
+	case c.MaxKeys <= 0:
+		return fmt.Errorf("--max-keys %d is not positive", c.MaxKeys)
+	case c.RedisTimeout <= 0:
+		return fmt.Errorf("--redis-timeout %s is not positive", c.RedisTimeout)
+	case c.UpstreamTimeout <= 0:
+		return fmt.Errorf("--upstream-timeout %s is not positive", c.UpstreamTimeout)
+	case c.ShutdownTimeout <= 0:
+		return fmt.Errorf("--shutdown-timeout %s is not positive", c.ShutdownTimeout)
+	case c.ReadHeaderTimeout <= 0:
+		return fmt.Errorf("--read-header-timeout %s is not positive: it bounds how long a client may take to send its headers", c.ReadHeaderTimeout)
+	case c.IdleTimeout <= 0:
+		return fmt.Errorf("--idle-timeout %s is not positive: it bounds how long a keep-alive connection may sit idle", c.IdleTimeout)
+	case c.MaxHeaderBytes <= 0:
+		return fmt.Errorf("--max-header-bytes %d is not positive: it caps the size of a request's headers", c.MaxHeaderBytes)
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		return errors.New("--tls-cert and --tls-key go together: pass both to serve HTTPS, or neither for plain HTTP")
+	case c.AdminToken != "" && c.AdminTokenFile != "":
+		return errors.New("--admin-token and --admin-token-file are exclusive: pass one")
+	case c.AdminToken != "" && strings.TrimSpace(c.AdminToken) == "":
+		return errors.New("--admin-token is only white space: set a token, or none to disable POST /rules/reload")
+	}
+	if _, err := proxy.ParseTrustedProxies(c.TrustedProxies); err != nil {
+		return fmt.Errorf("--trusted-proxies: %w", err)
+	}
+	if c.Upstream != "" {
+		if _, err := proxy.ParseUpstreamURL(c.Upstream); err != nil {
+			return fmt.Errorf("--upstream: %w", err)
+		}
+	}
+	return nil
+}
+
+// StoreKind names a counter store. It is a pflag.Value.
+type StoreKind string
+
+// The stores.
+const (
+	StoreMemory StoreKind = "memory"
+	StoreRedis  StoreKind = "redis"
+)
+
+func (k StoreKind) String() string { return string(k) }
+
+// Set parses a --store value.
+func (k *StoreKind) Set(s string) error {
+	switch StoreKind(s) {
+	case StoreMemory, StoreRedis:
+		*k = StoreKind(s)
+		return nil
+	}
+	return fmt.Errorf("%q is not one of memory, redis", s)
+}
+
+// Type names the value's kind in help text.
+func (*StoreKind) Type() string { return "store" }
+
+// UnknownCallers says what happens to callers that name no configured app.
+// It is a pflag.Value.
+type UnknownCallers string
+
+// The choices of --unknown-callers.
+const (
+	// AllowUnknown limits them by the rule file's "*" section.
+	AllowUnknown UnknownCallers = "allow"
+	// RejectUnknown answers them 403.
+	RejectUnknown UnknownCallers = "reject"
+)
+
+func (u UnknownCallers) String() string { return string(u) }
+
+// Set parses an --unknown-callers value.
+func (u *UnknownCallers) Set(s string) error {
+	switch UnknownCallers(s) {
+	case AllowUnknown, RejectUnknown:
+		*u = UnknownCallers(s)
+		return nil
+	}
+	return fmt.Errorf("%q is not one of allow, reject", s)
+}
+
+// Type names the value's kind in help text.
+func (*UnknownCallers) Type() string { return "allow|reject" }

@@ -1,0 +1,95 @@
+package server
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
+)
+
+// t0 is bucket-aligned for every window the tests use.
+var t0 = time.Unix(1_700_000_000, 0)
+
+// basicRules are the proxy tests' rules.
+var basicRules = func() string {
+	b, err := os.ReadFile("../proxy/testdata/basic-rules.yaml")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
+
+// gw is the request path of a gateway on the memory store, on a clock of
+// its own, in front of a real upstream that answers {"ok":true}.
+type gw struct {
+	h     *proxy.Handler
+	store *limit.Memory
+	clock *clock
+	log   *slog.Logger
+}
+
+func newGW(t *testing.T, rules string) *gw {
+	t.Helper()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"ok":true}`)
+	}))
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	rp, err := proxy.NewUpstream(proxy.UpstreamConfig{URL: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := config.Parse("rules.yaml", []byte(rules))
+	if err != nil {
+		t.Fatalf("parsing rules: %v", err)
+	}
+	rs, err := proxy.Compile(parsed, t0)
+	if err != nil {
+		t.Fatalf("compiling rules: %v", err)
+	}
+	store, err := limit.NewMemory(limit.MemoryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gw{store: store, clock: &clock{t: t0}, log: slog.New(slog.DiscardHandler)}
+	g.h, err = proxy.NewHandler(proxy.HandlerConfig{Rules: rs, Store: store, Upstream: rp, Now: g.clock.now, Logger: g.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// reloader returns a Reloader of g's rules from load, as the server wires
+// it: the store forgets the counters of removed rules.
+func (g *gw) reloader(load func() (*config.Rules, error)) *Reloader {
+	return NewReloader(ReloaderConfig{Handler: g.h, Load: load, Forget: g.store.Forget, Now: g.clock.now, Logger: g.log})
+}
+
+// do sends one request through the handler.
+func (g *gw) do(method, target, app string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, target, nil)
+	if app != "" {
+		r.Header.Set("X-App-Id", app)
+	}
+	w := httptest.NewRecorder()
+	g.h.ServeHTTP(w, r)
+	return w
+}

@@ -1,0 +1,128 @@
+package server
+
+import (
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
+)
+
+// Reloader reloads a handler's rules from their source and keeps the
+// outcome of the last reload for /rules. It is safe for concurrent use.
+type Reloader struct {
+	handler  *proxy.Handler
+	load     func() (*config.Rules, error)
+	opts     proxy.CompileOptions
+	forget   func(keep func(key string) bool) int
+	onReload func(ok bool, rs *proxy.RuleSet)
+	now      func() time.Time
+	log      *slog.Logger
+
+	mu          sync.Mutex // serializes reloads and guards the fields below
+	lastError   string
+	lastErrorAt time.Time
+}
+
+// ReloaderConfig configures a Reloader.
+type ReloaderConfig struct {
+	// Handler is the handler whose rules are reloaded. Required.
+	Handler *proxy.Handler
+	// Load reads and validates the rules. Required for Reload.
+	Load func() (*config.Rules, error)
+	// Options compile every reloaded rule set; they should be those the
+	// handler's rules were compiled with.
+	Options proxy.CompileOptions
+	// Forget, if not nil, releases the store's counters for which keep
+	// returns false (limit.Memory.Forget): a reload releases the state
+	// of rules that are gone.
+	Forget func(keep func(key string) bool) int
+	// OnReload, if not nil, is called after every reload that changed
+	// the rules or failed, with whether it succeeded and the rules then
+	// in force; the metrics hang here.
+	OnReload func(ok bool, rs *proxy.RuleSet)
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Logger receives the outcome of each reload. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// NewReloader returns the Reloader of cfg.
+func NewReloader(cfg ReloaderConfig) *Reloader {
+	r := &Reloader{
+		handler: cfg.Handler, load: cfg.Load, opts: cfg.Options, forget: cfg.Forget,
+		onReload: cfg.OnReload, now: cfg.Now, log: cfg.Logger,
+	}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	if r.log == nil {
+		r.log = slog.Default()
+	}
+	return r
+}
+
+// Rules returns the rule set in force.
+func (r *Reloader) Rules() *proxy.RuleSet { return r.handler.Rules() }
+
+// Reload reads and compiles the rules and, if they are valid and differ
+// from the rules in force, swaps them in. It reports whether it swapped.
+// On error the rules in force stay, and the error is logged and kept for
+// /rules until a later reload succeeds.
+//
+// Counters survive: a rule whose counter shape (app, api, method,
+// algorithm, unit, precision) is unchanged keeps its key and so its state,
+// and a changed limit applies at once to the counts already made. The
+// state of rules that are gone is released.
+func (r *Reloader) Reload() (changed bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	changed, err = r.reload()
+	switch {
+	case err != nil:
+		r.lastError, r.lastErrorAt = err.Error(), r.now()
+		r.log.Error("rule reload failed; keeping the rules in force", "err", err,
+			"sha256", r.handler.Rules().Source.SHA256)
+	case changed || r.lastError != "":
+		r.lastError, r.lastErrorAt = "", time.Time{}
+		rs := r.handler.Rules()
+		r.log.Info("rules reloaded", "path", rs.Source.Path, "sha256", rs.Source.SHA256, "apps", len(rs.Source.Apps))
+	default:
+		return false, nil // the same rules again: nothing happened
+	}
+	if r.onReload != nil {
+		r.onReload(err == nil, r.handler.Rules())
+	}
+	return changed, err
+}
+
+func (r *Reloader) reload() (bool, error) {
+	if r.load == nil {
+		return false, errors.New("the rules have no source to reload from")
+	}
+	parsed, err := r.load()
+	if err != nil {
+		return false, err
+	}
+	if parsed.SHA256 == r.handler.Rules().Source.SHA256 {
+		return false, nil
+	}
+	rs, err := proxy.CompileWith(parsed, r.now(), r.opts)
+	if err != nil {
+		return false, err
+	}
+	r.handler.SetRules(rs)
+	if r.forget != nil {
+		r.forget(rs.OwnsKey)
+	}
+	return true, nil
+}
+
+// lastErr returns the last reload error and when it happened, or "".
+func (r *Reloader) lastErr() (string, time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lastError, r.lastErrorAt
+}

@@ -1,0 +1,313 @@
+// Package server is the gateway process: it turns a Config into the
+// proxy and admin listeners, wires the store, the metrics, the access log
+// and the rules reloader around the request path of package proxy, and
+// serves until its context ends. Signals are the command's: it calls
+// Serve, and Reload on SIGHUP.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/watch"
+)
+
+// Server is one gateway process: the proxy and admin listeners, bound by
+// New, and everything behind them. Create one with New, then call Serve
+// once (or Close, to give up before serving).
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	st       *stores
+	certs    *certReloader // nil without TLS
+	rules    *Reloader
+	handler  *proxy.Handler
+	metrics  *proxy.Metrics
+	proxySrv *http.Server
+	adminSrv *http.Server
+	pl, al   net.Listener
+	upstream string
+	// watched reports whether the rule file in force is ConfigPath, so
+	// that its changes are watched (not the built-in rules).
+	watched bool
+	closers []func() error // run by Close, last first
+}
+
+// New builds the gateway of cfg and binds its listeners. It fails, having
+// released whatever it built, on a bad setting, a rule file that does not
+// load, or an address it cannot bind.
+func New(cfg Config) (_ *Server, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	log := s.log
+	trusted, _ := proxy.ParseTrustedProxies(cfg.TrustedProxies) // Validate checked them
+	adminToken, err := loadAdminToken(cfg.AdminToken, cfg.AdminTokenFile)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.TLSCert != "" {
+		if s.certs, err = newCertReloader(cfg.TLSCert, cfg.TLSKey, log); err != nil {
+			return nil, err
+		}
+	}
+	s.st, err = newStore(cfg, func(open bool) {
+		// The store is built before the metrics; Redis calls this only
+		// once requests flow, after New.
+		if s.metrics != nil {
+			s.metrics.SetCircuitOpen(open)
+		}
+		if open {
+			log.Warn("redis circuit breaker open: deciding by --fail-mode until a probe finds Redis back", "fail_mode", cfg.FailMode.String())
+		} else {
+			log.Info("redis circuit breaker closed: Redis answers again")
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, s.st.close)
+
+	s.upstream = cfg.Upstream
+	if cfg.DemoUpstream {
+		demo, err := StartDemoUpstream(cfg.AppHeader)
+		if err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, demo.Close)
+		s.upstream = demo.URL
+		log.Info("demo upstream started", "url", s.upstream)
+	}
+	u, err := proxy.ParseUpstreamURL(s.upstream)
+	if err != nil {
+		return nil, fmt.Errorf("--upstream: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	s.metrics = proxy.NewMetrics(proxy.MetricsConfig{Registry: reg, Store: string(cfg.Store), Keys: s.st.keys, Version: cfg.Version})
+	observers := []proxy.Observer{s.metrics}
+	if cfg.AccessLog != "" {
+		al, err := proxy.OpenAccessLog(cfg.AccessLog)
+		if err != nil {
+			return nil, fmt.Errorf("--access-log: %w", err)
+		}
+		s.closers = append(s.closers, al.Close)
+		observers = append(observers, al)
+	}
+	rp, err := proxy.NewUpstream(proxy.UpstreamConfig{URL: u, Timeout: cfg.UpstreamTimeout, Logger: log, Events: s.metrics})
+	if err != nil {
+		return nil, fmt.Errorf("--upstream: %w", err)
+	}
+
+	parsed, err := s.loadInitialRules()
+	if err != nil {
+		s.metrics.RulesLoaded(false, nil, time.Time{})
+		return nil, err
+	}
+	copts := proxy.CompileOptions{LocalShare: cfg.LocalShare}
+	rs, err := proxy.CompileWith(parsed, time.Now(), copts)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics.RulesLoaded(true, rs, rs.LoadedAt)
+	s.handler, err = proxy.NewHandler(proxy.HandlerConfig{
+		Rules: rs, Store: s.st.store, Upstream: rp, AppHeader: cfg.AppHeader,
+		ForwardAppHeader: cfg.ForwardAppHeader, KeyHeader: cfg.KeyHeader,
+		RejectUnknown:  cfg.UnknownCallers == RejectUnknown,
+		TrustedProxies: trusted, LimitStatus: cfg.LimitStatus, Headers: cfg.RateLimitHeaders, Logger: log,
+		Observers: observers, NeedClientIP: cfg.AccessLog != "",
+		FailMode: s.st.failMode, Local: s.st.local,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.rules = NewReloader(ReloaderConfig{
+		Handler:  s.handler,
+		Load:     func() (*config.Rules, error) { return config.Load(cfg.ConfigPath) },
+		Options:  copts,
+		Forget:   s.st.forget(),
+		OnReload: func(ok bool, rs *proxy.RuleSet) { s.metrics.RulesLoaded(ok, rs, rs.LoadedAt) },
+		Logger:   log,
+	})
+	log.Info("rules loaded", "path", parsed.Path, "sha256", parsed.SHA256, "apps", len(parsed.Apps))
+
+	if s.pl, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("--listen: %w", err)
+	}
+	s.closers = append(s.closers, s.pl.Close)
+	if s.al, err = net.Listen("tcp", cfg.AdminListen); err != nil {
+		return nil, fmt.Errorf("--admin-listen: %w", err)
+	}
+	s.closers = append(s.closers, s.al.Close)
+	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	s.proxySrv = &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		ErrorLog:          errLog,
+	}
+	if s.certs != nil {
+		s.proxySrv.TLSConfig = serverTLSConfig(s.certs)
+	}
+	s.adminSrv = &http.Server{
+		Handler:           NewAdmin(AdminConfig{Rules: s.rules, Store: s.st.health, Metrics: s.metrics.Handler(), Pprof: cfg.Pprof, Token: adminToken}),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          errLog,
+	}
+	return s, nil
+}
+
+// Addr returns the address the proxy listens on.
+func (s *Server) Addr() net.Addr { return s.pl.Addr() }
+
+// AdminAddr returns the address the admin endpoints listen on.
+func (s *Server) AdminAddr() net.Addr { return s.al.Addr() }
+
+// Reload reloads the rules and, with TLS, the certificate pair, as the
+// rule file's watcher and POST /rules/reload do; each logs its outcome.
+// It is what SIGHUP does.
+func (s *Server) Reload() error {
+	_, err := s.rules.Reload()
+	if s.certs != nil {
+		err = errors.Join(err, s.certs.Reload())
+	}
+	return err
+}
+
+// Serve serves until ctx is done, then stops accepting, drains in-flight
+// requests for at most ShutdownTimeout, and releases everything New built.
+// With Watch, a change of the rule file reloads the rules; with TLS, a
+// change of the certificate pair reloads it.
+func (s *Server) Serve(ctx context.Context) error {
+	defer s.Close()
+	log, cfg := s.log, s.cfg
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if s.certs != nil {
+		stop, err := s.certs.Watch(ctx)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	if s.st.mem != nil {
+		go s.st.mem.SweepEvery(ctx, time.Minute, time.Now)
+	}
+	if s.st.redis != nil {
+		// Redis may be down: the gateway serves by --fail-mode meanwhile
+		// and uses Redis as soon as it answers.
+		if err := s.st.redis.Ping(ctx); err != nil {
+			log.Warn("redis unreachable at start; serving by --fail-mode until it answers", "err", err, "fail_mode", cfg.FailMode.String())
+		}
+	}
+	if cfg.Watch && s.watched {
+		w, err := watch.New(watch.Config{
+			Path:     cfg.ConfigPath,
+			OnChange: func() { s.rules.Reload() },
+			Logger:   log.With("watching", "rule file"),
+		})
+		if err != nil {
+			return err
+		}
+		defer w.Close()
+		go w.Run(ctx)
+	}
+
+	errc := make(chan error, 2)
+	go func() {
+		if s.certs != nil {
+			// The certificate comes from TLSConfig.GetCertificate.
+			errc <- s.proxySrv.ServeTLS(s.pl, "", "")
+			return
+		}
+		errc <- s.proxySrv.Serve(s.pl)
+	}()
+	go func() { errc <- s.adminSrv.Serve(s.al) }()
+	log.Info("gateway listening", "proxy", s.pl.Addr().String(), "admin", s.al.Addr().String(), "upstream", s.upstream, "tls", s.certs != nil)
+
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		s.proxySrv.Close()
+		s.adminSrv.Close()
+		return fmt.Errorf("serving: %w", err)
+	}
+	log.Info("shutting down: draining in-flight requests", "timeout", cfg.ShutdownTimeout)
+	sctx, scancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer scancel()
+	perr := s.proxySrv.Shutdown(sctx)
+	aerr := s.adminSrv.Shutdown(sctx)
+	if err := errors.Join(perr, aerr); err != nil {
+		return fmt.Errorf("shutting down: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// Close releases everything New built: the listeners, the store's
+// connections, the access log and the demo upstream. Serve calls it; call
+// it only for a Server that is never served.
+func (s *Server) Close() error {
+	var errs []error
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		if err := s.closers[i](); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	s.closers = nil
+	return errors.Join(errs...)
+}
+
+// loadInitialRules reads the rule file, falling back to the built-in rules
+// when the file is missing and none was named. Only the first load falls
+// back: a rule file deleted later must not bring the examples into force.
+func (s *Server) loadInitialRules() (*config.Rules, error) {
+	cfg := s.cfg
+	r, err := config.Load(cfg.ConfigPath)
+	if err != nil && cfg.FallbackRules != nil && errors.Is(err, os.ErrNotExist) {
+		s.log.Warn("rule file not found; using the example rules built into the binary", "path", cfg.ConfigPath)
+		return config.Parse("built-in:ratelimiter-rule.yaml", cfg.FallbackRules)
+	}
+	s.watched = err == nil
+	return r, err
+}
+
+// loadAdminToken returns the admin token of --admin-token or
+// --admin-token-file, or "" if neither is set. Surrounding white space is
+// trimmed from either, as from the Authorization header a client sends: a
+// token from a Secret often ends in a newline.
+func loadAdminToken(token, file string) (string, error) {
+	if file == "" {
+		return strings.TrimSpace(token), nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("--admin-token-file: %w", err)
+	}
+	token = strings.TrimSpace(string(data))
+	if token == "" {
+		return "", fmt.Errorf("--admin-token-file %s is empty: write the token into it", file)
+	}
+	return token, nil
+}

@@ -26,7 +26,7 @@ deps:
 	@bash .ci/deps
 
 test-short:
-	$(GO) test -count=1 ./...
+	$(GO) test -short -count=1 ./...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

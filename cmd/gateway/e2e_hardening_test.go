@@ -106,9 +106,11 @@ func TestServeRejectsBadHardeningFlags(t *testing.T) {
 		{name: "zero read header timeout", args: []string{"--read-header-timeout", "0"}, wantExit: 2, want: "--read-header-timeout 0s is not positive"},
 		{name: "negative idle timeout", args: []string{"--idle-timeout", "-1s"}, wantExit: 2, want: "--idle-timeout -1s is not positive"},
 		{name: "zero max header bytes from the environment", env: []string{"GATEWAY_MAX_HEADER_BYTES=0"}, wantExit: 2, want: "--max-header-bytes 0 is not positive"},
-		{name: "cert without key", args: []string{"--tls-cert", filepath.Join(dir, "tls.crt")}, wantExit: 1, want: "--tls-cert and --tls-key go together"},
+		{name: "cert without key", args: []string{"--tls-cert", filepath.Join(dir, "tls.crt")}, wantExit: 2, want: "--tls-cert and --tls-key go together"},
 		{name: "missing cert files", args: []string{"--tls-cert", filepath.Join(dir, "tls.crt"), "--tls-key", filepath.Join(dir, "tls.key")}, wantExit: 1, want: "loading --tls-cert " + filepath.Join(dir, "tls.crt")},
-		{name: "token and token file", args: []string{"--admin-token", "a", "--admin-token-file", filepath.Join(dir, "token")}, wantExit: 1, want: "--admin-token and --admin-token-file are exclusive"},
+		{name: "token and token file", args: []string{"--admin-token", "a", "--admin-token-file", filepath.Join(dir, "token")}, wantExit: 2, want: "--admin-token and --admin-token-file are exclusive"},
+		{name: "unknown store", args: []string{"--store", "redi"}, wantExit: 2, want: `"redi" is not one of memory, redis`},
+		{name: "unknown fail mode from the environment", env: []string{"GATEWAY_FAIL_MODE=ajar"}, wantExit: 2, want: `"ajar" is not one of open, closed, local`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,9 +118,8 @@ func TestServeRejectsBadHardeningFlags(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			args := append([]string{"serve", "--demo-upstream", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, tt.args...)
-			cmd := exec.CommandContext(ctx, binary, args...)
-			cmd.Dir = "../.."
-			cmd.Env = append(append(os.Environ(), raceEnv), tt.env...)
+			cmd := gatewayCmd(t, ctx, args...)
+			cmd.Env = append(cmd.Env, tt.env...)
 			out, err := cmd.CombinedOutput()
 			code := 0
 			if ee, ok := err.(*exec.ExitError); ok {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/eventually"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 )
 
@@ -38,30 +39,17 @@ func TestEndToEndRedis(t *testing.T) {
 	}
 
 	srv.Restart()
-	deadline := time.Now().Add(5 * time.Second)
 	for _, g := range []*running{a, b} {
-		for {
+		eventually.True(t, 15*time.Second, func() bool {
 			code, _ := send(t, "GET", g.admin+"/readyz")
-			if code == 200 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("readyz 5s after Redis came: got %d\n%s", code, g.logs)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return code == 200
+		}, "readyz never 200 after Redis came back\n%s", g.logs)
 	}
 	// The breaker may still be open for its backoff: wait for a decision.
-	for {
+	eventually.True(t, 15*time.Second, func() bool {
 		code, _ := send(t, "GET", a.proxy+"/v1/user/1", "X-App-Id", "app-3")
-		if code == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("requests 5s after Redis came: got %d\n%s", code, a.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return code == 200
+	}, "no request admitted after Redis came back\n%s", a.logs)
 
 	// app-1 may GET /v1/user/{id}/orders 10 times a minute, across both
 	// gateways.

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,23 +18,36 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/eventually"
 )
 
 // binary is the gateway built once for the end-to-end tests.
 var binary string
 
-// raceEnv spares each run of the race-enabled binary the race detector's
+// raceEnv spares each run of a race-enabled binary the race detector's
 // one-second pause at exit.
 const raceEnv = "GORACE=atexit_sleep_ms=0"
 
+// TestMain builds the gateway for the end-to-end tests, with the race
+// detector when the tests have it; under -short it builds nothing and
+// those tests skip.
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "gateway-e2e")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "gateway")
-	build := exec.Command("go", "build", "-race", "-o", binary, ".")
+	args := []string{"build", "-o", binary}
+	if raceDetector {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, ".")...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building gateway:", err)
@@ -41,6 +56,20 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// gatewayCmd returns the command that runs the built gateway with args,
+// from the repository root (where configs/ lives); the test skips under
+// -short, which builds no gateway.
+func gatewayCmd(t *testing.T, ctx context.Context, args ...string) *exec.Cmd {
+	t.Helper()
+	if binary == "" {
+		t.Skip("-short: the end-to-end tests need the gateway binary")
+	}
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), raceEnv)
+	return cmd
 }
 
 // running is a gateway process started by a test.
@@ -74,9 +103,8 @@ func (l *logBuffer) String() string {
 // listens; it reads the bound addresses from its "gateway listening" log.
 func startGateway(t *testing.T, env []string, args ...string) *running {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)...)
-	cmd.Dir = "../.." // the repository root, where configs/ lives
-	cmd.Env = append(append(os.Environ(), raceEnv), env...)
+	cmd := gatewayCmd(t, context.Background(), append([]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(cmd.Env, env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -283,9 +311,7 @@ func TestEndToEndDemoUpstream(t *testing.T) {
 
 func runBinary(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
-	cmd.Dir = "../.."
-	cmd.Env = append(os.Environ(), raceEnv)
+	cmd := gatewayCmd(t, context.Background(), args...)
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -348,11 +374,11 @@ func TestVersionAndUsage(t *testing.T) {
 		t.Errorf("unknown flag: exit %d %q", code, errOut)
 	}
 	code, _, errOut := runBinary(t, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
-	if code != 1 || !strings.Contains(errOut, "no upstream") {
+	if code != 2 || !strings.Contains(errOut, "no upstream") {
 		t.Errorf("serve without upstream: exit %d %q", code, errOut)
 	}
-	cmd := exec.Command(binary, "serve", "--demo-upstream")
-	cmd.Env = append(os.Environ(), raceEnv, "GATEWAY_LOG_LEVEL=loud")
+	cmd := gatewayCmd(t, context.Background(), "serve", "--demo-upstream")
+	cmd.Env = append(cmd.Env, "GATEWAY_LOG_LEVEL=loud")
 	outB, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(outB), "--log-level") {
 		t.Errorf("bad GATEWAY_LOG_LEVEL: %v %s", err, outB)
@@ -410,18 +436,13 @@ func TestEndToEndHotReload(t *testing.T) {
 	if err := os.WriteFile(path, []byte("configs: [oops"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, body := send(t, "GET", g.admin+"/rules")
-		if strings.Contains(body, `"lastError"`) {
-			if !strings.Contains(body, "rules.yaml:1") {
-				t.Errorf("/rules lastError does not name the file and line: %s", body)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the broken edit was never reported\n%s", g.logs)
-		}
+	var body string
+	eventually.True(t, 10*time.Second, func() bool {
+		_, body = send(t, "GET", g.admin+"/rules")
+		return strings.Contains(body, `"lastError"`)
+	}, "the broken edit was never reported\n%s", g.logs)
+	if !strings.Contains(body, "rules.yaml:1") {
+		t.Errorf("/rules lastError does not name the file and line: %s", body)
 	}
 	if code, _ := send(t, "GET", g.proxy+"/v1/user", "X-App-Id", "app-1"); code != 429 {
 		t.Errorf("after a broken edit: got %d, want 429 from the rules in force", code)
@@ -432,13 +453,8 @@ func TestEndToEndHotReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.cmd.Process.Signal(syscall.SIGHUP)
-	deadline = time.Now().Add(10 * time.Second)
-	for {
-		if code, _ := send(t, "GET", g.proxy+"/v1/user", "X-App-Id", "app-1"); code == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the fixed file never came into force\n%s", g.logs)
-		}
-	}
+	eventually.True(t, 10*time.Second, func() bool {
+		code, _ := send(t, "GET", g.proxy+"/v1/user", "X-App-Id", "app-1")
+		return code == 200
+	}, "the fixed file never came into force\n%s", g.logs)
 }

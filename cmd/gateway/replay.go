@@ -38,7 +38,7 @@ admits and limits, and which callers the candidate newly limits.
 Every request is decided by the gateway's own handler and limiter at the
 instant the log recorded, on a fresh in-memory store per rule file, so the
 result is what the live gateway would have decided. The log records times to
-the millisecond.
+the nanosecond.
 
 The logs are read in the order given (give rotated logs oldest first; "-" is
 stdin; names ending in .gz are decompressed). Within them, lines are put

@@ -19,8 +19,6 @@ import (
 // with, the replay admits and limits what the live gateway did; under
 // other rules, what those allow.
 func TestEndToEndReplay(t *testing.T) {
-	// The race-enabled binary otherwise sleeps 1s on exit.
-	t.Setenv("GORACE", "atexit_sleep_ms=0")
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok")
 	}))

@@ -83,7 +83,7 @@ configs:
 	}
 }
 
-// TestLockSeconds checks the penalty lockout (seed 002) through the
+// TestLockSeconds checks the penalty lockout (lockSeconds) through the
 // handler: once limited, a caller stays limited on that rule for
 // lockSeconds even when the algorithm would admit it again, with a true
 // Retry-After; its other rules are not locked.

@@ -167,6 +167,9 @@ func floodOverflowKey(target string) string {
 // are admitted exactly their limits, and unknown callers beyond the cap
 // are admitted exactly the overflow keys' limits between them.
 func TestFloodOfDistinctCallers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the flood sends 140,000 requests")
+	}
 	t.Parallel()
 	tests := []struct {
 		name     string

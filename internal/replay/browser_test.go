@@ -58,10 +58,13 @@ const browserProbe = `<script>
 </script>
 `
 
-// findChromium returns Debian's chromium, skipping the test when it is not
-// installed, except in CI, where that is a failure.
+// findChromium returns Debian's chromium, skipping the test under -short
+// or when it is not installed, except in CI, where that is a failure.
 func findChromium(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: the browser test needs chromium")
+	}
 	for _, name := range []string{"chromium", "chromium-browser"} {
 		if p, err := exec.LookPath(name); err == nil {
 			return p

@@ -181,7 +181,8 @@ func fieldList(bits uint8) string {
 
 // fieldIndex returns the index of key among fieldNames, or -1.
 func fieldIndex(key []byte) int {
-	// The keys slog writes for an access line, most frequent first.
+	// fieldNames lists the keys slog writes for an access line, in the
+	// order it writes them.
 	for i, n := range fieldNames {
 		if string(key) == n {
 			return i

@@ -13,17 +13,17 @@ import (
 
 // Limits of the HTML report.
 const (
-	reportCallers  = 100
-	reportCharts   = 60  // charts beyond the "all requests" one
-	reportPoints   = 480 // most points per series
-	chartWidth     = 960
-	chartHeight    = 240
-	chartLeft      = 64
-	chartRight     = 16
-	chartTop       = 24
-	chartBottom    = 30
-	chartPlotWidth = chartWidth - chartLeft - chartRight
-	chartPlotHight = chartHeight - chartTop - chartBottom
+	reportCallers   = 100
+	reportCharts    = 60  // charts beyond the "all requests" one
+	reportPoints    = 480 // most points per series
+	chartWidth      = 960
+	chartHeight     = 240
+	chartLeft       = 64
+	chartRight      = 16
+	chartTop        = 24
+	chartBottom     = 30
+	chartPlotWidth  = chartWidth - chartLeft - chartRight
+	chartPlotHeight = chartHeight - chartTop - chartBottom
 )
 
 //go:embed report.html.tmpl
@@ -345,7 +345,7 @@ func (r *Result) chart(g *Group, id, title string) chartView {
 	}
 	top, tickStep := niceScale(top)
 	for y := 0.0; y <= top+tickStep/2; y += tickStep {
-		cv.YTicks = append(cv.YTicks, tickView{Pos: round1(float64(cv.PlotBot) - y/top*chartPlotHight), Label: compact(y)})
+		cv.YTicks = append(cv.YTicks, tickView{Pos: round1(float64(cv.PlotBot) - y/top*chartPlotHeight), Label: compact(y)})
 	}
 
 	span := r.Step * time.Duration(n) // the x axis: Origin to Origin+span
@@ -366,7 +366,7 @@ func (r *Result) chart(g *Group, id, title string) chartView {
 			if i == 0 {
 				cmd = "M"
 			}
-			fmt.Fprintf(&d, "%s%g %g", cmd, round1(xOf(i)), round1(float64(cv.PlotBot)-x/top*chartPlotHight))
+			fmt.Fprintf(&d, "%s%g %g", cmd, round1(xOf(i)), round1(float64(cv.PlotBot)-x/top*chartPlotHeight))
 		}
 		cv.Series = append(cv.Series, seriesView{Key: s.key, Label: s.label, Class: s.class, D: d.String(), Total: commas(s.total)})
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/eventually"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
@@ -237,10 +238,14 @@ func TestRedisReadyz(t *testing.T) {
 		// The first ping also dials, within the 25ms timeout; on a loaded
 		// machine (or just after a restart) that can miss, so wait for the
 		// store to be reachable before asserting the healthy state.
-		code, v := readyz()
-		for deadline := time.Now().Add(5 * time.Second); !v.Store.Reachable && time.Now().Before(deadline); {
+		var (
+			code int
+			v    readyView
+		)
+		eventually.True(t, 10*time.Second, func() bool {
 			code, v = readyz()
-		}
+			return v.Store.Reachable
+		}, "%s: Redis up, but /readyz never reports it reachable: %+v", mode, v.Store)
 		if code != 200 || !v.Store.Reachable || v.Store.Circuit != "closed" || v.Store.FailMode != mode.String() {
 			t.Errorf("%s, Redis up: got %d %+v", mode, code, *v.Store)
 		}

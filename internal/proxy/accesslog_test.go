@@ -15,7 +15,6 @@ func TestAccessLog(t *testing.T) {
 	al := NewAccessLog(&lockedWriter{w: &buf}, nil)
 	g := newGW(t, basicRules, func(h *HandlerConfig, _ *UpstreamConfig) {
 		h.Observers = append(h.Observers, al)
-		h.NeedClientIP = true
 	})
 	send := func(target, app string) {
 		r := httptest.NewRequest("GET", target, nil)

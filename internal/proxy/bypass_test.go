@@ -10,10 +10,16 @@ import (
 	"time"
 )
 
-// rawRequest sends one request line and headers over TCP as written, so
-// that nothing on the client side cleans the target, and returns the
+// rawRequest sends one GET request line and headers over TCP as written,
+// so that nothing on the client side cleans the target, and returns the
 // status code.
 func rawRequest(t *testing.T, addr, target string, headers ...string) int {
+	t.Helper()
+	return rawMethod(t, addr, "GET", target, headers...)
+}
+
+// rawMethod is rawRequest with the method as written.
+func rawMethod(t *testing.T, addr, method, target string, headers ...string) int {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
@@ -21,14 +27,14 @@ func rawRequest(t *testing.T, addr, target string, headers ...string) int {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
-	req := "GET " + target + " HTTP/1.1\r\nHost: gateway.test\r\nConnection: close\r\n"
+	req := method + " " + target + " HTTP/1.1\r\nHost: gateway.test\r\nConnection: close\r\n"
 	for _, h := range headers {
 		req += h + "\r\n"
 	}
 	if _, err := c.Write([]byte(req + "\r\n")); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: method})
 	if err != nil {
 		t.Fatalf("%s: reading response: %v", target, err)
 	}

@@ -166,3 +166,42 @@ func (h *Handler) checkKey(r *http.Request, sec *section) (code, msg string) {
 	}
 	return "", ""
 }
+
+// addrGroup returns the counter key part of a client address: the address
+// itself, or the network of its --ipv4-prefix or --ipv6-prefix bits, so
+// that one client holding a whole IPv6 /64 gets one counter, not 2^64.
+func (h *Handler) addrGroup(ip netip.Addr) string {
+	bits := h.v4Bits
+	if ip.Is6() {
+		bits = h.v6Bits
+	}
+	if !ip.IsValid() || bits >= ip.BitLen() {
+		return ip.String()
+	}
+	p, err := ip.Prefix(bits)
+	if err != nil {
+		return ip.String()
+	}
+	return p.String()
+}
+
+// foreignKey reports whether the request's key header holds an API key of
+// one of rs's apps. It is asked only when the request is not counted under
+// an app with keys. Every digest is compared in constant time, as in
+// checkKey.
+func (h *Handler) foreignKey(r *http.Request, rs *RuleSet) bool {
+	vs := r.Header[h.keyHeader]
+	if len(vs) == 0 {
+		return false
+	}
+	match := 0
+	for _, v := range vs {
+		d := sha256.Sum256([]byte(v))
+		for _, sec := range rs.apps {
+			for i := range sec.keys {
+				match |= subtle.ConstantTimeCompare(d[:], sec.keys[i][:])
+			}
+		}
+	}
+	return match == 1
+}

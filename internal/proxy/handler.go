@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,8 +15,10 @@ import (
 
 // Defaults of HandlerConfig.
 const (
-	DefaultAppHeader = "X-App-Id"
-	DefaultKeyHeader = "X-Api-Key"
+	DefaultAppHeader  = "X-App-Id"
+	DefaultKeyHeader  = "X-Api-Key"
+	DefaultIPv4Prefix = 32
+	DefaultIPv6Prefix = 64
 )
 
 // maxLimitsPerRequest is how many limits one request can meet: the app
@@ -41,8 +44,11 @@ type Handler struct {
 	now           func() time.Time
 	log           *slog.Logger
 	observers     []Observer
-	needIP        bool
 	failMode      FailMode
+	override      MethodOverride
+	upgrades      upgradeAllowList
+	v4Bits        int
+	v6Bits        int
 	local         limit.Store
 	// lastErrLog is when a store error was last logged (Unix ns): an
 	// outage fails every request, and one line a second tells as much.
@@ -85,9 +91,17 @@ type HandlerConfig struct {
 	Logger *slog.Logger
 	// Observers receive every request's outcome.
 	Observers []Observer
-	// NeedClientIP makes every Outcome carry the client IP (for access
-	// logs), not just those of per-IP limits.
-	NeedClientIP bool
+	// MethodOverride is what happens to a method override. The zero
+	// value is OverrideMatch.
+	MethodOverride MethodOverride
+	// AllowUpgrade lists the protocols a request may upgrade to (the
+	// Upgrade header); any other upgrade is removed before forwarding.
+	// nil means DefaultAllowUpgrade (websocket); h2c is refused.
+	AllowUpgrade []string
+	// IPv4Prefix and IPv6Prefix are the lengths of the address groups
+	// that per-IP counters key on. 0 means DefaultIPv4Prefix (32) and
+	// DefaultIPv6Prefix (64).
+	IPv4Prefix, IPv6Prefix int
 	// FailMode is what happens to a request when Store fails. The zero
 	// value is FailOpen.
 	FailMode FailMode
@@ -118,7 +132,9 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		now:           cfg.Now,
 		log:           cfg.Logger,
 		observers:     cfg.Observers,
-		needIP:        cfg.NeedClientIP,
+		override:      cfg.MethodOverride,
+		v4Bits:        cmp.Or(cfg.IPv4Prefix, DefaultIPv4Prefix),
+		v6Bits:        cmp.Or(cfg.IPv6Prefix, DefaultIPv6Prefix),
 		failMode:      cfg.FailMode,
 		local:         cfg.Local,
 	}
@@ -127,6 +143,20 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	}
 	if h.keyHeader == "" {
 		h.keyHeader = DefaultKeyHeader
+	}
+	if h.v4Bits < 1 || h.v4Bits > 32 {
+		return nil, fmt.Errorf("proxy: IPv4 prefix length %d is outside 1..32", h.v4Bits)
+	}
+	if h.v6Bits < 1 || h.v6Bits > 128 {
+		return nil, fmt.Errorf("proxy: IPv6 prefix length %d is outside 1..128", h.v6Bits)
+	}
+	allow := cfg.AllowUpgrade
+	if allow == nil {
+		allow = DefaultAllowUpgrade
+	}
+	var err error
+	if h.upgrades, err = newUpgradeAllowList(allow); err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	if h.keyHeader == h.appHeader {
 		return nil, fmt.Errorf("proxy: the key header and the app header are both %s; they must differ", h.appHeader)
@@ -164,8 +194,8 @@ type Outcome struct {
 	// Path is the normalized path that was matched and forwarded; "" if
 	// the request was rejected before.
 	Path string
-	// ClientIP is the caller's address, when it was needed (per-IP
-	// limits) or asked for (NeedClientIP).
+	// ClientIP is the caller's address (see README "Security"); invalid
+	// for a request refused before its path was matched.
 	ClientIP netip.Addr
 	// Decision is what the limiter decided.
 	Decision Decision

@@ -32,14 +32,18 @@ func (c *clock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 
 // upstreamRecorder is a real HTTP upstream that records what it saw.
 type upstreamRecorder struct {
-	mu    sync.Mutex
-	paths []string
-	hdrs  []http.Header
+	mu      sync.Mutex
+	paths   []string
+	methods []string
+	hosts   []string
+	hdrs    []http.Header
 }
 
 func (u *upstreamRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 	u.paths = append(u.paths, r.URL.RequestURI())
+	u.methods = append(u.methods, r.Method)
+	u.hosts = append(u.hosts, r.Host)
 	u.hdrs = append(u.hdrs, r.Header.Clone())
 	u.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"math"
+	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +26,7 @@ type RuleSet struct {
 
 	apps    map[string]*section
 	unknown *section            // the "*" section, nil if the file has none
+	keyed   bool                // some app has API keys
 	keys    map[string]struct{} // every compiledLimit.key
 	opts    CompileOptions
 }
@@ -39,8 +42,11 @@ type section struct {
 
 // compiledLimit is one limit with what the request path writes about it.
 type compiledLimit struct {
-	app    string
-	api    string // rule pattern; "" for an app total
+	app string
+	api string // rule pattern; "" for an app total
+	// head reports whether the rule lists HEAD among its methods: only
+	// then does a HEAD request match it rather than GET's rules.
+	head   bool
 	params limit.Params
 	// local are the params of --fail-mode local: params with Limit (and
 	// Burst) scaled by the local share, decided in memory when the shared
@@ -106,6 +112,7 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 		for j := range app.Limits {
 			r := &app.Limits[j]
 			cl := newCompiledLimit(app.ID, r.API, r.Methods, r.Params, r.Shadow, opts)
+			cl.head = slices.Contains(r.Methods, http.MethodHead)
 			rs.keys[cl.key] = struct{}{}
 			if t := sec.total; t != nil && !t.shadow && !cl.shadow {
 				cl.pairPolicy = []string{t.policy + ", " + cl.policy}
@@ -114,6 +121,7 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 				return nil, fmt.Errorf("%s:%d: %w", rules.Path, r.Line, err)
 			}
 		}
+		rs.keyed = rs.keyed || len(app.Keys) > 0
 		if app.ID == config.UnknownApp {
 			rs.unknown = sec
 		} else {
@@ -205,6 +213,19 @@ func (rs *RuleSet) OwnsKey(key string) bool {
 		return ok
 	}
 	return false
+}
+
+// match returns the most specific rule of the section for a request with
+// this method (upper-case) and normalized path. A HEAD request is matched
+// as GET, as the upstream serves it (net/http, Express, Flask, Django,
+// Rails and Spring serve HEAD with the GET handler), unless a rule lists
+// HEAD itself.
+func (sec *section) match(method, path string) (*compiledLimit, string, bool) {
+	cl, pattern, ok := sec.trie.Match(method, path)
+	if method == http.MethodHead && !(ok && cl.head) {
+		return sec.trie.Match(http.MethodGet, path)
+	}
+	return cl, pattern, ok
 }
 
 // lookup returns the section for a caller's app ID and whether the app is

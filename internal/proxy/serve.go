@@ -85,7 +85,8 @@ func (h *Handler) identify(w http.ResponseWriter, r *http.Request, o *Outcome) (
 		return nil, false
 	}
 	o.AppID = app
-	sec, configured := h.rules.Load().lookup(app)
+	rs := h.rules.Load()
+	sec, configured := rs.lookup(app)
 	if sec != nil {
 		o.App = sec.app
 	}
@@ -105,6 +106,14 @@ func (h *Handler) identify(w http.ResponseWriter, r *http.Request, o *Outcome) (
 		// The key was the gateway's to check; the upstream has no use
 		// for it.
 		delete(r.Header, h.keyHeader)
+	} else if !h.trustKeys && rs.keyed && h.foreignKey(r, rs) {
+		// A configured app's key on a request that is not counted under
+		// that app: the upstream might take it as that app's.
+		o.Decision = DecisionUnauthorized
+		w.Header()["Www-Authenticate"] = []string{h.keyAuth}
+		WriteError(w, http.StatusUnauthorized, "invalid_api_key",
+			"the API key in the "+h.keyHeader+" header belongs to another app: send it only with the app ID it was issued for")
+		return nil, false
 	}
 	if !h.forwardApp {
 		delete(r.Header, h.appHeader)
@@ -126,8 +135,18 @@ func (h *Handler) match(w http.ResponseWriter, r *http.Request, sec *section, sc
 		return false
 	}
 	o.Path = clean
-	if h.needIP {
-		o.ClientIP = clientIP(r, h.trusted)
+	method, err := h.ruleMethod(r)
+	if err != nil {
+		WriteError(w, http.StatusBadRequest, "invalid_method_override", err.Error())
+		return false
+	}
+	h.upgrades.filter(r)
+	o.ClientIP = clientIP(r, h.trusted)
+	// What the gateway decided, never what the client claimed.
+	if o.ClientIP.IsValid() {
+		r.Header["X-Real-Ip"] = []string{o.ClientIP.String()}
+	} else {
+		delete(r.Header, "X-Real-Ip")
 	}
 	o.Decision = DecisionUnmatched
 	if sec != nil {
@@ -135,7 +154,7 @@ func (h *Handler) match(w http.ResponseWriter, r *http.Request, sec *section, sc
 			sc.lims[sc.n] = sec.total
 			sc.n++
 		}
-		if cl, pattern, ok := sec.trie.Match(r.Method, clean); ok {
+		if cl, pattern, ok := sec.match(method, clean); ok {
 			o.API = pattern
 			o.Decision = DecisionAllowed
 			if cl.params.Limit != limit.Unlimited {
@@ -162,10 +181,7 @@ func (h *Handler) decide(r *http.Request, sec *section, sc *scratch) {
 	// that unknown callers spread over the cluster.
 	tag := sec.app
 	if sec.byIP {
-		if !o.ClientIP.IsValid() {
-			o.ClientIP = clientIP(r, h.trusted)
-		}
-		ip := o.ClientIP.String()
+		ip := h.addrGroup(o.ClientIP)
 		tag = sec.app + "|" + ip
 		for i, cl := range lims {
 			reqs[i] = limit.Request{Key: cl.key + "|" + ip, Overflow: cl.overflow, Tag: tag, Params: &cl.params, Shadow: cl.shadow}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -52,6 +55,13 @@ type UpstreamConfig struct {
 	// Timeout bounds the wait for the upstream's response headers; past
 	// it the client gets 504. Default DefaultUpstreamTimeout (30s).
 	Timeout time.Duration
+	// TrustedProxies are the peers whose X-Forwarded-For chain is passed
+	// on, with the peer appended; from any other peer the upstream gets
+	// the peer alone.
+	TrustedProxies []netip.Prefix
+	// PreserveHost forwards the client's Host header instead of the
+	// upstream URL's host.
+	PreserveHost bool
 	// MaxIdleConnsPerHost is the idle keep-alive pool. Default 256.
 	MaxIdleConnsPerHost int
 	// Logger receives upstream errors. Default slog.Default().
@@ -108,7 +118,19 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
+			if cfg.PreserveHost {
+				pr.Out.Host = pr.In.Host
+			}
+			// SetXForwarded sets X-Forwarded-For to the peer alone, and
+			// ReverseProxy has removed the client's X-Forwarded-* and
+			// Forwarded headers: the chain is kept only when the peer is
+			// a trusted proxy, as the standard form (RFC 7239 §5.2's
+			// X-Forwarded-For precursor) appends each hop.
 			pr.SetXForwarded()
+			if chain := pr.In.Header["X-Forwarded-For"]; len(chain) > 0 && peerTrusted(pr.In.RemoteAddr, cfg.TrustedProxies) {
+				pr.Out.Header["X-Forwarded-For"] = []string{strings.Join(chain, ", ") + ", " + pr.Out.Header.Get("X-Forwarded-For")}
+			}
+			sendOnce(pr.Out)
 		},
 		Transport:  tr,
 		BufferPool: newBufferPool(),
@@ -139,6 +161,42 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 			WriteError(w, status, code, msg)
 		},
 	}, nil
+}
+
+// sendOnce makes out a request that net/http's Transport never sends
+// twice. The Transport resends a GET, HEAD or OPTIONS request without a
+// body when the reused connection it was written on closes before the
+// response (net/http's shouldRetryRequest): the upstream may then serve
+// one admitted, once-counted request twice. A request whose body is not
+// http.NoBody and that has no GetBody is not replayable; for these
+// methods the Transport finds the empty body empty and sends none. (A
+// TRACE, or a request with an Idempotency-Key header, may still be
+// resent: the first is never worth a body, the second asks for it; see
+// README "What the upstream receives".)
+func sendOnce(out *http.Request) {
+	if out.Body != nil && out.Body != http.NoBody {
+		return // a body that cannot be rewound: never resent
+	}
+	switch out.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		out.Body, out.GetBody, out.ContentLength = emptyBody{}, nil, 0
+	}
+}
+
+// emptyBody is an empty request body that is not http.NoBody.
+type emptyBody struct{}
+
+func (emptyBody) Read([]byte) (int, error) { return 0, io.EOF }
+func (emptyBody) Close() error             { return nil }
+
+// peerTrusted reports whether the peer address of a request is a trusted
+// proxy.
+func peerTrusted(remoteAddr string, trusted []netip.Prefix) bool {
+	if len(trusted) == 0 {
+		return false
+	}
+	ap, err := netip.ParseAddrPort(remoteAddr)
+	return err == nil && isTrusted(ap.Addr().Unmap(), trusted)
 }
 
 // upstreamError maps a transport error to the response status, error code

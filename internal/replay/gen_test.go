@@ -196,7 +196,6 @@ func newLiveGateway(t *testing.T, rules string, log io.Writer) *liveGateway {
 	}
 	if log != nil {
 		cfg.Observers = append(cfg.Observers, proxy.NewAccessLog(log, nil))
-		cfg.NeedClientIP = true
 	}
 	if g.h, err = proxy.NewHandler(cfg); err != nil {
 		t.Fatal(err)

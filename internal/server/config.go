@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,6 +48,15 @@ type Config struct {
 	UnknownCallers UnknownCallers
 	// TrustedProxies are CIDRs whose X-Forwarded-For is believed.
 	TrustedProxies []string
+	// IPv4Prefix and IPv6Prefix are the lengths of the address groups
+	// that per-IP counters key on.
+	IPv4Prefix, IPv6Prefix int
+	// MethodOverride is what happens to a method override.
+	MethodOverride proxy.MethodOverride
+	// AllowUpgrade lists the protocols a request may upgrade to.
+	AllowUpgrade []string
+	// PreserveHost forwards the client's Host header.
+	PreserveHost bool
 	// Store is the counter store.
 	Store StoreKind
 	// MaxKeys caps the memory store's keys (and, under FailMode local,
@@ -134,6 +144,10 @@ func DefaultConfig() Config {
 		AppHeader:         proxy.DefaultAppHeader,
 		KeyHeader:         proxy.DefaultKeyHeader,
 		UnknownCallers:    AllowUnknown,
+		IPv4Prefix:        proxy.DefaultIPv4Prefix,
+		IPv6Prefix:        proxy.DefaultIPv6Prefix,
+		MethodOverride:    proxy.OverrideMatch,
+		AllowUpgrade:      slices.Clone(proxy.DefaultAllowUpgrade),
 		Store:             StoreMemory,
 		MaxKeys:           limit.DefaultMaxKeys,
 		RedisTimeout:      limit.DefaultRedisTimeout,
@@ -168,6 +182,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--limit-status %d is not a 4xx or 5xx status", c.LimitStatus)
 	case !(c.LocalShare > 0 && c.LocalShare <= 1):
 		return fmt.Errorf("--local-share %v is outside (0, 1]", c.LocalShare)
+	case c.IPv4Prefix < 1 || c.IPv4Prefix > 32:
+		return fmt.Errorf("--ipv4-prefix %d is outside 1..32", c.IPv4Prefix)
+	case c.IPv6Prefix < 1 || c.IPv6Prefix > 128:
+		return fmt.Errorf("--ipv6-prefix %d is outside 1..128", c.IPv6Prefix)
+	case slices.ContainsFunc(c.AllowUpgrade, func(p string) bool { return strings.EqualFold(strings.TrimSpace(p), "h2c") }):
+		return errors.New("--allow-upgrade cannot allow h2c: the upstream would serve HTTP/2 requests on that connection that the gateway never counts")
 	case c.MaxKeys <= 0:
 		return fmt.Errorf("--max-keys %d is not positive", c.MaxKeys)
 	case c.RedisTimeout <= 0:

@@ -113,7 +113,10 @@ func New(cfg Config) (_ *Server, err error) {
 		s.closers = append(s.closers, al.Close)
 		observers = append(observers, al)
 	}
-	rp, err := proxy.NewUpstream(proxy.UpstreamConfig{URL: u, Timeout: cfg.UpstreamTimeout, Logger: log, Events: s.metrics})
+	rp, err := proxy.NewUpstream(proxy.UpstreamConfig{
+		URL: u, Timeout: cfg.UpstreamTimeout, TrustedProxies: trusted, PreserveHost: cfg.PreserveHost,
+		Logger: log, Events: s.metrics,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("--upstream: %w", err)
 	}
@@ -134,8 +137,9 @@ func New(cfg Config) (_ *Server, err error) {
 		ForwardAppHeader: cfg.ForwardAppHeader, KeyHeader: cfg.KeyHeader,
 		RejectUnknown:  cfg.UnknownCallers == RejectUnknown,
 		TrustedProxies: trusted, LimitStatus: cfg.LimitStatus, Headers: cfg.RateLimitHeaders, Logger: log,
-		Observers: observers, NeedClientIP: cfg.AccessLog != "",
-		FailMode: s.st.failMode, Local: s.st.local,
+		Observers: observers, FailMode: s.st.failMode, Local: s.st.local,
+		MethodOverride: cfg.MethodOverride, AllowUpgrade: cfg.AllowUpgrade,
+		IPv4Prefix: cfg.IPv4Prefix, IPv6Prefix: cfg.IPv6Prefix,
 	})
 	if err != nil {
 		return nil, err

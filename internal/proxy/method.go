@@ -1,0 +1,185 @@
+package proxy
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// MethodOverride is what the gateway does with a method override: a
+// header (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override) or a
+// _method query parameter, with which many frameworks (Express's
+// method-override, Rails, Laravel, Symfony, ASP.NET Core) serve a POST as
+// the method it names. It is a pflag.Value, for --method-override.
+type MethodOverride uint8
+
+// The choices of --method-override.
+const (
+	// OverrideMatch matches a POST with an override as the method it
+	// names, and forwards the override. On any other method, where those
+	// frameworks ignore it, the override is removed before forwarding.
+	OverrideMatch MethodOverride = iota
+	// OverrideStrip removes every override before forwarding: the
+	// upstream sees the method the rules matched.
+	OverrideStrip
+)
+
+var overrideNames = []string{"match", "strip"}
+
+func (m MethodOverride) String() string { return enumName(overrideNames, int(m)) }
+
+// Set parses a --method-override value.
+func (m *MethodOverride) Set(s string) error { return setEnum(overrideNames, s, (*uint8)(m)) }
+
+// Type names the flag's values in help text.
+func (*MethodOverride) Type() string { return strings.Join(overrideNames, "|") }
+
+// overrideHeaders are the method-override headers frameworks read, in
+// canonical form.
+var overrideHeaders = [...]string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
+
+// overrideParam is the query parameter of a method override.
+const overrideParam = "_method"
+
+var errConflictingOverrides = errors.New("the request names more than one method in its method-override headers or _method parameter")
+
+// ruleMethod returns the method the rules match r by, as the upstream
+// will treat it (README "How a request is handled"): r's method
+// upper-cased, or on a POST under OverrideMatch the method its override
+// names. Overrides the upstream must not act on are removed from r.
+// HEAD is matched as GET by RuleSet.match.
+func (h *Handler) ruleMethod(r *http.Request) (string, error) {
+	method := upperASCII(r.Method)
+	hasHeader := false
+	for _, k := range overrideHeaders {
+		if _, ok := r.Header[k]; ok {
+			hasHeader = true
+			break
+		}
+	}
+	var params []string
+	if q := r.URL.RawQuery; strings.Contains(q, overrideParam) || strings.IndexByte(q, '%') >= 0 {
+		params = paramValues(q, overrideParam)
+	}
+	hasParam := len(params) > 0
+	if !hasHeader && !hasParam {
+		return method, nil
+	}
+	if h.override == OverrideStrip || method != http.MethodPost {
+		for _, k := range overrideHeaders {
+			delete(r.Header, k)
+		}
+		if hasParam {
+			r.URL.RawQuery = withoutParam(r.URL.RawQuery, overrideParam)
+		}
+		return method, nil
+	}
+	named := ""
+	add := func(v string) error {
+		v = upperASCII(strings.TrimSpace(v))
+		if v == "" {
+			return nil
+		}
+		if named != "" && v != named {
+			return errConflictingOverrides
+		}
+		named = v
+		return nil
+	}
+	for _, k := range overrideHeaders {
+		for _, v := range r.Header[k] {
+			if err := add(v); err != nil {
+				return "", err
+			}
+		}
+	}
+	for _, v := range params {
+		if err := add(v); err != nil {
+			return "", err
+		}
+	}
+	if named == "" {
+		return method, nil
+	}
+	if !validMethod(named) {
+		return "", errors.New("the method override names no HTTP method")
+	}
+	return named, nil
+}
+
+// upperASCII returns s with ASCII letters upper-cased; it allocates only
+// when s has a lower-case letter.
+func upperASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if 'a' <= s[i] && s[i] <= 'z' {
+			return strings.ToUpper(s)
+		}
+	}
+	return s
+}
+
+// validMethod reports whether m is an HTTP method token (RFC 9110 §9.1).
+func validMethod(m string) bool {
+	if m == "" {
+		return false
+	}
+	for i := 0; i < len(m); i++ {
+		c := m[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// queryParams calls f with the unescaped name and the raw value of every
+// &-separated parameter of the raw query q, with the parameter's bounds.
+func queryParams(q string, f func(name, value string, start, end int)) {
+	for start := 0; start <= len(q); {
+		end := strings.IndexByte(q[start:], '&')
+		if end < 0 {
+			end = len(q)
+		} else {
+			end += start
+		}
+		name, value, _ := strings.Cut(q[start:end], "=")
+		if n, err := url.QueryUnescape(name); err == nil {
+			name = n
+		}
+		f(name, value, start, end)
+		start = end + 1
+	}
+}
+
+// paramValues returns the unescaped values of the parameter name in the
+// raw query q.
+func paramValues(q, name string) []string {
+	var vs []string
+	queryParams(q, func(n, v string, _, _ int) {
+		if n == name {
+			if u, err := url.QueryUnescape(v); err == nil {
+				vs = append(vs, u)
+			} else {
+				vs = append(vs, v)
+			}
+		}
+	})
+	return vs
+}
+
+// withoutParam returns the raw query q without the parameter name, every
+// other parameter byte for byte as it was.
+func withoutParam(q, name string) string {
+	var b strings.Builder
+	queryParams(q, func(n, _ string, start, end int) {
+		if n == name {
+			return
+		}
+		if b.Len() > 0 {
+			b.WriteByte('&')
+		}
+		b.WriteString(q[start:end])
+	})
+	return b.String()
+}

@@ -49,6 +49,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.ConfigPath, "config", cfg.ConfigPath, "rule file (YAML, or JSON by extension); if the default file is missing, the built-in example rules are used")
+	f.Int64Var(&cfg.MaxRulesBytes, "max-rules-bytes", cfg.MaxRulesBytes, "largest rule file read; a larger one is refused and the rules in force stay")
 	f.BoolVar(&cfg.Watch, "watch", cfg.Watch, "reload the rules when the rule file changes (SIGHUP and POST /rules/reload always do)")
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "proxy listen address")
 	f.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, "admin listen address (/healthz, /readyz, /rules, /metrics); always plain HTTP, so keep it on an internal network")
@@ -94,27 +95,41 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 	return cmd
 }
 
-// serve runs the gateway of cfg until SIGTERM or SIGINT, then drains it.
-// SIGHUP reloads the rules and the TLS certificate pair.
+// serve runs the gateway of cfg until SIGTERM or SIGINT, then drains it:
+// requests in flight finish, /readyz answers 503, and a second SIGTERM or
+// SIGINT exits at once. SIGHUP reloads the rules and the TLS certificate
+// pair, during the drain too: it is never left to its default action,
+// which would end the process.
 func serve(cfg server.Config) error {
-	// Subscribed before the gateway listens, so that a SIGHUP sent once it
-	// does is never lost, nor fatal (its default action).
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
+	// Subscribed before the gateway listens, so that no signal sent once
+	// it does is lost or fatal.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, os.Interrupt)
+	defer signal.Stop(sigs)
 	srv, err := server.New(cfg)
 	if err != nil {
 		return err
 	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan struct{})
+	defer close(done)
 	go func() {
 		for {
 			select {
-			case <-ctx.Done():
+			case <-done:
 				return
-			case <-hup:
-				srv.Reload() // logs its outcome
+			case sig := <-sigs:
+				switch {
+				case sig == syscall.SIGHUP:
+					srv.Reload() // logs its outcome
+				case ctx.Err() == nil:
+					cfg.Logger.Info("draining on "+sig.String()+"; send it again to exit at once", "timeout", cfg.ShutdownTimeout)
+					stop()
+				default:
+					cfg.Logger.Warn("exiting at once on a second " + sig.String() + ": requests still in flight are cut off")
+					os.Exit(exitFailure)
+				}
 			}
 		}
 	}()

@@ -3,6 +3,7 @@ package proxy
 import (
 	"crypto/sha256"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -25,9 +26,9 @@ type RuleSet struct {
 	LoadedAt time.Time
 
 	apps    map[string]*section
-	unknown *section            // the "*" section, nil if the file has none
-	keyed   bool                // some app has API keys
-	keys    map[string]struct{} // every compiledLimit.key
+	unknown *section                 // the "*" section, nil if the file has none
+	keyed   bool                     // some app has API keys
+	keys    map[string]time.Duration // every compiledLimit.key, with its window
 	opts    CompileOptions
 }
 
@@ -96,7 +97,7 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 	if !(opts.LocalShare > 0 && opts.LocalShare <= 1) {
 		return nil, fmt.Errorf("local share %v is outside (0, 1]", opts.LocalShare)
 	}
-	rs := &RuleSet{Source: rules, LoadedAt: now, apps: make(map[string]*section, len(rules.Apps)), keys: map[string]struct{}{}, opts: opts}
+	rs := &RuleSet{Source: rules, LoadedAt: now, apps: make(map[string]*section, len(rules.Apps)), keys: map[string]time.Duration{}, opts: opts}
 	for i := range rules.Apps {
 		app := &rules.Apps[i]
 		sec := &section{
@@ -107,13 +108,13 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 		}
 		if app.Total != nil && app.Total.Limit != limit.Unlimited {
 			sec.total = newCompiledLimit(app.ID, "", nil, *app.Total, false, opts)
-			rs.keys[sec.total.key] = struct{}{}
+			rs.keys[sec.total.key] = sec.total.params.Window
 		}
 		for j := range app.Limits {
 			r := &app.Limits[j]
 			cl := newCompiledLimit(app.ID, r.API, r.Methods, r.Params, r.Shadow, opts)
 			cl.head = slices.Contains(r.Methods, http.MethodHead)
-			rs.keys[cl.key] = struct{}{}
+			rs.keys[cl.key] = cl.params.Window
 			if t := sec.total; t != nil && !t.shadow && !cl.shadow {
 				cl.pairPolicy = []string{t.policy + ", " + cl.policy}
 			}
@@ -203,17 +204,27 @@ func sfString(s string) string {
 func (rs *RuleSet) limitCount() int { return len(rs.keys) }
 
 // OwnsKey reports whether a store key belongs to one of rs's limits: a
-// limit's own key, or that key plus "|" and a client IP (or "overflow").
+// limit's own key, or that key plus "|" and a client address group (or
+// "overflow").
 func (rs *RuleSet) OwnsKey(key string) bool {
-	if _, ok := rs.keys[key]; ok {
+	return KeyOf(key, func(limitKey string) bool { _, ok := rs.keys[limitKey]; return ok })
+}
+
+// KeyOf reports whether the store key belongs to a limit whose counter
+// key has reports true: the key itself, or the key before its last "|".
+func KeyOf(key string, has func(limitKey string) bool) bool {
+	if has(key) {
 		return true
 	}
 	if i := strings.LastIndexByte(key, '|'); i >= 0 {
-		_, ok := rs.keys[key[:i]]
-		return ok
+		return has(key[:i])
 	}
 	return false
 }
+
+// LimitKeys returns the counter key of every limit of rs, with the
+// limit's window.
+func (rs *RuleSet) LimitKeys() map[string]time.Duration { return maps.Clone(rs.keys) }
 
 // match returns the most specific rule of the section for a request with
 // this method (upper-case) and normalized path. A HEAD request is matched

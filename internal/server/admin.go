@@ -120,6 +120,9 @@ type StoreHealth struct {
 type AdminConfig struct {
 	// Rules is the reload state shown at /rules. Required.
 	Rules *Reloader
+	// Draining, if not nil, reports whether the gateway is draining on
+	// its way out: /readyz is then 503 draining.
+	Draining func() bool
 	// Store, if not nil, reports on the store for /readyz, which is not
 	// ready while the store's Serving is false (README "Admin port").
 	Store func(ctx context.Context) StoreHealth
@@ -145,6 +148,13 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 		proxy.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if cfg.Draining != nil && cfg.Draining() {
+			proxy.WriteJSON(w, http.StatusServiceUnavailable, readyView{
+				Status: "draining", Error: "draining",
+				Message: "the gateway is shutting down: it finishes the requests in flight and accepts no more",
+			})
+			return
+		}
 		if cfg.Store == nil {
 			proxy.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 			return

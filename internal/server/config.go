@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 )
@@ -26,6 +27,9 @@ type Config struct {
 	FallbackRules []byte
 	// Watch reloads the rules when the rule file changes on disk.
 	Watch bool
+	// MaxRulesBytes is the largest rule file read; a larger one is
+	// refused, and the rules in force stay.
+	MaxRulesBytes int64
 	// Listen is the proxy's address.
 	Listen string
 	// AdminListen is the admin address.
@@ -139,6 +143,7 @@ func DefaultConfig() Config {
 	return Config{
 		ConfigPath:        "configs/ratelimiter-rule.yaml",
 		Watch:             true,
+		MaxRulesBytes:     config.DefaultMaxBytes,
 		Listen:            ":8080",
 		AdminListen:       ":9090",
 		AppHeader:         proxy.DefaultAppHeader,
@@ -188,6 +193,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--ipv6-prefix %d is outside 1..128", c.IPv6Prefix)
 	case slices.ContainsFunc(c.AllowUpgrade, func(p string) bool { return strings.EqualFold(strings.TrimSpace(p), "h2c") }):
 		return errors.New("--allow-upgrade cannot allow h2c: the upstream would serve HTTP/2 requests on that connection that the gateway never counts")
+	case c.MaxRulesBytes <= 0:
+		return fmt.Errorf("--max-rules-bytes %d is not positive", c.MaxRulesBytes)
 	case c.MaxKeys <= 0:
 		return fmt.Errorf("--max-keys %d is not positive", c.MaxKeys)
 	case c.RedisTimeout <= 0:

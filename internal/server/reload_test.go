@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/eventually"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/watch"
 )
@@ -321,14 +323,38 @@ func TestCountersSurviveReload(t *testing.T) {
 	if got := remaining(); got != "2" {
 		t.Errorf("after a unit change: remaining %s, want 2", got)
 	}
-	// A removed rule's state is released.
-	g.do("GET", "/v1/gone", "app-9")
+	// A rule removed and restored within its grace period keeps its
+	// count: the edit that removed it was a mistake.
+	unit30 := strings.Replace(rulesWithLimit(3, ""), "unit: 60", "unit: 30", 1)
+	gone := "configs:\n  - appId: app-2\n    limits:\n      - api: /\n        limit: 1\n"
 	before := store.Len()
-	if _, err := reloadTo(t, rules, path, "configs:\n  - appId: app-2\n    limits:\n      - api: /\n        limit: 1\n"); err != nil {
+	if _, err := reloadTo(t, rules, path, gone); err != nil {
 		t.Fatal(err)
 	}
-	if got := store.Len(); got >= before || got != 0 {
-		t.Errorf("keys after removing app-1's rules: got %d (before %d), want 0", got, before)
+	if got := store.Len(); got != before || before == 0 {
+		t.Errorf("keys just after removing app-1's rules: got %d, want all %d kept for the grace period", got, before)
+	}
+	g.clock.set(g.clock.now().Add(30 * time.Second))
+	if _, err := reloadTo(t, rules, path, unit30); err != nil {
+		t.Fatal(err)
+	}
+	if got := remaining(); got != "1" {
+		t.Errorf("restored 30s after its removal: remaining %s, want 1 (the count kept)", got)
+	}
+	// Removed for good: released once the grace period (a minute, the
+	// longer of that and the unit) is over.
+	if _, err := reloadTo(t, rules, path, gone); err != nil {
+		t.Fatal(err)
+	}
+	g.clock.set(g.clock.now().Add(59 * time.Second))
+	rules.Sweep()
+	if got := store.Len(); got == 0 {
+		t.Errorf("keys 59s after the removal: got none, want them kept for the grace period")
+	}
+	g.clock.set(g.clock.now().Add(time.Second))
+	rules.Sweep()
+	if got := store.Len(); got != 0 {
+		t.Errorf("keys a minute after removing app-1's rules: got %d, want 0", got)
 	}
 }
 
@@ -390,5 +416,110 @@ func TestReloadUnderLoad(t *testing.T) {
 	}
 	if got := g.h.Rules().Source.SHA256; got != sha(rulesWithLimit(200, order)) {
 		t.Errorf("rules in force after the last reload: %s.., want the last good file", got[:8])
+	}
+}
+
+// TestWatchStartsWhenAFileReplacesTheBuiltInRules checks that a gateway
+// started on the built-in rules (its rule file missing) watches the file
+// once a reload brings it in force: later edits apply without SIGHUP.
+func TestWatchStartsWhenAFileReplacesTheBuiltInRules(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	g := startLive(t, func(c *Config) {
+		c.ConfigPath = path
+		c.FallbackRules = []byte(rulesWithLimit(1, ""))
+	})
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	get := func() int {
+		req, _ := http.NewRequest("GET", "http://"+g.proxy+"/v1/user", nil)
+		req.Header.Set("X-App-Id", "app-1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	writeFile(t, path, rulesWithLimit(2, ""))
+	if err := g.srv.Reload(); err != nil { // what SIGHUP does
+		t.Fatal(err)
+	}
+	g.logs.waitFor(t, 0, "watching the rule file")
+	writeFile(t, path, rulesWithLimit(1000, ""))
+	eventually.True(t, 10*time.Second, func() bool { return get() == 200 && g.srv.rules.Rules().Source.SHA256 == sha(rulesWithLimit(1000, "")) },
+		"the edit after the switch to the file never came into force")
+}
+
+// TestHalfWrittenFileNeverLoads writes a rule file in two halves 300ms
+// apart, the first a valid file by itself, through the real server's
+// watcher with its default debounce and settle time: the first half is
+// never loaded, and the rule it lacks keeps its count.
+func TestHalfWrittenFileNeverLoads(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	order := "      - api: /v1/order\n        limit: 5\n        unit: 1h\n"
+	writeFile(t, path, rulesWithLimit(5, order))
+	g := startLive(t, func(c *Config) { c.ConfigPath = path })
+	get := func(p string) int {
+		req, _ := http.NewRequest("GET", "http://"+g.proxy+p, nil)
+		req.Header.Set("X-App-Id", "app-1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for i := range 3 {
+		if code := get("/v1/order"); code != 200 {
+			t.Fatalf("spending /v1/order %d: got %d", i, code)
+		}
+	}
+
+	first, whole := rulesWithLimit(6, ""), rulesWithLimit(6, order)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(first); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the writer's pause: the scenario, not a wait for the gateway
+	if _, err := f.WriteString(whole[len(first):]); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	g.logs.waitFor(t, 0, "rules reloaded", "sha256", sha(whole))
+	g.logs.mu.Lock()
+	for _, r := range g.logs.records {
+		if r.msg == "rules reloaded" && r.attrs["sha256"] == sha(first) {
+			t.Errorf("the first half was loaded: %v", r.attrs)
+		}
+	}
+	g.logs.mu.Unlock()
+	for i, want := range []int{200, 200, 429} {
+		if code := get("/v1/order"); code != want {
+			t.Errorf("/v1/order request %d after the edit: got %d, want %d (3 of 5 spent before)", i, code, want)
+		}
+	}
+}
+
+// TestOversizedRuleFileRefused checks --max-rules-bytes: a larger file is
+// refused at a reload with an error naming the flag, and the rules in
+// force stay.
+func TestOversizedRuleFileRefused(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, path, rulesWithLimit(5, ""))
+	g := startLive(t, func(c *Config) { c.ConfigPath, c.MaxRulesBytes, c.Watch = path, 4096, false })
+	writeFile(t, path, rulesWithLimit(7, "")+"# "+strings.Repeat("x", 5000)+"\n")
+	changed, err := g.srv.rules.Reload()
+	if changed || err == nil || !strings.Contains(err.Error(), "--max-rules-bytes") {
+		t.Errorf("reload of a 5 KB file over a 4 KiB cap: changed %v, err %v; want an error naming --max-rules-bytes", changed, err)
+	}
+	if got := g.srv.rules.Rules().Source.SHA256; got != sha(rulesWithLimit(5, "")) {
+		t.Errorf("rules in force changed to %s", got)
 	}
 }

@@ -24,6 +24,20 @@ type Reloader struct {
 	mu          sync.Mutex // serializes reloads and guards the fields below
 	lastError   string
 	lastErrorAt time.Time
+	// retired are the counter keys of limits that reloads removed, with
+	// when their counters may be forgotten (see Sweep).
+	retired map[string]time.Time
+}
+
+// MaxRetiredGrace bounds how long the counters of a removed rule are kept:
+// the longer of its unit and a minute, at most this.
+const MaxRetiredGrace = time.Hour
+
+// retiredGrace returns how long the counters of a removed limit with this
+// window are kept, so that a rule removed and restored within it (an edit
+// saved in two steps, a bad rollout rolled back) keeps its count.
+func retiredGrace(window time.Duration) time.Duration {
+	return min(max(window, time.Minute), MaxRetiredGrace)
 }
 
 // ReloaderConfig configures a Reloader.
@@ -75,7 +89,8 @@ func (r *Reloader) Rules() *proxy.RuleSet { return r.handler.Rules() }
 // Counters survive: a rule whose counter shape (app, api, method,
 // algorithm, unit, precision) is unchanged keeps its key and so its state,
 // and a changed limit applies at once to the counts already made. The
-// state of rules that are gone is released.
+// state of rules that are gone is released once their grace period is
+// over (see Sweep).
 func (r *Reloader) Reload() (changed bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -113,11 +128,56 @@ func (r *Reloader) reload() (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	old := r.handler.Rules()
 	r.handler.SetRules(rs)
-	if r.forget != nil {
-		r.forget(rs.OwnsKey)
-	}
+	r.retire(old, rs)
+	r.sweep()
 	return true, nil
+}
+
+// retire notes the limits of old that rs no longer has, and forgets the
+// notes of those rs has again. r.mu is held.
+func (r *Reloader) retire(old, rs *proxy.RuleSet) {
+	now, keys := r.now(), rs.LimitKeys()
+	for k, window := range old.LimitKeys() {
+		if _, ok := keys[k]; !ok {
+			if r.retired == nil {
+				r.retired = map[string]time.Time{}
+			}
+			r.retired[k] = now.Add(retiredGrace(window))
+		}
+	}
+	for k := range r.retired {
+		if _, ok := keys[k]; ok {
+			delete(r.retired, k)
+		}
+	}
+}
+
+// Sweep releases the counters of the limits that reloads removed and
+// whose grace period (the longer of their unit and a minute, at most
+// MaxRetiredGrace) is over; until then a restored rule finds its count.
+// The server calls it every minute.
+func (r *Reloader) Sweep() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sweep()
+}
+
+func (r *Reloader) sweep() {
+	if r.forget == nil {
+		return
+	}
+	now := r.now()
+	for k, until := range r.retired {
+		if !now.Before(until) {
+			delete(r.retired, k)
+		}
+	}
+	rs := r.handler.Rules()
+	r.forget(func(key string) bool {
+		return rs.OwnsKey(key) || proxy.KeyOf(key, func(k string) bool { _, ok := r.retired[k]; return ok })
+	})
 }
 
 // lastErr returns the last reload error and when it happened, or "".

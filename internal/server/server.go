@@ -14,6 +14,8 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,7 +43,16 @@ type Server struct {
 	// watched reports whether the rule file in force is ConfigPath, so
 	// that its changes are watched (not the built-in rules).
 	watched bool
-	closers []func() error // run by Close, last first
+	// watchMu guards watchCtx and watching: the rule file's watcher
+	// starts when Serve does, or at the first reload that brings the
+	// file in place of the built-in rules.
+	watchMu  sync.Mutex
+	watchCtx context.Context // Serve's; nil before
+	watching bool
+	// draining is set once Serve stops accepting requests: /readyz then
+	// answers 503, so that load balancers send no more.
+	draining atomic.Bool
+	closers  []func() error // run by Close, last first
 }
 
 // New builds the gateway of cfg and binds its listeners. It fails, having
@@ -145,12 +156,19 @@ func New(cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	s.rules = NewReloader(ReloaderConfig{
-		Handler:  s.handler,
-		Load:     func() (*config.Rules, error) { return config.Load(cfg.ConfigPath) },
-		Options:  copts,
-		Forget:   s.st.forget(),
-		OnReload: func(ok bool, rs *proxy.RuleSet) { s.metrics.RulesLoaded(ok, rs, rs.LoadedAt) },
-		Logger:   log,
+		Handler: s.handler,
+		Load:    func() (*config.Rules, error) { return config.LoadMax(cfg.ConfigPath, cfg.MaxRulesBytes) },
+		Options: copts,
+		Forget:  s.st.forget(),
+		OnReload: func(ok bool, rs *proxy.RuleSet) {
+			s.metrics.RulesLoaded(ok, rs, rs.LoadedAt)
+			if ok && rs.Source.Path == cfg.ConfigPath {
+				if err := s.watchRules(); err != nil {
+					log.Error("cannot watch the rule file; reload it with SIGHUP or POST /rules/reload", "err", err)
+				}
+			}
+		},
+		Logger: log,
 	})
 	log.Info("rules loaded", "path", parsed.Path, "sha256", parsed.SHA256, "apps", len(parsed.Apps))
 
@@ -174,7 +192,10 @@ func New(cfg Config) (_ *Server, err error) {
 		s.proxySrv.TLSConfig = serverTLSConfig(s.certs)
 	}
 	s.adminSrv = &http.Server{
-		Handler:           NewAdmin(AdminConfig{Rules: s.rules, Store: s.st.health, Metrics: s.metrics.Handler(), Pprof: cfg.Pprof, Token: adminToken}),
+		Handler: NewAdmin(AdminConfig{
+			Rules: s.rules, Store: s.st.health, Draining: s.draining.Load,
+			Metrics: s.metrics.Handler(), Pprof: cfg.Pprof, Token: adminToken,
+		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          errLog,
@@ -200,7 +221,8 @@ func (s *Server) Reload() error {
 }
 
 // Serve serves until ctx is done, then stops accepting, drains in-flight
-// requests for at most ShutdownTimeout, and releases everything New built.
+// requests for at most ShutdownTimeout (while /readyz answers 503
+// draining), and releases everything New built.
 // With Watch, a change of the rule file reloads the rules; with TLS, a
 // change of the certificate pair reloads it.
 func (s *Server) Serve(ctx context.Context) error {
@@ -215,9 +237,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		}
 		defer stop()
 	}
-	if s.st.mem != nil {
-		go s.st.mem.SweepEvery(ctx, time.Minute, time.Now)
-	}
+	go s.sweepEvery(ctx, time.Minute)
 	if s.st.redis != nil {
 		// Redis may be down: the gateway serves by --fail-mode meanwhile
 		// and uses Redis as soon as it answers.
@@ -225,17 +245,13 @@ func (s *Server) Serve(ctx context.Context) error {
 			log.Warn("redis unreachable at start; serving by --fail-mode until it answers", "err", err, "fail_mode", cfg.FailMode.String())
 		}
 	}
-	if cfg.Watch && s.watched {
-		w, err := watch.New(watch.Config{
-			Path:     cfg.ConfigPath,
-			OnChange: func() { s.rules.Reload() },
-			Logger:   log.With("watching", "rule file"),
-		})
-		if err != nil {
+	s.watchMu.Lock()
+	s.watchCtx = ctx
+	s.watchMu.Unlock()
+	if s.watched {
+		if err := s.watchRules(); err != nil {
 			return err
 		}
-		defer w.Close()
-		go w.Run(ctx)
 	}
 
 	errc := make(chan error, 2)
@@ -258,14 +274,61 @@ func (s *Server) Serve(ctx context.Context) error {
 		return fmt.Errorf("serving: %w", err)
 	}
 	log.Info("shutting down: draining in-flight requests", "timeout", cfg.ShutdownTimeout)
+	s.draining.Store(true)
 	sctx, scancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer scancel()
+	// The admin port stays up through the drain, answering /readyz 503.
 	perr := s.proxySrv.Shutdown(sctx)
 	aerr := s.adminSrv.Shutdown(sctx)
 	if err := errors.Join(perr, aerr); err != nil {
 		return fmt.Errorf("shutting down: %w", err)
 	}
 	log.Info("stopped")
+	return nil
+}
+
+// sweepEvery evicts idle counters from the memory store, and the counters
+// of removed rules whose grace period is over, every interval until ctx is
+// done.
+func (s *Server) sweepEvery(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if s.st.mem != nil {
+				s.st.mem.Sweep(now)
+			}
+			s.rules.Sweep()
+		}
+	}
+}
+
+// watchRules starts watching the rule file, with Watch, once Serve has
+// started and unless it already watches.
+func (s *Server) watchRules() error {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	if !s.cfg.Watch || s.watching || s.watchCtx == nil {
+		return nil
+	}
+	log := s.log.With("watching", "rule file")
+	w, err := watch.New(watch.Config{
+		Path:     s.cfg.ConfigPath,
+		OnChange: func() { s.rules.Reload() },
+		Logger:   log,
+	})
+	if err != nil {
+		return err
+	}
+	s.watching = true
+	go func() {
+		w.Run(s.watchCtx)
+		w.Close()
+	}()
+	log.Info("watching the rule file", "path", s.cfg.ConfigPath)
 	return nil
 }
 
@@ -288,7 +351,7 @@ func (s *Server) Close() error {
 // back: a rule file deleted later must not bring the examples into force.
 func (s *Server) loadInitialRules() (*config.Rules, error) {
 	cfg := s.cfg
-	r, err := config.Load(cfg.ConfigPath)
+	r, err := config.LoadMax(cfg.ConfigPath, cfg.MaxRulesBytes)
 	if err != nil && cfg.FallbackRules != nil && errors.Is(err, os.ErrNotExist) {
 		s.log.Warn("rule file not found; using the example rules built into the binary", "path", cfg.ConfigPath)
 		return config.Parse("built-in:ratelimiter-rule.yaml", cfg.FallbackRules)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -21,6 +22,11 @@ import (
 // burst before it reloads: an editor's save is several events (write temp,
 // rename, chmod), a Kubernetes ConfigMap update a few more.
 const DefaultDebounce = 100 * time.Millisecond
+
+// DefaultSettle is how long the file must stay unchanged (size and
+// modification time) after a burst before the watcher reports it: a file
+// written in parts, with pauses between them, is not reported half-written.
+const DefaultSettle = 500 * time.Millisecond
 
 // Clock is what the watcher needs of time. Tests pass a fake so that the
 // debounce logic runs on fixed instants, without sleeping.
@@ -49,6 +55,9 @@ type Config struct {
 	// Debounce is the quiet time that ends a burst. Default
 	// DefaultDebounce.
 	Debounce time.Duration
+	// Settle is how long the file must then stay unchanged before
+	// OnChange is called. Default DefaultSettle; negative means no wait.
+	Settle time.Duration
 	// Clock schedules the debounced call. Default: the real clock.
 	Clock Clock
 	// Logger receives watch errors. Default slog.Default().
@@ -89,6 +98,9 @@ func New(cfg Config) (*Watcher, error) {
 	if cfg.Debounce < 0 {
 		return nil, fmt.Errorf("config: negative debounce %s", cfg.Debounce)
 	}
+	if cfg.Settle == 0 {
+		cfg.Settle = DefaultSettle
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = realClock{}
 	}
@@ -109,12 +121,13 @@ func New(cfg Config) (*Watcher, error) {
 		base:     filepath.Base(abs),
 		log:      cfg.Logger,
 		fs:       fs,
-		debounce: &debouncer{clock: cfg.Clock, wait: cfg.Debounce, f: cfg.OnChange},
+		debounce: &debouncer{clock: cfg.Clock, wait: cfg.Debounce, settle: cfg.Settle, f: cfg.OnChange},
 	}
 	if err := fs.Add(w.dir); err != nil {
 		fs.Close()
 		return nil, fmt.Errorf("watching directory %s: %w", w.dir, err)
 	}
+	w.debounce.stat = func() fileState { return statFile(abs) }
 	w.resolve()
 	return w, nil
 }
@@ -197,14 +210,36 @@ func (w *Watcher) resolve() {
 	w.targetDir = dir
 }
 
-// debouncer calls f once, wait after the last of a burst of triggers.
-type debouncer struct {
-	clock Clock
-	wait  time.Duration
-	f     func()
+// fileState is what tells a file changed without reading it.
+type fileState struct {
+	exists bool
+	size   int64
+	mtime  int64 // nanoseconds since the Unix epoch
+}
 
-	mu    sync.Mutex
-	timer Timer
+func statFile(path string) fileState {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileState{}
+	}
+	return fileState{exists: true, size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+}
+
+// debouncer calls f once, wait after the last of a burst of triggers, and
+// then only once the file has stayed the same (stat) for settle: a writer
+// that pauses between two parts of a file triggers once per part, and the
+// first part alone must not be loaded.
+type debouncer struct {
+	clock  Clock
+	wait   time.Duration
+	settle time.Duration // < 0: no settling
+	stat   func() fileState
+	f      func()
+
+	mu      sync.Mutex
+	timer   Timer
+	last    fileState // the file when it was last looked at
+	checked bool      // last holds a look of this burst
 }
 
 func (d *debouncer) trigger() {
@@ -213,7 +248,25 @@ func (d *debouncer) trigger() {
 	if d.timer != nil {
 		d.timer.Stop()
 	}
-	d.timer = d.clock.AfterFunc(d.wait, d.f)
+	d.timer = d.clock.AfterFunc(d.wait, d.fire)
+}
+
+// fire runs when a burst has been quiet for wait, and then after each
+// settle: it calls f once the file looks as it did a settle ago.
+func (d *debouncer) fire() {
+	d.mu.Lock()
+	if d.settle > 0 && d.stat != nil {
+		st := d.stat()
+		if !d.checked || st != d.last {
+			d.last, d.checked = st, true
+			d.timer = d.clock.AfterFunc(d.settle, d.fire)
+			d.mu.Unlock()
+			return
+		}
+	}
+	d.checked = false
+	d.mu.Unlock()
+	d.f()
 }
 
 func (d *debouncer) stop() {

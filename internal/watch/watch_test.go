@@ -112,6 +112,74 @@ func TestDebounce(t *testing.T) {
 	}
 }
 
+// TestSettle checks that a file written in two parts, with a pause longer
+// than the debounce between them, is reported once, whole: the watcher
+// reports it only once it has stayed the same for the settle time.
+func TestSettle(t *testing.T) {
+	t.Parallel()
+	const wait, settle = 100 * time.Millisecond, 500 * time.Millisecond
+	half, whole := fileState{exists: true, size: 10, mtime: 1}, fileState{exists: true, size: 20, mtime: 2}
+	type step struct {
+		write   *fileState // the file becomes this, with an event
+		advance time.Duration
+		calls   int
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{name: "written at once", steps: []step{
+			{write: &whole},
+			{advance: wait, calls: 0},
+			{advance: settle - time.Millisecond, calls: 0},
+			{advance: time.Millisecond, calls: 1},
+		}},
+		{name: "two halves 300ms apart", steps: []step{
+			{write: &half},
+			{advance: 300 * time.Millisecond, calls: 0}, // looked at after 100ms: half
+			{write: &whole},
+			{advance: wait, calls: 0}, // looked at again: changed
+			{advance: settle, calls: 1},
+		}},
+		{name: "quiet after one write", steps: []step{
+			{write: &half},
+			{advance: wait},
+			{advance: settle / 2},
+			{write: nil},
+			{advance: settle / 2, calls: 1},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			clock := &fakeClock{}
+			var mu sync.Mutex
+			var file fileState
+			calls, got := 0, []fileState{}
+			d := &debouncer{clock: clock, wait: wait, settle: settle,
+				stat: func() fileState { mu.Lock(); defer mu.Unlock(); return file },
+				f:    func() { calls++; mu.Lock(); got = append(got, file); mu.Unlock() }}
+			for i, s := range tt.steps {
+				if s.write != nil {
+					mu.Lock()
+					file = *s.write
+					mu.Unlock()
+					d.trigger()
+				}
+				clock.advance(s.advance)
+				if calls != s.calls {
+					t.Fatalf("step %d: calls %d, want %d", i, calls, s.calls)
+				}
+			}
+			for _, f := range got {
+				if f == half && tt.name == "two halves 300ms apart" {
+					t.Errorf("reported the half-written file")
+				}
+			}
+		})
+	}
+}
+
 func TestDebounceStop(t *testing.T) {
 	t.Parallel()
 	clock := &fakeClock{}

@@ -1,0 +1,30 @@
+package config
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+// DefaultMaxBytes is the default largest rule file LoadMax reads: far
+// above any hand-written rule file (the example is 3 KiB), and small
+// enough that reading and parsing one cannot take the gateway's memory.
+const DefaultMaxBytes = 16 << 20
+
+// LoadMax is Load for a file of at most maxBytes bytes; a larger one is an
+// error, and nothing beyond maxBytes+1 bytes of it is read.
+func LoadMax(path string, maxBytes int64) (*Rules, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading rules %s: %w", path, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading rules %s: %w", path, err)
+	}
+	if int64(len(data)) > maxBytes {
+		return nil, fmt.Errorf("rules %s: the file is larger than %d bytes (--max-rules-bytes); the rules in force stay", path, maxBytes)
+	}
+	return Parse(path, data)
+}

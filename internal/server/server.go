@@ -40,13 +40,13 @@ type Server struct {
 	adminSrv *http.Server
 	pl, al   net.Listener
 	upstream string
-	// watched reports whether the rule file in force is ConfigPath, so
-	// that its changes are watched (not the built-in rules).
-	watched bool
-	// watchMu guards watchCtx and watching: the rule file's watcher
+	// watchMu guards watched, watchCtx and watching: the rule file's watcher
 	// starts when Serve does, or at the first reload that brings the
 	// file in place of the built-in rules.
-	watchMu  sync.Mutex
+	watchMu sync.Mutex
+	// watched reports whether the rule file in force is ConfigPath, so
+	// that its changes are watched (not the built-in rules).
+	watched  bool
 	watchCtx context.Context // Serve's; nil before
 	watching bool
 	// draining is set once Serve stops accepting requests: /readyz then
@@ -247,8 +247,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	s.watchMu.Lock()
 	s.watchCtx = ctx
+	watched := s.watched
 	s.watchMu.Unlock()
-	if s.watched {
+	if watched {
 		if err := s.watchRules(); err != nil {
 			return err
 		}
@@ -306,11 +307,13 @@ func (s *Server) sweepEvery(ctx context.Context, every time.Duration) {
 	}
 }
 
-// watchRules starts watching the rule file, with Watch, once Serve has
-// started and unless it already watches.
+// watchRules notes that the rule file is in force and starts watching
+// it, with Watch, once Serve has started (Serve starts it otherwise) and
+// unless it already watches.
 func (s *Server) watchRules() error {
 	s.watchMu.Lock()
 	defer s.watchMu.Unlock()
+	s.watched = true
 	if !s.cfg.Watch || s.watching || s.watchCtx == nil {
 		return nil
 	}

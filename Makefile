@@ -11,10 +11,10 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/gateway
 
-# A working gateway on the built-in defaults: memory store, the example
+# A working gateway: memory store, the demo
 # rules and a demo upstream. Try: curl -i -H 'X-App-Id: app-1' localhost:8080/v1/user/42
 run:
-	$(GO) run ./cmd/gateway serve --demo-upstream --log-format text
+	$(GO) run ./cmd/gateway serve --demo-upstream --config configs/demo-rules.yaml --log-format text
 
 # What CI runs (.ci/run): formatting, vet, staticcheck, the deploy checks,
 # and every test with the race detector, fuzz seed corpora included.

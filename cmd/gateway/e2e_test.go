@@ -302,7 +302,7 @@ func TestEndToEndGracefulShutdown(t *testing.T) {
 }
 
 func TestEndToEndDemoUpstream(t *testing.T) {
-	g := startGateway(t, nil, "--demo-upstream", "--config", "configs/ratelimiter-rule.yaml")
+	g := startGateway(t, nil, "--demo-upstream", "--config", "configs/demo-rules.yaml")
 	code, body := send(t, "GET", g.proxy+"/v1/user/42", "X-App-Id", "app-1")
 	if code != 200 || !strings.Contains(body, `"upstream":"demo"`) || !strings.Contains(body, `"path":"/v1/user/42"`) {
 		t.Errorf("demo upstream: got %d %s", code, body)
@@ -354,7 +354,7 @@ func TestValidateCommand(t *testing.T) {
 }
 
 func TestMatchCommand(t *testing.T) {
-	code, out, errOut := runBinary(t, "match", "--config", "configs/ratelimiter-rule.yaml", "--app", "app-1", "--method", "GET", "/v1//user/42/orders")
+	code, out, errOut := runBinary(t, "match", "--config", "configs/demo-rules.yaml", "--app", "app-1", "--method", "GET", "/v1//user/42/orders")
 	if code != 0 {
 		t.Fatalf("match: exit %d: %s", code, errOut)
 	}

@@ -70,11 +70,34 @@ GATEWAY_UPSTREAM=http://127.0.0.1:8081. A flag given on the command line wins.`,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			return flagsFromEnv(cmd.Flags())
 		},
+		// Runnable, so that an unknown command is a usage error (exit 2)
+		// rather than cobra's plain one.
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError{fmt.Errorf("unknown command %q; run 'gateway --help' for the commands", args[0])}
+			}
+			return cmd.Help()
+		},
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newServeCmd(), newValidateCmd(), newMatchCmd(), newReplayCmd(), newVersionCmd())
+	// cobra's completion command prints its help for a shell it does not
+	// know, and succeeds: make that a usage error.
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			c.Args = cobra.ArbitraryArgs
+			c.RunE = func(cmd *cobra.Command, args []string) error {
+				if len(args) > 0 {
+					return usageError{fmt.Errorf("completion: unknown shell %q; use bash, zsh, fish or powershell", args[0])}
+				}
+				return cmd.Help()
+			}
+		}
+	}
 	return root
 }
 

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -27,4 +28,20 @@ func LoadMax(path string, maxBytes int64) (*Rules, error) {
 		return nil, fmt.Errorf("rules %s: the file is larger than %d bytes (--max-rules-bytes); the rules in force stay", path, maxBytes)
 	}
 	return Parse(path, data)
+}
+
+// FallbackPath is the Path of the rules LoadOrFallback falls back to.
+const FallbackPath = "built-in:ratelimiter-rule.yaml"
+
+// LoadOrFallback is LoadMax, except that when the file does not exist and
+// fallback is not nil it parses fallback instead (the rules built into the
+// binary), reporting that it did. Only a first load should fall back: a
+// rule file deleted later must not bring the built-in rules into force.
+func LoadOrFallback(path string, maxBytes int64, fallback []byte) (r *Rules, fellBack bool, err error) {
+	r, err = LoadMax(path, maxBytes)
+	if err != nil && fallback != nil && errors.Is(err, os.ErrNotExist) {
+		r, err = Parse(FallbackPath, fallback)
+		return r, true, err
+	}
+	return r, false, err
 }

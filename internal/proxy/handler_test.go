@@ -606,3 +606,32 @@ func TestSetRulesSwapsAtomically(t *testing.T) {
 		t.Errorf("after swap: got %d, want 429", w.Code)
 	}
 }
+
+// TestBlockedSaysSo checks the response of a limit of 0: "blocked", with
+// nothing that invites a retry (no Retry-After, no reset in the headers),
+// and never forwarded.
+func TestBlockedSaysSo(t *testing.T) {
+	t.Parallel()
+	g := newGW(t, basicRules)
+	for range 3 {
+		w := g.do("GET", "/v1/blocked/x", "app-1")
+		var body map[string]any
+		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+			t.Fatal(err)
+		}
+		if w.Code != 429 || body["error"] != "blocked" || body["api"] != "/v1/blocked" || body["limit"] != 0.0 {
+			t.Errorf("got %d %v, want 429 blocked on /v1/blocked with limit 0", w.Code, body)
+		}
+		for _, h := range []string{"Retry-After", "X-Ratelimit-Reset"} {
+			if v := w.Header().Get(h); v != "" {
+				t.Errorf("%s: %q, want none: no wait helps", h, v)
+			}
+		}
+		if v := w.Header().Get("Ratelimit"); !strings.Contains(v, `"app-1/v1/blocked";r=0`) || strings.Contains(v, `blocked";r=0;t=`) {
+			t.Errorf("RateLimit: %q, want r=0 and no t for the blocked limit", v)
+		}
+	}
+	if n := len(g.up.seen()); n != 0 {
+		t.Errorf("the upstream saw %d requests, want 0", n)
+	}
+}

@@ -15,12 +15,17 @@ import (
 // headers, Retry-After, and the JSON body of a 429.
 
 // reject writes the limited response for the denying limit with the
-// longest wait.
+// longest wait. A limit of 0 never admits: its response says "blocked",
+// with no Retry-After, since no wait would help.
 func (h *Handler) reject(w http.ResponseWriter, lims []*compiledLimit, res []limit.Result) {
 	worst := -1
 	for i := range res {
 		if res[i].Allowed || lims[i].shadow {
 			continue
+		}
+		if lims[i].params.Limit == 0 {
+			writeBlocked(w, h.limitStatus, lims[i])
+			return
 		}
 		if worst < 0 || res[i].RetryAfter > res[worst].RetryAfter {
 			worst = i
@@ -60,6 +65,11 @@ func (h *Handler) writeHeaders(hdr http.Header, lims []*compiledLimit, res []lim
 	}
 	if h.headers == HeadersBoth || h.headers == HeadersLegacy {
 		r := res[most]
+		if lims[most].params.Limit == 0 {
+			// Blocked: no reset to wait for.
+			hdr["X-Ratelimit-Limit"], hdr["X-Ratelimit-Remaining"] = smallInts[0], smallInts[0]
+			return
+		}
 		if r.Limit == lims[most].params.Limit {
 			hdr["X-Ratelimit-Limit"] = lims[most].limitHdr
 		} else {
@@ -113,6 +123,9 @@ func stateHeader(lims []*compiledLimit, res []limit.Result) string {
 		b = append(b, cl.name...)
 		b = append(b, ";r="...)
 		b = strconv.AppendInt(b, max(res[i].Remaining, 0), 10)
+		if cl.params.Limit == 0 {
+			continue // blocked: no reset to wait for
+		}
 		b = append(b, ";t="...)
 		b = strconv.AppendInt(b, ceilSeconds(res[i].Reset), 10)
 	}
@@ -152,4 +165,19 @@ func writeLimited(w http.ResponseWriter, status int, cl *compiledLimit, retryAft
 	w.Header()["Content-Type"] = hdrJSON
 	w.WriteHeader(status)
 	w.Write(body)
+}
+
+// writeBlocked writes the response of a limit of 0: the request can never
+// be admitted, so nothing invites a retry.
+func writeBlocked(w http.ResponseWriter, status int, cl *compiledLimit) {
+	body, err := json.Marshal(errorBody{
+		Error: "blocked", App: &cl.app, API: &cl.api, Limit: &cl.params.Limit,
+		Message: "this API is blocked for this caller (its limit is 0): no request is admitted, whenever it is sent",
+	})
+	if err != nil {
+		panic("proxy: marshaling a blocked body: " + err.Error())
+	}
+	w.Header()["Content-Type"] = hdrJSON
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
 }

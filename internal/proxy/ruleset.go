@@ -258,9 +258,21 @@ func (rs *RuleSet) Explain(app, method, path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("path %q would be rejected with 400: %w", path, err)
 	}
+	if app != "" {
+		if _, err := CheckAppID(app); err != nil {
+			return "", fmt.Errorf("app ID %q would be rejected with 400 invalid_app_id: %w", app, err)
+		}
+	}
+	if !validMethod(method) {
+		return "", fmt.Errorf("method %q is not an HTTP method", method)
+	}
+	method = upperASCII(method)
 	var b strings.Builder
 	if clean != path {
 		fmt.Fprintf(&b, "path %q is normalized to %q\n", path, clean)
+	}
+	if method == http.MethodHead {
+		b.WriteString("method HEAD is matched as GET, unless a rule lists HEAD\n")
 	}
 	sec, known := rs.lookup(app)
 	switch {
@@ -280,13 +292,18 @@ func (rs *RuleSet) Explain(app, method, path string) (string, error) {
 	} else {
 		b.WriteString("  no app total\n")
 	}
-	cands := sec.trie.Explain(method, clean)
-	chosen := false
+	explainMethod := method
+	if cl, _, ok := sec.trie.Match(method, clean); method == http.MethodHead && !(ok && cl.head) {
+		explainMethod = http.MethodGet
+	}
+	cands := sec.trie.Explain(explainMethod, clean)
+	chosen, blocked := false, sec.total != nil && sec.total.params.Limit == 0 && !sec.total.shadow
 	for _, c := range cands {
 		var mark string
 		if c.Chosen {
 			mark = "  applies:"
 			chosen = true
+			blocked = blocked || c.Value.params.Limit == 0 && !c.Value.shadow
 		} else {
 			mark = "  skipped:"
 		}
@@ -298,6 +315,8 @@ func (rs *RuleSet) Explain(app, method, path string) (string, error) {
 	switch {
 	case sec.total == nil && !chosen:
 		b.WriteString("decision: forwarded without a limit (unmatched)\n")
+	case blocked:
+		b.WriteString("decision: never admitted (blocked by a limit of 0)\n")
 	default:
 		b.WriteString("decision: admitted while every applicable limit has room\n")
 	}
@@ -320,19 +339,33 @@ func byName(byIP bool) string {
 	return "section"
 }
 
+// describe says everything about a limit that decides a request.
 func describe(cl *compiledLimit) string {
 	p := cl.params
-	var s string
+	var b strings.Builder
 	switch p.Limit {
 	case limit.Unlimited:
-		s = "unlimited"
+		b.WriteString("unlimited")
 	case 0:
-		s = "blocks every request"
+		b.WriteString("blocks every request")
 	default:
-		s = fmt.Sprintf("%d per %s (%s)", p.Limit, p.Window, p.Algorithm)
+		fmt.Fprintf(&b, "%d per %s (%s", p.Limit, p.Window, p.Algorithm)
+		if p.Precision > 0 {
+			fmt.Fprintf(&b, ", precision %d", p.Precision)
+		}
+		if p.Burst > 0 {
+			fmt.Fprintf(&b, ", burst %d", p.Burst)
+		}
+		if p.Warmup > 0 {
+			fmt.Fprintf(&b, ", warmup %s", p.Warmup)
+		}
+		b.WriteString(")")
+		if p.Lock > 0 {
+			fmt.Fprintf(&b, ", lockSeconds %s: once limited, denied for that long", strconv.FormatFloat(p.Lock.Seconds(), 'f', -1, 64))
+		}
 	}
 	if cl.shadow {
-		s += " [shadow: never blocks]"
+		b.WriteString(" [shadow: never blocks]")
 	}
-	return s
+	return b.String()
 }

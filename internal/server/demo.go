@@ -16,10 +16,10 @@ type DemoUpstream struct {
 	srv *http.Server
 }
 
-// StartDemoUpstream starts a DemoUpstream on a free loopback port.
-// appHeader is the gateway's app header, echoed as "app" when the gateway
-// forwards it (--forward-app-header).
-func StartDemoUpstream(appHeader string) (*DemoUpstream, error) {
+// StartDemoUpstream starts a DemoUpstream on a free loopback port. It
+// echoes exactly what reaches it: the method, path, query, Host and
+// headers the gateway forwarded.
+func StartDemoUpstream() (*DemoUpstream, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -28,13 +28,13 @@ func StartDemoUpstream(appHeader string) (*DemoUpstream, error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
-			json.NewEncoder(w).Encode(map[string]string{
+			json.NewEncoder(w).Encode(map[string]any{
 				"upstream": "demo",
 				"method":   r.Method,
 				"path":     r.URL.Path,
 				"query":    r.URL.RawQuery,
-				"app":      r.Header.Get(appHeader),
-				"client":   r.Header.Get("X-Forwarded-For"),
+				"host":     r.Host,
+				"headers":  r.Header,
 			})
 		}),
 	}

@@ -101,7 +101,7 @@ func New(cfg Config) (_ *Server, err error) {
 
 	s.upstream = cfg.Upstream
 	if cfg.DemoUpstream {
-		demo, err := StartDemoUpstream(cfg.AppHeader)
+		demo, err := StartDemoUpstream()
 		if err != nil {
 			return nil, err
 		}
@@ -350,16 +350,14 @@ func (s *Server) Close() error {
 }
 
 // loadInitialRules reads the rule file, falling back to the built-in rules
-// when the file is missing and none was named. Only the first load falls
-// back: a rule file deleted later must not bring the examples into force.
+// when the file is missing and none was named.
 func (s *Server) loadInitialRules() (*config.Rules, error) {
 	cfg := s.cfg
-	r, err := config.LoadMax(cfg.ConfigPath, cfg.MaxRulesBytes)
-	if err != nil && cfg.FallbackRules != nil && errors.Is(err, os.ErrNotExist) {
-		s.log.Warn("rule file not found; using the example rules built into the binary", "path", cfg.ConfigPath)
-		return config.Parse("built-in:ratelimiter-rule.yaml", cfg.FallbackRules)
+	r, fellBack, err := config.LoadOrFallback(cfg.ConfigPath, cfg.MaxRulesBytes, cfg.FallbackRules)
+	if fellBack {
+		s.log.Warn("rule file not found; using the rules built into the binary", "path", cfg.ConfigPath)
 	}
-	s.watched = err == nil
+	s.watched = err == nil && !fellBack
 	return r, err
 }
 

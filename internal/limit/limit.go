@@ -152,12 +152,6 @@ type Request struct {
 	// part of Key before its first "|" (the app ID of the proxy's keys).
 	// The memory store ignores it.
 	Tag string
-	// Hash, when not 0, is Memory.Hash of Key, computed ahead by a caller
-	// whose keys are fixed (a configured app's rules) so that the memory
-	// store need not hash Key on every decision. A Hash of another key or
-	// from another store costs the store a second hash, never a wrong
-	// count. The Redis store ignores it.
-	Hash uint64
 }
 
 // Result is the outcome of one Request.

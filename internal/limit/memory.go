@@ -43,8 +43,7 @@ type MemoryConfig struct {
 //
 // Keys are hashed with a random seed: callers choose the keys (client
 // IPs), so a fixed hash would let them pile every key into one shard.
-// One hash of the key picks both its shard and its slot there, and a
-// caller with fixed keys can compute it ahead (Request.Hash).
+// One hash of the key picks both its shard and its slot there.
 //
 // Idle keys stay until Sweep (or SweepEvery) evicts them; a shard's table
 // shrinks when a sweep leaves it mostly empty.
@@ -316,10 +315,6 @@ func (m *Memory) Allow(_ context.Context, now time.Time, reqs []Request, res []R
 	return m.allowMany(now.UnixNano(), reqs, res)
 }
 
-// errWrongHash is entryFor's report of a Request.Hash that is not the
-// hash of its key: the shards locked for it may be the wrong ones.
-var errWrongHash = errors.New("limit: wrong Request.Hash")
-
 // allowMany is Allow for several requests, or one that may need its
 // Overflow shard.
 func (m *Memory) allowMany(ns int64, reqs []Request, res []Result) (bool, error) {
@@ -332,20 +327,6 @@ func (m *Memory) allowMany(ns int64, reqs []Request, res []Result) (bool, error)
 			return false, fmt.Errorf("limit: request for %q has no params", reqs[i].Key)
 		}
 	}
-	allowed, err := m.allowLocked(ns, reqs, res, true)
-	if err == errWrongHash {
-		// Nothing was counted; do it again with the keys' own hashes.
-		allowed, err = m.allowLocked(ns, reqs, res, false)
-	}
-	return allowed, err
-}
-
-// allowLocked is allowMany after its checks: it locks the shards of reqs,
-// which it finds with their Request.Hash when hints is true, and decides
-// them. It returns errWrongHash, having counted nothing, if a hint was
-// wrong.
-func (m *Memory) allowLocked(ns int64, reqs []Request, res []Result, hints bool) (bool, error) {
-	n := len(reqs)
 	res = res[:n]
 	// The cap is checked once, before locking: an Overflow shard is
 	// locked only when it may be needed. Callers racing below the cap may
@@ -367,10 +348,7 @@ func (m *Memory) allowLocked(ns int64, reqs []Request, res []Result, hints bool)
 	ents, hashes = ents[:n], hashes[:2*n]
 	for i := range reqs {
 		r := &reqs[i]
-		kh := r.Hash
-		if !hints || kh == 0 {
-			kh = m.hash(r.Key)
-		}
+		kh := m.hash(r.Key)
 		hashes[2*i] = kh
 		locks = insertSorted(locks, m.shardOf(kh))
 		if atCap && r.Overflow != "" {
@@ -389,7 +367,7 @@ func (m *Memory) allowLocked(ns int64, reqs []Request, res []Result, hints bool)
 	allowed := true
 	for i := range reqs {
 		r := &reqs[i]
-		e, err := m.entryFor(r, hashes[2*i], hints && r.Hash != 0, atCap && r.Overflow != "", hashes[2*i+1])
+		e, err := m.entryFor(r, hashes[2*i], atCap && r.Overflow != "", hashes[2*i+1])
 		if err != nil {
 			return false, err
 		}
@@ -414,10 +392,7 @@ func (m *Memory) allowLocked(ns int64, reqs []Request, res []Result, hints bool)
 // allowOneSlow, whose deferred unlock keeps a panicking algorithm from
 // leaving the shard locked.
 func (m *Memory) allowOne(ns int64, r *Request, res *Result) (bool, error) {
-	h := r.Hash
-	if h == 0 {
-		h = m.hash(r.Key)
-	}
+	h := m.hash(r.Key)
 	sh := &m.shards[m.shardOf(h)]
 	sh.mu.Lock()
 	e, _ := sh.find(r.Key, tagOf(h))
@@ -432,22 +407,14 @@ func (m *Memory) allowOne(ns int64, r *Request, res *Result) (bool, error) {
 	return m.allowOneSlow(ns, r, res, sh, h, e)
 }
 
-// allowOneSlow is allowOne after its fast path: sh, the shard of hash h
-// (r.Hash when it is not 0), is locked, and is unlocked on return. e is
+// allowOneSlow is allowOne after its fast path: sh, the shard of hash h,
+// is locked, and is unlocked on return. e is
 // r's entry, or nil if entryFor has to find, create or reshape it.
 func (m *Memory) allowOneSlow(ns int64, r *Request, res *Result, sh *shard, h uint64, e *entry) (bool, error) {
 	defer func() { sh.mu.Unlock() }()
 	if e == nil {
 		var err error
-		e, err = m.entryFor(r, h, r.Hash != 0, false, 0)
-		if err == errWrongHash {
-			sh.mu.Unlock()
-			h = m.hash(r.Key)
-			sh = &m.shards[m.shardOf(h)]
-			sh.mu.Lock()
-			e, err = m.entryFor(r, h, false, false, 0)
-		}
-		if err != nil {
+		if e, err = m.entryFor(r, h, false, 0); err != nil {
 			return false, err
 		}
 	}
@@ -503,19 +470,11 @@ func (e *entry) settle(ns int64, r *Request, res *Result, allowed bool) {
 // the Overflow key when ovf and the store is full) or resetting its state
 // if r.Params no longer fit it. kh is the hash of r.Key and oh that of
 // r.Overflow when ovf. The shards involved are locked.
-//
-// kh is r.Hash when hinted. A hint finds the key only if it is right (a
-// key is stored under its own hash), so entryFor checks it only when the
-// key is not found, and returns errWrongHash, having changed nothing, if
-// it is wrong.
-func (m *Memory) entryFor(r *Request, kh uint64, hinted, ovf bool, oh uint64) (*entry, error) {
+func (m *Memory) entryFor(r *Request, kh uint64, ovf bool, oh uint64) (*entry, error) {
 	s := m.shardOf(kh)
 	e, slot := m.shards[s].find(r.Key, tagOf(kh))
 	if e != nil && e.rule.p.equal(r.Params) {
 		return e, nil
-	}
-	if e == nil && hinted && m.hash(r.Key) != kh {
-		return nil, errWrongHash
 	}
 	return m.newEntry(r, kh, e, slot, ovf, oh)
 }
@@ -586,14 +545,9 @@ func (m *Memory) unlock(locks []uint32) {
 	}
 }
 
-// Hash returns the hash of key for Request.Hash. It is fixed for the
-// life of m, and differs between stores: the seed is random, so that
-// callers, who choose keys (client IPs), cannot pile them into one shard.
-func (m *Memory) Hash(key string) uint64 {
-	return m.hash(key)
-}
-
 // hash returns the hash of key, which picks its shard and its slot there.
+// The seed is random, so that callers, who choose keys (client IPs),
+// cannot pile them into one shard.
 func (m *Memory) hash(key string) uint64 {
 	return maphash.String(m.seed, key)
 }

@@ -110,14 +110,7 @@ func TestMemoryTableMatchesMap(t *testing.T) {
 						if r.short {
 							p = short
 						}
-						req := Request{Key: k, Params: p}
-						switch rng.IntN(4) {
-						case 0:
-							req.Hash = m.Hash(k)
-						case 1:
-							req.Hash = rng.Uint64() | 1 // wrong
-						}
-						reqs = append(reqs, req)
+						reqs = append(reqs, Request{Key: k, Params: p})
 					}
 					ok, err := m.Allow(ctx, now, reqs, res)
 					if err != nil || !ok {
@@ -151,41 +144,4 @@ func TestMemoryTableMatchesMap(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestMemoryWrongHash checks that a wrong Request.Hash neither creates a
-// second counter for a key nor loses its count.
-func TestMemoryWrongHash(t *testing.T) {
-	t.Parallel()
-	m := newTestMemory(t, MemoryConfig{Shards: 4})
-	other := newTestMemory(t, MemoryConfig{Shards: 4})
-	p := swParams(10, time.Second, 10)
-	ctx := context.Background()
-	res := make([]Result, 2)
-	keys := []string{"app-1", "app-1|/v1/user", "app-2"}
-	hashes := []func(string) uint64{
-		func(k string) uint64 { return 0 },
-		m.Hash,
-		other.Hash,
-		func(k string) uint64 { return m.Hash(k + "x") },
-	}
-	for i := range 10 {
-		h := hashes[i%len(hashes)]
-		reqs := []Request{{Key: keys[0], Params: p, Hash: h(keys[0])}, {Key: keys[1], Params: p, Hash: h(keys[1])}}
-		ok, err := m.Allow(ctx, t0, reqs, res)
-		if err != nil || !ok {
-			t.Fatalf("call %d: %v %v", i, ok, err)
-		}
-		if res[0].Remaining != int64(9-i) || res[1].Remaining != int64(9-i) {
-			t.Fatalf("call %d: remaining %d %d, want %d", i, res[0].Remaining, res[1].Remaining, 9-i)
-		}
-		ok, err = m.Allow(ctx, t0, []Request{{Key: keys[2], Params: p, Hash: h(keys[2])}}, res)
-		if err != nil || !ok || res[0].Remaining != int64(9-i) {
-			t.Fatalf("call %d alone: %v %v remaining %d", i, ok, err, res[0].Remaining)
-		}
-	}
-	if m.Len() != 3 {
-		t.Errorf("Len: got %d, want 3", m.Len())
-	}
-	checkTables(t, m)
 }

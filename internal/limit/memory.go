@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -61,7 +62,7 @@ type Memory struct {
 	// Params a key of the shard was created or reshaped with, a few per
 	// rule edit. It is per shard, guarded by the shard's mutex, so that
 	// creating a key takes no lock but its shard's.
-	rules []map[Params]*rule
+	rules []map[Params]*Params
 	// keys is written when a key is created or evicted; the padding keeps
 	// those writes off the cache line of the fields above, which every
 	// decision reads.
@@ -210,24 +211,15 @@ func (sh *shard) evict(drop func(e *entry) bool) int {
 	return removed
 }
 
-// rule is an interned copy of one Params, with what the store derives from
-// them once rather than on every decision. It is never modified.
-type rule struct {
-	p Params
-	// width is the sliding_window bucket width of p (swWidth), a
-	// division that each decision would otherwise make twice.
-	width int64
-}
-
-// intern returns shard s's rule for p. Shard s is locked.
-func (m *Memory) intern(s uint32, p *Params) *rule {
+// intern returns shard s's copy of p. Shard s is locked.
+func (m *Memory) intern(s uint32, p *Params) *Params {
 	if q, ok := m.rules[s][*p]; ok {
 		return q
 	}
 	if m.rules[s] == nil {
-		m.rules[s] = map[Params]*rule{}
+		m.rules[s] = map[Params]*Params{}
 	}
-	q := &rule{p: *p, width: swWidth(p)}
+	q := new(*p)
 	m.rules[s][*p] = q
 	return q
 }
@@ -237,10 +229,10 @@ type entry struct {
 	// key is the entry's key, for lookups, Forget and error messages.
 	key   string
 	state State
-	// rule holds the Params the state was last used with, interned:
+	// params are the Params the state was last used with, interned:
 	// Identity tells whether a reloaded rule can keep the state, and
 	// Sweep asks Idle with them.
-	rule *rule
+	params *Params
 	// lockedUntil is the end of the key's lockout (Params.Lock), in
 	// nanoseconds since the Unix epoch; the key is locked while now is
 	// before it. Lockouts live here rather than in the States so that
@@ -264,21 +256,14 @@ func NewMemory(cfg MemoryConfig) (*Memory, error) {
 	if cfg.MaxKeys < 0 {
 		return nil, fmt.Errorf("max keys %d is negative (0 for the default %d)", cfg.MaxKeys, DefaultMaxKeys)
 	}
-	shards := cfg.Shards
-	if shards == 0 {
-		shards = DefaultShards
-	}
+	shards := cmp.Or(cfg.Shards, DefaultShards)
 	shards = 1 << bits.Len(uint(shards-1)) // round up to a power of two
-	maxKeys := cfg.MaxKeys
-	if maxKeys == 0 {
-		maxKeys = DefaultMaxKeys
-	}
 	m := &Memory{
 		seed:    maphash.MakeSeed(),
 		mask:    uint64(shards - 1),
-		maxKeys: int64(maxKeys),
+		maxKeys: int64(cmp.Or(cfg.MaxKeys, DefaultMaxKeys)),
 		shards:  make([]shard, shards),
-		rules:   make([]map[Params]*rule, shards),
+		rules:   make([]map[Params]*Params, shards),
 	}
 	return m, nil
 }
@@ -293,7 +278,7 @@ const inline = 4
 // Result that admitted is that of the uncounted state (its Reset is still
 // the one it would have had if counted, an upper bound).
 //
-// Lockouts (seed 002): when a limit with Params.Lock > 0 that is not a
+// Lockouts (Params.Lock): when a limit with Params.Lock > 0 that is not a
 // shadow denies, its key is locked for Lock from now, and every request
 // on that key is denied until then, with Remaining 0 and a RetryAfter of
 // at least the time left. A request denied while locked does not extend
@@ -306,18 +291,6 @@ const inline = 4
 // algorithm, or the Validate error of Params used to create or reshape a
 // key's state. ctx is not used: a decision is a hash and a table lookup.
 func (m *Memory) Allow(_ context.Context, now time.Time, reqs []Request, res []Result) (bool, error) {
-	// One request that cannot need its Overflow shard (see allowLocked
-	// on the cap) takes the short path.
-	if len(reqs) == 1 && len(res) >= 1 && reqs[0].Params != nil &&
-		(reqs[0].Overflow == "" || m.keys.Load() < m.maxKeys) {
-		return m.allowOne(now.UnixNano(), &reqs[0], &res[0])
-	}
-	return m.allowMany(now.UnixNano(), reqs, res)
-}
-
-// allowMany is Allow for several requests, or one that may need its
-// Overflow shard.
-func (m *Memory) allowMany(ns int64, reqs []Request, res []Result) (bool, error) {
 	n := len(reqs)
 	if len(res) < n {
 		return false, fmt.Errorf("limit: %d results for %d requests", len(res), n)
@@ -327,6 +300,7 @@ func (m *Memory) allowMany(ns int64, reqs []Request, res []Result) (bool, error)
 			return false, fmt.Errorf("limit: request for %q has no params", reqs[i].Key)
 		}
 	}
+	ns := now.UnixNano()
 	res = res[:n]
 	// The cap is checked once, before locking: an Overflow shard is
 	// locked only when it may be needed. Callers racing below the cap may
@@ -358,7 +332,9 @@ func (m *Memory) allowMany(ns int64, reqs []Request, res []Result) (bool, error)
 		}
 	}
 
-	// Ascending order: two calls sharing shards cannot deadlock.
+	// Ascending order: two calls sharing shards cannot deadlock. The
+	// deferred unlock keeps a panicking algorithm from leaving a shard
+	// locked.
 	for _, s := range locks {
 		m.shards[s].mu.Lock()
 	}
@@ -383,61 +359,10 @@ func (m *Memory) allowMany(ns int64, reqs []Request, res []Result) (bool, error)
 	return allowed, nil
 }
 
-// allowOne is Allow for a single request that needs no overflow shard:
-// the common case, with one lock and no bookkeeping.
-//
-// The commonest case of all — an existing sliding_window key, not locked
-// out, admitted in its head bucket — runs only this package's code, which
-// cannot panic, and unlocks without a defer. Everything else goes to
-// allowOneSlow, whose deferred unlock keeps a panicking algorithm from
-// leaving the shard locked.
-func (m *Memory) allowOne(ns int64, r *Request, res *Result) (bool, error) {
-	h := m.hash(r.Key)
-	sh := &m.shards[m.shardOf(h)]
-	sh.mu.Lock()
-	e, _ := sh.find(r.Key, tagOf(h))
-	if e != nil && e.rule.p.equal(r.Params) {
-		if s, ok := e.state.(*swState); ok && e.lockedUntil <= ns && s.allowHead(ns, r.Params.Limit, e.rule.width, res) {
-			sh.mu.Unlock()
-			return true, nil
-		}
-	} else {
-		e = nil // new, or to reshape
-	}
-	return m.allowOneSlow(ns, r, res, sh, h, e)
-}
-
-// allowOneSlow is allowOne after its fast path: sh, the shard of hash h,
-// is locked, and is unlocked on return. e is
-// r's entry, or nil if entryFor has to find, create or reshape it.
-func (m *Memory) allowOneSlow(ns int64, r *Request, res *Result, sh *shard, h uint64, e *entry) (bool, error) {
-	defer func() { sh.mu.Unlock() }()
-	if e == nil {
-		var err error
-		if e, err = m.entryFor(r, h, false, 0); err != nil {
-			return false, err
-		}
-	}
-	e.decide(ns, r.Params, res)
-	allowed := res.Allowed || r.Shadow
-	e.settle(ns, r, res, allowed)
-	return allowed, nil
-}
-
 // decide writes the entry's Result for one more request at ns, lockout
 // included, to res. Its shard is locked.
-//
-// The default algorithm is called directly rather than through State, and
-// in its common case without the divisions of Decide and Commit, writing
-// to res in place (see swState.decide): a decision is short enough that
-// the interface calls, the divisions and the copies of the Result were a
-// third of it.
 func (e *entry) decide(ns int64, p *Params, res *Result) {
-	if s, ok := e.state.(*swState); !ok {
-		*res = e.state.Decide(ns, p)
-	} else if !s.decideHead(ns, p.Limit, e.rule.width, res) {
-		s.decide(ns, p, e.rule.width, res)
-	}
+	*res = e.state.Decide(ns, p)
 	if e.lockedUntil > ns {
 		res.lockout(time.Duration(e.lockedUntil - ns))
 	}
@@ -456,11 +381,7 @@ func (e *entry) settle(ns int64, r *Request, res *Result, allowed bool) {
 		return
 	}
 	if allowed {
-		if s, ok := e.state.(*swState); !ok {
-			e.state.Commit(ns, r.Params)
-		} else if r.Params.Limit < 0 || !s.commitHead(ns, e.rule.width) {
-			s.Commit(ns, r.Params)
-		}
+		e.state.Commit(ns, r.Params)
 	} else if res.Remaining >= 0 {
 		res.Remaining++ // decided as if counted; it was not
 	}
@@ -472,18 +393,8 @@ func (e *entry) settle(ns int64, r *Request, res *Result, allowed bool) {
 // r.Overflow when ovf. The shards involved are locked.
 func (m *Memory) entryFor(r *Request, kh uint64, ovf bool, oh uint64) (*entry, error) {
 	s := m.shardOf(kh)
-	e, slot := m.shards[s].find(r.Key, tagOf(kh))
-	if e != nil && e.rule.p.equal(r.Params) {
-		return e, nil
-	}
-	return m.newEntry(r, kh, e, slot, ovf, oh)
-}
-
-// newEntry is entryFor for a key that is new (e is nil and slot its empty
-// slot) or whose Params changed (e is not nil).
-func (m *Memory) newEntry(r *Request, kh uint64, e *entry, slot int, ovf bool, oh uint64) (*entry, error) {
-	s := m.shardOf(kh)
 	sh := &m.shards[s]
+	e, slot := sh.find(r.Key, tagOf(kh))
 	if e == nil {
 		k, h := r.Key, kh
 		if ovf && m.keys.Load() >= m.maxKeys {
@@ -499,13 +410,13 @@ func (m *Memory) newEntry(r *Request, kh uint64, e *entry, slot int, ovf bool, o
 			// Clone: the caller's key may share memory with a larger
 			// string (a request header) that the store would otherwise
 			// keep.
-			e = &entry{key: strings.Clone(k), state: a.NewState(r.Params), rule: m.intern(s, r.Params)}
+			e = &entry{key: strings.Clone(k), state: a.NewState(r.Params), params: m.intern(s, r.Params)}
 			sh.insert(slot, tagOf(h), e)
 			m.keys.Add(1)
 			return e, nil
 		}
 	}
-	if e.rule.p.equal(r.Params) {
+	if *e.params == *r.Params {
 		return e, nil
 	}
 	// A reloaded rule: validate once per change, not per decision.
@@ -513,7 +424,7 @@ func (m *Memory) newEntry(r *Request, kh uint64, e *entry, slot int, ovf bool, o
 	if err != nil {
 		return nil, err
 	}
-	if !e.rule.p.Identity(r.Params) {
+	if !e.params.Identity(r.Params) {
 		e.state = a.NewState(r.Params)
 	}
 	// Otherwise only Limit, Burst, Warmup or Lock changed: the counts
@@ -522,7 +433,7 @@ func (m *Memory) newEntry(r *Request, kh uint64, e *entry, slot int, ovf bool, o
 	if r.Params.Lock == 0 {
 		e.lockedUntil = 0
 	}
-	e.rule = m.intern(s, r.Params)
+	e.params = m.intern(s, r.Params)
 	return e, nil
 }
 
@@ -583,7 +494,7 @@ func (m *Memory) Len() int {
 func (m *Memory) Sweep(now time.Time) int {
 	ns := now.UnixNano()
 	return m.evict(func(e *entry) bool {
-		return e.lockedUntil <= ns && e.state.Idle(ns, &e.rule.p)
+		return e.lockedUntil <= ns && e.state.Idle(ns, e.params)
 	})
 }
 

@@ -86,14 +86,6 @@ func (p *Params) Identity(q *Params) bool {
 	return p.Algorithm == q.Algorithm && p.Window == q.Window && p.Precision == q.Precision
 }
 
-// equal reports whether p == *q. The stores compare a request's Params
-// with those of its key on every decision, and the compiler's == compares
-// the fields after Algorithm with a call to the runtime's memequal.
-func (p *Params) equal(q *Params) bool {
-	return p.Limit == q.Limit && p.Window == q.Window && p.Precision == q.Precision &&
-		p.Burst == q.Burst && p.Warmup == q.Warmup && p.Lock == q.Lock && p.Algorithm == q.Algorithm
-}
-
 // Validate reports whether p can be used, in a sentence fit for a rule-file
 // error message. A message about one setting starts with its name in the
 // rule file ("limit ...", "unit ..." for Window, "lockSeconds ..." for

@@ -3,6 +3,7 @@ package config
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -252,34 +253,43 @@ func (s *settings) params(n int64) limit.Params {
 }
 
 // validate checks the Params of a limit and reports a problem on the line
-// of the setting the message is about, where that setting was written
-// (in the section itself or in defaults), else on line.
+// of the setting it is about (limit.SettingError), where that setting was
+// written (in the section itself or in defaults), else on line.
 func (p *parser) validate(params *limit.Params, s *settings, limitLine, line int, prefix string) bool {
 	err := params.Validate()
 	if err == nil {
 		return true
 	}
-	msg := err.Error()
-	for _, c := range []struct {
-		word string
-		line int
-	}{
-		{"limit ", limitLine},
-		{"unit ", s.unitLine},
-		{"precision ", s.precisionLine},
-		{"burst ", s.burstLine},
-		{"warmup ", s.warmupLine},
-		{"lockSeconds ", s.lockLine},
-		{"algorithm ", s.algorithmLine},
-		{"unknown algorithm", s.algorithmLine},
-	} {
-		if strings.HasPrefix(msg, c.word) && c.line > 0 {
-			line = c.line
-			break
+	if se := (*limit.SettingError)(nil); errors.As(err, &se) {
+		if l := s.line(se.Setting, limitLine); l > 0 {
+			line = l
 		}
 	}
-	p.errorf(line, "%s%s", prefix, msg)
+	p.errorf(line, "%s%s", prefix, err)
 	return false
+}
+
+// line returns the line where the setting named setting (as in the rule
+// file) was written, 0 when it is built in. limitLine is the line of the
+// limit, which settings do not hold.
+func (s *settings) line(setting string, limitLine int) int {
+	switch setting {
+	case "limit":
+		return limitLine
+	case "algorithm":
+		return s.algorithmLine
+	case "unit":
+		return s.unitLine
+	case "precision":
+		return s.precisionLine
+	case "burst":
+		return s.burstLine
+	case "warmup":
+		return s.warmupLine
+	case "lockSeconds":
+		return s.lockLine
+	}
+	return 0
 }
 
 // limitValue returns the value of a limit field.

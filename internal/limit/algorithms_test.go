@@ -2,6 +2,7 @@ package limit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -396,12 +397,25 @@ func runValidateCases(t *testing.T, tests []validateCase) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
+			err := tt.p.Validate()
 			got := ""
-			if err := tt.p.Validate(); err != nil {
+			if err != nil {
 				got = err.Error()
 			}
 			if got != tt.want {
 				t.Errorf("Validate(%+v): got %q, want %q", tt.p, got, tt.want)
+			}
+			if err == nil {
+				return
+			}
+			// A rule-file parser puts the message on the line of the
+			// setting it names.
+			var se *SettingError
+			if !errors.As(err, &se) {
+				t.Fatalf("Validate(%+v): got %T, want a *SettingError", tt.p, err)
+			}
+			if !strings.HasPrefix(got, se.Setting+" ") && !(se.Setting == "algorithm" && strings.HasPrefix(got, "unknown algorithm ")) {
+				t.Errorf("Validate(%+v): setting %q for %q", tt.p, se.Setting, got)
 			}
 		})
 	}

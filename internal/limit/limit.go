@@ -86,34 +86,55 @@ func (p *Params) Identity(q *Params) bool {
 	return p.Algorithm == q.Algorithm && p.Window == q.Window && p.Precision == q.Precision
 }
 
-// Validate reports whether p can be used, in a sentence fit for a rule-file
-// error message. A message about one setting starts with its name in the
-// rule file ("limit ...", "unit ..." for Window, "lockSeconds ..." for
-// Lock) so that a rule-file parser can put it on that setting's line.
+// Validate reports whether p can be used, in a sentence fit for a
+// rule-file error message. A problem with one setting is a *SettingError
+// naming that setting, so that a rule-file parser can put it on that
+// setting's line.
 func (p *Params) Validate() error {
-	if p.Limit < Unlimited {
-		return fmt.Errorf("limit %d is below -1 (use -1 for unlimited, 0 to block)", p.Limit)
-	}
-	if p.Limit > MaxLimit {
-		return fmt.Errorf("limit %d is above the maximum %d", p.Limit, int64(MaxLimit))
-	}
-	if p.Window <= 0 {
-		return fmt.Errorf("unit %s is not positive", p.Window)
-	}
-	if p.Window > maxSpan {
-		return fmt.Errorf("unit %s is longer than 100 years", p.Window)
-	}
-	if p.Lock < 0 {
-		return fmt.Errorf("lockSeconds %s is negative", strconv.FormatFloat(p.Lock.Seconds(), 'f', -1, 64))
-	}
-	if p.Lock > maxSpan {
-		return fmt.Errorf("lockSeconds %s is longer than 100 years", strconv.FormatFloat(p.Lock.Seconds(), 'f', -1, 64))
+	lock := strconv.FormatFloat(p.Lock.Seconds(), 'f', -1, 64)
+	switch {
+	case p.Limit < Unlimited:
+		return settingErrorf("limit", "limit %d is below -1 (use -1 for unlimited, 0 to block)", p.Limit)
+	case p.Limit > MaxLimit:
+		return settingErrorf("limit", "limit %d is above the maximum %d", p.Limit, int64(MaxLimit))
+	case p.Window <= 0:
+		return settingErrorf("unit", "unit %s is not positive", p.Window)
+	case p.Window > maxSpan:
+		return settingErrorf("unit", "unit %s is longer than 100 years", p.Window)
+	case p.Lock < 0:
+		return settingErrorf("lockSeconds", "lockSeconds %s is negative", lock)
+	case p.Lock > maxSpan:
+		return settingErrorf("lockSeconds", "lockSeconds %s is longer than 100 years", lock)
 	}
 	a, ok := Lookup(p.Algorithm)
 	if !ok {
-		return fmt.Errorf("unknown algorithm %q (known: %s)", p.Algorithm, strings.Join(Algorithms(), ", "))
+		return settingErrorf("algorithm", "unknown algorithm %q (known: %s)", p.Algorithm, strings.Join(Algorithms(), ", "))
 	}
 	return a.Validate(p)
+}
+
+// SettingError is a problem with one setting of Params.
+type SettingError struct {
+	// Setting is the setting's name in the rule file: "algorithm",
+	// "limit", "unit" (Window), "precision", "burst", "warmup" or
+	// "lockSeconds" (Lock).
+	Setting string
+	// Err says what is wrong, in a sentence that starts with the setting
+	// ("limit -2 is below -1 ...") unless it reads better otherwise
+	// ("unknown algorithm ...").
+	Err error
+}
+
+// Error returns Err's message.
+func (e *SettingError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *SettingError) Unwrap() error { return e.Err }
+
+// settingErrorf returns a *SettingError for setting with a message
+// formatted as fmt.Errorf does.
+func settingErrorf(setting, format string, args ...any) error {
+	return &SettingError{Setting: setting, Err: fmt.Errorf(format, args...)}
 }
 
 // maxSpan bounds the durations that algorithms add to an instant (a
@@ -194,8 +215,9 @@ const (
 // create are guarded by the store.
 type Algorithm interface {
 	// Validate reports a problem with p that only this algorithm checks
-	// (e.g. precision), in a sentence fit for a rule-file error. It
-	// rejects every optional setting that Reads leaves out when p sets it.
+	// (e.g. precision), in a sentence fit for a rule-file error; a
+	// problem with one setting should be a *SettingError. It rejects
+	// every optional setting that Reads leaves out when p sets it.
 	Validate(p *Params) error
 	// Reads returns the optional settings of Params that the algorithm
 	// reads. A rule file's defaults of the others do not apply to rules
@@ -258,9 +280,9 @@ func window(p *Params) int64 {
 // Errors of Validate for an optional setting that an algorithm does not
 // read.
 var (
-	errPrecision = errors.New("precision applies only to sliding_window")
-	errBurst     = errors.New("burst applies only to token_bucket and leaky_bucket")
-	errWarmup    = errors.New("warmup applies only to token_bucket")
+	errPrecision = &SettingError{Setting: "precision", Err: errors.New("precision applies only to sliding_window")}
+	errBurst     = &SettingError{Setting: "burst", Err: errors.New("burst applies only to token_bucket and leaky_bucket")}
+	errWarmup    = &SettingError{Setting: "warmup", Err: errors.New("warmup applies only to token_bucket")}
 )
 
 // unread returns the error for the first optional setting that p sets

@@ -2,7 +2,6 @@ package limit
 
 import (
 	_ "embed"
-	"fmt"
 	"time"
 )
 
@@ -31,7 +30,7 @@ func (slidingLog) Validate(p *Params) error {
 		return err
 	}
 	if p.Limit > MaxLogLimit {
-		return fmt.Errorf("limit %d is above %d, the most sliding_log keeps (it stores every admission: 8 bytes each, per key); use sliding_window for larger limits",
+		return settingErrorf("limit", "limit %d is above %d, the most sliding_log keeps (it stores every admission: 8 bytes each, per key); use sliding_window for larger limits",
 			p.Limit, MaxLogLimit)
 	}
 	return nil

@@ -2,7 +2,6 @@ package limit
 
 import (
 	_ "embed"
-	"fmt"
 	"time"
 )
 
@@ -32,10 +31,10 @@ type slidingWindow struct{}
 
 func (slidingWindow) Validate(p *Params) error {
 	if p.Precision < 1 || p.Precision > MaxPrecision {
-		return fmt.Errorf("precision %d is outside 1..%d", p.Precision, MaxPrecision)
+		return settingErrorf("precision", "precision %d is outside 1..%d", p.Precision, MaxPrecision)
 	}
 	if p.Window/time.Duration(p.Precision) < time.Microsecond {
-		return fmt.Errorf("unit %s split into %d buckets leaves less than 1µs per bucket; lower the precision or raise the unit",
+		return settingErrorf("unit", "unit %s split into %d buckets leaves less than 1µs per bucket; lower the precision or raise the unit",
 			p.Window, p.Precision)
 	}
 	return unread(p, SettingPrecision)

@@ -2,7 +2,6 @@ package limit
 
 import (
 	_ "embed"
-	"fmt"
 	"math"
 	"time"
 )
@@ -54,10 +53,10 @@ func (tokenBucket) Validate(p *Params) error {
 		return err
 	}
 	if p.Warmup < 0 {
-		return fmt.Errorf("warmup %s is negative", p.Warmup)
+		return settingErrorf("warmup", "warmup %s is negative", p.Warmup)
 	}
 	if p.Warmup > maxWarmup {
-		return fmt.Errorf("warmup %s is longer than %s", p.Warmup, maxWarmup)
+		return settingErrorf("warmup", "warmup %s is longer than %s", p.Warmup, maxWarmup)
 	}
 	return validateBucket(p)
 }

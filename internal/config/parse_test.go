@@ -413,6 +413,14 @@ configs:
       - {api: /v1/User, limit: 1}
       - {api: /v1/user, limit: 1}
 `},
+		{name: "case differs beyond ASCII and file is case-insensitive", data: `
+caseInsensitive: true
+configs:
+  - appId: a
+    limits:
+      - {api: /v1/É, limit: 1}
+      - {api: /v1/é, limit: 1}
+`},
 		{name: "same api in different apps", data: `
 configs:
   - appId: a

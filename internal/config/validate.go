@@ -29,7 +29,8 @@ var (
 // limit.Params.Validate bounds it further.
 const maxLockSeconds = maxUnitSeconds
 
-// MaxAppIDLen is the longest app ID (DESIGN §4).
+// MaxAppIDLen is the longest app ID (the README's "How a request is
+// handled").
 const MaxAppIDLen = 128
 
 const noConfigs = "the rule file has no configs; add a configs list with one entry per app (appId and its limits), " +

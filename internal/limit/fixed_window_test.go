@@ -114,7 +114,8 @@ func TestFixedWindowSteps(t *testing.T) {
 	}
 }
 
-// TestFixedWindowGuarantee is the guarantee of DESIGN §5: never more than
+// TestFixedWindowGuarantee is the guarantee in the README's "Algorithms"
+// table: never more than
 // Limit admitted in one aligned window, and never more than 2×Limit in
 // any interval of length Window (the boundary burst it is documented to
 // allow); and a request is denied only when its window is full.

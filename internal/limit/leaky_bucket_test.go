@@ -80,9 +80,10 @@ func TestLeakyBucketSteps(t *testing.T) {
 	}
 }
 
-// TestLeakyBucketGuarantee is the guarantee of DESIGN §5: never more than
+// TestLeakyBucketGuarantee is the guarantee in the README's "Algorithms"
+// table: never more than
 // capacity + rate·t admitted in any interval of length t. Every decision
-// is also exactly that of seed 003's leaky bucket in exact arithmetic, and
+// is also exactly that of a textbook leaky bucket in exact arithmetic, and
 // that of a token bucket of the same capacity and rate.
 func TestLeakyBucketGuarantee(t *testing.T) {
 	t.Parallel()

@@ -1,12 +1,13 @@
 // Package limit decides whether a request may pass a set of rate limits.
 //
-// Algorithms are strategies registered by name (seed 000's factory + strategy):
+// Algorithms are strategies registered by name, a factory of strategies:
 // each one lives in its own file and registers itself with Register in an init
 // function, so adding an algorithm touches only its file. A Store keeps the
 // per-key state of those algorithms and decides all of a request's limits
 // atomically: a request is admitted only if every enforced limit admits it, and
 // a denied request is counted against none of them. Lockouts (Params.Lock,
-// seed 002) are the store's, so that every algorithm has them.
+// lockSeconds in the README's "Algorithms" section) are the store's, so
+// that every algorithm has them.
 //
 // The core never reads the clock: the memory store takes now as an argument,
 // so tests run on fixed instants and never sleep; the Redis store uses
@@ -42,7 +43,8 @@ const MaxPrecision = 1000
 // MaxLimit is the largest limit a rule may set. Counters are 32-bit.
 const MaxLimit = 1<<31 - 1
 
-// Unlimited is the Limit value of a rule that never limits (seed 004).
+// Unlimited is the Limit value of a rule that never limits (limit: -1 in
+// the rule file).
 const Unlimited = -1
 
 // Params are the settings of one limit, resolved from the rule file with
@@ -62,11 +64,12 @@ type Params struct {
 	// Burst is the bucket capacity of token_bucket and leaky_bucket; 0
 	// means Limit.
 	Burst int64
-	// Warmup is the warm-up period of token_bucket (seed 003's Guava
+	// Warmup is the warm-up period of token_bucket (Guava RateLimiter's
 	// SmoothWarmingUp): after idling, the admitted rate ramps from a third
 	// of Limit per Window to the full rate over this long. 0 means none.
 	Warmup time.Duration
-	// Lock is the penalty lockout of seed 002, for any algorithm: once the
+	// Lock is the penalty lockout of the original rule design
+	// (lockSeconds in the rule file), for any algorithm: once the
 	// limit denies a request, the store denies every request on the same
 	// counter for this long. 0 means none. Stores implement it; States
 	// never see it.

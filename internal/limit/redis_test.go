@@ -295,7 +295,7 @@ func compareStores(t *testing.T, red *Redis, clock *fixedClock, rng *rand.Rand, 
 }
 
 // TestRedisWarmupSteps checks token_bucket's warm-up in Lua on the step
-// tables of TestTokenBucketWarmupSteps, in microseconds: seed 003's Guava
+// tables of TestTokenBucketWarmupSteps, in microseconds: Guava's
 // example, whose costs round to whole microseconds (546.666ms, not
 // 546.666666ms, since G rounds up and the cost is a difference of G's),
 // and a cold burst, whose numbers are round.
@@ -309,7 +309,7 @@ func TestRedisWarmupSteps(t *testing.T) {
 		steps []redisStep
 	}{
 		{
-			name: "Guava SmoothWarmingUp of seed 003",
+			name: "Guava SmoothWarmingUp",
 			p:    &Params{Algorithm: "token_bucket", Limit: 5, Window: time.Second, Burst: 1, Warmup: 1500 * time.Millisecond},
 			steps: []redisStep{
 				{at: 0, allow: true, remaining: 0, reset: 546666},
@@ -369,7 +369,8 @@ func runRedisSteps(t *testing.T, red *Redis, clock *fixedClock, key string, p *P
 	}
 }
 
-// TestRedisGuarantees checks DESIGN §5's guarantee of every algorithm
+// TestRedisGuarantees checks the guarantee of every algorithm (the
+// README's "Algorithms" table)
 // against real Redis: random arrivals, bunched on the edges where
 // algorithms slip, are offered to one key in order, and the admitted
 // instants must keep the guarantee.
@@ -422,7 +423,7 @@ func TestRedisGuarantees(t *testing.T) {
 }
 
 // checkGuarantee checks the admitted and denied instants (µs, sorted) of
-// one key against p's guarantee (DESIGN §5).
+// one key against p's guarantee (the README's "Algorithms" table).
 func checkGuarantee(p *Params, admitted, denied []int64) error {
 	w, l := micros(p.Window), int(p.Limit)
 	switch p.Algorithm {

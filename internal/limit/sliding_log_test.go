@@ -95,7 +95,8 @@ func TestSlidingLogSteps(t *testing.T) {
 	}
 }
 
-// TestSlidingLogExact is the guarantee of DESIGN §5: never more than
+// TestSlidingLogExact is the guarantee in the README's "Algorithms"
+// table: never more than
 // Limit admissions in any closed interval of length Window — and, for
 // "exactly", a request is denied only when the interval of length Window
 // that ends at it already holds Limit.

@@ -9,7 +9,8 @@ func init() {
 	Register("sliding_window", slidingWindow{})
 }
 
-// slidingWindow is the sliding_window algorithm (DESIGN §5): a ring of
+// slidingWindow is the sliding_window algorithm (the README's
+// "Algorithms" section): a ring of
 // bucket counts, each bucket w = ⌈Window/Precision⌉ wide and aligned to the
 // Unix epoch.
 //

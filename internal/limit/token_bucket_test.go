@@ -107,8 +107,8 @@ func TestTokenBucketSteps(t *testing.T) {
 	}
 }
 
-// TestTokenBucketWarmupSteps checks the warm-up against seed 003's Guava
-// example and with a burst.
+// TestTokenBucketWarmupSteps checks the warm-up against Guava's example
+// and with a burst.
 func TestTokenBucketWarmupSteps(t *testing.T) {
 	t.Parallel()
 	const ms = time.Millisecond
@@ -119,10 +119,10 @@ func TestTokenBucketWarmupSteps(t *testing.T) {
 		steps []step
 	}{
 		{
-			// RateLimiter.create(5, 1500, MILLISECONDS) in seed 003 waits
+			// Guava's RateLimiter.create(5, 1500, MILLISECONDS) waits
 			// 0, 0.543, 0.434, 0.333, 0.230, then 0.200 (measured on a
 			// real clock). Exactly: 546.67ms, 440ms, 333.33ms, 230ms.
-			name: "Guava SmoothWarmingUp of seed 003",
+			name: "Guava SmoothWarmingUp",
 			p:    tbParams(5, sec, 1, 1500*ms),
 			steps: []step{
 				{at: 0, allow: true, remaining: 0, reset: 546666666},
@@ -180,10 +180,10 @@ func TestTokenBucketWarmupSteps(t *testing.T) {
 	}
 }
 
-// refBucket replays log against seed 003's TokenBucketDemo in exact
+// refBucket replays log against a textbook token bucket in exact
 // arithmetic — tokens refill continuously at Limit per Window up to the
-// capacity, a request takes one if there is one — or, with leaky, its
-// LeakyDemo as a meter: the level drains continuously, and a request is
+// capacity, a request takes one if there is one — or, with leaky, a
+// textbook leaky bucket as a meter: the level drains continuously, and a request is
 // admitted if level+1 ≤ capacity. Tokens and levels are counted in units
 // of 1/Window, so that a refill of elapsed·Limit/Window is a whole number
 // (the random Params keep the products within int64). It returns the
@@ -218,10 +218,11 @@ func refBucket(log []decision, p *Params, leaky bool) error {
 	return nil
 }
 
-// TestTokenBucketGuarantee is the guarantee of DESIGN §5: never more than
+// TestTokenBucketGuarantee is the guarantee in the README's "Algorithms"
+// table: never more than
 // Burst + rate·t admitted in any interval of length t, with or without a
-// warm-up. Without one, every decision is also exactly that of the token
-// bucket of seed 003 in exact arithmetic.
+// warm-up. Without one, every decision is also exactly that of a textbook
+// token bucket in exact arithmetic.
 func TestTokenBucketGuarantee(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(11, 12))

@@ -31,16 +31,16 @@ type MemoryConfig struct {
 	// DefaultShards (64).
 	Shards int
 	// MaxKeys is the number of keys beyond which a new key that has an
-	// Overflow key is counted against that instead (DESIGN §6). New keys
-	// without one are created anyway. It is a soft cap: callers racing
-	// just below it may each add a key. 0 means DefaultMaxKeys
-	// (1,000,000).
+	// Overflow key is counted against that instead (--max-keys in the
+	// README's "Security" section). New keys without one are created
+	// anyway. It is a soft cap: callers racing just below it may each add
+	// a key. 0 means DefaultMaxKeys (1,000,000).
 	MaxKeys int
 }
 
-// Memory is the in-process Store (DESIGN §6): a hash table from key to
-// algorithm state, split into shards that are locked separately, so that
-// decisions on different keys rarely contend and none takes a global lock.
+// Memory is the in-process Store: a hash table from key to algorithm
+// state, split into shards that are locked separately, so that decisions
+// on different keys rarely contend and none takes a global lock.
 //
 // Keys are hashed with a random seed: callers choose the keys (client
 // IPs), so a fixed hash would let them pile every key into one shard.
@@ -77,8 +77,13 @@ var _ Store = (*Memory)(nil)
 // open-addressing hash table with linear probing. Slot i holds ents[i],
 // and tags[i] is the tag (tagOf) of its key's hash, or 0 when the slot is
 // empty. Keys are found by the hash that chose their shard, so a decision
-// hashes its key once; the tags are scanned before any key is compared,
-// and at 12 bytes a slot the table is smaller than a map[string]*entry.
+// hashes its key once; the tags are scanned before any key is compared.
+//
+// It is a table of its own rather than a map[string]*entry for memory: a
+// gateway holding a million per-IP keys (bench/flood) measured 360 MiB of
+// RSS with this table and 402 MiB with a map per shard (means of three
+// runs). Per decision the table is also a few nanoseconds cheaper, which
+// the handler does not show.
 type shard struct {
 	mu   sync.Mutex
 	tags []uint32 // a power of two long, or empty

@@ -145,3 +145,55 @@ func TestMemoryTableMatchesMap(t *testing.T) {
 		})
 	}
 }
+
+// TestMemorySweepShrinks checks that sweeps that leave a shard mostly
+// empty shrink its table, so that the memory of a flood of callers is
+// returned once they are swept, and release it with the last key.
+func TestMemorySweepShrinks(t *testing.T) {
+	t.Parallel()
+	m := newTestMemory(t, MemoryConfig{Shards: 1})
+	ctx := context.Background()
+	short := swParams(10, time.Second, 10)
+	long := swParams(10, time.Hour, 10)
+	res := make([]Result, 1)
+	allow := func(key string, p *Params) {
+		t.Helper()
+		if _, err := m.Allow(ctx, t0, []Request{{Key: key, Params: p}}, res); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 1000 {
+		allow(fmt.Sprintf("flood-%d", i), short)
+	}
+	for i := range 10 {
+		allow(fmt.Sprintf("kept-%d", i), long)
+	}
+	sh := &m.shards[0]
+	// 1010 keys at a load of at most 3/4 take 2048 slots; each sweep that
+	// finds the table under 1/8 full quarters it, down to 32 slots for
+	// the 10 keys left.
+	tests := []struct {
+		name           string
+		at             time.Duration
+		evicted, slots int
+	}{
+		{name: "nothing idle", at: 0, evicted: 0, slots: 2048},
+		{name: "the flood swept", at: time.Minute, evicted: 1000, slots: 512},
+		{name: "a sweep later", at: 2 * time.Minute, evicted: 0, slots: 128},
+		{name: "another", at: 3 * time.Minute, evicted: 0, slots: 32},
+		{name: "and another", at: 4 * time.Minute, evicted: 0, slots: 32},
+		{name: "everything swept", at: 2 * time.Hour, evicted: 10, slots: 0},
+	}
+	for _, tt := range tests {
+		if got := m.Sweep(t0.Add(tt.at)); got != tt.evicted {
+			t.Errorf("%s: evicted %d, want %d", tt.name, got, tt.evicted)
+		}
+		if got := len(sh.tags); got != tt.slots {
+			t.Errorf("%s: %d slots, want %d", tt.name, got, tt.slots)
+		}
+		checkTables(t, m)
+	}
+	if sh.tags != nil {
+		t.Errorf("the table is kept after its last key")
+	}
+}

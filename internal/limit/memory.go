@@ -231,7 +231,7 @@ func (m *Memory) intern(s uint32, p *Params) *Params {
 
 // entry is the state of one key, guarded by its shard's mutex.
 type entry struct {
-	// key is the entry's key, for lookups, Forget and error messages.
+	// key is the entry's key, for lookups and Forget.
 	key   string
 	state State
 	// params are the Params the state was last used with, interned:

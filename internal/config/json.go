@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // decodeJSON parses data into the same node tree that decodeYAML builds,
@@ -16,8 +16,8 @@ import (
 // JSON.
 //
 // JSON is not handed to the YAML parser: valid JSON is not always valid
-// YAML to yaml.v3 (it rejects the escape "\/", for one), and a JSON file
-// should be judged by JSON's rules.
+// YAML to the yaml package (it rejects the escape "\/", for one), and a
+// JSON file should be judged by JSON's rules.
 func (p *parser) decodeJSON(data []byte) (*yaml.Node, bool) {
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // a UTF-8 byte order mark
 	if len(bytes.TrimSpace(data)) == 0 {

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // parser walks the node tree of one rule file and collects every problem
@@ -182,8 +182,6 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// describe names the kind and value of n for a message: "the string
-// "abc"", "the number 5", "a list".
 // kind is describe without the value: for values that may be secrets.
 func (p *parser) kind(n *yaml.Node) string {
 	if n.Kind != yaml.ScalarNode {
@@ -202,6 +200,8 @@ func (p *parser) kind(n *yaml.Node) string {
 	return "a " + strings.TrimPrefix(n.ShortTag(), "!!")
 }
 
+// describe names the kind and value of n for a message: "the string
+// "abc"", "the number 5", "a list".
 func (p *parser) describe(n *yaml.Node) string {
 	switch n.Kind {
 	case yaml.MappingNode:

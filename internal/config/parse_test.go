@@ -332,7 +332,7 @@ func TestUnits(t *testing.T) {
 		want time.Duration
 	}{
 		{name: "whole seconds", unit: "1", want: time.Second},
-		{name: "seed 001 minute", unit: "60", want: time.Minute},
+		{name: "a minute in seconds", unit: "60", want: time.Minute},
 		{name: "whole float", unit: "2.0", want: 2 * time.Second},
 		{name: "yaml underscore", unit: "3_600", want: time.Hour},
 		{name: "seconds string", unit: "1s", want: time.Second},
@@ -412,6 +412,14 @@ configs:
     limits:
       - {api: /v1/User, limit: 1}
       - {api: /v1/user, limit: 1}
+`},
+		{name: "case differs beyond ASCII and file is case-insensitive", data: `
+caseInsensitive: true
+configs:
+  - appId: a
+    limits:
+      - {api: /v1/É, limit: 1}
+      - {api: /v1/é, limit: 1}
 `},
 		{name: "same api in different apps", data: `
 configs:

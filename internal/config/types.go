@@ -1,12 +1,13 @@
 // Package config reads, defaults and validates the rule file (YAML or JSON,
 // by extension), and watches it for changes.
 //
-// The format is seed 001's (configs → appId → limits → api/limit/unit),
-// extended with defaults, per-rule algorithms and their settings (burst,
-// warmup), lockouts (lockSeconds), methods, shadow mode and the "*"
-// section for unknown callers. See DESIGN §3. The config knows no
-// algorithm by name: it asks the limit registry which settings each
-// reads, and limit.Params.Validate for the rest.
+// The format is the original rule file's (configs → appId → limits →
+// api/limit/unit), extended with defaults, per-rule algorithms and their
+// settings (burst, warmup), lockouts (lockSeconds), methods, shadow mode
+// and the "*" section for unknown callers: see the README's "Rule file"
+// section. The config knows no algorithm by name: it asks the limit
+// registry which settings each reads, and limit.Params.Validate for the
+// rest.
 package config
 
 import (
@@ -31,7 +32,7 @@ const (
 )
 
 // DefaultUnit is the window of a rule that sets no unit: one second, as in
-// seed 001.
+// the original rule file.
 const DefaultUnit = time.Second
 
 // Rules is a parsed, defaulted and validated rule file. Its values are

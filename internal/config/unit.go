@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // maxUnitSeconds is the longest unit in whole seconds that a
@@ -14,7 +14,7 @@ import (
 const maxUnitSeconds = math.MaxInt64 / int64(time.Second)
 
 // unit returns the value of a unit field: whole seconds as a number, as in
-// seed 001, or a Go duration string ("500ms", "1m").
+// the original rule file, or a Go duration string ("500ms", "1m").
 func (p *parser) unit(f field) (time.Duration, bool) {
 	const how = `write whole seconds (60) or a duration like "500ms" or "1m"`
 	n := f.val
@@ -44,7 +44,7 @@ func (p *parser) unit(f field) (time.Duration, bool) {
 		p.errorf(f.line, "unit %s seconds is too long", n.Value)
 	case kind == fraction:
 		// A number of seconds with a fraction is most likely a typo for a
-		// duration: seed 001's units are whole seconds.
+		// duration: the original rule file's units are whole seconds.
 		p.errorf(f.line, "unit %s is not a whole number of seconds; write a fraction of a second as a duration like %q", n.Value, durationHint(fl))
 	default:
 		p.wrongType(f, `whole seconds or a duration like "500ms"`)

@@ -3,12 +3,13 @@ package config
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/trie"
@@ -28,7 +29,8 @@ var (
 // limit.Params.Validate bounds it further.
 const maxLockSeconds = maxUnitSeconds
 
-// MaxAppIDLen is the longest app ID (DESIGN §4).
+// MaxAppIDLen is the longest app ID (the README's "How a request is
+// handled").
 const MaxAppIDLen = 128
 
 const noConfigs = "the rule file has no configs; add a configs list with one entry per app (appId and its limits), " +
@@ -252,34 +254,43 @@ func (s *settings) params(n int64) limit.Params {
 }
 
 // validate checks the Params of a limit and reports a problem on the line
-// of the setting the message is about, where that setting was written
-// (in the section itself or in defaults), else on line.
+// of the setting it is about (limit.SettingError), where that setting was
+// written (in the section itself or in defaults), else on line.
 func (p *parser) validate(params *limit.Params, s *settings, limitLine, line int, prefix string) bool {
 	err := params.Validate()
 	if err == nil {
 		return true
 	}
-	msg := err.Error()
-	for _, c := range []struct {
-		word string
-		line int
-	}{
-		{"limit ", limitLine},
-		{"unit ", s.unitLine},
-		{"precision ", s.precisionLine},
-		{"burst ", s.burstLine},
-		{"warmup ", s.warmupLine},
-		{"lockSeconds ", s.lockLine},
-		{"algorithm ", s.algorithmLine},
-		{"unknown algorithm", s.algorithmLine},
-	} {
-		if strings.HasPrefix(msg, c.word) && c.line > 0 {
-			line = c.line
-			break
+	if se := (*limit.SettingError)(nil); errors.As(err, &se) {
+		if l := s.line(se.Setting, limitLine); l > 0 {
+			line = l
 		}
 	}
-	p.errorf(line, "%s%s", prefix, msg)
+	p.errorf(line, "%s%s", prefix, err)
 	return false
+}
+
+// line returns the line where the setting named setting (as in the rule
+// file) was written, 0 when it is built in. limitLine is the line of the
+// limit, which settings do not hold.
+func (s *settings) line(setting string, limitLine int) int {
+	switch setting {
+	case "limit":
+		return limitLine
+	case "algorithm":
+		return s.algorithmLine
+	case "unit":
+		return s.unitLine
+	case "precision":
+		return s.precisionLine
+	case "burst":
+		return s.burstLine
+	case "warmup":
+		return s.warmupLine
+	case "lockSeconds":
+		return s.lockLine
+	}
+	return 0
 }
 
 // limitValue returns the value of a limit field.
@@ -454,7 +465,9 @@ func (p *parser) limits(f field) []Rule {
 	}
 	res := &listResult{}
 	p.listMemo[n] = res
-	seen := map[string][]seenRule{}
+	// The rules so far, by line: the trie the proxy builds from them
+	// refuses a duplicate, and says which rule it duplicates.
+	seen := trie.New[int](trie.Options{CaseInsensitive: p.caseInsensitive})
 	for _, item := range n.Content {
 		r := p.rule(item)
 		p.checkDuplicate(seen, r, item.Line)
@@ -467,49 +480,34 @@ func (p *parser) limits(f field) []Rule {
 
 // A ruleResult is what rule built from one node.
 type ruleResult struct {
+	// rule is the rule; its API is "" when the api is not valid.
 	rule Rule
-	// key is the pattern with variable names left out (and folded to lower
-	// case when the file is case-insensitive): two rules with the same key
-	// match the same paths. It is "" when the api is not valid.
-	key string
 	// ok reports whether the rule is valid; its problems have been
 	// reported when not.
 	ok bool
 }
 
-// A seenRule is a rule already in an app, for finding duplicates.
-type seenRule struct {
-	api     string
-	methods []string
-	line    int
-}
-
-// checkDuplicate reports r, at line, if an earlier rule in seen matches
-// the same paths and one of the same methods, and adds it to seen.
-func (p *parser) checkDuplicate(seen map[string][]seenRule, r *ruleResult, line int) {
-	if r.key == "" {
+// checkDuplicate reports r, at line, if a rule in seen (an app's rules so
+// far, by line) already limits the same paths for one of the same
+// methods, and adds it to seen otherwise.
+func (p *parser) checkDuplicate(seen *trie.Trie[int], r *ruleResult, line int) {
+	api, methods := r.rule.API, r.rule.Methods
+	if api == "" {
 		return // the api was not valid, already reported
 	}
-	api, methods := r.rule.API, r.rule.Methods
-	for _, s := range seen[r.key] {
-		same := ""
-		if s.api != api {
-			same = fmt.Sprintf(" (%s matches the same paths)", s.api)
-		}
-		switch {
-		case len(methods) == 0 && len(s.methods) == 0:
-			p.errorf(line, "api %s is already limited by the rule at line %d%s; merge the two rules into one", api, s.line, same)
-			return
-		case len(methods) > 0 && len(s.methods) > 0:
-			for _, m := range methods {
-				if slices.Contains(s.methods, m) {
-					p.errorf(line, "api %s with method %s is already limited by the rule at line %d%s; remove %s from one of them", api, m, s.line, same, m)
-					return
-				}
-			}
-		}
+	var dup *trie.DuplicateError[int]
+	if !errors.As(seen.Insert(api, methods, line), &dup) {
+		return // added; api and methods were checked when they were read
 	}
-	seen[r.key] = append(seen[r.key], seenRule{api: api, methods: methods, line: line})
+	same := ""
+	if dup.Existing != api {
+		same = fmt.Sprintf(" (%s matches the same paths)", dup.Existing)
+	}
+	if dup.Method == "" {
+		p.errorf(line, "api %s is already limited by the rule at line %d%s; merge the two rules into one", api, dup.Value, same)
+	} else {
+		p.errorf(line, "api %s with method %s is already limited by the rule at line %d%s; remove %s from one of them", api, dup.Method, dup.Value, same, dup.Method)
+	}
 }
 
 // rule builds one rule from an item of a limits list.
@@ -537,12 +535,11 @@ func (p *parser) buildRule(n *yaml.Node) *ruleResult {
 		ok = false
 	} else if api, good := p.str(f); !good {
 		ok = false
-	} else if canonical, segments, err := trie.ParsePattern(api); err != nil {
+	} else if canonical, _, err := trie.ParsePattern(api); err != nil {
 		p.errorf(f.line, "%s", err)
 		ok = false
 	} else {
 		res.rule.API = canonical
-		res.key = patternKey(segments, p.caseInsensitive)
 	}
 
 	if f, has := fs["method"]; has {
@@ -577,25 +574,6 @@ func (p *parser) buildRule(n *yaml.Node) *ruleResult {
 	return res
 }
 
-// patternKey returns the key of a pattern's segments under which
-// duplicate rules collide: variables are equal whatever their names.
-func patternKey(segments []string, caseInsensitive bool) string {
-	var b strings.Builder
-	b.WriteByte('/')
-	for i, seg := range segments {
-		if i > 0 {
-			b.WriteByte('/')
-		}
-		if trie.IsVar(seg) {
-			seg = "{}"
-		} else if caseInsensitive {
-			seg = strings.ToLower(seg)
-		}
-		b.WriteString(seg)
-	}
-	return b.String()
-}
-
 // methods returns the methods of a method field, a string or a list of
 // them, upper-cased and sorted.
 func (p *parser) methods(f field) ([]string, bool) {
@@ -627,15 +605,10 @@ func (p *parser) methods(f field) ([]string, bool) {
 			ok = false
 			continue
 		}
-		// Check before upper-casing: strings.ToUpper maps some non-ASCII
-		// letters to ASCII ones ("ſ" to "S").
-		m := strings.ToUpper(it.node.Value)
+		m, err := trie.ParseMethod(it.node.Value)
 		switch {
-		case !isToken(it.node.Value) && strings.ContainsAny(it.node.Value, ", "):
-			p.errorf(it.line, "method %q is not a valid HTTP method; write several methods as a list like [GET, POST]", it.node.Value)
-			ok = false
-		case !isToken(it.node.Value):
-			p.errorf(it.line, "method %q is not a valid HTTP method; use a name like GET or POST", it.node.Value)
+		case err != nil:
+			p.errorf(it.line, "%s", err)
 			ok = false
 		case slices.Contains(methods, m):
 			p.errorf(it.line, "method %s is listed twice; list it once", m)
@@ -646,19 +619,4 @@ func (p *parser) methods(f field) ([]string, bool) {
 	}
 	slices.Sort(methods)
 	return methods, ok
-}
-
-// isToken reports whether s is an HTTP token (RFC 9110 §5.6.2), the
-// syntax of a method.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
 }

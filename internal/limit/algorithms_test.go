@@ -2,6 +2,7 @@ package limit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -174,13 +175,16 @@ func randomBucketParams(rng *rand.Rand, algorithm string) *Params {
 	return p
 }
 
-// edgeArrivals returns sorted arrival instants over about six windows
-// from start: bursts exactly on, 1ns before and 1ns after window edges
-// (absolute multiples of Window, and Window from start) and refill
-// instants (multiples of Window/Limit, rounded both ways), and uniformly
-// random arrivals.
-func edgeArrivals(rng *rand.Rand, p *Params, start int64) []int64 {
-	win := int64(p.Window)
+// arrivals returns sorted arrival instants over about six windows from
+// start, counted in units of unit since the Unix epoch (1ns for the
+// memory store, 1µs for Redis): bursts exactly on, one unit before and one
+// after the edges where algorithms slip — window edges (absolute multiples
+// of Window, and Window from start), sliding-window bucket edges (of the
+// bucket width, and of Window/Precision rounded down, which a ring that
+// rounded the wrong way would use), refill instants (multiples of
+// Window/Limit) — and uniformly random arrivals.
+func arrivals(rng *rand.Rand, p *Params, start int64, unit time.Duration) []int64 {
+	win := max(int64(p.Window/unit), 1)
 	end := start + 6*win
 	most := max(p.Limit, p.Burst)
 	var ts []int64
@@ -192,17 +196,28 @@ func edgeArrivals(rng *rand.Rand, p *Params, start int64) []int64 {
 			ts = append(ts, at)
 		}
 	}
-	for k := floorDiv(start, win) + 1; k*win < end; k++ {
-		burst(k*win - 1)
-		burst(k * win)
-		burst(k*win + 1)
+	edges := func(w int64, offsets ...int64) {
+		for k := floorDiv(start, w) + 1; k*w < end; k++ {
+			for _, o := range offsets {
+				burst(k*w + o)
+			}
+		}
 	}
-	for k := int64(0); k < 6; k++ {
+	edges(win, -1, 0, 1)
+	for k := range int64(6) {
 		burst(start + k*win)
 	}
+	if prec := int64(p.Precision); prec > 0 {
+		w := (win + prec - 1) / prec
+		edges(w, -1, 0)
+		edges(max(win/prec, 1), -1, 0)
+		for k := range int64(6) {
+			burst(start + k*win + w - 1)
+		}
+	}
 	for k := int64(1); k <= 6*p.Limit && k <= 300; k++ {
-		at := start + k*win/p.Limit
 		if rng.IntN(4) == 0 {
+			at := start + k*win/p.Limit
 			burst(at)
 			burst(at + 1)
 		}
@@ -383,25 +398,163 @@ func stepAlg(t *testing.T, p *Params, steps []step) {
 	runSteps(t, newState(t, p), p, steps)
 }
 
-// validateCase is one row of an algorithm's Validate table.
-type validateCase struct {
-	name string
-	p    Params
-	want string // the error, "" for valid
-}
+// TestValidate checks Params.Validate for every algorithm: the message
+// users see and the setting it is about (SettingError), which a rule-file
+// parser reports the message on.
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	sec := time.Second
+	tests := []struct {
+		name    string
+		p       Params
+		want    string // the error, "" for valid
+		setting string // the error's SettingError.Setting
+	}{
+		// Every algorithm.
+		{name: "unknown algorithm", p: Params{Algorithm: "nope", Limit: 1, Window: sec},
+			want: `unknown algorithm "nope" (known: fixed_window, leaky_bucket, sliding_log, sliding_window, token_bucket)`, setting: "algorithm"},
+		{name: "limit too low", p: *swParams(-2, sec, 10), want: "limit -2 is below -1 (use -1 for unlimited, 0 to block)", setting: "limit"},
+		{name: "limit too high", p: *fwParams(MaxLimit+1, sec), want: "limit 2147483648 is above the maximum 2147483647", setting: "limit"},
+		{name: "zero unit", p: *swParams(1, 0, 10), want: "unit 0s is not positive", setting: "unit"},
+		// Longer windows would overflow Reset and RetryAfter.
+		{name: "unit too long", p: *fwParams(1, maxSpan+1), want: "unit 876000h0m0.000000001s is longer than 100 years", setting: "unit"},
+		{name: "lock", p: Params{Algorithm: "fixed_window", Limit: 1, Window: sec, Lock: time.Minute}},
+		{name: "negative lock", p: Params{Algorithm: "fixed_window", Limit: 1, Window: sec, Lock: -sec}, want: "lockSeconds -1 is negative", setting: "lockSeconds"},
+		{name: "lock too long", p: Params{Algorithm: "fixed_window", Limit: 1, Window: sec, Lock: maxSpan + sec},
+			want: "lockSeconds 3153600001 is longer than 100 years", setting: "lockSeconds"},
 
-// runValidateCases checks Params.Validate against every row.
-func runValidateCases(t *testing.T, tests []validateCase) {
-	t.Helper()
+		{name: "fixed_window", p: *fwParams(100, time.Minute)},
+		{name: "fixed_window with precision", p: Params{Algorithm: "fixed_window", Limit: 1, Window: sec, Precision: 10},
+			want: "precision applies only to sliding_window", setting: "precision"},
+		{name: "fixed_window with burst", p: Params{Algorithm: "fixed_window", Limit: 1, Window: sec, Burst: 2},
+			want: "burst applies only to token_bucket and leaky_bucket", setting: "burst"},
+		{name: "fixed_window with warmup", p: Params{Algorithm: "fixed_window", Limit: 1, Window: sec, Warmup: sec},
+			want: "warmup applies only to token_bucket", setting: "warmup"},
+
+		{name: "leaky_bucket", p: *lbParams(100, time.Minute, 0)},
+		{name: "leaky_bucket with burst", p: *lbParams(100, time.Minute, 10)},
+		{name: "leaky_bucket negative burst", p: *lbParams(1, sec, -5), want: "burst -5 is negative (0 means the limit)", setting: "burst"},
+		{name: "leaky_bucket with warmup", p: Params{Algorithm: "leaky_bucket", Limit: 1, Window: sec, Warmup: sec},
+			want: "warmup applies only to token_bucket", setting: "warmup"},
+		{name: "leaky_bucket with precision", p: Params{Algorithm: "leaky_bucket", Limit: 1, Window: sec, Precision: 10},
+			want: "precision applies only to sliding_window", setting: "precision"},
+
+		{name: "sliding_log", p: *slParams(100, time.Minute)},
+		{name: "sliding_log largest limit", p: *slParams(MaxLogLimit, time.Minute)},
+		{name: "sliding_log limit above the log's maximum", p: *slParams(MaxLogLimit+1, time.Minute),
+			want: "limit 10001 is above 10000, the most sliding_log keeps (it stores every admission: 8 bytes each, per key); use sliding_window for larger limits", setting: "limit"},
+		{name: "sliding_log with precision", p: Params{Algorithm: "sliding_log", Limit: 1, Window: sec, Precision: 10},
+			want: "precision applies only to sliding_window", setting: "precision"},
+		{name: "sliding_log with burst", p: Params{Algorithm: "sliding_log", Limit: 1, Window: sec, Burst: 2},
+			want: "burst applies only to token_bucket and leaky_bucket", setting: "burst"},
+
+		{name: "sliding_window", p: *swParams(100, time.Minute, DefaultPrecision)},
+		{name: "sliding_window one bucket", p: *swParams(1, sec, 1)},
+		{name: "sliding_window max precision", p: *swParams(1, sec, MaxPrecision)},
+		{name: "sliding_window 1µs buckets", p: *swParams(1, 10*time.Microsecond, 10)},
+		{name: "sliding_window 100 years", p: *swParams(1, maxSpan, 1)},
+		{name: "sliding_window precision 0", p: *swParams(1, sec, 0), want: "precision 0 is outside 1..1000", setting: "precision"},
+		{name: "sliding_window precision negative", p: *swParams(1, sec, -3), want: "precision -3 is outside 1..1000", setting: "precision"},
+		{name: "sliding_window precision too high", p: *swParams(1, sec, 1001), want: "precision 1001 is outside 1..1000", setting: "precision"},
+		{name: "sliding_window buckets under 1µs", p: *swParams(1, 9*time.Microsecond, 10),
+			want: "unit 9µs split into 10 buckets leaves less than 1µs per bucket; lower the precision or raise the unit", setting: "unit"},
+		{name: "sliding_window with burst", p: Params{Algorithm: "sliding_window", Limit: 1, Window: sec, Precision: 10, Burst: 5},
+			want: "burst applies only to token_bucket and leaky_bucket", setting: "burst"},
+
+		{name: "token_bucket", p: *tbParams(100, time.Minute, 0, 0)},
+		{name: "token_bucket burst and warmup", p: *tbParams(100, time.Minute, 500, time.Minute)},
+		{name: "token_bucket largest warmup", p: *tbParams(100, time.Minute, 0, maxWarmup)},
+		{name: "token_bucket largest burst", p: *tbParams(1, sec, MaxLimit, 0)},
+		{name: "token_bucket negative burst", p: *tbParams(1, sec, -1, 0), want: "burst -1 is negative (0 means the limit)", setting: "burst"},
+		{name: "token_bucket burst too large", p: *tbParams(1, sec, MaxLimit+1, 0), want: "burst 2147483648 is above the maximum 2147483647", setting: "burst"},
+		{name: "token_bucket negative warmup", p: *tbParams(1, sec, 0, -sec), want: "warmup -1s is negative", setting: "warmup"},
+		{name: "token_bucket warmup too long", p: *tbParams(1, sec, 0, maxWarmup+1), want: "warmup 24h0m0.000000001s is longer than 24h0m0s", setting: "warmup"},
+		{name: "token_bucket with precision", p: Params{Algorithm: "token_bucket", Limit: 1, Window: sec, Precision: 10},
+			want: "precision applies only to sliding_window", setting: "precision"},
+		{name: "token_bucket burst refills too slowly", p: *tbParams(1, 24*time.Hour, 40000, 0),
+			want: "burst 40000 takes more than 100 years to refill at 1 per 24h0m0s; lower the burst or raise the limit", setting: "burst"},
+		{name: "token_bucket unit too long", p: *tbParams(1, maxSpan+1, 0, 0), want: "unit 876000h0m0.000000001s is longer than 100 years", setting: "unit"},
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := ""
-			if err := tt.p.Validate(); err != nil {
+			err := tt.p.Validate()
+			got, setting := "", ""
+			if err != nil {
 				got = err.Error()
+				var se *SettingError
+				if !errors.As(err, &se) {
+					t.Fatalf("Validate(%+v): got %T, want a *SettingError", tt.p, err)
+				}
+				setting = se.Setting
 			}
-			if got != tt.want {
-				t.Errorf("Validate(%+v): got %q, want %q", tt.p, got, tt.want)
+			if got != tt.want || setting != tt.setting {
+				t.Errorf("Validate(%+v): got %q about %q, want %q about %q", tt.p, got, setting, tt.want, tt.setting)
+			}
+		})
+	}
+}
+
+// TestIdle checks every algorithm's Idle: a state is idle, and may be
+// evicted, exactly when it is as good as a fresh one.
+func TestIdle(t *testing.T) {
+	t.Parallel()
+	const ms = time.Millisecond
+	sec := time.Second
+	tests := []struct {
+		name   string
+		p      *Params
+		counts []time.Duration // instants counted
+		at     time.Duration
+		want   bool
+	}{
+		{name: "fixed_window fresh", p: fwParams(3, sec), at: 0, want: true},
+		{name: "fixed_window counted", p: fwParams(3, sec), counts: []time.Duration{200 * ms}, at: 0, want: false},
+		{name: "fixed_window end of the window", p: fwParams(3, sec), counts: []time.Duration{200 * ms}, at: sec - 1, want: false},
+		{name: "fixed_window next window", p: fwParams(3, sec), counts: []time.Duration{200 * ms}, at: sec, want: true},
+		{name: "fixed_window clock stepped back", p: fwParams(3, sec), counts: []time.Duration{200 * ms}, at: -time.Hour, want: false},
+
+		{name: "leaky_bucket fresh", p: lbParams(2, sec, 0), at: 0, want: true},
+		{name: "leaky_bucket counted", p: lbParams(2, sec, 0), counts: []time.Duration{0, 0}, at: 0, want: false},
+		{name: "leaky_bucket not yet empty", p: lbParams(2, sec, 0), counts: []time.Duration{0, 0}, at: sec - 1, want: false},
+		{name: "leaky_bucket empty", p: lbParams(2, sec, 0), counts: []time.Duration{0, 0}, at: sec, want: true},
+
+		{name: "sliding_log fresh", p: slParams(3, sec), at: 0, want: true},
+		{name: "sliding_log counted", p: slParams(3, sec), counts: []time.Duration{0, 300 * ms}, at: 0, want: false},
+		{name: "sliding_log newest still counts", p: slParams(3, sec), counts: []time.Duration{0, 300 * ms}, at: 1300 * ms, want: false},
+		{name: "sliding_log all aged out", p: slParams(3, sec), counts: []time.Duration{0, 300 * ms}, at: 1300*ms + 1, want: true},
+
+		{name: "sliding_window fresh", p: swParams(3, sec, 10), at: 0, want: true},
+		{name: "sliding_window counted", p: swParams(3, sec, 10), counts: []time.Duration{0, 550 * ms}, at: 0, want: false},
+		{name: "sliding_window newest bucket not aged out", p: swParams(3, sec, 10), counts: []time.Duration{0, 550 * ms}, at: 1600*ms - 1, want: false},
+		{name: "sliding_window all aged out", p: swParams(3, sec, 10), counts: []time.Duration{0, 550 * ms}, at: 1600 * ms, want: true},
+		{name: "sliding_window long after", p: swParams(3, sec, 10), counts: []time.Duration{0, 550 * ms}, at: 24 * time.Hour, want: true},
+		{name: "sliding_window clock stepped back", p: swParams(3, sec, 10), counts: []time.Duration{0, 550 * ms}, at: -time.Hour, want: false},
+
+		{name: "token_bucket fresh", p: tbParams(2, sec, 0, 0), at: 0, want: true},
+		{name: "token_bucket not full", p: tbParams(2, sec, 0, 0), counts: []time.Duration{0}, at: 500*ms - 1, want: false},
+		{name: "token_bucket full", p: tbParams(2, sec, 0, 0), counts: []time.Duration{0}, at: 500 * ms, want: true},
+		// 4 per second with a 1s warm-up: the two requests cost 625ms
+		// and 375ms; the bucket is full at 1s with 500ms of coldness,
+		// and cold again 500ms later.
+		{name: "token_bucket full but warm", p: tbParams(4, sec, 0, sec), counts: []time.Duration{0, 0}, at: sec, want: false},
+		{name: "token_bucket nearly cold", p: tbParams(4, sec, 0, sec), counts: []time.Duration{0, 0}, at: 1500*ms - 1, want: false},
+		{name: "token_bucket full and cold", p: tbParams(4, sec, 0, sec), counts: []time.Duration{0, 0}, at: 1500 * ms, want: true},
+		{name: "token_bucket no warm-up", p: tbParams(4, sec, 0, 0), counts: []time.Duration{0, 0}, at: 500 * ms, want: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			st := newState(t, tt.p)
+			for _, at := range tt.counts {
+				now := t0.Add(at).UnixNano()
+				if !st.Decide(now, tt.p).Allowed {
+					t.Fatalf("count at t0%+v: denied", at)
+				}
+				st.Commit(now, tt.p)
+			}
+			if got := st.Idle(t0.Add(tt.at).UnixNano(), tt.p); got != tt.want {
+				t.Errorf("Idle(t0%+v): got %v, want %v", tt.at, got, tt.want)
 			}
 		})
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,16 +39,13 @@ func BenchmarkSlidingWindow(b *testing.B) {
 	}
 }
 
-// BenchmarkMemoryAllow is one decision on an existing key. The hashed
-// cases carry Request.Hash, as a caller with fixed keys can.
+// BenchmarkMemoryAllow is one decision on an existing key.
 func BenchmarkMemoryAllow(b *testing.B) {
 	for _, tt := range []struct {
-		name   string
-		reqs   []Request
-		hashed bool
+		name string
+		reqs []Request
 	}{
 		{name: "one limit", reqs: []Request{{Key: "app-1|/v1/user", Params: benchParams}}},
-		{name: "one limit hashed", reqs: []Request{{Key: "app-1|/v1/user", Params: benchParams}}, hashed: true},
 		{name: "one limit denied", reqs: []Request{{Key: "app-1|/v1/user", Params: swParams(1, time.Second, 10)}}},
 		{
 			name: "app total and API",
@@ -58,24 +54,10 @@ func BenchmarkMemoryAllow(b *testing.B) {
 				{Key: "app-1|/v1/user", Params: benchParams},
 			},
 		},
-		{
-			name: "app total and API hashed",
-			reqs: []Request{
-				{Key: "app-1", Params: benchParams},
-				{Key: "app-1|/v1/user", Params: benchParams},
-			},
-			hashed: true,
-		},
 	} {
 		b.Run(tt.name, func(b *testing.B) {
 			m := newTestMemory(b, MemoryConfig{})
 			ctx := context.Background()
-			if tt.hashed {
-				tt.reqs = slices.Clone(tt.reqs)
-				for i := range tt.reqs {
-					tt.reqs[i].Hash = m.Hash(tt.reqs[i].Key)
-				}
-			}
 			res := make([]Result, len(tt.reqs))
 			now := t0
 			if _, err := m.Allow(ctx, now, tt.reqs, res); err != nil {
@@ -162,7 +144,7 @@ func keysInDistinctShards(m *Memory, keys []string, n int) []string {
 	var picked []string
 	seen := map[uint32]bool{}
 	for _, k := range keys {
-		if s := m.shardOf(m.Hash(k)); !seen[s] {
+		if s := m.shardOf(m.hash(k)); !seen[s] {
 			seen[s] = true
 			picked = append(picked, k)
 			if len(picked) == n {

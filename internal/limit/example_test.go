@@ -44,7 +44,7 @@ func ExampleParams_lock() {
 		panic(err)
 	}
 	// 2 logins a minute in fixed windows; a caller that goes over is
-	// locked out for 5 minutes (seed 002).
+	// locked out for 5 minutes.
 	login := limit.Params{Algorithm: "fixed_window", Limit: 2, Window: time.Minute, Lock: 5 * time.Minute}
 	reqs := []limit.Request{{Key: "app-1|/v1/login", Params: &login}}
 	res := make([]limit.Result, 1)

@@ -9,15 +9,16 @@ func init() {
 	Register("fixed_window", fixedWindow{})
 }
 
-// fixedWindow is the fixed_window algorithm (DESIGN §5), seed 003's
-// counter: one count per window, the windows aligned to multiples of
+// fixedWindow is the fixed_window algorithm (the README's "Algorithms"
+// section), the plain counter: one count per window, the windows aligned to multiples of
 // Window since the Unix epoch, so that every gateway and every key agree
 // on where a window starts.
 //
 // It never admits more than Limit in one aligned window, but it forgets
 // everything at a window's end: Limit admissions just before a boundary
 // and Limit just after it put 2×Limit within an instant of each other
-// (seed 003's 临界问题). That is its documented price for 16 bytes a key.
+// (the boundary problem of fixed windows). That is its documented price
+// for 16 bytes a key.
 type fixedWindow struct{}
 
 func (fixedWindow) Validate(p *Params) error { return unread(p, 0) }

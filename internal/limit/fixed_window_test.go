@@ -114,50 +114,8 @@ func TestFixedWindowSteps(t *testing.T) {
 	}
 }
 
-func TestFixedWindowIdle(t *testing.T) {
-	t.Parallel()
-	p := fwParams(3, time.Second)
-	st := newState(t, p)
-	at := func(d time.Duration) int64 { return t0.Add(d).UnixNano() }
-	tests := []struct {
-		name string
-		do   func()
-		at   time.Duration
-		want bool
-	}{
-		{name: "fresh", at: 0, want: true},
-		{name: "counted", do: func() { st.Commit(at(200*time.Millisecond), p) }, at: 0, want: false},
-		{name: "end of the window", at: time.Second - 1, want: false},
-		{name: "next window", at: time.Second, want: true},
-		{name: "clock stepped back", at: -time.Hour, want: false},
-	}
-	for _, tt := range tests {
-		// Sequential: the steps share st.
-		if tt.do != nil {
-			tt.do()
-		}
-		if got := st.Idle(at(tt.at), p); got != tt.want {
-			t.Errorf("%s: Idle(t0%+v): got %v, want %v", tt.name, tt.at, got, tt.want)
-		}
-	}
-}
-
-func TestFixedWindowValidate(t *testing.T) {
-	t.Parallel()
-	tests := []validateCase{
-		{name: "plain", p: *fwParams(100, time.Minute)},
-		{name: "lock", p: Params{Algorithm: "fixed_window", Limit: 1, Window: time.Second, Lock: time.Minute}},
-		{name: "precision", p: Params{Algorithm: "fixed_window", Limit: 1, Window: time.Second, Precision: 10}, want: "precision applies only to sliding_window"},
-		{name: "burst", p: Params{Algorithm: "fixed_window", Limit: 1, Window: time.Second, Burst: 2}, want: "burst applies only to token_bucket and leaky_bucket"},
-		{name: "warmup", p: Params{Algorithm: "fixed_window", Limit: 1, Window: time.Second, Warmup: time.Second}, want: "warmup applies only to token_bucket"},
-		{name: "negative lock", p: Params{Algorithm: "fixed_window", Limit: 1, Window: time.Second, Lock: -time.Second}, want: "lockSeconds -1 is negative"},
-		{name: "unit too long", p: Params{Algorithm: "fixed_window", Limit: 1, Window: maxSpan + 1}, want: "unit 876000h0m0.000000001s is longer than 100 years"},
-		{name: "lock too long", p: Params{Algorithm: "fixed_window", Limit: 1, Window: time.Second, Lock: maxSpan + time.Second}, want: "lockSeconds 3153600001 is longer than 100 years"},
-	}
-	runValidateCases(t, tests)
-}
-
-// TestFixedWindowGuarantee is the guarantee of DESIGN §5: never more than
+// TestFixedWindowGuarantee is the guarantee in the README's "Algorithms"
+// table: never more than
 // Limit admitted in one aligned window, and never more than 2×Limit in
 // any interval of length Window (the boundary burst it is documented to
 // allow); and a request is denied only when its window is full.
@@ -167,7 +125,7 @@ func TestFixedWindowGuarantee(t *testing.T) {
 	for c := range 250 {
 		p := randomBucketParams(rng, "fixed_window")
 		start := t0.UnixNano() + rng.Int64N(int64(p.Window))
-		arrivals := edgeArrivals(rng, p, start)
+		arrivals := arrivals(rng, p, start, time.Nanosecond)
 		t.Run(fmt.Sprintf("%d/limit=%d,window=%v", c, p.Limit, p.Window), func(t *testing.T) {
 			log, admitted := offer(t, p, arrivals, true)
 			w := int64(p.Window)

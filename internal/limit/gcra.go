@@ -3,7 +3,6 @@ package limit
 import (
 	"cmp"
 	_ "embed"
-	"fmt"
 	"math"
 	"math/bits"
 	"time"
@@ -19,7 +18,7 @@ import (
 // is admitted while due - (b-1)·T ≤ now: while at least one token is left,
 // or the level is at most b-1. In any interval of length t, n admissions
 // push due by n·T while it can run ahead of the clock by at most b·T, so
-// n ≤ b + t/T: the guarantee of DESIGN §5.
+// n ≤ b + t/T: the guarantee in the README's "Algorithms" table.
 //
 // T is rarely a whole number of nanoseconds (1s/3), and rounding it would
 // make a bucket drift from its rate or its Retry-After lie by a
@@ -156,19 +155,19 @@ func gcraCheck(due rat, fresh bool, now int64, p *Params) (Result, bool) {
 // fits next to an instant.
 func validateBucket(p *Params) error {
 	if p.Burst < 0 {
-		return fmt.Errorf("burst %d is negative (0 means the limit)", p.Burst)
+		return settingErrorf("burst", "burst %d is negative (0 means the limit)", p.Burst)
 	}
 	if p.Burst > MaxLimit {
-		return fmt.Errorf("burst %d is above the maximum %d", p.Burst, int64(MaxLimit))
+		return settingErrorf("burst", "burst %d is above the maximum %d", p.Burst, int64(MaxLimit))
 	}
 	if p.Limit <= 0 {
 		return nil // unlimited or blocked: no bucket
 	}
 	if _, ok := intervals(capacity(p), p); !ok {
 		if p.Burst == 0 {
-			return fmt.Errorf("unit %s is longer than 100 years", p.Window)
+			return settingErrorf("unit", "unit %s is longer than 100 years", p.Window)
 		}
-		return fmt.Errorf("burst %d takes more than 100 years to refill at %d per %s; lower the burst or raise the limit",
+		return settingErrorf("burst", "burst %d takes more than 100 years to refill at %d per %s; lower the burst or raise the limit",
 			p.Burst, p.Limit, p.Window)
 	}
 	return nil

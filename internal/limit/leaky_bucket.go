@@ -10,8 +10,8 @@ func init() {
 	Register("leaky_bucket", leakyBucket{})
 }
 
-// leakyBucket is the leaky_bucket algorithm (DESIGN §5) as a meter, seed
-// 003's LeakyDemo: every admitted request pours one unit into a bucket of
+// leakyBucket is the leaky_bucket algorithm (the README's "Algorithms"
+// section) as a meter: every admitted request pours one unit into a bucket of
 // capacity Burst (default Limit) that leaks Limit per Window; a request is
 // admitted if the level plus it fits, level+1 ≤ capacity. It starts empty.
 //

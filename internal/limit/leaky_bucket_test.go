@@ -80,48 +80,10 @@ func TestLeakyBucketSteps(t *testing.T) {
 	}
 }
 
-func TestLeakyBucketIdle(t *testing.T) {
-	t.Parallel()
-	p := lbParams(2, time.Second, 0)
-	st := newState(t, p)
-	at := func(d time.Duration) int64 { return t0.Add(d).UnixNano() }
-	tests := []struct {
-		name string
-		do   func()
-		at   time.Duration
-		want bool
-	}{
-		{name: "fresh", at: 0, want: true},
-		{name: "counted", do: func() { st.Commit(at(0), p); st.Commit(at(0), p) }, at: 0, want: false},
-		{name: "not yet empty", at: time.Second - 1, want: false},
-		{name: "empty", at: time.Second, want: true},
-	}
-	for _, tt := range tests {
-		// Sequential: the steps share st.
-		if tt.do != nil {
-			tt.do()
-		}
-		if got := st.Idle(at(tt.at), p); got != tt.want {
-			t.Errorf("%s: Idle(t0%+v): got %v, want %v", tt.name, tt.at, got, tt.want)
-		}
-	}
-}
-
-func TestLeakyBucketValidate(t *testing.T) {
-	t.Parallel()
-	tests := []validateCase{
-		{name: "default capacity", p: *lbParams(100, time.Minute, 0)},
-		{name: "capacity", p: *lbParams(100, time.Minute, 10)},
-		{name: "negative capacity", p: *lbParams(1, time.Second, -5), want: "burst -5 is negative (0 means the limit)"},
-		{name: "warmup", p: Params{Algorithm: "leaky_bucket", Limit: 1, Window: time.Second, Warmup: time.Second}, want: "warmup applies only to token_bucket"},
-		{name: "precision", p: Params{Algorithm: "leaky_bucket", Limit: 1, Window: time.Second, Precision: 10}, want: "precision applies only to sliding_window"},
-	}
-	runValidateCases(t, tests)
-}
-
-// TestLeakyBucketGuarantee is the guarantee of DESIGN §5: never more than
+// TestLeakyBucketGuarantee is the guarantee in the README's "Algorithms"
+// table: never more than
 // capacity + rate·t admitted in any interval of length t. Every decision
-// is also exactly that of seed 003's leaky bucket in exact arithmetic, and
+// is also exactly that of a textbook leaky bucket in exact arithmetic, and
 // that of a token bucket of the same capacity and rate.
 func TestLeakyBucketGuarantee(t *testing.T) {
 	t.Parallel()
@@ -129,7 +91,7 @@ func TestLeakyBucketGuarantee(t *testing.T) {
 	for c := range 300 {
 		p := randomBucketParams(rng, "leaky_bucket")
 		start := t0.UnixNano() + rng.Int64N(int64(p.Window))
-		arrivals := edgeArrivals(rng, p, start)
+		arrivals := arrivals(rng, p, start, time.Nanosecond)
 		t.Run(fmt.Sprintf("%d/limit=%d,window=%v,burst=%d", c, p.Limit, p.Window, p.Burst), func(t *testing.T) {
 			log, admitted := offer(t, p, arrivals, true)
 			if err := rateBound(admitted, capacity(p), p); err != nil {

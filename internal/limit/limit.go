@@ -1,12 +1,13 @@
 // Package limit decides whether a request may pass a set of rate limits.
 //
-// Algorithms are strategies registered by name (seed 000's factory + strategy):
+// Algorithms are strategies registered by name, a factory of strategies:
 // each one lives in its own file and registers itself with Register in an init
 // function, so adding an algorithm touches only its file. A Store keeps the
 // per-key state of those algorithms and decides all of a request's limits
 // atomically: a request is admitted only if every enforced limit admits it, and
 // a denied request is counted against none of them. Lockouts (Params.Lock,
-// seed 002) are the store's, so that every algorithm has them.
+// lockSeconds in the README's "Algorithms" section) are the store's, so
+// that every algorithm has them.
 //
 // The core never reads the clock: the memory store takes now as an argument,
 // so tests run on fixed instants and never sleep; the Redis store uses
@@ -42,7 +43,8 @@ const MaxPrecision = 1000
 // MaxLimit is the largest limit a rule may set. Counters are 32-bit.
 const MaxLimit = 1<<31 - 1
 
-// Unlimited is the Limit value of a rule that never limits (seed 004).
+// Unlimited is the Limit value of a rule that never limits (limit: -1 in
+// the rule file).
 const Unlimited = -1
 
 // Params are the settings of one limit, resolved from the rule file with
@@ -62,11 +64,12 @@ type Params struct {
 	// Burst is the bucket capacity of token_bucket and leaky_bucket; 0
 	// means Limit.
 	Burst int64
-	// Warmup is the warm-up period of token_bucket (seed 003's Guava
+	// Warmup is the warm-up period of token_bucket (Guava RateLimiter's
 	// SmoothWarmingUp): after idling, the admitted rate ramps from a third
 	// of Limit per Window to the full rate over this long. 0 means none.
 	Warmup time.Duration
-	// Lock is the penalty lockout of seed 002, for any algorithm: once the
+	// Lock is the penalty lockout of the original rule design
+	// (lockSeconds in the rule file), for any algorithm: once the
 	// limit denies a request, the store denies every request on the same
 	// counter for this long. 0 means none. Stores implement it; States
 	// never see it.
@@ -86,42 +89,55 @@ func (p *Params) Identity(q *Params) bool {
 	return p.Algorithm == q.Algorithm && p.Window == q.Window && p.Precision == q.Precision
 }
 
-// equal reports whether p == *q. The stores compare a request's Params
-// with those of its key on every decision, and the compiler's == compares
-// the fields after Algorithm with a call to the runtime's memequal.
-func (p *Params) equal(q *Params) bool {
-	return p.Limit == q.Limit && p.Window == q.Window && p.Precision == q.Precision &&
-		p.Burst == q.Burst && p.Warmup == q.Warmup && p.Lock == q.Lock && p.Algorithm == q.Algorithm
-}
-
-// Validate reports whether p can be used, in a sentence fit for a rule-file
-// error message. A message about one setting starts with its name in the
-// rule file ("limit ...", "unit ..." for Window, "lockSeconds ..." for
-// Lock) so that a rule-file parser can put it on that setting's line.
+// Validate reports whether p can be used, in a sentence fit for a
+// rule-file error message. A problem with one setting is a *SettingError
+// naming that setting, so that a rule-file parser can put it on that
+// setting's line.
 func (p *Params) Validate() error {
-	if p.Limit < Unlimited {
-		return fmt.Errorf("limit %d is below -1 (use -1 for unlimited, 0 to block)", p.Limit)
-	}
-	if p.Limit > MaxLimit {
-		return fmt.Errorf("limit %d is above the maximum %d", p.Limit, int64(MaxLimit))
-	}
-	if p.Window <= 0 {
-		return fmt.Errorf("unit %s is not positive", p.Window)
-	}
-	if p.Window > maxSpan {
-		return fmt.Errorf("unit %s is longer than 100 years", p.Window)
-	}
-	if p.Lock < 0 {
-		return fmt.Errorf("lockSeconds %s is negative", strconv.FormatFloat(p.Lock.Seconds(), 'f', -1, 64))
-	}
-	if p.Lock > maxSpan {
-		return fmt.Errorf("lockSeconds %s is longer than 100 years", strconv.FormatFloat(p.Lock.Seconds(), 'f', -1, 64))
+	lock := strconv.FormatFloat(p.Lock.Seconds(), 'f', -1, 64)
+	switch {
+	case p.Limit < Unlimited:
+		return settingErrorf("limit", "limit %d is below -1 (use -1 for unlimited, 0 to block)", p.Limit)
+	case p.Limit > MaxLimit:
+		return settingErrorf("limit", "limit %d is above the maximum %d", p.Limit, int64(MaxLimit))
+	case p.Window <= 0:
+		return settingErrorf("unit", "unit %s is not positive", p.Window)
+	case p.Window > maxSpan:
+		return settingErrorf("unit", "unit %s is longer than 100 years", p.Window)
+	case p.Lock < 0:
+		return settingErrorf("lockSeconds", "lockSeconds %s is negative", lock)
+	case p.Lock > maxSpan:
+		return settingErrorf("lockSeconds", "lockSeconds %s is longer than 100 years", lock)
 	}
 	a, ok := Lookup(p.Algorithm)
 	if !ok {
-		return fmt.Errorf("unknown algorithm %q (known: %s)", p.Algorithm, strings.Join(Algorithms(), ", "))
+		return settingErrorf("algorithm", "unknown algorithm %q (known: %s)", p.Algorithm, strings.Join(Algorithms(), ", "))
 	}
 	return a.Validate(p)
+}
+
+// SettingError is a problem with one setting of Params.
+type SettingError struct {
+	// Setting is the setting's name in the rule file: "algorithm",
+	// "limit", "unit" (Window), "precision", "burst", "warmup" or
+	// "lockSeconds" (Lock).
+	Setting string
+	// Err says what is wrong, in a sentence that starts with the setting
+	// ("limit -2 is below -1 ...") unless it reads better otherwise
+	// ("unknown algorithm ...").
+	Err error
+}
+
+// Error returns Err's message.
+func (e *SettingError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *SettingError) Unwrap() error { return e.Err }
+
+// settingErrorf returns a *SettingError for setting with a message
+// formatted as fmt.Errorf does.
+func settingErrorf(setting, format string, args ...any) error {
+	return &SettingError{Setting: setting, Err: fmt.Errorf(format, args...)}
 }
 
 // maxSpan bounds the durations that algorithms add to an instant (a
@@ -152,12 +168,6 @@ type Request struct {
 	// part of Key before its first "|" (the app ID of the proxy's keys).
 	// The memory store ignores it.
 	Tag string
-	// Hash, when not 0, is Memory.Hash of Key, computed ahead by a caller
-	// whose keys are fixed (a configured app's rules) so that the memory
-	// store need not hash Key on every decision. A Hash of another key or
-	// from another store costs the store a second hash, never a wrong
-	// count. The Redis store ignores it.
-	Hash uint64
 }
 
 // Result is the outcome of one Request.
@@ -208,8 +218,9 @@ const (
 // create are guarded by the store.
 type Algorithm interface {
 	// Validate reports a problem with p that only this algorithm checks
-	// (e.g. precision), in a sentence fit for a rule-file error. It
-	// rejects every optional setting that Reads leaves out when p sets it.
+	// (e.g. precision), in a sentence fit for a rule-file error; a
+	// problem with one setting should be a *SettingError. It rejects
+	// every optional setting that Reads leaves out when p sets it.
 	Validate(p *Params) error
 	// Reads returns the optional settings of Params that the algorithm
 	// reads. A rule file's defaults of the others do not apply to rules
@@ -272,9 +283,9 @@ func window(p *Params) int64 {
 // Errors of Validate for an optional setting that an algorithm does not
 // read.
 var (
-	errPrecision = errors.New("precision applies only to sliding_window")
-	errBurst     = errors.New("burst applies only to token_bucket and leaky_bucket")
-	errWarmup    = errors.New("warmup applies only to token_bucket")
+	errPrecision = &SettingError{Setting: "precision", Err: errors.New("precision applies only to sliding_window")}
+	errBurst     = &SettingError{Setting: "burst", Err: errors.New("burst applies only to token_bucket and leaky_bucket")}
+	errWarmup    = &SettingError{Setting: "warmup", Err: errors.New("warmup applies only to token_bucket")}
 )
 
 // unread returns the error for the first optional setting that p sets

@@ -110,14 +110,7 @@ func TestMemoryTableMatchesMap(t *testing.T) {
 						if r.short {
 							p = short
 						}
-						req := Request{Key: k, Params: p}
-						switch rng.IntN(4) {
-						case 0:
-							req.Hash = m.Hash(k)
-						case 1:
-							req.Hash = rng.Uint64() | 1 // wrong
-						}
-						reqs = append(reqs, req)
+						reqs = append(reqs, Request{Key: k, Params: p})
 					}
 					ok, err := m.Allow(ctx, now, reqs, res)
 					if err != nil || !ok {
@@ -153,39 +146,54 @@ func TestMemoryTableMatchesMap(t *testing.T) {
 	}
 }
 
-// TestMemoryWrongHash checks that a wrong Request.Hash neither creates a
-// second counter for a key nor loses its count.
-func TestMemoryWrongHash(t *testing.T) {
+// TestMemorySweepShrinks checks that sweeps that leave a shard mostly
+// empty shrink its table, so that the memory of a flood of callers is
+// returned once they are swept, and release it with the last key.
+func TestMemorySweepShrinks(t *testing.T) {
 	t.Parallel()
-	m := newTestMemory(t, MemoryConfig{Shards: 4})
-	other := newTestMemory(t, MemoryConfig{Shards: 4})
-	p := swParams(10, time.Second, 10)
+	m := newTestMemory(t, MemoryConfig{Shards: 1})
 	ctx := context.Background()
-	res := make([]Result, 2)
-	keys := []string{"app-1", "app-1|/v1/user", "app-2"}
-	hashes := []func(string) uint64{
-		func(k string) uint64 { return 0 },
-		m.Hash,
-		other.Hash,
-		func(k string) uint64 { return m.Hash(k + "x") },
+	short := swParams(10, time.Second, 10)
+	long := swParams(10, time.Hour, 10)
+	res := make([]Result, 1)
+	allow := func(key string, p *Params) {
+		t.Helper()
+		if _, err := m.Allow(ctx, t0, []Request{{Key: key, Params: p}}, res); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 1000 {
+		allow(fmt.Sprintf("flood-%d", i), short)
 	}
 	for i := range 10 {
-		h := hashes[i%len(hashes)]
-		reqs := []Request{{Key: keys[0], Params: p, Hash: h(keys[0])}, {Key: keys[1], Params: p, Hash: h(keys[1])}}
-		ok, err := m.Allow(ctx, t0, reqs, res)
-		if err != nil || !ok {
-			t.Fatalf("call %d: %v %v", i, ok, err)
-		}
-		if res[0].Remaining != int64(9-i) || res[1].Remaining != int64(9-i) {
-			t.Fatalf("call %d: remaining %d %d, want %d", i, res[0].Remaining, res[1].Remaining, 9-i)
-		}
-		ok, err = m.Allow(ctx, t0, []Request{{Key: keys[2], Params: p, Hash: h(keys[2])}}, res)
-		if err != nil || !ok || res[0].Remaining != int64(9-i) {
-			t.Fatalf("call %d alone: %v %v remaining %d", i, ok, err, res[0].Remaining)
-		}
+		allow(fmt.Sprintf("kept-%d", i), long)
 	}
-	if m.Len() != 3 {
-		t.Errorf("Len: got %d, want 3", m.Len())
+	sh := &m.shards[0]
+	// 1010 keys at a load of at most 3/4 take 2048 slots; each sweep that
+	// finds the table under 1/8 full quarters it, down to 32 slots for
+	// the 10 keys left.
+	tests := []struct {
+		name           string
+		at             time.Duration
+		evicted, slots int
+	}{
+		{name: "nothing idle", at: 0, evicted: 0, slots: 2048},
+		{name: "the flood swept", at: time.Minute, evicted: 1000, slots: 512},
+		{name: "a sweep later", at: 2 * time.Minute, evicted: 0, slots: 128},
+		{name: "another", at: 3 * time.Minute, evicted: 0, slots: 32},
+		{name: "and another", at: 4 * time.Minute, evicted: 0, slots: 32},
+		{name: "everything swept", at: 2 * time.Hour, evicted: 10, slots: 0},
 	}
-	checkTables(t, m)
+	for _, tt := range tests {
+		if got := m.Sweep(t0.Add(tt.at)); got != tt.evicted {
+			t.Errorf("%s: evicted %d, want %d", tt.name, got, tt.evicted)
+		}
+		if got := len(sh.tags); got != tt.slots {
+			t.Errorf("%s: %d slots, want %d", tt.name, got, tt.slots)
+		}
+		checkTables(t, m)
+	}
+	if sh.tags != nil {
+		t.Errorf("the table is kept after its last key")
+	}
 }

@@ -1,11 +1,13 @@
 package limit
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -78,7 +80,8 @@ type RedisConfig struct {
 	Logger *slog.Logger
 }
 
-// Redis is the distributed Store (DESIGN §6): the counters live in Redis
+// Redis is the distributed Store (the README's "Redis: one limit for a
+// fleet of gateways"): the counters live in Redis
 // or Redis Cluster and are shared by every gateway that uses it, so that
 // limits hold for the fleet as a whole.
 //
@@ -134,7 +137,7 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 	case cfg.PoolSize < 0:
 		return nil, fmt.Errorf("redis pool size %d is negative", cfg.PoolSize)
 	}
-	timeout := cmpOr(cfg.Timeout, DefaultRedisTimeout)
+	timeout := cmp.Or(cfg.Timeout, DefaultRedisTimeout)
 	now := cfg.Now
 	if now == nil {
 		now = time.Now
@@ -167,24 +170,15 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		now:     now,
 		epoch:   now(),
 		breaker: newBreaker(
-			cmpOr(cfg.BreakerThreshold, DefaultBreakerThreshold),
-			cmpOr(cfg.BreakerBackoff, DefaultBreakerBackoff),
-			cmpOr(cfg.BreakerMaxBackoff, DefaultBreakerMaxBackoff),
+			cmp.Or(cfg.BreakerThreshold, DefaultBreakerThreshold),
+			cmp.Or(cfg.BreakerBackoff, DefaultBreakerBackoff),
+			cmp.Or(cfg.BreakerMaxBackoff, DefaultBreakerMaxBackoff),
 			now, cfg.OnCircuitChange),
 	}
 	if cfg.DenyCacheSize >= 0 {
-		r.deny = newDenyCache(cmpOr(cfg.DenyCacheSize, DefaultDenyCacheSize))
+		r.deny = newDenyCache(cmp.Or(cfg.DenyCacheSize, DefaultDenyCacheSize))
 	}
 	return r, nil
-}
-
-// cmpOr returns v, or def when v is zero.
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // redisOptions turns cfg's addressing into go-redis options.
@@ -216,7 +210,7 @@ func redisOptions(cfg *RedisConfig) (*redis.UniversalOptions, error) {
 			if a == "" {
 				continue
 			}
-			if _, _, err := splitHostPort(a); err != nil {
+			if err := checkAddr(a); err != nil {
 				return nil, fmt.Errorf("redis address %q: %w", a, err)
 			}
 			opts.Addrs = append(opts.Addrs, a)
@@ -248,17 +242,21 @@ func redisOptions(cfg *RedisConfig) (*redis.UniversalOptions, error) {
 	return opts, nil
 }
 
-// splitHostPort checks a host:port address.
-func splitHostPort(a string) (string, int, error) {
-	i := strings.LastIndexByte(a, ':')
-	if i <= 0 {
-		return "", 0, errors.New("want host:port")
+// checkAddr checks a host:port address, an IPv6 host in brackets
+// ("[::1]:6379"): without them, the host and port of "::1:6379" cannot be
+// told apart.
+func checkAddr(a string) error {
+	_, p, err := net.SplitHostPort(a)
+	switch {
+	case err != nil && strings.Count(a, ":") > 1:
+		return errors.New("want host:port with an IPv6 host in brackets, like [::1]:6379")
+	case err != nil:
+		return errors.New("want host:port")
 	}
-	port, err := strconv.Atoi(a[i+1:])
-	if err != nil || port <= 0 || port > 65535 {
-		return "", 0, errors.New("want host:port with a port in 1..65535")
+	if port, err := strconv.Atoi(p); err != nil || port <= 0 || port > 65535 {
+		return errors.New("want host:port with a port in 1..65535")
 	}
-	return a[:i], port, nil
+	return nil
 }
 
 // Close closes the connections to Redis.

@@ -3,7 +3,8 @@
 -- all of them, atomically. It mirrors Memory.Allow (memory.go).
 --
 -- Time is Redis's own (TIME), in whole microseconds, so that gateways with
--- skewed clocks agree (seed 004). Every instant and duration here is an
+-- skewed clocks agree (see "Redis: one limit for a fleet of gateways" in
+-- the README). Every instant and duration here is an
 -- integer number of microseconds held in a Lua number (a double): exact up
 -- to 2^53 µs, about 285 years, which is why the store does not count in
 -- nanoseconds as the memory store does.

@@ -2,7 +2,6 @@ package limit
 
 import (
 	_ "embed"
-	"fmt"
 	"time"
 )
 
@@ -16,8 +15,8 @@ func init() {
 // grow with the limit.
 const MaxLogLimit = 10_000
 
-// slidingLog is the sliding_log algorithm (DESIGN §5), seed 004's Redis
-// sorted set kept in memory: the instants of the last Limit admissions. A
+// slidingLog is the sliding_log algorithm (the README's "Algorithms"
+// section), the classic Redis sorted-set log kept in memory: the instants of the last Limit admissions. A
 // request at now is admitted when fewer than Limit of them lie in the
 // closed interval [now-Window, now], so no closed interval of length
 // Window ever holds more than Limit admissions, and a request is denied
@@ -31,7 +30,7 @@ func (slidingLog) Validate(p *Params) error {
 		return err
 	}
 	if p.Limit > MaxLogLimit {
-		return fmt.Errorf("limit %d is above %d, the most sliding_log keeps (it stores every admission: 8 bytes each, per key); use sliding_window for larger limits",
+		return settingErrorf("limit", "limit %d is above %d, the most sliding_log keeps (it stores every admission: 8 bytes each, per key); use sliding_window for larger limits",
 			p.Limit, MaxLogLimit)
 	}
 	return nil

@@ -95,51 +95,8 @@ func TestSlidingLogSteps(t *testing.T) {
 	}
 }
 
-func TestSlidingLogIdle(t *testing.T) {
-	t.Parallel()
-	p := slParams(3, time.Second)
-	st := newState(t, p)
-	at := func(d time.Duration) int64 { return t0.Add(d).UnixNano() }
-	tests := []struct {
-		name string
-		do   func()
-		at   time.Duration
-		want bool
-	}{
-		{name: "fresh", at: 0, want: true},
-		{name: "counted", do: func() { st.Commit(at(0), p); st.Commit(at(300*time.Millisecond), p) }, at: 0, want: false},
-		{name: "newest still counts", at: 1300 * time.Millisecond, want: false},
-		{name: "all aged out", at: 1300*time.Millisecond + 1, want: true},
-	}
-	for _, tt := range tests {
-		// Sequential: the steps share st.
-		if tt.do != nil {
-			tt.do()
-		}
-		if got := st.Idle(at(tt.at), p); got != tt.want {
-			t.Errorf("%s: Idle(t0%+v): got %v, want %v", tt.name, tt.at, got, tt.want)
-		}
-	}
-}
-
-func TestSlidingLogValidate(t *testing.T) {
-	t.Parallel()
-	tests := []validateCase{
-		{name: "plain", p: *slParams(100, time.Minute)},
-		{name: "largest limit", p: *slParams(MaxLogLimit, time.Minute)},
-		{
-			name: "limit above the log's maximum",
-			p:    *slParams(MaxLogLimit+1, time.Minute),
-			want: "limit 10001 is above 10000, the most sliding_log keeps (it stores every admission: 8 bytes each, per key); use sliding_window for larger limits",
-		},
-		{name: "precision", p: Params{Algorithm: "sliding_log", Limit: 1, Window: time.Second, Precision: 10}, want: "precision applies only to sliding_window"},
-		{name: "burst", p: Params{Algorithm: "sliding_log", Limit: 1, Window: time.Second, Burst: 2}, want: "burst applies only to token_bucket and leaky_bucket"},
-		{name: "unit too long", p: *slParams(1, maxSpan+1), want: "unit 876000h0m0.000000001s is longer than 100 years"},
-	}
-	runValidateCases(t, tests)
-}
-
-// TestSlidingLogExact is the guarantee of DESIGN §5: never more than
+// TestSlidingLogExact is the guarantee in the README's "Algorithms"
+// table: never more than
 // Limit admissions in any closed interval of length Window — and, for
 // "exactly", a request is denied only when the interval of length Window
 // that ends at it already holds Limit.
@@ -149,7 +106,7 @@ func TestSlidingLogExact(t *testing.T) {
 	for c := range 250 {
 		p := randomBucketParams(rng, "sliding_log")
 		start := t0.UnixNano() + rng.Int64N(int64(p.Window))
-		arrivals := edgeArrivals(rng, p, start)
+		arrivals := arrivals(rng, p, start, time.Nanosecond)
 		t.Run(fmt.Sprintf("%d/limit=%d,window=%v", c, p.Limit, p.Window), func(t *testing.T) {
 			log, admitted := offer(t, p, arrivals, true)
 			w := int64(p.Window)

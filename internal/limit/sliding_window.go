@@ -2,7 +2,6 @@ package limit
 
 import (
 	_ "embed"
-	"fmt"
 	"time"
 )
 
@@ -10,7 +9,8 @@ func init() {
 	Register("sliding_window", slidingWindow{})
 }
 
-// slidingWindow is the sliding_window algorithm (DESIGN §5): a ring of
+// slidingWindow is the sliding_window algorithm (the README's
+// "Algorithms" section): a ring of
 // bucket counts, each bucket w = ⌈Window/Precision⌉ wide and aligned to the
 // Unix epoch.
 //
@@ -32,10 +32,10 @@ type slidingWindow struct{}
 
 func (slidingWindow) Validate(p *Params) error {
 	if p.Precision < 1 || p.Precision > MaxPrecision {
-		return fmt.Errorf("precision %d is outside 1..%d", p.Precision, MaxPrecision)
+		return settingErrorf("precision", "precision %d is outside 1..%d", p.Precision, MaxPrecision)
 	}
 	if p.Window/time.Duration(p.Precision) < time.Microsecond {
-		return fmt.Errorf("unit %s split into %d buckets leaves less than 1µs per bucket; lower the precision or raise the unit",
+		return settingErrorf("unit", "unit %s split into %d buckets leaves less than 1µs per bucket; lower the precision or raise the unit",
 			p.Window, p.Precision)
 	}
 	return unread(p, SettingPrecision)
@@ -54,9 +54,8 @@ func (slidingWindow) NewState(p *Params) State {
 // swWidth is the bucket width of p in nanoseconds, rounded up: rounding
 // down would let an interval of one unit span one bucket more than the ring
 // covers. It is derived from p, not stored: Identity keeps Window and
-// Precision fixed for a state's life, and a state this small keeps more
-// keys in memory (DESIGN §6 memory store; issue 7's bytes per key). The
-// memory store keeps it with its interned Params, for allowHead.
+// Precision fixed for a state's life, and every byte of state is paid per
+// key (the bytes per key in the README's "Algorithms" section).
 func swWidth(p *Params) int64 {
 	prec := int64(min(max(p.Precision, 1), MaxPrecision))
 	return max((window(p)+prec-1)/prec, 1)
@@ -67,9 +66,9 @@ func swWidth(p *Params) int64 {
 // counts holds the total, then the count of the head bucket, then the P =
 // Precision older buckets, in one allocation: 32 bytes of state plus the
 // counts keep a million keys in less memory than separate fields would.
-// The head bucket has a slot of its own so that counting into it — nearly
-// every decision of a busy key — needs no division; an older bucket j
-// lives in slot j mod P of the older ones.
+// The head bucket has a slot of its own, so that counting into it —
+// nearly every decision of a busy key — changes two counts and moves
+// none; an older bucket j lives in slot j mod P of the older ones.
 //
 // Invariants: total is the sum of the P+1 bucket counts; when total > 0,
 // the head slot holds the count of bucket head, which is not zero, and
@@ -92,56 +91,6 @@ const (
 // older returns the counts of the P older buckets.
 func (s *swState) older() []uint32 {
 	return s.counts[swOld:]
-}
-
-// The memory store decides with decideHead and commitHead, or allowHead,
-// and falls back to Decide and Commit when they report false. They are the
-// common case of a busy key — a request in the head bucket — decided
-// without a division: limit is p.Limit and width is swWidth(p), which the
-// store keeps with its interned Params.
-
-// decideHead is Decide when the request at now falls in the head bucket
-// (or before it, a clock that stepped back) and the limit admits it: it
-// writes the Result to res and reports true. Otherwise it reports false.
-func (s *swState) decideHead(now, limit, width int64, res *Result) bool {
-	c := s.counts
-	if len(c) <= swHead {
-		return false // never: there is at least one older bucket
-	}
-	total := c[swTotal]
-	// A limit ≤ 0 is fixed; total ≥ 1 never passes it.
-	if total == 0 || int64(total) >= limit || now >= (s.head+1)*width {
-		return false
-	}
-	// Counted in the head bucket, this request is the last to age out,
-	// at the start of bucket head+P+1. Field by field: see decide.
-	res.Allowed, res.Limit, res.Remaining = true, limit, limit-int64(total)-1
-	res.Reset, res.RetryAfter = time.Duration((s.head+int64(len(c)-swHead))*width-now), 0
-	return true
-}
-
-// commitHead is Commit of a limited request (p.Limit ≥ 0) when now falls
-// in the head bucket: it counts the request there and reports true.
-// Otherwise it reports false.
-func (s *swState) commitHead(now, width int64) bool {
-	c := s.counts
-	if len(c) <= swHead || c[swTotal] == 0 || now >= (s.head+1)*width {
-		return false
-	}
-	c[swTotal]++
-	c[swHead]++
-	return true
-}
-
-// allowHead is decideHead followed, when it admits, by counting the
-// request.
-func (s *swState) allowHead(now, limit, width int64, res *Result) bool {
-	if !s.decideHead(now, limit, width, res) {
-		return false
-	}
-	s.counts[swTotal]++
-	s.counts[swHead]++
-	return true
 }
 
 // view returns the bucket b that now falls in and the count of buckets
@@ -172,27 +121,11 @@ func (s *swState) view(now, width int64) (b int64, sum uint32) {
 	return b, sum
 }
 
-func (s *swState) Decide(now int64, p *Params) (r Result) {
-	// A named result that decide fills: a local would be copied to it.
-	s.decide(now, p, swWidth(p), &r)
-	return r
-}
-
-// decide is Decide with p's bucket width given, which the memory store
-// keeps with its interned Params, writing the Result to res.
-//
-// It writes res field by field, and copies no Result: Result is too large
-// for the compiler to keep in registers, and it copies one through the
-// stack in 16-byte moves that read across the separate stores of its
-// fields. On x86 such a load waits for the stores to retire (a failed
-// store forwarding), which cost more than the rest of the decision.
-func (s *swState) decide(now int64, p *Params, width int64, res *Result) {
-	if p.Limit <= 0 {
-		// Tested here rather than by fixed alone, whose Result would be
-		// built and copied whether or not it is used.
-		*res, _ = fixed(p)
-		return
+func (s *swState) Decide(now int64, p *Params) Result {
+	if r, ok := fixed(p); ok {
+		return r
 	}
+	width := swWidth(p)
 	limit := p.Limit
 	b, sum := s.view(now, width)
 	old := s.older()
@@ -201,9 +134,7 @@ func (s *swState) decide(now int64, p *Params, width int64, res *Result) {
 	if int64(sum) < limit {
 		// Counted in bucket b, this request is the last to age out, at
 		// the start of bucket b+n.
-		res.Allowed, res.Limit, res.Remaining = true, limit, limit-int64(sum)-1
-		res.Reset, res.RetryAfter = time.Duration((b+n)*width-now), 0
-		return
+		return Result{Allowed: true, Limit: limit, Remaining: limit - int64(sum) - 1, Reset: time.Duration((b+n)*width - now)}
 	}
 
 	// Denied: sum ≥ limit ≥ 1, so the ring is not empty and
@@ -212,13 +143,12 @@ func (s *swState) decide(now int64, p *Params, width int64, res *Result) {
 	// nothing. The request fits once enough have aged out. The head
 	// bucket is never empty (Commit counts into it), so it holds the
 	// newest requests: once it ages out, at head+n, everything has.
-	res.Allowed, res.Limit, res.Remaining = false, limit, 0
-	res.Reset = time.Duration((s.head+n)*width - now)
-	res.RetryAfter = res.Reset
+	reset := time.Duration((s.head+n)*width - now)
+	res := Result{Limit: limit, Reset: reset, RetryAfter: reset}
 	if int64(s.counts[swHead]) >= limit {
 		// Only the head bucket aging out makes room: the common case of
 		// a key denied in a burst.
-		return
+		return res
 	}
 	left := int64(sum)
 	slot := mod(b-np, np) // of bucket b-P
@@ -226,12 +156,13 @@ func (s *swState) decide(now int64, p *Params, width int64, res *Result) {
 		left -= int64(old[slot])
 		if left < limit {
 			res.RetryAfter = time.Duration((j+n)*width - now)
-			return
+			return res
 		}
 		if slot++; slot == np {
 			slot = 0
 		}
 	}
+	return res
 }
 
 func (s *swState) Commit(now int64, p *Params) {
@@ -241,9 +172,6 @@ func (s *swState) Commit(now int64, p *Params) {
 		return
 	}
 	width := swWidth(p)
-	if s.commitHead(now, width) {
-		return
-	}
 	c := s.counts
 	total := &c[swTotal]
 	b := floorDiv(now, width)

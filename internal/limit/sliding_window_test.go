@@ -3,7 +3,6 @@ package limit
 import (
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"testing"
 	"time"
 )
@@ -177,64 +176,6 @@ func TestSlidingWindowSteps(t *testing.T) {
 	}
 }
 
-func TestSlidingWindowIdle(t *testing.T) {
-	t.Parallel()
-	p := swParams(3, time.Second, 10)
-	st := slidingWindow{}.NewState(p)
-	at := func(d time.Duration) int64 { return t0.Add(d).UnixNano() }
-	tests := []struct {
-		name string
-		do   func()
-		at   time.Duration
-		want bool
-	}{
-		{name: "fresh", at: 0, want: true},
-		{name: "counted", do: func() { st.Commit(at(0), p); st.Commit(at(550*time.Millisecond), p) }, at: 0, want: false},
-		{name: "newest bucket not aged out", at: 1600*time.Millisecond - 1, want: false},
-		{name: "all aged out", at: 1600 * time.Millisecond, want: true},
-		{name: "long after", at: 24 * time.Hour, want: true},
-		{name: "clock stepped back", at: -time.Hour, want: false},
-	}
-	for _, tt := range tests {
-		// Sequential: the steps share st.
-		if tt.do != nil {
-			tt.do()
-		}
-		if got := st.Idle(at(tt.at), p); got != tt.want {
-			t.Errorf("%s: Idle(t0%+v): got %v, want %v", tt.name, tt.at, got, tt.want)
-		}
-	}
-}
-
-func TestSlidingWindowValidate(t *testing.T) {
-	t.Parallel()
-	tests := []validateCase{
-		{name: "default", p: *swParams(100, time.Minute, DefaultPrecision)},
-		{name: "one bucket", p: *swParams(1, time.Second, 1)},
-		{name: "max precision", p: *swParams(1, time.Second, MaxPrecision)},
-		{name: "1µs buckets", p: *swParams(1, 10*time.Microsecond, 10)},
-		{name: "100 years", p: *swParams(1, maxSpan, 1)},
-		// Longer windows would overflow Reset and RetryAfter.
-		{name: "unit too long", p: *swParams(1, maxSpan+1, 1), want: "unit 876000h0m0.000000001s is longer than 100 years"},
-		{name: "precision 0", p: *swParams(1, time.Second, 0), want: "precision 0 is outside 1..1000"},
-		{name: "precision negative", p: *swParams(1, time.Second, -3), want: "precision -3 is outside 1..1000"},
-		{name: "precision too high", p: *swParams(1, time.Second, 1001), want: "precision 1001 is outside 1..1000"},
-		{
-			name: "buckets under 1µs",
-			p:    *swParams(1, 9*time.Microsecond, 10),
-			want: "unit 9µs split into 10 buckets leaves less than 1µs per bucket; lower the precision or raise the unit",
-		},
-		{
-			name: "burst",
-			p:    Params{Algorithm: "sliding_window", Limit: 1, Window: time.Second, Precision: 10, Burst: 5},
-			want: "burst applies only to token_bucket and leaky_bucket",
-		},
-		{name: "limit too low", p: *swParams(-2, time.Second, 10), want: "limit -2 is below -1 (use -1 for unlimited, 0 to block)"},
-		{name: "zero unit", p: *swParams(1, 0, 10), want: "unit 0s is not positive"},
-	}
-	runValidateCases(t, tests)
-}
-
 // TestSlidingWindowNewStateUnvalidated checks that Params that skipped
 // validation cannot crash a state.
 func TestSlidingWindowNewStateUnvalidated(t *testing.T) {
@@ -276,46 +217,6 @@ func randomParams(rng *rand.Rand) *Params {
 		window = time.Duration(precision) * time.Duration(1000+rng.Int64N(5000))
 	}
 	return swParams(limit, window, precision)
-}
-
-// adversarialArrivals returns sorted arrival instants over about six
-// windows from start: bursts exactly on and 1ns before bucket edges, on
-// window edges (absolute multiples of Window, and of Window from start),
-// and uniformly random arrivals.
-func adversarialArrivals(rng *rand.Rand, p *Params, start int64) []int64 {
-	w, win := bucketWidth(p), int64(p.Window)
-	end := start + 6*win
-	var ts []int64
-	burst := func(at int64) {
-		if at < start || at >= end {
-			return
-		}
-		for range rng.Int64N(p.Limit + 2) {
-			ts = append(ts, at)
-		}
-	}
-	// Bucket edges, also those of Window/Precision rounded down, which is
-	// what a ring that rounded the wrong way would use.
-	for _, w := range []int64{w, win / int64(p.Precision)} {
-		for k := floorDiv(start, w) + 1; k*w < end; k++ {
-			burst(k*w - 1)
-			burst(k * w)
-		}
-	}
-	for k := floorDiv(start, win) + 1; k*win < end; k++ {
-		burst(k*win - 1)
-		burst(k * win)
-		burst(k*win + 1)
-	}
-	for k := int64(0); k < 6; k++ {
-		burst(start + k*win)
-		burst(start + k*win + w - 1)
-	}
-	for range 8 * p.Limit {
-		ts = append(ts, start+rng.Int64N(end-start))
-	}
-	slices.Sort(ts)
-	return ts
 }
 
 // feed offers arrivals (sorted) to a fresh state in order and returns the
@@ -391,7 +292,8 @@ func maxInWindow(admitted []int64, window int64) (most int, at int64) {
 	return most, at
 }
 
-// TestSlidingWindowNeverExceedsLimit is the guarantee of DESIGN §5: never
+// TestSlidingWindowNeverExceedsLimit is the guarantee in the README's
+// "Algorithms" table: never
 // more than Limit admissions in any closed interval of length Window, under
 // bursts placed on bucket and window edges and random arrivals.
 func TestSlidingWindowNeverExceedsLimit(t *testing.T) {
@@ -400,7 +302,7 @@ func TestSlidingWindowNeverExceedsLimit(t *testing.T) {
 	for c := range 300 {
 		p := randomParams(rng)
 		start := t0.UnixNano() + rng.Int64N(int64(p.Window))
-		arrivals := adversarialArrivals(rng, p, start)
+		arrivals := arrivals(rng, p, start, time.Nanosecond)
 		name := fmt.Sprintf("%d/limit=%d,precision=%d,window=%v", c, p.Limit, p.Precision, p.Window)
 		t.Run(name, func(t *testing.T) {
 			admitted := feed(t, p, arrivals)
@@ -417,7 +319,7 @@ func TestSlidingWindowNeverExceedsLimit(t *testing.T) {
 // TestSlidingWindowSteadyStream checks what a steady stream at twice the
 // limit gets.
 //
-// DESIGN §5 promises Limit·P/(P+1) per window. That holds as a long-run
+// The README's "Algorithms" table promises Limit·P/(P+1) per window. That holds as a long-run
 // rate (Limit per P+1 buckets, i.e. per Window+w), not in every aligned
 // window: admissions clump at the start of each (P+1)-bucket cycle, and a
 // window that misses a full bucket of that clump gets less. For example

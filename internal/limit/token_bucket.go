@@ -2,7 +2,6 @@ package limit
 
 import (
 	_ "embed"
-	"fmt"
 	"math"
 	"time"
 )
@@ -16,8 +15,8 @@ func init() {
 // a nanosecond.
 const maxWarmup = 24 * time.Hour
 
-// tokenBucket is the token_bucket algorithm (DESIGN §5), seed 003's
-// TokenBucketDemo: a bucket of Burst tokens (default Limit) that refills
+// tokenBucket is the token_bucket algorithm (the README's "Algorithms"
+// section): a bucket of Burst tokens (default Limit) that refills
 // at Limit per Window and starts full; each admitted request takes one.
 // Guarantee: never more than Burst + rate·t admitted in any interval of
 // length t. RetryAfter is the time until one token is back, Reset the
@@ -25,7 +24,7 @@ const maxWarmup = 24 * time.Hour
 //
 // # Warm-up
 //
-// With Warmup > 0 it also does what seed 003's Guava SmoothWarmingUp
+// With Warmup > 0 it also does what Guava RateLimiter's SmoothWarmingUp
 // does: a bucket that has been idle is cold, and a cold bucket charges
 // more than one interval T = Window/Limit per request, so that the
 // admitted rate ramps from a third of the rate to the full rate over the
@@ -42,7 +41,7 @@ const maxWarmup = 24 * time.Hour
 //
 // A saturated cold bucket therefore admits one request per 3T at first
 // and one per T once it has spent w/2 of coldness, which takes w: Guava's
-// numbers exactly when Burst is 1 (seed 003's example, 5 per second with
+// numbers exactly when Burst is 1 (Guava's example, 5 per second with
 // a 1.5s warm-up, waits 0.55s, 0.44s, 0.33s, 0.23s, then 0.2s; see
 // TestTokenBucketWarmupSteps). With a larger Burst, the burst a cold
 // bucket lets through shrinks in the same way, to about a third. Costs
@@ -54,10 +53,10 @@ func (tokenBucket) Validate(p *Params) error {
 		return err
 	}
 	if p.Warmup < 0 {
-		return fmt.Errorf("warmup %s is negative", p.Warmup)
+		return settingErrorf("warmup", "warmup %s is negative", p.Warmup)
 	}
 	if p.Warmup > maxWarmup {
-		return fmt.Errorf("warmup %s is longer than %s", p.Warmup, maxWarmup)
+		return settingErrorf("warmup", "warmup %s is longer than %s", p.Warmup, maxWarmup)
 	}
 	return validateBucket(p)
 }

@@ -107,8 +107,8 @@ func TestTokenBucketSteps(t *testing.T) {
 	}
 }
 
-// TestTokenBucketWarmupSteps checks the warm-up against seed 003's Guava
-// example and with a burst.
+// TestTokenBucketWarmupSteps checks the warm-up against Guava's example
+// and with a burst.
 func TestTokenBucketWarmupSteps(t *testing.T) {
 	t.Parallel()
 	const ms = time.Millisecond
@@ -119,10 +119,10 @@ func TestTokenBucketWarmupSteps(t *testing.T) {
 		steps []step
 	}{
 		{
-			// RateLimiter.create(5, 1500, MILLISECONDS) in seed 003 waits
+			// Guava's RateLimiter.create(5, 1500, MILLISECONDS) waits
 			// 0, 0.543, 0.434, 0.333, 0.230, then 0.200 (measured on a
 			// real clock). Exactly: 546.67ms, 440ms, 333.33ms, 230ms.
-			name: "Guava SmoothWarmingUp of seed 003",
+			name: "Guava SmoothWarmingUp",
 			p:    tbParams(5, sec, 1, 1500*ms),
 			steps: []step{
 				{at: 0, allow: true, remaining: 0, reset: 546666666},
@@ -180,71 +180,10 @@ func TestTokenBucketWarmupSteps(t *testing.T) {
 	}
 }
 
-func TestTokenBucketIdle(t *testing.T) {
-	t.Parallel()
-	const ms = time.Millisecond
-	tests := []struct {
-		name   string
-		p      *Params
-		counts []time.Duration // instants counted
-		at     time.Duration
-		want   bool
-	}{
-		{name: "fresh", p: tbParams(2, time.Second, 0, 0), at: 0, want: true},
-		{name: "not full", p: tbParams(2, time.Second, 0, 0), counts: []time.Duration{0}, at: 500*ms - 1, want: false},
-		{name: "full", p: tbParams(2, time.Second, 0, 0), counts: []time.Duration{0}, at: 500 * ms, want: true},
-		// 4 per second with a 1s warm-up: the two requests cost 625ms
-		// and 375ms; the bucket is full at 1s with 500ms of coldness,
-		// and cold again 500ms later.
-		{name: "full but warm", p: tbParams(4, time.Second, 0, time.Second), counts: []time.Duration{0, 0}, at: time.Second, want: false},
-		{name: "nearly cold", p: tbParams(4, time.Second, 0, time.Second), counts: []time.Duration{0, 0}, at: 1500*ms - 1, want: false},
-		{name: "full and cold", p: tbParams(4, time.Second, 0, time.Second), counts: []time.Duration{0, 0}, at: 1500 * ms, want: true},
-		{name: "no warm-up", p: tbParams(4, time.Second, 0, 0), counts: []time.Duration{0, 0}, at: 500 * ms, want: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			st := newState(t, tt.p)
-			for _, at := range tt.counts {
-				now := t0.Add(at).UnixNano()
-				if !st.Decide(now, tt.p).Allowed {
-					t.Fatalf("count at t0%+v: denied", at)
-				}
-				st.Commit(now, tt.p)
-			}
-			if got := st.Idle(t0.Add(tt.at).UnixNano(), tt.p); got != tt.want {
-				t.Errorf("Idle(t0%+v): got %v, want %v", tt.at, got, tt.want)
-			}
-		})
-	}
-}
-
-func TestTokenBucketValidate(t *testing.T) {
-	t.Parallel()
-	tests := []validateCase{
-		{name: "default burst", p: *tbParams(100, time.Minute, 0, 0)},
-		{name: "burst and warmup", p: *tbParams(100, time.Minute, 500, time.Minute)},
-		{name: "largest warmup", p: *tbParams(100, time.Minute, 0, maxWarmup)},
-		{name: "largest burst", p: *tbParams(1, time.Second, MaxLimit, 0)},
-		{name: "negative burst", p: *tbParams(1, time.Second, -1, 0), want: "burst -1 is negative (0 means the limit)"},
-		{name: "burst too large", p: *tbParams(1, time.Second, MaxLimit+1, 0), want: "burst 2147483648 is above the maximum 2147483647"},
-		{name: "negative warmup", p: *tbParams(1, time.Second, 0, -time.Second), want: "warmup -1s is negative"},
-		{name: "warmup too long", p: *tbParams(1, time.Second, 0, maxWarmup+1), want: "warmup 24h0m0.000000001s is longer than 24h0m0s"},
-		{name: "precision", p: Params{Algorithm: "token_bucket", Limit: 1, Window: time.Second, Precision: 10}, want: "precision applies only to sliding_window"},
-		{
-			name: "burst refills too slowly",
-			p:    *tbParams(1, 24*time.Hour, 40000, 0),
-			want: "burst 40000 takes more than 100 years to refill at 1 per 24h0m0s; lower the burst or raise the limit",
-		},
-		{name: "unit too long", p: *tbParams(1, maxSpan+1, 0, 0), want: "unit 876000h0m0.000000001s is longer than 100 years"},
-	}
-	runValidateCases(t, tests)
-}
-
-// refBucket replays log against seed 003's TokenBucketDemo in exact
+// refBucket replays log against a textbook token bucket in exact
 // arithmetic — tokens refill continuously at Limit per Window up to the
-// capacity, a request takes one if there is one — or, with leaky, its
-// LeakyDemo as a meter: the level drains continuously, and a request is
+// capacity, a request takes one if there is one — or, with leaky, a
+// textbook leaky bucket as a meter: the level drains continuously, and a request is
 // admitted if level+1 ≤ capacity. Tokens and levels are counted in units
 // of 1/Window, so that a refill of elapsed·Limit/Window is a whole number
 // (the random Params keep the products within int64). It returns the
@@ -279,10 +218,11 @@ func refBucket(log []decision, p *Params, leaky bool) error {
 	return nil
 }
 
-// TestTokenBucketGuarantee is the guarantee of DESIGN §5: never more than
+// TestTokenBucketGuarantee is the guarantee in the README's "Algorithms"
+// table: never more than
 // Burst + rate·t admitted in any interval of length t, with or without a
-// warm-up. Without one, every decision is also exactly that of the token
-// bucket of seed 003 in exact arithmetic.
+// warm-up. Without one, every decision is also exactly that of a textbook
+// token bucket in exact arithmetic.
 func TestTokenBucketGuarantee(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(11, 12))
@@ -292,7 +232,7 @@ func TestTokenBucketGuarantee(t *testing.T) {
 			p.Warmup = time.Duration(1 + rng.Int64N(3*int64(p.Window)))
 		}
 		start := t0.UnixNano() + rng.Int64N(int64(p.Window))
-		arrivals := edgeArrivals(rng, p, start)
+		arrivals := arrivals(rng, p, start, time.Nanosecond)
 		t.Run(fmt.Sprintf("%d/limit=%d,window=%v,burst=%d,warmup=%v", c, p.Limit, p.Window, p.Burst, p.Warmup), func(t *testing.T) {
 			log, admitted := offer(t, p, arrivals, p.Warmup == 0)
 			if err := rateBound(admitted, capacity(p), p); err != nil {

@@ -1,8 +1,11 @@
 // Package redistest starts real redis-server processes for tests, on free
 // loopback ports in the test's temporary directory, and stops them when
-// the test ends. A missing redis-server fails the test rather than
-// skipping it, so that CI cannot pass without the Redis tests (.ci/deps
-// installs it).
+// the test ends.
+//
+// With go test -short, every test that asks for a server is skipped: a
+// short run needs no external program. Otherwise a missing redis-server
+// fails the test rather than skipping it, so that CI cannot pass without
+// the Redis tests (.ci/deps installs it).
 package redistest
 
 import (
@@ -45,8 +48,8 @@ type Server struct {
 }
 
 // Start starts a redis-server with extra args (e.g. "--cluster-enabled",
-// "yes") and waits until it answers. It fails t if redis-server is not
-// installed or does not come up.
+// "yes") and waits until it answers. It skips t with -short, and fails it
+// if redis-server is not installed or does not come up.
 func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
 	bin := binary(t, "redis-server")
@@ -127,9 +130,13 @@ func major(bin string) int {
 	return m
 }
 
-// binary returns the path of a Redis program, or fails t.
+// binary returns the path of a Redis program. It skips t with -short,
+// and fails it if the program is not installed.
 func binary(t testing.TB, name string) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skipf("redistest: skipped with -short: the test needs %s", name)
+	}
 	p, err := exec.LookPath(name)
 	if err != nil {
 		t.Fatalf("redistest: %s not found (%v): install Redis (Debian: apt-get install redis-server), as .ci/deps does", name, err)

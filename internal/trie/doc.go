@@ -1,7 +1,7 @@
 // Package trie normalizes request paths and finds the most specific rule for
-// a path in a segment-level prefix trie (DESIGN.md §4 "Path" and "Match";
-// seed 001 chose a trie because rule URLs share long prefixes and are
-// matched by prefix).
+// a path in a segment-level prefix trie (steps 2 and 3, "Path" and "Match",
+// of the README's "How a request is handled"). A trie, because rule URLs
+// share long prefixes and are matched by prefix.
 //
 // A rule pattern such as "/v1/user/{id}/orders" matches every path whose
 // first segments match it: literals exactly (or ignoring ASCII case), a

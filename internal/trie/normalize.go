@@ -20,7 +20,8 @@ var (
 // Normalize turns an escaped request path (as from url.URL.EscapedPath,
 // without the query) into the one path that is both matched against the
 // rules and forwarded upstream, so that the upstream can never be asked for
-// a different resource from the one that was counted (DESIGN.md §4 Path).
+// a different resource from the one that was counted (step 2, "Path", of
+// the README's "How a request is handled").
 //
 // It decodes every percent-escape; drops segment parameters (from the first
 // ";" to the end of each segment, so "/v1/user;jsessionid=1/42" becomes

@@ -3,12 +3,43 @@ package trie
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
 // ErrDuplicate is wrapped by the error Insert returns for a rule whose
-// pattern and method are already taken.
+// pattern and method are already taken (a *DuplicateError).
 var ErrDuplicate = errors.New("duplicate rule")
+
+// DuplicateError is the error Insert returns for a rule that a rule
+// inserted before already covers: the same pattern (variable names aside,
+// and ASCII case aside in a case-insensitive trie) for one of the same
+// methods, or both for every method. It wraps ErrDuplicate.
+type DuplicateError[V any] struct {
+	// Pattern is the canonical pattern of the rule that Insert refused.
+	Pattern string
+	// Method is a method that both rules list, "" when both are for every
+	// method.
+	Method string
+	// Existing is the canonical pattern of the rule inserted before, as
+	// it was written, and Value its value.
+	Existing string
+	Value    V
+}
+
+func (e *DuplicateError[V]) Error() string {
+	what := "every method"
+	if e.Method != "" {
+		what = "method " + e.Method
+	}
+	if e.Pattern == e.Existing {
+		return fmt.Sprintf("%v: api pattern %q is given twice for %s", ErrDuplicate, e.Pattern, what)
+	}
+	return fmt.Sprintf("%v: api pattern %q is the same as %q, both for %s", ErrDuplicate, e.Pattern, e.Existing, what)
+}
+
+// Unwrap returns ErrDuplicate.
+func (e *DuplicateError[V]) Unwrap() error { return ErrDuplicate }
 
 // Options configure a Trie.
 type Options struct {
@@ -86,11 +117,12 @@ func New[V any](opts Options) *Trie[V] {
 func (t *Trie[V]) Len() int { return t.n }
 
 // Insert adds a rule for pattern (see ParsePattern) restricted to methods,
-// upper-case HTTP methods such as "GET"; no methods means every method.
-// It returns an error wrapping ErrDuplicate if a rule with the same pattern
-// (variable names aside, and ASCII case aside in a case-insensitive trie)
-// already covers one of the methods, or both rules cover every method.
-// Insert must not be called concurrently with any other method.
+// HTTP methods as ParseMethod returns them, such as "GET"; no methods
+// means every method. It returns a *DuplicateError if a rule with the
+// same pattern (variable names aside, and ASCII case aside in a
+// case-insensitive trie) already covers one of the methods, or both rules
+// cover every method. Insert must not be called concurrently with any
+// other method.
 func (t *Trie[V]) Insert(pattern string, methods []string, v V) error {
 	canonical, segments, err := ParsePattern(pattern)
 	if err != nil {
@@ -177,44 +209,24 @@ func (n *node[V]) add(r *rule[V]) error {
 }
 
 func duplicate[V any](r, old *rule[V], method string) error {
-	what := "every method"
-	if method != "" {
-		what = "method " + method
-	}
-	if r.pattern == old.pattern {
-		return fmt.Errorf("%w: api pattern %q is given twice for %s", ErrDuplicate, r.pattern, what)
-	}
-	return fmt.Errorf("%w: api pattern %q is the same as %q, both for %s", ErrDuplicate, r.pattern, old.pattern, what)
+	return &DuplicateError[V]{Pattern: r.pattern, Method: method, Existing: old.pattern, Value: old.value}
 }
 
-// checkMethods rejects a method list Match could never match as written.
+// checkMethods rejects a method list Match could never match as written:
+// each method must be what ParseMethod returns for it, and listed once.
 func checkMethods(pattern string, methods []string) error {
 	for i, m := range methods {
 		if m == "" {
 			return fmt.Errorf("api pattern %q has an empty method", pattern)
 		}
-		for j := 0; j < len(m); j++ {
-			if c := m[j]; !isTokenChar(c) || 'a' <= c && c <= 'z' {
-				return fmt.Errorf("api pattern %q has method %q, which is not an upper-case HTTP method like GET", pattern, m)
-			}
+		if c, err := ParseMethod(m); err != nil || c != m {
+			return fmt.Errorf("api pattern %q has method %q, which is not an upper-case HTTP method like GET", pattern, m)
 		}
-		for _, prev := range methods[:i] {
-			if prev == m {
-				return fmt.Errorf("api pattern %q lists method %s twice", pattern, m)
-			}
+		if slices.Contains(methods[:i], m) {
+			return fmt.Errorf("api pattern %q lists method %s twice", pattern, m)
 		}
 	}
 	return nil
-}
-
-// isTokenChar reports whether c may appear in an HTTP method (a token,
-// RFC 9110 §5.6.2).
-func isTokenChar(c byte) bool {
-	switch {
-	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		return true
-	}
-	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
 // Match returns the value and canonical pattern of the most specific rule

@@ -272,3 +272,74 @@ func TestMatchConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestInsertDuplicateError checks what a *DuplicateError tells about the
+// rule inserted before.
+func TestInsertDuplicateError(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name            string
+		caseInsensitive bool
+		first, second   spec
+		want            DuplicateError[spec]
+	}{
+		{
+			name: "every method", first: "/v1/user", second: "/v1/user/",
+			want: DuplicateError[spec]{Pattern: "/v1/user", Existing: "/v1/user", Value: "/v1/user"},
+		},
+		{
+			name: "a method", first: "/x/{a} GET,POST", second: "/x/{b} PUT,POST",
+			want: DuplicateError[spec]{Pattern: "/x/{b}", Method: "POST", Existing: "/x/{a}", Value: "/x/{a} GET,POST"},
+		},
+		{
+			name: "case-insensitive", caseInsensitive: true, first: "/V1", second: "/v1",
+			want: DuplicateError[spec]{Pattern: "/v1", Existing: "/V1", Value: "/V1"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tr := build(t, Options{CaseInsensitive: tt.caseInsensitive}, tt.first)
+			pattern, methods := tt.second.parts()
+			err := tr.Insert(pattern, methods, tt.second)
+			var dup *DuplicateError[spec]
+			if !errors.As(err, &dup) {
+				t.Fatalf("Insert(%q, %q): got %v, want a *DuplicateError", pattern, methods, err)
+			}
+			if *dup != tt.want {
+				t.Errorf("Insert(%q, %q): got %+v, want %+v", pattern, methods, *dup, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseMethod(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in, want, wantErr string
+	}{
+		{in: "GET", want: "GET"},
+		{in: "get", want: "GET"},
+		{in: "PROPFIND", want: "PROPFIND"},
+		{in: "M-SEARCH", want: "M-SEARCH"},
+		{in: "", wantErr: `method "" is not a valid HTTP method; use a name like GET or POST`},
+		{in: "GE T", wantErr: `method "GE T" is not a valid HTTP method; write several methods as a list like [GET, POST]`},
+		{in: "GET,POST", wantErr: `method "GET,POST" is not a valid HTTP method; write several methods as a list like [GET, POST]`},
+		{in: "G/T", wantErr: `method "G/T" is not a valid HTTP method; use a name like GET or POST`},
+		// strings.ToUpper would make it "S".
+		{in: "ſ", wantErr: `method "ſ" is not a valid HTTP method; use a name like GET or POST`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			t.Parallel()
+			got, err := ParseMethod(tt.in)
+			gotErr := ""
+			if err != nil {
+				gotErr = err.Error()
+			}
+			if got != tt.want || gotErr != tt.wantErr {
+				t.Errorf("ParseMethod(%q): got %q, %q; want %q, %q", tt.in, got, gotErr, tt.want, tt.wantErr)
+			}
+		})
+	}
+}

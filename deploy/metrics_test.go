@@ -10,7 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // exportedMetrics returns the names of every metric NewMetrics registers,

@@ -407,6 +407,7 @@ configs:
       - {api: "/v1/user/{id}", limit: 1}
 `},
 		{name: "case differs and file is case-sensitive", data: `
+caseSensitive: true
 configs:
   - appId: a
     limits:

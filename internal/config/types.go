@@ -43,7 +43,8 @@ type Rules struct {
 	// SHA256 is the hex sha256 of the file's bytes.
 	SHA256 string
 	// CaseInsensitive reports whether api patterns match paths regardless
-	// of case.
+	// of ASCII case: true unless the file sets caseSensitive: true (or
+	// the older caseInsensitive: false).
 	CaseInsensitive bool
 	// Apps are the sections in file order, the "*" section among them if
 	// present.

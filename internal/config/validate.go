@@ -18,7 +18,7 @@ import (
 // The fields of each part of the rule file, in the order messages list
 // them.
 var (
-	topFields      = []string{"caseInsensitive", "defaults", "configs"}
+	topFields      = []string{"caseSensitive", "caseInsensitive", "defaults", "configs"}
 	settingFields  = []string{"algorithm", "unit", "precision", "burst", "warmup", "lockSeconds"}
 	defaultsFields = settingFields
 	appFields      = []string{"appId", "by", "limit", "unit", "algorithm", "precision", "burst", "limits", "keys", "warmup", "lockSeconds"}
@@ -55,10 +55,29 @@ func (p *parser) rules(root *yaml.Node) *Rules {
 		return r
 	}
 	fs := p.fields(root, "the top level", topFields)
-	if f, ok := fs["caseInsensitive"]; ok {
-		r.CaseInsensitive, _ = p.boolean(f)
-		p.caseInsensitive = r.CaseInsensitive
+	// Paths match case-insensitively unless the file says otherwise: an
+	// upstream that ignores case (Express, ASP.NET Core) would serve
+	// /V1/ADMIN past a rule on /v1/admin. caseInsensitive, its old name
+	// with the opposite sense, is still read.
+	r.CaseInsensitive = true
+	cs, hasCS := fs["caseSensitive"]
+	ci, hasCI := fs["caseInsensitive"]
+	if hasCS {
+		sensitive, _ := p.boolean(cs)
+		r.CaseInsensitive = !sensitive
 	}
+	if hasCI {
+		insensitive, ok := p.boolean(ci)
+		switch {
+		case ok && hasCS && insensitive == r.CaseInsensitive:
+			// The same setting twice; nothing to say.
+		case ok && hasCS:
+			p.errorf(ci.line, "caseInsensitive: %v contradicts caseSensitive: %v on line %d; keep caseSensitive only", insensitive, !r.CaseInsensitive, cs.line)
+		case ok:
+			r.CaseInsensitive = insensitive
+		}
+	}
+	p.caseInsensitive = r.CaseInsensitive
 	if f, ok := fs["defaults"]; ok {
 		if f.val.Kind != yaml.MappingNode {
 			// The settings every algorithm has first, then the others.

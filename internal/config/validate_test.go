@@ -146,7 +146,7 @@ configs:
 		// Unknown fields.
 		{name: "unknown top-level field", data: "config:\n  - {appId: a, limit: 1}\n", want: []wantErr{
 			{0, "the rule file has no configs"},
-			{1, `unknown field "config" in the top level (did you mean "configs"?); the allowed fields are caseInsensitive, defaults, configs`},
+			{1, `unknown field "config" in the top level (did you mean "configs"?); the allowed fields are caseSensitive, caseInsensitive, defaults, configs`},
 		}},
 		{name: "unknown defaults field", data: "defaults: {shadow: true}\nconfigs: [{appId: a, limit: 1}]\n", want: []wantErr{
 			{1, `unknown field "shadow" in defaults; the allowed fields are algorithm, unit, precision, burst`},
@@ -199,6 +199,9 @@ configs:
 		}},
 		{name: "shadow is not a bool", data: "configs:\n  - appId: a\n    limits:\n      - {api: /, limit: 1, shadow: yes}\n", want: []wantErr{
 			{4, `shadow must be true or false, not the string "yes"`},
+		}},
+		{name: "caseSensitive contradicted", data: "caseSensitive: true\ncaseInsensitive: true\nconfigs: [{appId: a, limit: 1}]\n", want: []wantErr{
+			{2, "caseInsensitive: true contradicts caseSensitive: true on line 1; keep caseSensitive only"},
 		}},
 		{name: "caseInsensitive is not a bool", data: "caseInsensitive: 1\nconfigs: [{appId: a, limit: 1}]\n", want: []wantErr{
 			{1, "caseInsensitive must be true or false, not the number 1"},

@@ -73,6 +73,11 @@ type RedisConfig struct {
 	// Now is the clock of the breaker and the deny cache (decisions use
 	// Redis's clock). Default time.Now.
 	Now func() time.Time
+	// DecisionClock, if not nil, gives the instant the script decides
+	// at, instead of Redis's TIME. For tests, which then run on fixed
+	// instants (whole microseconds); never set it in production, where
+	// only Redis's clock makes gateways with skewed clocks agree.
+	DecisionClock func() time.Time
 	// Logger receives go-redis's own log lines (failed dials, at debug
 	// level: the store's errors and breaker report the same trouble).
 	// go-redis logs per process, not per client: the last Redis store
@@ -177,6 +182,9 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 	}
 	if cfg.DenyCacheSize >= 0 {
 		r.deny = newDenyCache(cmp.Or(cfg.DenyCacheSize, DefaultDenyCacheSize))
+	}
+	if c := cfg.DecisionClock; c != nil {
+		r.fixedNow = func() int64 { return c().UnixMicro() }
 	}
 	return r, nil
 }

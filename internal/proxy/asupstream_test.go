@@ -425,3 +425,40 @@ configs:
 		t.Errorf("the upstream got %d requests for %d admitted, want 12 for 12", got, admitted)
 	}
 }
+
+// TestCaseVariantsShareACounter checks the default matching: with no case
+// setting in the rule file, case variants of a path are the same rule and
+// share its counter (at worst over-counting for a case-sensitive
+// upstream), and caseSensitive: true restores exact matching.
+func TestCaseVariantsShareACounter(t *testing.T) {
+	t.Parallel()
+	const rules = `
+configs:
+  - appId: app-1
+    limits:
+      - api: /v1/blocked
+        limit: 0
+      - api: /v1/user
+        limit: 2
+        unit: 1h
+`
+	addr := served(t, newGW(t, rules))
+	for _, p := range []string{"/V1/BLOCKED", "/v1/BLOCKED/", "/v1/blocke%44", "/v1/Blocked/x"} {
+		if got := rawRequest(t, addr, p, "X-App-Id: app-1"); got != 429 {
+			t.Errorf("%s: got %d, want 429 from the blocked rule", p, got)
+		}
+	}
+	for i, p := range []string{"/v1/user", "/V1/USER", "/v1/User"} {
+		want := 200
+		if i == 2 {
+			want = 429
+		}
+		if got := rawRequest(t, addr, p, "X-App-Id: app-1"); got != want {
+			t.Errorf("%s: got %d, want %d: case variants share one counter of 2", p, got, want)
+		}
+	}
+	strict := served(t, newGW(t, "caseSensitive: true\n"+rules))
+	if got := rawRequest(t, strict, "/V1/BLOCKED", "X-App-Id: app-1"); got != 200 {
+		t.Errorf("caseSensitive: true: /V1/BLOCKED got %d, want 200 (no rule matches)", got)
+	}
+}

@@ -121,7 +121,16 @@ configs:
 		{"/v1/%75ser/42", "/v1/user/42"},
 		{"/v1/admin#frag", "/v1/admin#frag"},
 		{"/v1/admin%23frag", "/v1/admin#frag"},
-		{"/v1/ADMIN", "/v1/ADMIN"},
+		// Paths match case-insensitively by default: an upstream that
+		// ignores case would serve these as /v1/admin.
+		{"/v1/ADMIN", blocked},
+		{"/V1/ADMIN", blocked},
+		{"/v1/ADMIN/", blocked},
+		{"/v1/admi%4E", blocked},
+		{"/v1/Adm%69n/x", blocked},
+		// Letters outside ASCII that fold to ASCII ones: refused.
+		{"/v1/u%C5%BFer", invalid},
+		{"/v1/%E2%84%AAey", invalid},
 		{"/v1/admin..;", "/v1/admin.."},
 		{"/v1/%2561dmin", "/v1/%61dmin"},
 		{"/v1/admin%20", "/v1/admin "},

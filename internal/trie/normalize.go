@@ -1,7 +1,9 @@
 package trie
 
 import (
+	"bytes"
 	"errors"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -15,6 +17,7 @@ var (
 	ErrNUL          = errors.New("path has a nul byte")
 	ErrControlChar  = errors.New("path has a control character")
 	ErrInvalidUTF8  = errors.New("path is not valid utf-8 once decoded")
+	ErrFoldsToASCII = errors.New("path has a letter that case-folds to an ASCII letter (U+017F ſ or U+212A K)")
 )
 
 // Normalize turns an escaped request path (as from url.URL.EscapedPath,
@@ -41,7 +44,11 @@ var (
 // split segments where the matcher did not), a backslash raw or encoded
 // (some servers read it as "/"), a NUL or other control character, and bytes
 // that are not valid UTF-8 once decoded (this catches overlong forms such as
-// %C0%AE that some decoders read as ".").
+// %C0%AE that some decoders read as "."). It also rejects the two letters
+// outside ASCII that Unicode case folding turns into ASCII ones (ſ into s,
+// the Kelvin sign into k): matching folds ASCII case only, and an upstream
+// that folds Unicode case (Go's strings.EqualFold, .NET's invariant
+// culture) would serve /v1/ſecret as /v1/secret past a rule on the latter.
 //
 // A path that is already clean is returned as is, without allocating.
 func Normalize(escaped string) (string, error) {
@@ -80,8 +87,12 @@ func isClean(p string) bool {
 			}
 		}
 	}
-	return ascii || utf8.ValidString(p)
+	return ascii || utf8.ValidString(p) && !strings.ContainsAny(p, foldsToASCII)
 }
+
+// foldsToASCII are the letters outside ASCII whose simple case folding
+// (unicode.SimpleFold) reaches an ASCII letter.
+const foldsToASCII = "\u017f\u212a"
 
 func hasPrefix(s, prefix string) bool {
 	return len(s) >= len(prefix) && s[:len(prefix)] == prefix
@@ -120,6 +131,9 @@ func normalizeSlow(p string) (string, error) {
 	}
 	if !utf8.Valid(buf) {
 		return "", ErrInvalidUTF8
+	}
+	if bytes.ContainsAny(buf, foldsToASCII) {
+		return "", ErrFoldsToASCII
 	}
 	return string(clean(buf)), nil
 }

@@ -58,10 +58,11 @@ type Memory struct {
 	shards  []shard
 	// rules[i] interns the Params of shard i's entries: a rule's Params
 	// are shared by all of its keys (a million client IPs), so an entry
-	// points to one copy rather than holding its own. It holds every
-	// Params a key of the shard was created or reshaped with, a few per
-	// rule edit. It is per shard, guarded by the shard's mutex, so that
-	// creating a key takes no lock but its shard's.
+	// points to one copy rather than holding its own. It holds the
+	// Params keys of the shard were created or reshaped with; Sweep and
+	// Forget drop those no key uses any more. It is per shard, guarded by
+	// the shard's mutex, so that creating a key takes no lock but its
+	// shard's.
 	rules []map[Params]*Params
 	// keys is written when a key is created or evicted; the padding keeps
 	// those writes off the cache line of the fields above, which every
@@ -227,6 +228,33 @@ func (m *Memory) intern(s uint32, p *Params) *Params {
 	q := new(*p)
 	m.rules[s][*p] = q
 	return q
+}
+
+// pruneParams drops from shard s's interned Params those no entry uses
+// any more, so that rule edits (each limit change interns new Params)
+// leave nothing behind once the keys that used the old ones are reshaped
+// or evicted. Shard s is locked.
+func (m *Memory) pruneParams(s uint32) {
+	rules := m.rules[s]
+	if len(rules) == 0 {
+		return
+	}
+	sh := &m.shards[s]
+	if sh.n == 0 {
+		m.rules[s] = nil
+		return
+	}
+	used := make(map[*Params]struct{}, len(rules))
+	for i, t := range sh.tags {
+		if t != 0 {
+			used[sh.ents[i].params] = struct{}{}
+		}
+	}
+	for p, q := range rules {
+		if _, ok := used[q]; !ok {
+			delete(rules, p)
+		}
+	}
 }
 
 // entry is the state of one key, guarded by its shard's mutex.
@@ -519,6 +547,7 @@ func (m *Memory) evict(drop func(e *entry) bool) int {
 		sh.mu.Lock()
 		n := sh.evict(drop)
 		m.keys.Add(-int64(n))
+		m.pruneParams(uint32(i))
 		sh.mu.Unlock()
 		removed += n
 	}

@@ -786,3 +786,40 @@ func TestMemorySweepKeepsLockouts(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoryForgetsUnusedParams checks that the Params of past rule edits
+// do not pile up: after 1,000 limit changes, each used by a key and then
+// swept, the store holds no more Params than it did after the first.
+func TestMemoryForgetsUnusedParams(t *testing.T) {
+	t.Parallel()
+	m, err := NewMemory(MemoryConfig{Shards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_700_000_000, 0)
+	interned := func() int {
+		n := 0
+		for s := range m.shards {
+			m.shards[s].mu.Lock()
+			n += len(m.rules[s])
+			m.shards[s].mu.Unlock()
+		}
+		return n
+	}
+	var after1 int
+	for i := range 1000 {
+		p := Params{Algorithm: "sliding_window", Limit: int64(100 + i), Window: time.Minute, Precision: 10}
+		for _, key := range []string{"a|/x", "b|/y", "c|/z"} {
+			if _, err := m.Allow(context.Background(), now, []Request{{Key: key, Params: &p}}, make([]Result, 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m.Forget(func(string) bool { return true }) // what a reload does
+		if i == 0 {
+			after1 = interned()
+		}
+	}
+	if got := interned(); got > after1 {
+		t.Errorf("interned Params after 1,000 edits: %d, after the first: %d", got, after1)
+	}
+}

@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -521,5 +523,53 @@ func TestOversizedRuleFileRefused(t *testing.T) {
 	}
 	if got := g.srv.rules.Rules().Source.SHA256; got != sha(rulesWithLimit(5, "")) {
 		t.Errorf("rules in force changed to %s", got)
+	}
+}
+
+// TestLimitChangingReloadsLeaveTheHeapFlat reloads 1,000 rule files, each
+// changing a limit that 64 callers, spread over the store's shards, then
+// use: the heap after the last is about what it was after the 200th. (Each
+// edit used to leave its Params interned in every shard it reached: ~5 MiB
+// here.) Not parallel: it measures the process's heap.
+func TestLimitChangingReloadsLeaveTheHeapFlat(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: 1,000 reloads and 64,000 requests")
+	}
+	rules := func(n int) string {
+		return fmt.Sprintf("configs:\n  - appId: \"*\"\n    limits:\n      - api: /\n        limit: %d\n        unit: 1h\n", 1000+n)
+	}
+	content := rules(0)
+	g := newGW(t, content)
+	r := g.reloader(func() (*config.Rules, error) { return config.Parse("rules.yaml", []byte(content)) })
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	var at200 uint64
+	for i := 1; i <= 1000; i++ {
+		content = rules(i)
+		if changed, err := r.Reload(); !changed || err != nil {
+			t.Fatalf("reload %d: changed %v, err %v", i, changed, err)
+		}
+		for ip := range 64 {
+			req := httptest.NewRequest("GET", "/x", nil)
+			req.RemoteAddr = fmt.Sprintf("198.51.100.%d:1234", ip)
+			w := httptest.NewRecorder()
+			if g.h.ServeHTTP(w, req); w.Code != 200 {
+				t.Fatalf("reload %d, caller %d: got %d", i, ip, w.Code)
+			}
+		}
+		if i == 200 {
+			at200 = heap()
+			runtime.KeepAlive(g)
+		}
+	}
+	end := heap()
+	runtime.KeepAlive(g) // the store is what is measured
+	t.Logf("heap after 200 reloads %.1f MiB, after 1,000 %.1f MiB", float64(at200)/(1<<20), float64(end)/(1<<20))
+	if end > at200+2<<20 {
+		t.Errorf("heap grew %.1f MiB over 800 limit-changing reloads, want it flat (< 2 MiB)", float64(end-at200)/(1<<20))
 	}
 }

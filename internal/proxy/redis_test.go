@@ -27,7 +27,8 @@ type redisGW struct {
 
 // newRedisGW returns a gateway whose store is a Redis store on srv with
 // fail mode mode (and, for FailLocal, a memory store for the local
-// decisions) and the given Redis timeout (0: the default 25ms).
+// decisions) and the given Redis timeout: a test's generous one, unless
+// the test is about timeouts (the default 25ms is a production value).
 func newRedisGW(t *testing.T, rules string, srv *redistest.Server, mode FailMode, timeout time.Duration, opts ...func(*limit.RedisConfig)) *redisGW {
 	t.Helper()
 	var m *Metrics
@@ -330,13 +331,15 @@ func testOutage(t *testing.T, mode FailMode, how string) {
 	}
 }
 
-// TestRedisHandlerKeepsMemorySemantics checks, through the handler, what
-// the issue asks of the redis store on a single gateway: headers, 429
-// bodies with a true Retry-After, a denied request consuming nothing.
+// TestRedisHandlerKeepsMemorySemantics checks, through the handler, that
+// the redis store behaves as the memory store on a single gateway:
+// headers, 429 bodies with a true Retry-After, a denied request consuming
+// nothing. It fails closed with a test's generous timeout: a call slowed by
+// a loaded machine must fail the test visibly, never admit by fail-open.
 func TestRedisHandlerKeepsMemorySemantics(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	g := newRedisGW(t, basicRules, srv, FailOpen, 0)
+	g := newRedisGW(t, basicRules, srv, FailClosed, 5*time.Second)
 	for i := range 3 {
 		rec := g.do("GET", "/v1/user/42", "app-1")
 		if rec.Code != 200 {

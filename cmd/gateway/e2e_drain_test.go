@@ -101,14 +101,8 @@ func TestEndToEndDrain(t *testing.T) {
 			t.Errorf("in-flight request %d: got %d, want 200 and the whole body", i, code)
 		}
 	}
-	select {
-	case err := <-g.done:
-		if err != nil {
-			t.Errorf("gateway exit: %v\n%s", err, g.logs)
-		}
-		g.done <- nil // for the cleanup
-	case <-time.After(30 * time.Second):
-		t.Fatal("gateway did not exit after the drain")
+	if err := g.waitExit(t, "the drain"); err != nil {
+		t.Errorf("gateway exit: %v\n%s", err, g.logs)
 	}
 }
 
@@ -129,14 +123,9 @@ func TestEndToEndSecondSignalExits(t *testing.T) {
 			if err := g.cmd.Process.Signal(sig); err != nil {
 				t.Fatal(err)
 			}
-			select {
-			case err := <-g.done:
-				if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
-					t.Errorf("exit after the second %s: got %v, want status 1\n%s", sig, err, g.logs)
-				}
-				g.done <- nil
-			case <-time.After(30 * time.Second):
-				t.Fatalf("gateway still running after a second %s, with a 5m drain", sig)
+			err := g.waitExit(t, "a second "+sig.String()+", with a 5m drain")
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+				t.Errorf("exit after the second %s: got %v, want status 1\n%s", sig, err, g.logs)
 			}
 			close(up.release)
 			if code := <-results; code == 200 {

@@ -290,14 +290,22 @@ func TestEndToEndGracefulShutdown(t *testing.T) {
 	if r.code != 200 || r.body != "late but whole" {
 		t.Errorf("in-flight request: got %d %q, want 200 and the whole body", r.code, r.body)
 	}
+	if err := g.waitExit(t, "SIGTERM"); err != nil {
+		t.Errorf("gateway exit: %v\n%s", err, g.logs)
+	}
+}
+
+// waitExit waits, up to a generous 30s, for the gateway process to exit
+// after what the test did (named by after), and returns how it exited.
+func (g *running) waitExit(t *testing.T, after string) error {
+	t.Helper()
 	select {
 	case err := <-g.done:
-		if err != nil {
-			t.Errorf("gateway exit: %v\n%s", err, g.logs)
-		}
 		g.done <- nil // for the cleanup
+		return err
 	case <-time.After(30 * time.Second):
-		t.Fatal("gateway did not exit after SIGTERM")
+		t.Fatalf("gateway did not exit 30s after %s\n%s", after, g.logs)
+		return nil
 	}
 }
 

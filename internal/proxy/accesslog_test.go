@@ -26,7 +26,7 @@ func TestAccessLog(t *testing.T) {
 	}
 	send("/v1//user/42?x=1", "app-2")
 	send("/v1/user", "app-2")
-	g.clock.set(t0.Add(1500 * time.Millisecond))
+	g.clock.Set(t0.Add(1500 * time.Millisecond))
 	send("/v1/user", "app-2")
 	send("/anything", "no-such-app")
 

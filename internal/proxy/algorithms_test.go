@@ -45,7 +45,7 @@ configs:
 			at := t0
 			var w429 *httptest.ResponseRecorder
 			for i := 0; i < 100 && w429 == nil; i++ {
-				g.clock.set(at)
+				g.clock.Set(at)
 				if w := g.do("GET", "/v1/user", "app-1"); w.Code == http.StatusTooManyRequests {
 					w429 = w
 					break
@@ -71,11 +71,11 @@ configs:
 				t.Errorf("X-RateLimit-Remaining of the 429: got %q, want 0", got)
 			}
 
-			g.clock.set(at.Add(time.Duration(secs-1) * time.Second))
+			g.clock.Set(at.Add(time.Duration(secs-1) * time.Second))
 			if w := g.do("GET", "/v1/user", "app-1"); w.Code != http.StatusTooManyRequests {
 				t.Errorf("1s before Retry-After %ds (limited at t0+%v): got %d, want 429", secs, at.Sub(t0), w.Code)
 			}
-			g.clock.set(at.Add(time.Duration(secs) * time.Second))
+			g.clock.Set(at.Add(time.Duration(secs) * time.Second))
 			if w := g.do("GET", "/v1/user", "app-1"); w.Code != http.StatusOK {
 				t.Errorf("after Retry-After %ds (limited at t0+%v): got %d, want 200", secs, at.Sub(t0), w.Code)
 			}
@@ -119,7 +119,7 @@ configs:
 	}
 	for _, tt := range tests {
 		// Sequential: the steps share the gateway's counters.
-		g.clock.set(t0.Add(tt.at))
+		g.clock.Set(t0.Add(tt.at))
 		w := g.do("POST", tt.path, "app-1")
 		if w.Code != tt.status {
 			t.Errorf("%s: POST %s at t0+%v: got %d, want %d", tt.name, tt.path, tt.at, w.Code, tt.status)

@@ -9,26 +9,17 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 )
 
-// t0 is bucket-aligned for every window the tests use.
-var t0 = time.Unix(1_700_000_000, 0)
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
+var t0 = gwtest.T0
 
 // upstreamRecorder is a real HTTP upstream that records what it saw.
 type upstreamRecorder struct {
@@ -101,7 +92,7 @@ func (o *observed) last() Outcome {
 
 type gw struct {
 	h     *Handler
-	clock *clock
+	clock *gwtest.Clock
 	up    *upstreamRecorder
 	obs   *observed
 	logs  *bytes.Buffer
@@ -135,9 +126,9 @@ func newGWWith(t *testing.T, rules, upstreamURL string, up *upstreamRecorder, op
 	log := slog.New(slog.NewTextHandler(&lockedWriter{w: logs}, nil))
 	u, _ := url.Parse(upstreamURL)
 	ucfg := UpstreamConfig{URL: u, Logger: log}
-	c := &clock{t: t0}
+	c := gwtest.NewClock(t0)
 	obs := &observed{more: make(chan struct{}, 1)}
-	hcfg := HandlerConfig{Rules: rs, Store: store, Now: c.now, Logger: log, Observers: []Observer{obs}}
+	hcfg := HandlerConfig{Rules: rs, Store: store, Now: c.Now, Logger: log, Observers: []Observer{obs}}
 	for _, o := range opts {
 		o(&hcfg, &ucfg)
 	}
@@ -178,14 +169,8 @@ func (g *gw) do(method, target, app string, hdr ...string) *httptest.ResponseRec
 	return w
 }
 
-// basicRules are the rules most tests use; replay's tests share them.
-var basicRules = func() string {
-	b, err := os.ReadFile("testdata/basic-rules.yaml")
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
-}()
+// basicRules are the rules most tests use (package gwtest).
+var basicRules = gwtest.BasicRules
 
 func TestAdmittedIsForwardedWithHeaders(t *testing.T) {
 	t.Parallel()
@@ -226,7 +211,7 @@ func TestLimitedGets429WithTrueRetryAfter(t *testing.T) {
 			t.Fatalf("request %d: got %d, want 200", i, w.Code)
 		}
 	}
-	g.clock.set(t0.Add(3 * time.Second))
+	g.clock.Set(t0.Add(3 * time.Second))
 	w := g.do("GET", "/v1/user", "app-2")
 	if w.Code != http.StatusTooManyRequests {
 		t.Fatalf("third request: got %d, want 429", w.Code)
@@ -261,11 +246,11 @@ func TestLimitedGets429WithTrueRetryAfter(t *testing.T) {
 
 	// A client that waits exactly Retry-After is admitted; a second
 	// earlier it is not.
-	g.clock.set(t0.Add(10 * time.Second))
+	g.clock.Set(t0.Add(10 * time.Second))
 	if w := g.do("GET", "/v1/user", "app-2"); w.Code != 429 {
 		t.Errorf("1s before Retry-After: got %d, want 429", w.Code)
 	}
-	g.clock.set(t0.Add(11 * time.Second))
+	g.clock.Set(t0.Add(11 * time.Second))
 	if w := g.do("GET", "/v1/user", "app-2"); w.Code != 200 {
 		t.Errorf("after Retry-After: got %d, want 200", w.Code)
 	}

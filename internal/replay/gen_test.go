@@ -8,10 +8,10 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
-	"os"
 	"testing"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 
@@ -155,17 +155,10 @@ func accessLog(reqs []genRequest) []byte {
 	return buf.Bytes()
 }
 
-// t0 is bucket-aligned for every window the tests use.
-var t0 = time.Unix(1_700_000_000, 0)
+var t0 = gwtest.T0
 
-// basicRules are the proxy tests' rules.
-var basicRules = func() string {
-	b, err := os.ReadFile("../proxy/testdata/basic-rules.yaml")
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
-}()
+// basicRules are the rules most tests use (package gwtest).
+var basicRules = gwtest.BasicRules
 
 // liveGateway is the request path of `gateway serve` on rules, at the
 // instant its clock holds, in front of a real upstream: what replay must

@@ -239,14 +239,7 @@ const (
 func (k StoreKind) String() string { return string(k) }
 
 // Set parses a --store value.
-func (k *StoreKind) Set(s string) error {
-	switch StoreKind(s) {
-	case StoreMemory, StoreRedis:
-		*k = StoreKind(s)
-		return nil
-	}
-	return fmt.Errorf("%q is not one of memory, redis", s)
-}
+func (k *StoreKind) Set(s string) error { return setChoice(k, s, StoreMemory, StoreRedis) }
 
 // Type names the value's kind in help text.
 func (*StoreKind) Type() string { return "store" }
@@ -266,13 +259,19 @@ const (
 func (u UnknownCallers) String() string { return string(u) }
 
 // Set parses an --unknown-callers value.
-func (u *UnknownCallers) Set(s string) error {
-	switch UnknownCallers(s) {
-	case AllowUnknown, RejectUnknown:
-		*u = UnknownCallers(s)
-		return nil
+func (u *UnknownCallers) Set(s string) error { return setChoice(u, s, AllowUnknown, RejectUnknown) }
+
+// setChoice sets *v to s if s is one of choices, or reports them.
+func setChoice[T ~string](v *T, s string, choices ...T) error {
+	names := make([]string, len(choices))
+	for i, c := range choices {
+		if string(c) == s {
+			*v = c
+			return nil
+		}
+		names[i] = string(c)
 	}
-	return fmt.Errorf("%q is not one of allow, reject", s)
+	return fmt.Errorf("%q is not one of %s", s, strings.Join(names, ", "))
 }
 
 // Type names the value's kind in help text.

@@ -6,42 +6,25 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 )
 
-// t0 is bucket-aligned for every window the tests use.
-var t0 = time.Unix(1_700_000_000, 0)
+var t0 = gwtest.T0
 
-// basicRules are the proxy tests' rules.
-var basicRules = func() string {
-	b, err := os.ReadFile("../proxy/testdata/basic-rules.yaml")
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
-}()
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
+// basicRules are the rules most tests use (package gwtest).
+var basicRules = gwtest.BasicRules
 
 // gw is the request path of a gateway on the memory store, on a clock of
 // its own, in front of a real upstream that answers {"ok":true}.
 type gw struct {
 	h     *proxy.Handler
 	store *limit.Memory
-	clock *clock
+	clock *gwtest.Clock
 	log   *slog.Logger
 }
 
@@ -69,8 +52,8 @@ func newGW(t *testing.T, rules string) *gw {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &gw{store: store, clock: &clock{t: t0}, log: slog.New(slog.DiscardHandler)}
-	g.h, err = proxy.NewHandler(proxy.HandlerConfig{Rules: rs, Store: store, Upstream: rp, Now: g.clock.now, Logger: g.log})
+	g := &gw{store: store, clock: gwtest.NewClock(t0), log: slog.New(slog.DiscardHandler)}
+	g.h, err = proxy.NewHandler(proxy.HandlerConfig{Rules: rs, Store: store, Upstream: rp, Now: g.clock.Now, Logger: g.log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +63,7 @@ func newGW(t *testing.T, rules string) *gw {
 // reloader returns a Reloader of g's rules from load, as the server wires
 // it: the store forgets the counters of removed rules.
 func (g *gw) reloader(load func() (*config.Rules, error)) *Reloader {
-	return NewReloader(ReloaderConfig{Handler: g.h, Load: load, Forget: g.store.Forget, Now: g.clock.now, Logger: g.log})
+	return NewReloader(ReloaderConfig{Handler: g.h, Load: load, Forget: g.store.Forget, Now: g.clock.Now, Logger: g.log})
 }
 
 // do sends one request through the handler.

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -104,7 +103,7 @@ func (w *watched) waitFailure(t *testing.T) {
 // moves the clock an hour on (fresh windows) and counts admissions.
 func (w *watched) limitInForce(t *testing.T) int {
 	t.Helper()
-	w.clock.set(w.clock.now().Add(time.Hour))
+	w.clock.Set(w.clock.Now().Add(time.Hour))
 	for n := 0; n < 100; n++ {
 		switch code := w.do("GET", "/v1/user", "app-1").Code; code {
 		case 200:
@@ -336,7 +335,7 @@ func TestCountersSurviveReload(t *testing.T) {
 	if got := store.Len(); got != before || before == 0 {
 		t.Errorf("keys just after removing app-1's rules: got %d, want all %d kept for the grace period", got, before)
 	}
-	g.clock.set(g.clock.now().Add(30 * time.Second))
+	g.clock.Set(g.clock.Now().Add(30 * time.Second))
 	if _, err := reloadTo(t, rules, path, unit30); err != nil {
 		t.Fatal(err)
 	}
@@ -348,12 +347,12 @@ func TestCountersSurviveReload(t *testing.T) {
 	if _, err := reloadTo(t, rules, path, gone); err != nil {
 		t.Fatal(err)
 	}
-	g.clock.set(g.clock.now().Add(59 * time.Second))
+	g.clock.Set(g.clock.Now().Add(59 * time.Second))
 	rules.Sweep()
 	if got := store.Len(); got == 0 {
 		t.Errorf("keys 59s after the removal: got none, want them kept for the grace period")
 	}
-	g.clock.set(g.clock.now().Add(time.Second))
+	g.clock.Set(g.clock.Now().Add(time.Second))
 	rules.Sweep()
 	if got := store.Len(); got != 0 {
 		t.Errorf("keys a minute after removing app-1's rules: got %d, want 0", got)
@@ -434,23 +433,15 @@ func TestWatchStartsWhenAFileReplacesTheBuiltInRules(t *testing.T) {
 	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)
 	}
-	get := func() int {
-		req, _ := http.NewRequest("GET", "http://"+g.proxy+"/v1/user", nil)
-		req.Header.Set("X-App-Id", "app-1")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
 	writeFile(t, path, rulesWithLimit(2, ""))
 	if err := g.srv.Reload(); err != nil { // what SIGHUP does
 		t.Fatal(err)
 	}
 	g.logs.waitFor(t, 0, "watching the rule file")
 	writeFile(t, path, rulesWithLimit(1000, ""))
-	eventually.True(t, 10*time.Second, func() bool { return get() == 200 && g.srv.rules.Rules().Source.SHA256 == sha(rulesWithLimit(1000, "")) },
+	eventually.True(t, 10*time.Second, func() bool {
+		return g.get(t, "/v1/user") == 200 && g.srv.rules.Rules().Source.SHA256 == sha(rulesWithLimit(1000, ""))
+	},
 		"the edit after the switch to the file never came into force")
 }
 
@@ -464,18 +455,8 @@ func TestHalfWrittenFileNeverLoads(t *testing.T) {
 	order := "      - api: /v1/order\n        limit: 5\n        unit: 1h\n"
 	writeFile(t, path, rulesWithLimit(5, order))
 	g := startLive(t, func(c *Config) { c.ConfigPath = path })
-	get := func(p string) int {
-		req, _ := http.NewRequest("GET", "http://"+g.proxy+p, nil)
-		req.Header.Set("X-App-Id", "app-1")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
 	for i := range 3 {
-		if code := get("/v1/order"); code != 200 {
+		if code := g.get(t, "/v1/order"); code != 200 {
 			t.Fatalf("spending /v1/order %d: got %d", i, code)
 		}
 	}
@@ -502,7 +483,7 @@ func TestHalfWrittenFileNeverLoads(t *testing.T) {
 	}
 	g.logs.mu.Unlock()
 	for i, want := range []int{200, 200, 429} {
-		if code := get("/v1/order"); code != want {
+		if code := g.get(t, "/v1/order"); code != want {
 			t.Errorf("/v1/order request %d after the edit: got %d, want %d (3 of 5 spent before)", i, code, want)
 		}
 	}

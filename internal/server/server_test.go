@@ -77,6 +77,23 @@ func startLive(t *testing.T, edit func(*Config)) *live {
 	return &live{srv: s, proxy: s.Addr().String(), admin: s.AdminAddr().String(), logs: logs}
 }
 
+// get sends a GET for path as app-1 through the gateway and returns the
+// status.
+func (g *live) get(t *testing.T, path string) int {
+	t.Helper()
+	req, err := http.NewRequest("GET", "http://"+g.proxy+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-App-Id", "app-1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 // logRecord is one log record, its attributes as strings.
 type logRecord struct {
 	level slog.Level

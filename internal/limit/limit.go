@@ -233,7 +233,8 @@ type Algorithm interface {
 // RedisAlgorithm is an Algorithm that the Redis store can run. Lua
 // returns a Lua chunk that evaluates to a table of functions — fields,
 // decide and commit — that do in Redis what State's Decide and Commit do
-// in memory, on the fields of one Redis hash, in microseconds; redis.lua
+// in memory (decide's result also carries what State's UncountedReset
+// gives), on the fields of one Redis hash, in microseconds; redis.lua
 // documents the contract and the helpers the chunk may use. The Redis
 // store assembles one script from the chunks of every registered
 // RedisAlgorithm, so that adding an algorithm to both stores still touches
@@ -248,8 +249,17 @@ type RedisAlgorithm interface {
 type State interface {
 	// Decide reports what admitting one request at now would give,
 	// without changing the state: a store decides all of a request's
-	// limits before it counts the request against any of them.
+	// limits before it counts the request against any of them. When it
+	// admits, Remaining and Reset are those after counting the request.
 	Decide(now int64, p *Params) Result
+	// UncountedReset returns the time from now until the limit is fully
+	// replenished with nothing more counted: the Reset of a request
+	// decided at now that is not counted, 0 when the limit is full. It
+	// equals the Reset of a denial by Decide at now. The store asks for
+	// it when a limit admitted a request that it did not count (another
+	// limit denied it, or the key is locked out), since Decide's Reset
+	// counts the request.
+	UncountedReset(now int64, p *Params) time.Duration
 	// Commit counts one admitted request at now. It is called only after
 	// Decide at the same now admitted it.
 	Commit(now int64, p *Params)

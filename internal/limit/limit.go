@@ -176,9 +176,15 @@ type Result struct {
 	Allowed bool
 	// Limit is the limit in force.
 	Limit int64
-	// Remaining is what is left of the limit after this decision.
+	// Remaining is what is left of the limit after this decision: after
+	// counting the request if it was counted against this limit, and as
+	// the limit stands, without it, if it was not (the request was
+	// denied, by this limit or another). It is 0 while the key is locked
+	// out (Params.Lock) and -1 for an unlimited limit.
 	Remaining int64
-	// Reset is the time until the limit is fully replenished.
+	// Reset is the time until the limit is fully replenished after this
+	// decision, likewise with the request counted only if it was; while
+	// the key is locked out, the later of that and the lockout's end.
 	Reset time.Duration
 	// RetryAfter is, for a denied request, the time until the same request
 	// would be admitted; 0 when allowed.
@@ -193,7 +199,10 @@ type Store interface {
 	// request counted, against every limit that admitted it (shadow limits
 	// that denied are not counted). When it reports false nothing is
 	// counted, but a non-shadow limit with Params.Lock that denied starts
-	// its lockout. Stores that keep their own clock (Redis) ignore now.
+	// its lockout. Each Result describes its limit as the decision left
+	// it: a limit that admitted a request that was not counted reports
+	// the Remaining and Reset it has without it. Stores that keep their
+	// own clock (Redis) ignore now.
 	Allow(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error)
 }
 

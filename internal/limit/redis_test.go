@@ -294,6 +294,49 @@ func compareStores(t *testing.T, red *Redis, clock *fixedClock, rng *rand.Rand, 
 	}
 }
 
+// TestRedisUncounted runs uncountedCases through the Redis store: the
+// same results, in whole microseconds.
+func TestRedisUncounted(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for i, tt := range uncountedCases() {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			red, clock := newFixedRedis(t, srv)
+			app := fmt.Sprintf("uncounted-%d", i)
+			for j, c := range tt.calls {
+				reqs := renameApp(c.reqs, app)
+				res := make([]Result, len(reqs))
+				clock.us.Store(us0 + int64(c.at/time.Microsecond))
+				got, err := red.Allow(context.Background(), time.Time{}, reqs, res)
+				if err != nil {
+					t.Fatalf("call %d (t0%+v): %v", j, c.at, err)
+				}
+				if got != c.want {
+					t.Errorf("call %d (t0%+v): allowed: got %v, want %v", j, c.at, got, c.want)
+				}
+				for k, r := range res {
+					w := c.res[k]
+					if r.Allowed != w.Allowed || r.Limit != w.Limit || r.Remaining != w.Remaining ||
+						!nearUp(w.Reset, r.Reset, 0) || !nearUp(w.RetryAfter, r.RetryAfter, 0) {
+						t.Errorf("call %d (t0%+v) %s: got %+v, want %+v (times rounded up to µs)", j, c.at, reqs[k].Key, r, w)
+					}
+				}
+			}
+		})
+	}
+}
+
+// renameApp returns reqs with the "app" that their keys start with
+// replaced by app.
+func renameApp(reqs []Request, app string) []Request {
+	out := slices.Clone(reqs)
+	for i := range out {
+		out[i].Key = app + strings.TrimPrefix(out[i].Key, "app")
+	}
+	return out
+}
+
 // TestRedisWarmupSteps checks token_bucket's warm-up in Lua on the step
 // tables of TestTokenBucketWarmupSteps, in microseconds: Guava's
 // example, whose costs round to whole microseconds (546.666ms, not

@@ -105,6 +105,7 @@ func TestNewStateUnvalidated(t *testing.T) {
 				if st.Decide(now, &p).Allowed {
 					st.Commit(now, &p)
 				}
+				st.UncountedReset(now, &p)
 				st.Idle(now, &p)
 			}
 		}
@@ -555,6 +556,138 @@ func TestIdle(t *testing.T) {
 			}
 			if got := st.Idle(t0.Add(tt.at).UnixNano(), tt.p); got != tt.want {
 				t.Errorf("Idle(t0%+v): got %v, want %v", tt.at, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestUncountedReset checks every algorithm's UncountedReset on fixed
+// instants against the Reset that Decide gives the same request, which
+// counts it: the uncounted one is the time until the limit is fully
+// replenished as it stands, 0 when it is.
+func TestUncountedReset(t *testing.T) {
+	t.Parallel()
+	const ms = time.Millisecond
+	sec := time.Second
+	tests := []struct {
+		name      string
+		p         *Params
+		counts    []time.Duration // instants counted
+		at        time.Duration
+		allow     bool          // Decide at at admits
+		reset     time.Duration // Decide's Reset at at
+		uncounted time.Duration
+	}{
+		{name: "fixed_window fresh", p: fwParams(3, sec), at: 200 * ms, allow: true, reset: 800 * ms, uncounted: 0},
+		{name: "fixed_window counted", p: fwParams(3, sec), counts: []time.Duration{0}, at: 200 * ms, allow: true, reset: 800 * ms, uncounted: 800 * ms},
+		{name: "fixed_window next window", p: fwParams(3, sec), counts: []time.Duration{0}, at: sec, allow: true, reset: sec, uncounted: 0},
+		{name: "fixed_window denied", p: fwParams(2, sec), counts: []time.Duration{0, 0}, at: 200 * ms, reset: 800 * ms, uncounted: 800 * ms},
+		{name: "fixed_window clock stepped back", p: fwParams(3, sec), counts: []time.Duration{0}, at: -100 * ms, allow: true, reset: 1100 * ms, uncounted: 1100 * ms},
+
+		// 100ms buckets, the ring of 11 spans 1.1s.
+		{name: "sliding_window fresh", p: swParams(3, sec, 10), at: 550 * ms, allow: true, reset: 1050 * ms, uncounted: 0},
+		{name: "sliding_window counted", p: swParams(3, sec, 10), counts: []time.Duration{0}, at: 550 * ms, allow: true, reset: 1050 * ms, uncounted: 550 * ms},
+		{name: "sliding_window newest bucket counts", p: swParams(3, sec, 10), counts: []time.Duration{0, 550 * ms}, at: 700 * ms, allow: true, reset: 1100 * ms, uncounted: 900 * ms},
+		{name: "sliding_window last instant", p: swParams(3, sec, 10), counts: []time.Duration{0}, at: 1100*ms - 1, allow: true, reset: 1000*ms + 1, uncounted: 1},
+		{name: "sliding_window aged out", p: swParams(3, sec, 10), counts: []time.Duration{0}, at: 1100 * ms, allow: true, reset: 1100 * ms, uncounted: 0},
+		{name: "sliding_window denied", p: swParams(2, sec, 10), counts: []time.Duration{0, 300 * ms}, at: 550 * ms, reset: 850 * ms, uncounted: 850 * ms},
+		{name: "sliding_window clock stepped back", p: swParams(3, sec, 10), counts: []time.Duration{550 * ms}, at: 0, allow: true, reset: 1600 * ms, uncounted: 1600 * ms},
+
+		// An admission at a counts until a+1s, inclusive.
+		{name: "sliding_log fresh", p: slParams(3, sec), at: 500 * ms, allow: true, reset: sec + 1, uncounted: 0},
+		{name: "sliding_log counted", p: slParams(3, sec), counts: []time.Duration{0, 300 * ms}, at: 500 * ms, allow: true, reset: sec + 1, uncounted: 800*ms + 1},
+		{name: "sliding_log last instant", p: slParams(3, sec), counts: []time.Duration{0}, at: sec, allow: true, reset: sec + 1, uncounted: 1},
+		{name: "sliding_log aged out", p: slParams(3, sec), counts: []time.Duration{0}, at: sec + 1, allow: true, reset: sec + 1, uncounted: 0},
+		{name: "sliding_log denied", p: slParams(2, sec), counts: []time.Duration{0, 300 * ms}, at: 500 * ms, reset: 800*ms + 1, uncounted: 800*ms + 1},
+
+		// One token every 500ms.
+		{name: "token_bucket fresh", p: tbParams(2, sec, 0, 0), at: 100 * ms, allow: true, reset: 500 * ms, uncounted: 0},
+		{name: "token_bucket counted", p: tbParams(2, sec, 0, 0), counts: []time.Duration{0}, at: 100 * ms, allow: true, reset: 900 * ms, uncounted: 400 * ms},
+		{name: "token_bucket full again", p: tbParams(2, sec, 0, 0), counts: []time.Duration{0}, at: 500 * ms, allow: true, reset: 500 * ms, uncounted: 0},
+		{name: "token_bucket denied", p: tbParams(2, sec, 0, 0), counts: []time.Duration{0, 0}, at: 100 * ms, reset: 900 * ms, uncounted: 900 * ms},
+		// A third of a second per token: full at 333333333⅓ns, and at
+		// 666666666⅔ns after one more.
+		{name: "token_bucket fractional", p: tbParams(3, sec, 0, 0), counts: []time.Duration{0}, at: 1, allow: true, reset: 666666666, uncounted: 333333333},
+		// 4 per second with a 1s warm-up: the two requests cost 625ms
+		// and 375ms (TestIdle), a third 250ms.
+		{name: "token_bucket warming up", p: tbParams(4, sec, 0, sec), counts: []time.Duration{0, 0}, at: 250 * ms, allow: true, reset: sec, uncounted: 750 * ms},
+
+		{name: "leaky_bucket fresh", p: lbParams(2, sec, 0), at: 100 * ms, allow: true, reset: 500 * ms, uncounted: 0},
+		{name: "leaky_bucket counted", p: lbParams(2, sec, 0), counts: []time.Duration{0}, at: 100 * ms, allow: true, reset: 900 * ms, uncounted: 400 * ms},
+		{name: "leaky_bucket empty again", p: lbParams(2, sec, 0), counts: []time.Duration{0}, at: 600 * ms, allow: true, reset: 500 * ms, uncounted: 0},
+		{name: "leaky_bucket denied", p: lbParams(2, sec, 0), counts: []time.Duration{0, 0}, at: 100 * ms, reset: 900 * ms, uncounted: 900 * ms},
+		{name: "leaky_bucket fractional", p: lbParams(3, sec, 3), counts: []time.Duration{0}, at: 1, allow: true, reset: 666666666, uncounted: 333333333},
+
+		{name: "unlimited", p: fwParams(Unlimited, sec), counts: []time.Duration{0}, at: 0, allow: true, reset: 0, uncounted: 0},
+		{name: "blocked", p: slParams(0, sec), at: 0, reset: sec, uncounted: sec},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			st := newState(t, tt.p)
+			for _, at := range tt.counts {
+				now := t0.Add(at).UnixNano()
+				if !st.Decide(now, tt.p).Allowed {
+					t.Fatalf("count at t0%+v: denied", at)
+				}
+				st.Commit(now, tt.p)
+			}
+			now := t0.Add(tt.at).UnixNano()
+			if r := st.Decide(now, tt.p); r.Allowed != tt.allow || r.Reset != tt.reset {
+				t.Errorf("Decide(t0%+v): got allowed %v, reset %v; want %v, %v", tt.at, r.Allowed, r.Reset, tt.allow, tt.reset)
+			}
+			if got := st.UncountedReset(now, tt.p); got != tt.uncounted {
+				t.Errorf("UncountedReset(t0%+v): got %v, want %v", tt.at, got, tt.uncounted)
+			}
+		})
+	}
+}
+
+// TestUncountedResetIsWhenIdle checks every algorithm's UncountedReset on
+// random arrivals: with nothing more counted, the state is as good as
+// fresh (Idle) that long after now and not 1ns sooner; it equals the
+// Reset of a denial, and is at most that of an admission, which counts
+// the request.
+func TestUncountedResetIsWhenIdle(t *testing.T) {
+	t.Parallel()
+	for _, name := range Algorithms() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			rng := rand.New(rand.NewPCG(12, uint64(len(name))))
+			failures := 0
+			for c := range 60 {
+				p := randomBucketParams(rng, name)
+				if name == "sliding_window" {
+					p.Precision = 1 + rng.IntN(12)
+					p.Window = max(p.Window, time.Duration(p.Precision)*time.Microsecond)
+				}
+				st := newState(t, p)
+				start := t0.UnixNano() + rng.Int64N(int64(p.Window))
+				for _, now := range arrivals(rng, p, start, time.Nanosecond) {
+					r := st.Decide(now, p)
+					u := st.UncountedReset(now, p)
+					msg := ""
+					switch {
+					case u < 0:
+						msg = "negative"
+					case !r.Allowed && u != r.Reset:
+						msg = fmt.Sprintf("not the denial's reset %v", r.Reset)
+					case r.Allowed && u > r.Reset:
+						msg = fmt.Sprintf("after the admission's reset %v", r.Reset)
+					case !st.Idle(now+int64(u), p):
+						msg = "not idle then"
+					case u > 0 && st.Idle(now+int64(u)-1, p):
+						msg = "idle 1ns sooner"
+					}
+					if msg != "" {
+						if failures++; failures <= 3 {
+							t.Errorf("%d %+v at %d: uncounted reset %v: %s", c, *p, now, u, msg)
+						}
+					}
+					if r.Allowed {
+						st.Commit(now, p)
+					}
+				}
 			}
 		})
 	}

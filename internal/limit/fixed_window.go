@@ -66,6 +66,18 @@ func (s *fwState) Decide(now int64, p *Params) Result {
 	return Result{Limit: p.Limit, Reset: end, RetryAfter: end}
 }
 
+func (s *fwState) UncountedReset(now int64, p *Params) time.Duration {
+	if r, ok := fixed(p); ok {
+		return r.Reset
+	}
+	w := window(p)
+	win, count := s.view(now, w)
+	if count == 0 {
+		return 0
+	}
+	return time.Duration((win+1)*w - now)
+}
+
 func (s *fwState) Commit(now int64, p *Params) {
 	if p.Limit < 0 {
 		return

@@ -17,7 +17,11 @@ function M.decide(key, p, now, v)
   end
   local e = (win + 1) * p.window - now
   if count < p.limit then
-    return { ok = true, remaining = p.limit - count - 1, reset = e, retry = 0, win = win, count = count }
+    local u = 0
+    if count > 0 then
+      u = e
+    end
+    return { ok = true, remaining = p.limit - count - 1, reset = e, retry = 0, uncounted = u, win = win, count = count }
   end
   return { ok = false, remaining = 0, reset = e, retry = e }
 end

@@ -150,6 +150,17 @@ func gcraCheck(due rat, fresh bool, now int64, p *Params) (Result, bool) {
 	}, false
 }
 
+// untilDue returns the time from now until due, the first whole
+// nanosecond at or after it, or 0 when due is not after now: the time
+// until a bucket is full (or empty) with nothing more counted. fresh is a
+// bucket that was never used, whose due is not an instant.
+func untilDue(due rat, fresh bool, now int64) time.Duration {
+	if fresh || due.cmp(rat{now, 0}) <= 0 {
+		return 0
+	}
+	return time.Duration(due.ceil() - now)
+}
+
 // validateBucket checks what token_bucket and leaky_bucket share: a
 // capacity that fits in a counter and refills (or drains) in a time that
 // fits next to an instant.

@@ -81,6 +81,16 @@ local function rescale(n, f, from, to)
   return n, q
 end
 
+-- untildue returns the time from now until due = dn + df/limit, rounded
+-- up, or 0 when due is nil (a fresh bucket) or not after now: the time
+-- until a bucket is full (or empty) with nothing more counted.
+local function untildue(dn, df, now)
+  if dn == nil or rcmp(dn, df, now, 0) <= 0 then
+    return 0
+  end
+  return rceil(dn, df) - now
+end
+
 -- gcracheck decides a request at now against a used bucket whose debt
 -- runs until due = dn + df/limit. It returns true, or false and the
 -- result of a denial.

@@ -78,6 +78,14 @@ func (s *lbState) Decide(now int64, p *Params) Result {
 	}
 }
 
+func (s *lbState) UncountedReset(now int64, p *Params) time.Duration {
+	if r, ok := fixed(p); ok {
+		return r.Reset
+	}
+	due, fresh := s.empty(p)
+	return untilDue(due, fresh, now)
+}
+
 func (s *lbState) Commit(now int64, p *Params) {
 	if p.Limit <= 0 {
 		return

@@ -20,13 +20,14 @@ function M.decide(key, p, now, v)
       return r
     end
   end
+  local u = untildue(dn, df, now)
   if dn == nil or rcmp(dn, df, now, 0) < 0 then
     dn, df = now, 0
   end
   local tn, tf = intervals(1, p)
   local nn, nf = radd(dn, df, tn, tf, p.limit)
   local d, f = rsub(nn, nf, now, 0, p.limit)
-  return { ok = true, remaining = capacity(p) - spans(d, f, p), reset = rceil(d, f), retry = 0, n = nn, f = nf }
+  return { ok = true, remaining = capacity(p) - spans(d, f, p), reset = rceil(d, f), retry = 0, uncounted = u, n = nn, f = nf }
 end
 
 function M.commit(key, p, now, r, set)

@@ -176,9 +176,15 @@ type Result struct {
 	Allowed bool
 	// Limit is the limit in force.
 	Limit int64
-	// Remaining is what is left of the limit after this decision.
+	// Remaining is what is left of the limit after this decision: after
+	// counting the request if it was counted against this limit, and as
+	// the limit stands, without it, if it was not (the request was
+	// denied, by this limit or another). It is 0 while the key is locked
+	// out (Params.Lock) and -1 for an unlimited limit.
 	Remaining int64
-	// Reset is the time until the limit is fully replenished.
+	// Reset is the time until the limit is fully replenished after this
+	// decision, likewise with the request counted only if it was; while
+	// the key is locked out, the later of that and the lockout's end.
 	Reset time.Duration
 	// RetryAfter is, for a denied request, the time until the same request
 	// would be admitted; 0 when allowed.
@@ -193,7 +199,10 @@ type Store interface {
 	// request counted, against every limit that admitted it (shadow limits
 	// that denied are not counted). When it reports false nothing is
 	// counted, but a non-shadow limit with Params.Lock that denied starts
-	// its lockout. Stores that keep their own clock (Redis) ignore now.
+	// its lockout. Each Result describes its limit as the decision left
+	// it: a limit that admitted a request that was not counted reports
+	// the Remaining and Reset it has without it. Stores that keep their
+	// own clock (Redis) ignore now.
 	Allow(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error)
 }
 
@@ -233,7 +242,8 @@ type Algorithm interface {
 // RedisAlgorithm is an Algorithm that the Redis store can run. Lua
 // returns a Lua chunk that evaluates to a table of functions — fields,
 // decide and commit — that do in Redis what State's Decide and Commit do
-// in memory, on the fields of one Redis hash, in microseconds; redis.lua
+// in memory (decide's result also carries what State's UncountedReset
+// gives), on the fields of one Redis hash, in microseconds; redis.lua
 // documents the contract and the helpers the chunk may use. The Redis
 // store assembles one script from the chunks of every registered
 // RedisAlgorithm, so that adding an algorithm to both stores still touches
@@ -248,8 +258,17 @@ type RedisAlgorithm interface {
 type State interface {
 	// Decide reports what admitting one request at now would give,
 	// without changing the state: a store decides all of a request's
-	// limits before it counts the request against any of them.
+	// limits before it counts the request against any of them. When it
+	// admits, Remaining and Reset are those after counting the request.
 	Decide(now int64, p *Params) Result
+	// UncountedReset returns the time from now until the limit is fully
+	// replenished with nothing more counted: the Reset of a request
+	// decided at now that is not counted, 0 when the limit is full. It
+	// equals the Reset of a denial by Decide at now. The store asks for
+	// it when a limit admitted a request that it did not count (another
+	// limit denied it, or the key is locked out), since Decide's Reset
+	// counts the request.
+	UncountedReset(now int64, p *Params) time.Duration
 	// Commit counts one admitted request at now. It is called only after
 	// Decide at the same now admitted it.
 	Commit(now int64, p *Params)

@@ -274,7 +274,9 @@ type entry struct {
 }
 
 // lockout makes r, the Result of a locked key, a denial that lasts at
-// least until the lockout's end: left is the time until then.
+// least until the lockout's end: left is the time until then. r's Reset
+// must be that of the state without the request (a denial's, or
+// State.UncountedReset), since a locked key counts nothing.
 func (r *Result) lockout(left time.Duration) {
 	r.Allowed, r.Remaining = false, 0
 	r.Reset = max(r.Reset, left)
@@ -307,17 +309,19 @@ const inline = 4
 
 // Allow implements Store. It decides reqs at now and counts the request
 // against every limit that admitted it if no enforced limit denied it.
-// When it reports false, nothing is counted, and the Remaining of each
-// Result that admitted is that of the uncounted state (its Reset is still
-// the one it would have had if counted, an upper bound).
+// When it reports false, nothing is counted, and each Result that
+// admitted gives the Remaining and Reset of its limit without the
+// request, as if it had never been decided.
 //
 // Lockouts (Params.Lock): when a limit with Params.Lock > 0 that is not a
 // shadow denies, its key is locked for Lock from now, and every request
 // on that key is denied until then, with Remaining 0 and a RetryAfter of
 // at least the time left. A request denied while locked does not extend
 // the lockout, and RetryAfter is also never less than the algorithm's
-// own: a client that waits it out is admitted. A lockout concerns its key
-// only: the other limits of the request are counted or not as usual.
+// own: a client that waits it out is admitted. Reset is the later of the
+// lockout's end and the time until the limit, without the request, is
+// fully replenished. A lockout concerns its key only: the other limits of
+// the request are counted or not as usual.
 //
 // The keys of reqs (after overflow) must be distinct. Allow returns an
 // error wrapping ErrUnknownAlgorithm for Params naming an unregistered
@@ -397,14 +401,18 @@ func (m *Memory) Allow(_ context.Context, now time.Time, reqs []Request, res []R
 func (e *entry) decide(ns int64, p *Params, res *Result) {
 	*res = e.state.Decide(ns, p)
 	if e.lockedUntil > ns {
+		if res.Allowed {
+			res.Reset = e.state.UncountedReset(ns, p)
+		}
 		res.lockout(time.Duration(e.lockedUntil - ns))
 	}
 }
 
 // settle applies a decision to the entry: it counts the request when the
 // request as a whole was admitted (allowed) and this limit admitted it,
-// and starts a lockout when this enforced limit denied it. Its shard is
-// locked.
+// makes res that of the state without the request when this limit
+// admitted it but it was not counted, and starts a lockout when this
+// enforced limit denied it. Its shard is locked.
 func (e *entry) settle(ns int64, r *Request, res *Result, allowed bool) {
 	if !res.Allowed {
 		if p := r.Params; p.Lock > 0 && !r.Shadow && e.lockedUntil <= ns {
@@ -416,7 +424,9 @@ func (e *entry) settle(ns int64, r *Request, res *Result, allowed bool) {
 	if allowed {
 		e.state.Commit(ns, r.Params)
 	} else if res.Remaining >= 0 {
-		res.Remaining++ // decided as if counted; it was not
+		// Decided as if counted; it was not.
+		res.Remaining++
+		res.Reset = e.state.UncountedReset(ns, r.Params)
 	}
 }
 

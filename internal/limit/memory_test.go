@@ -823,3 +823,218 @@ func TestMemoryForgetsUnusedParams(t *testing.T) {
 		t.Errorf("interned Params after 1,000 edits: %d, after the first: %d", got, after1)
 	}
 }
+
+// storeCall is one Allow in a store step table: at t0+at, Allow must
+// answer want and res.
+type storeCall struct {
+	at   time.Duration
+	reqs []Request
+	want bool
+	res  []Result
+}
+
+// uncountedCase is a step table of uncountedCases.
+type uncountedCase struct {
+	name  string
+	alg   string
+	calls []storeCall
+}
+
+// uncountedCases are step tables, for every algorithm, of limits that
+// admit a request that is not counted: another limit denies it, or the
+// key is locked out while the algorithm has room. Their Remaining and
+// Reset must be those of the limit without the request, as if it had
+// never been decided, and a locked key's Reset the later of that and the
+// lockout's end. Before they were, each such Reset was the one the limit
+// would have had had the request been counted: the comments give it
+// where it differs. Keys start with "app|", durations are whole
+// microseconds, and so are the results but for sliding_log's, which run
+// to a nanosecond past a window (a microsecond in Redis).
+func uncountedCases() []uncountedCase {
+	const ms = time.Millisecond
+	sec := time.Second
+	rule := func(alg string, limit int64, lock time.Duration) *Params {
+		p := &Params{Algorithm: alg, Limit: limit, Window: sec, Lock: lock}
+		if alg == "sliding_window" {
+			p.Precision = 10 // 100ms buckets, a ring of 1.1s
+		}
+		return p
+	}
+	total := Request{Key: "app|", Params: &Params{Algorithm: "fixed_window", Limit: 1, Window: time.Hour}}
+	totalFull := Result{Allowed: true, Limit: 1, Reset: time.Hour}
+	totalDenies := Result{Limit: 1, Reset: time.Hour - 300*ms, RetryAfter: time.Hour - 300*ms}
+	admit := func(limit, remaining int64, reset time.Duration) Result {
+		return Result{Allowed: true, Limit: limit, Remaining: remaining, Reset: reset}
+	}
+	deny := func(limit int64, reset, retry time.Duration) Result {
+		return Result{Limit: limit, Reset: reset, RetryAfter: retry}
+	}
+
+	var cases []uncountedCase
+	// The app total denies at 300ms; a rule of 2 per second counted once
+	// at 0 (r) and a fresh one (f) would admit. counted is r's Reset
+	// after its first request, uncounted its Reset at 300ms without the
+	// second, fresh f's Reset had it been counted, and again r's Reset
+	// once counted at 300ms.
+	for _, tt := range []struct {
+		alg                              string
+		counted, uncounted, fresh, again time.Duration
+	}{
+		// fixed_window's Reset is the window's end whether or not the
+		// request is counted, unless the window holds nothing.
+		{alg: "fixed_window", counted: sec, uncounted: 700 * ms, fresh: 700 * ms, again: 700 * ms},
+		{alg: "sliding_window", counted: 1100 * ms, uncounted: 800 * ms, fresh: 1100 * ms, again: 1100 * ms},
+		{alg: "sliding_log", counted: sec + 1, uncounted: 700*ms + 1, fresh: sec + 1, again: sec + 1},
+		{alg: "token_bucket", counted: 500 * ms, uncounted: 200 * ms, fresh: 500 * ms, again: 700 * ms},
+		{alg: "leaky_bucket", counted: 500 * ms, uncounted: 200 * ms, fresh: 500 * ms, again: 700 * ms},
+	} {
+		r := Request{Key: "app|/r", Params: rule(tt.alg, 2, 0)}
+		f := Request{Key: "app|/f", Params: rule(tt.alg, 2, 0)}
+		cases = append(cases, uncountedCase{
+			name: tt.alg + " another limit denies",
+			alg:  tt.alg,
+			calls: []storeCall{
+				{reqs: []Request{total, r}, want: true, res: []Result{totalFull, admit(2, 1, tt.counted)}},
+				// Counted, r would have 0 left and the Reset again.
+				{at: 300 * ms, reqs: []Request{total, r}, res: []Result{totalDenies, admit(2, 1, tt.uncounted)}},
+				// Counted, f would have 1 left and the Reset fresh.
+				{at: 300 * ms, reqs: []Request{total, f}, res: []Result{totalDenies, admit(2, 2, 0)}},
+				{at: 300 * ms, reqs: []Request{r}, want: true, res: []Result{admit(2, 0, tt.again)}},
+				{at: 300 * ms, reqs: []Request{f}, want: true, res: []Result{admit(2, 1, tt.fresh)}},
+			},
+		})
+	}
+
+	// Two requests at 0 fill a rule of 2 per second; a third is denied
+	// and locks the rule out for 4.5s. At 4.2s the algorithm has room
+	// and the rule is full again (Reset 0 without the request): the Reset
+	// is the 300ms left of the lockout (had the request been counted, it
+	// would have been 800ms, 1.1s, 1s+1ns, 500ms and 500ms in the order
+	// below). counted is the Reset of the first request, second of the
+	// second, denied that of the denial without the lockout, and after
+	// that of the request at the lockout's end.
+	for _, tt := range []struct {
+		alg                            string
+		counted, second, denied, after time.Duration
+	}{
+		{alg: "fixed_window", counted: sec, second: sec, denied: sec, after: 500 * ms},
+		{alg: "sliding_window", counted: 1100 * ms, second: 1100 * ms, denied: 1100 * ms, after: 1100 * ms},
+		{alg: "sliding_log", counted: sec + 1, second: sec + 1, denied: sec + 1, after: sec + 1},
+		{alg: "token_bucket", counted: 500 * ms, second: sec, denied: sec, after: 500 * ms},
+		{alg: "leaky_bucket", counted: 500 * ms, second: sec, denied: sec, after: 500 * ms},
+	} {
+		r := Request{Key: "app|/r", Params: rule(tt.alg, 2, 4500*ms)}
+		cases = append(cases, uncountedCase{
+			name: tt.alg + " locked out with room",
+			alg:  tt.alg,
+			calls: []storeCall{
+				{reqs: []Request{r}, want: true, res: []Result{admit(2, 1, tt.counted)}},
+				{reqs: []Request{r}, want: true, res: []Result{admit(2, 0, tt.second)}},
+				{reqs: []Request{r}, res: []Result{deny(2, max(tt.denied, 4500*ms), 4500*ms)}},
+				{at: 4200 * ms, reqs: []Request{r}, res: []Result{deny(2, 300*ms, 300*ms)}},
+				{at: 4500 * ms, reqs: []Request{r}, want: true, res: []Result{admit(2, 1, tt.after)}},
+			},
+		})
+	}
+
+	// The algorithm has room during the lockout, and its Reset without
+	// the request outlasts the lockout: that is the Reset.
+	sw, sl := rule("sliding_window", 2, 800*ms), rule("sliding_log", 2, 800*ms)
+	tb, lb := rule("token_bucket", 2, 800*ms), rule("leaky_bucket", 2, 800*ms)
+	fw2, fw3 := rule("fixed_window", 2, 300*ms), rule("fixed_window", 3, 300*ms)
+	cases = append(cases,
+		uncountedCase{
+			// Buckets 0 and 5 hold one each; at 1.1s bucket 0 has aged
+			// out and bucket 5 ages out at 1.6s, the lockout ends at 1.3s.
+			name: "sliding_window locked out with room until after the lockout",
+			alg:  "sliding_window",
+			calls: []storeCall{
+				{reqs: []Request{{Key: "app|/r", Params: sw}}, want: true, res: []Result{admit(2, 1, 1100*ms)}},
+				{at: 500 * ms, reqs: []Request{{Key: "app|/r", Params: sw}}, want: true, res: []Result{admit(2, 0, 1100*ms)}},
+				{at: 500 * ms, reqs: []Request{{Key: "app|/r", Params: sw}}, res: []Result{deny(2, 1100*ms, 800*ms)}},
+				// Counted: 1.1s.
+				{at: 1100 * ms, reqs: []Request{{Key: "app|/r", Params: sw}}, res: []Result{deny(2, 500*ms, 200*ms)}},
+				{at: 1300 * ms, reqs: []Request{{Key: "app|/r", Params: sw}}, want: true, res: []Result{admit(2, 0, 1100*ms)}},
+			},
+		},
+		uncountedCase{
+			name: "sliding_log locked out with room until after the lockout",
+			alg:  "sliding_log",
+			calls: []storeCall{
+				{reqs: []Request{{Key: "app|/r", Params: sl}}, want: true, res: []Result{admit(2, 1, sec+1)}},
+				{at: 500 * ms, reqs: []Request{{Key: "app|/r", Params: sl}}, want: true, res: []Result{admit(2, 0, sec+1)}},
+				{at: 500 * ms, reqs: []Request{{Key: "app|/r", Params: sl}}, res: []Result{deny(2, sec+1, 800*ms)}},
+				// Counted: 1s+1ns.
+				{at: 1100 * ms, reqs: []Request{{Key: "app|/r", Params: sl}}, res: []Result{deny(2, 400*ms+1, 200*ms)}},
+				{at: 1300 * ms, reqs: []Request{{Key: "app|/r", Params: sl}}, want: true, res: []Result{admit(2, 0, sec+1)}},
+			},
+		},
+		uncountedCase{
+			// Full at 1s after two requests at 0; a token is back at
+			// 500ms, the lockout ends at 800ms.
+			name: "token_bucket locked out with room until after the lockout",
+			alg:  "token_bucket",
+			calls: []storeCall{
+				{reqs: []Request{{Key: "app|/r", Params: tb}}, want: true, res: []Result{admit(2, 1, 500*ms)}},
+				{reqs: []Request{{Key: "app|/r", Params: tb}}, want: true, res: []Result{admit(2, 0, sec)}},
+				{reqs: []Request{{Key: "app|/r", Params: tb}}, res: []Result{deny(2, sec, 800*ms)}},
+				// Counted: 900ms.
+				{at: 600 * ms, reqs: []Request{{Key: "app|/r", Params: tb}}, res: []Result{deny(2, 400*ms, 200*ms)}},
+				{at: 800 * ms, reqs: []Request{{Key: "app|/r", Params: tb}}, want: true, res: []Result{admit(2, 0, 700*ms)}},
+			},
+		},
+		uncountedCase{
+			name: "leaky_bucket locked out with room until after the lockout",
+			alg:  "leaky_bucket",
+			calls: []storeCall{
+				{reqs: []Request{{Key: "app|/r", Params: lb}}, want: true, res: []Result{admit(2, 1, 500*ms)}},
+				{reqs: []Request{{Key: "app|/r", Params: lb}}, want: true, res: []Result{admit(2, 0, sec)}},
+				{reqs: []Request{{Key: "app|/r", Params: lb}}, res: []Result{deny(2, sec, 800*ms)}},
+				// Counted: 900ms.
+				{at: 600 * ms, reqs: []Request{{Key: "app|/r", Params: lb}}, res: []Result{deny(2, 400*ms, 200*ms)}},
+				{at: 800 * ms, reqs: []Request{{Key: "app|/r", Params: lb}}, want: true, res: []Result{admit(2, 0, 700*ms)}},
+			},
+		},
+		uncountedCase{
+			// A window that holds a request is full again only at its
+			// end; a reload that raises the limit gives it room during
+			// the lockout, which runs on.
+			name: "fixed_window locked out with room until after the lockout",
+			alg:  "fixed_window",
+			calls: []storeCall{
+				{reqs: []Request{{Key: "app|/r", Params: fw2}}, want: true, res: []Result{admit(2, 1, sec)}},
+				{reqs: []Request{{Key: "app|/r", Params: fw2}}, want: true, res: []Result{admit(2, 0, sec)}},
+				{reqs: []Request{{Key: "app|/r", Params: fw2}}, res: []Result{deny(2, sec, sec)}},
+				{at: 100 * ms, reqs: []Request{{Key: "app|/r", Params: fw3}}, res: []Result{deny(3, 900*ms, 200*ms)}},
+				{at: 300 * ms, reqs: []Request{{Key: "app|/r", Params: fw3}}, want: true, res: []Result{admit(3, 0, 700*ms)}},
+			},
+		},
+	)
+	return cases
+}
+
+// TestMemoryUncounted runs uncountedCases through the memory store.
+func TestMemoryUncounted(t *testing.T) {
+	t.Parallel()
+	for _, tt := range uncountedCases() {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			m := newTestMemory(t, MemoryConfig{Shards: 4})
+			for i, c := range tt.calls {
+				res := make([]Result, len(c.reqs))
+				got, err := m.Allow(context.Background(), t0.Add(c.at), c.reqs, res)
+				if err != nil {
+					t.Fatalf("call %d (t0%+v): %v", i, c.at, err)
+				}
+				if got != c.want {
+					t.Errorf("call %d (t0%+v): allowed: got %v, want %v", i, c.at, got, c.want)
+				}
+				for j := range c.reqs {
+					if res[j] != c.res[j] {
+						t.Errorf("call %d (t0%+v) %s: got %+v, want %+v", i, c.at, c.reqs[j].Key, res[j], c.res[j])
+					}
+				}
+			}
+		})
+	}
+}

@@ -99,7 +99,10 @@ end
 --   decide(key, p, now, v) returns a result {ok, remaining, reset, retry}
 --     (and whatever else commit needs) without writing anything; v maps
 --     the names of fields to their values (false when absent, as HMGET
---     gives them to Lua), and decide may read more fields itself;
+--     gives them to Lua), and decide may read more fields itself; when
+--     ok, the result also holds uncounted, the reset if the request is
+--     not counted (State.UncountedReset): the time until the limit is
+--     fully replenished as it stands, 0 when it is;
 --   commit(key, p, now, r, set) counts one request that decide admitted:
 --     it appends the fields to write to the list set (name, value, ...),
 --     which the script writes with its own in one HSET, and returns the
@@ -119,8 +122,13 @@ else
 end
 
 -- lockout makes r the denial of a locked key that is left µs from its end.
+-- A locked key counts nothing, so its reset is that without the request.
 local function lockout(r, left)
-  return { ok = false, remaining = 0, reset = math.max(r.reset, left), retry = math.max(r.retry, left) }
+  local reset = r.reset
+  if r.ok then
+    reset = r.uncounted
+  end
+  return { ok = false, remaining = 0, reset = math.max(reset, left), retry = math.max(r.retry, left) }
 end
 
 -- expiry returns the instant, after the state's idle instant at, until
@@ -193,7 +201,7 @@ for i = 1, n do
   end
   local r
   if p.limit < 0 then
-    r = { ok = true, remaining = -1, reset = 0, retry = 0 }
+    r = { ok = true, remaining = -1, reset = 0, retry = 0, uncounted = 0 }
   elseif p.limit == 0 then
     r = { ok = false, remaining = 0, reset = p.window, retry = p.window }
   else
@@ -244,7 +252,9 @@ for i = 1, n do
       write(key, p, set, math.max(idle, L[i]), X[i], now)
     end
   elseif r.remaining >= 0 then
-    r.remaining = r.remaining + 1 -- decided as if counted; it was not
+    -- Decided as if counted; it was not.
+    r.remaining = r.remaining + 1
+    r.reset = r.uncounted
   end
   out[#out + 1] = r.ok and 1 or 0
   out[#out + 1] = r.remaining

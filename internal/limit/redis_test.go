@@ -184,7 +184,10 @@ func nearUp(mem, red time.Duration, slack int) bool {
 // instants (sometimes stepping back), and checks that they decide alike:
 // the same admissions, the same Remaining, and Reset and RetryAfter equal
 // up to Redis's microseconds. The memory store's answers are proven right by its own
-// tests, so this carries its guarantees over to Redis.
+// tests, so this carries its guarantees over to Redis. Before the
+// random sequences come the step tables of uncountedCases, whose limits
+// admit requests that are not counted; on both, storePair also checks
+// each store's Reset of every limit that did not count a request.
 func TestRedisMatchesMemory(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -192,6 +195,19 @@ func TestRedisMatchesMemory(t *testing.T) {
 		t.Run(alg, func(t *testing.T) {
 			t.Parallel()
 			red, clock := newFixedRedis(t, srv)
+			for i, c := range uncountedCases() {
+				if c.alg != alg {
+					continue
+				}
+				app := fmt.Sprintf("%s-uncounted-%d", alg, i)
+				pair := newStorePair(t, red, clock)
+				for j, call := range c.calls {
+					reqs := renameApp(call.reqs, app)
+					pair.allow(us0+int64(call.at/time.Microsecond), reqs, func() string {
+						return fmt.Sprintf("%s call %d", c.name, j)
+					})
+				}
+			}
 			for seed := range redisSeeds {
 				rng := rand.New(rand.NewPCG(uint64(seed), uint64(len(alg))))
 				compareStores(t, red, clock, rng, alg, fmt.Sprintf("%s-%d", alg, seed))
@@ -200,31 +216,33 @@ func TestRedisMatchesMemory(t *testing.T) {
 	}
 }
 
+// renameApp returns reqs with the "app" that their keys start with
+// replaced by app.
+func renameApp(reqs []Request, app string) []Request {
+	out := slices.Clone(reqs)
+	for i := range out {
+		out[i].Key = app + strings.TrimPrefix(out[i].Key, "app")
+	}
+	return out
+}
+
 func compareStores(t *testing.T, red *Redis, clock *fixedClock, rng *rand.Rand, alg, app string) {
 	t.Helper()
-	ctx := context.Background()
-	mem := newTestMemory(t, MemoryConfig{})
+	pair := newStorePair(t, red, clock)
 	keys := []string{app + "|", app + "|/a", app + "|/b"}
 	params := make([]*Params, len(keys))
 	shadow := make([]bool, len(keys))
-	// rescaled counts the limit changes of a bucket since its shape last
-	// changed: each rounds its instants up to the new limit's fraction of
-	// a nanosecond in memory but of a microsecond in Redis, so Redis's
-	// Reset may run up to a microsecond later per change.
-	rescaled := make([]int, len(keys))
 	for i := range keys {
 		params[i] = redisParams(rng, alg)
 		shadow[i] = rng.IntN(4) == 0
 	}
 	shapes := [][]int{{0, 1}, {0, 2}, {1}, {2}, {0}, {1, 2}}
 	now := us0 + rng.Int64N(1_000_000)
-	var retry int64
-	mres, rres := make([]Result, 2), make([]Result, 2)
 	for step := range 250 {
 		switch rng.IntN(7) {
 		case 0: // the same instant
 		case 1:
-			now += retry
+			now += pair.retry
 		case 2:
 			now += 1 + rng.Int64N(3)
 		case 3:
@@ -249,11 +267,6 @@ func compareStores(t *testing.T, red *Redis, clock *fixedClock, rng *rand.Rand, 
 				what = fmt.Sprintf("%s to %+v", keys[i], q)
 			}
 			if err := q.Validate(); err == nil {
-				if q.Identity(params[i]) {
-					rescaled[i]++
-				} else {
-					rescaled[i] = 0
-				}
 				params[i] = &q
 			}
 		}
@@ -262,35 +275,148 @@ func compareStores(t *testing.T, red *Redis, clock *fixedClock, rng *rand.Rand, 
 		for j, i := range shape {
 			reqs[j] = Request{Key: keys[i], Params: params[i], Shadow: shadow[i]}
 		}
-		mok, err := mem.Allow(ctx, time.Unix(0, now*1000), reqs, mres)
-		if err != nil {
-			t.Fatalf("%s step %d: memory: %v", app, step, err)
+		pair.allow(now, reqs, func() string { return fmt.Sprintf("%s step %d (reload: %q)", app, step, what) })
+	}
+}
+
+// storePair is a memory store and a Redis store that decide the same
+// requests at the same instants. Its allow checks that they agree, and,
+// in each store, that a limit that does not count a request gives the
+// Reset of its state without it: the time until the instant at which it
+// was to be fully replenished when it last counted a request (now plus
+// that Reset), or, if later, until the end of its lockout, which
+// storePair tracks as the stores do.
+type storePair struct {
+	t     *testing.T
+	mem   *Memory
+	red   *Redis
+	clock *fixedClock
+	keys  map[string]*pairKey
+	// retry is the longest RetryAfter of the last allow, in µs.
+	retry int64
+}
+
+// pairKey is what a storePair knows of one key.
+type pairKey struct {
+	params Params
+	// rescaled counts the limit changes of a bucket since its shape last
+	// changed: each rounds its instants up to the new limit's fraction of
+	// a nanosecond in memory but of a microsecond in Redis, so Redis's
+	// Reset may run up to a microsecond later per change.
+	rescaled int
+	// memFull (ns) and redFull (µs) are when each store's state is to be
+	// fully replenished, as of the last request counted; 0 when none was
+	// counted since the state was created.
+	memFull, redFull int64
+	// lockedUntil is the end of the key's lockout in µs, 0 for none.
+	lockedUntil int64
+}
+
+func newStorePair(t *testing.T, red *Redis, clock *fixedClock) *storePair {
+	return &storePair{t: t, mem: newTestMemory(t, MemoryConfig{}), red: red, clock: clock, keys: map[string]*pairKey{}}
+}
+
+// allow decides reqs at now (µs) in both stores and checks the answers;
+// where names the call in failures.
+func (sp *storePair) allow(now int64, reqs []Request, where func() string) {
+	t := sp.t
+	t.Helper()
+	ctx := context.Background()
+	mres, rres := make([]Result, len(reqs)), make([]Result, len(reqs))
+	mok, err := sp.mem.Allow(ctx, time.Unix(0, now*1000), reqs, mres)
+	if err != nil {
+		t.Fatalf("%s: memory: %v", where(), err)
+	}
+	sp.clock.us.Store(now)
+	rok, err := sp.red.Allow(ctx, time.Time{}, reqs, rres)
+	if err != nil {
+		t.Fatalf("%s: redis: %v", where(), err)
+	}
+	describe := func() string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s at +%dµs:", where(), now-us0)
+		for j := range reqs {
+			fmt.Fprintf(&b, "\n  %s %+v shadow=%v\n    memory %+v\n    redis  %+v", reqs[j].Key, *reqs[j].Params, reqs[j].Shadow, mres[j], rres[j])
 		}
-		clock.us.Store(now)
-		rok, err := red.Allow(ctx, time.Time{}, reqs, rres)
-		if err != nil {
-			t.Fatalf("%s step %d: redis: %v", app, step, err)
+		return b.String()
+	}
+	if mok != rok {
+		t.Fatalf("allowed: got %v, want %v\n%s", rok, mok, describe())
+	}
+	sp.retry = 0
+	for j := range reqs {
+		q, m, r := &reqs[j], mres[j], rres[j]
+		p := q.Params
+		k := sp.keys[q.Key]
+		switch {
+		case k == nil:
+			k = &pairKey{}
+			sp.keys[q.Key] = k
+		case k.params == *p:
+		case k.params.Identity(p):
+			k.rescaled++
+		default:
+			k.rescaled, k.memFull, k.redFull = 0, 0, 0
 		}
-		describe := func() string {
-			var b strings.Builder
-			fmt.Fprintf(&b, "%s step %d at +%dµs (reload: %q):", app, step, now-us0, what)
-			for j := range reqs {
-				fmt.Fprintf(&b, "\n  %s %+v shadow=%v\n    memory %+v\n    redis  %+v", reqs[j].Key, *reqs[j].Params, reqs[j].Shadow, mres[j], rres[j])
+		k.params = *p
+		if p.Lock == 0 {
+			k.lockedUntil = 0 // a reload lifted the lockout
+		}
+		if m.Allowed != r.Allowed || m.Limit != r.Limit || m.Remaining != r.Remaining ||
+			!nearUp(m.Reset, r.Reset, k.rescaled) || !nearUp(m.RetryAfter, r.RetryAfter, k.rescaled) {
+			t.Fatalf("results differ\n%s", describe())
+		}
+		sp.retry = max(sp.retry, int64(r.RetryAfter/time.Microsecond))
+		if !r.Allowed && !q.Shadow && p.Lock > 0 && k.lockedUntil <= now {
+			k.lockedUntil = now + int64(p.Lock/time.Microsecond)
+		}
+		if p.Limit <= 0 {
+			continue // no state: Reset is 0, or a window for a blocked limit
+		}
+		if mok && r.Allowed {
+			k.memFull, k.redFull = now*1000+int64(m.Reset), now+int64(r.Reset/time.Microsecond)
+			continue
+		}
+		// Not counted: the state's own time to full, or the lockout's.
+		memWant := max(k.memFull-now*1000, (k.lockedUntil-now)*1000, 0)
+		redWant := max(k.redFull-now, k.lockedUntil-now, 0)
+		if int64(m.Reset) != memWant || int64(r.Reset/time.Microsecond) != redWant {
+			t.Fatalf("%s: reset of the uncounted state: got %v in memory, %v in redis; want %v, %v\n%s",
+				q.Key, m.Reset, r.Reset, time.Duration(memWant), us(redWant), describe())
+		}
+	}
+}
+
+// TestRedisUncounted runs uncountedCases through the Redis store: the
+// same results, in whole microseconds.
+func TestRedisUncounted(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for i, tt := range uncountedCases() {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			red, clock := newFixedRedis(t, srv)
+			app := fmt.Sprintf("uncounted-%d", i)
+			for j, c := range tt.calls {
+				reqs := renameApp(c.reqs, app)
+				res := make([]Result, len(reqs))
+				clock.us.Store(us0 + int64(c.at/time.Microsecond))
+				got, err := red.Allow(context.Background(), time.Time{}, reqs, res)
+				if err != nil {
+					t.Fatalf("call %d (t0%+v): %v", j, c.at, err)
+				}
+				if got != c.want {
+					t.Errorf("call %d (t0%+v): allowed: got %v, want %v", j, c.at, got, c.want)
+				}
+				for k, r := range res {
+					w := c.res[k]
+					if r.Allowed != w.Allowed || r.Limit != w.Limit || r.Remaining != w.Remaining ||
+						!nearUp(w.Reset, r.Reset, 0) || !nearUp(w.RetryAfter, r.RetryAfter, 0) {
+						t.Errorf("call %d (t0%+v) %s: got %+v, want %+v (times rounded up to µs)", j, c.at, reqs[k].Key, r, w)
+					}
+				}
 			}
-			return b.String()
-		}
-		if mok != rok {
-			t.Fatalf("allowed: got %v, want %v\n%s", rok, mok, describe())
-		}
-		retry = 0
-		for j, i := range shape {
-			m, r := mres[j], rres[j]
-			if m.Allowed != r.Allowed || m.Limit != r.Limit || m.Remaining != r.Remaining ||
-				!nearUp(m.Reset, r.Reset, rescaled[i]) || !nearUp(m.RetryAfter, r.RetryAfter, rescaled[i]) {
-				t.Fatalf("results differ\n%s", describe())
-			}
-			retry = max(retry, int64(r.RetryAfter/time.Microsecond))
-		}
+		})
 	}
 }
 

@@ -110,6 +110,17 @@ func (s *slState) Decide(now int64, p *Params) Result {
 	}
 }
 
+func (s *slState) UncountedReset(now int64, p *Params) time.Duration {
+	if r, ok := fixed(p); ok {
+		return r.Reset
+	}
+	if s.n == 0 {
+		return 0
+	}
+	// Everything has aged out once the newest admission has.
+	return time.Duration(max(s.at(int(s.n)-1)+window(p)+1-now, 0))
+}
+
 func (s *slState) Commit(now int64, p *Params) {
 	if p.Limit < 0 {
 		return

@@ -44,7 +44,11 @@ function M.decide(key, p, now, v)
   local t, first, newest = view(key, st, now, p.limit, w)
   local counted = st.n - first
   if counted < p.limit then
-    return { ok = true, remaining = p.limit - counted - 1, reset = t + w + 1 - now, retry = 0, st = st, t = t }
+    local u = 0
+    if newest ~= nil then
+      u = math.max(newest + w + 1 - now, 0)
+    end
+    return { ok = true, remaining = p.limit - counted - 1, reset = t + w + 1 - now, retry = 0, uncounted = u, st = st, t = t }
   end
   return { ok = false, remaining = 0, reset = newest + w + 1 - now, retry = at(key, st, first) + w + 1 - now }
 end

@@ -165,6 +165,19 @@ func (s *swState) Decide(now int64, p *Params) Result {
 	return res
 }
 
+func (s *swState) UncountedReset(now int64, p *Params) time.Duration {
+	if r, ok := fixed(p); ok {
+		return r.Reset
+	}
+	width := swWidth(p)
+	if _, sum := s.view(now, width); sum == 0 {
+		return 0
+	}
+	// The head bucket is not empty and holds the newest requests: once
+	// it ages out, everything has.
+	return time.Duration((s.head+int64(len(s.older()))+1)*width - now)
+}
+
 func (s *swState) Commit(now int64, p *Params) {
 	if p.Limit < 0 {
 		// Unlimited requests are not counted: nothing reads the counts,

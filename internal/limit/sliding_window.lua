@@ -66,6 +66,12 @@ function M.decide(key, p, now, v)
   end
   if sum < p.limit then
     r.ok, r.remaining, r.reset, r.retry = true, p.limit - sum - 1, (b + n) * width - now, 0
+    -- Without this request, everything has aged out once the head
+    -- bucket, which is never empty, has.
+    r.uncounted = 0
+    if sum > 0 then
+      r.uncounted = (head + n) * width - now
+    end
     return r
   end
   -- Denied: walk forward bucket by bucket until enough old buckets have

@@ -41,6 +41,10 @@ func runSteps(t *testing.T, st State, p *Params, steps []step) {
 		if got != want {
 			t.Errorf("step %d (t0%+v, limit %d): got %+v, want %+v", i, s.at, pp.Limit, got, want)
 		}
+		// A denial counts nothing: its Reset is the uncounted one.
+		if u := st.UncountedReset(now, pp); !got.Allowed && u != got.Reset {
+			t.Errorf("step %d (t0%+v, limit %d): uncounted reset: got %v, want the denial's %v", i, s.at, pp.Limit, u, got.Reset)
+		}
 		if got.Allowed {
 			st.Commit(now, pp)
 		}

@@ -181,6 +181,16 @@ func warmRemaining(d, x rat, most int64, p *Params) int64 {
 	return lo
 }
 
+// UncountedReset returns the time until the bucket is full; with a
+// warm-up, it may still be warm then (Idle).
+func (s *tbState) UncountedReset(now int64, p *Params) time.Duration {
+	if r, ok := fixed(p); ok {
+		return r.Reset
+	}
+	due, _, fresh := s.view(p)
+	return untilDue(due, fresh, now)
+}
+
 func (s *tbState) Commit(now int64, p *Params) {
 	if p.Limit <= 0 {
 		return

@@ -94,11 +94,13 @@ end
 
 function M.decide(key, p, now, v)
   local st = view(v, p)
+  local u = 0
   if st ~= nil then
     local ok, r = gcracheck(st.dn, st.df, now, p)
     if not ok then
       return r
     end
+    u = untildue(st.dn, st.df, now)
   end
   local nn, nf, cn, cf = nxt(st, now, p)
   local d, f = rsub(nn, nf, now, 0, p.limit)
@@ -106,7 +108,7 @@ function M.decide(key, p, now, v)
   if p.warmup > 0 and remaining > 0 then
     remaining = warmremaining(d, f, cn, cf, remaining, p)
   end
-  return { ok = true, remaining = remaining, reset = rceil(d, f), retry = 0, dn = nn, df = nf, cn = cn, cf = cf }
+  return { ok = true, remaining = remaining, reset = rceil(d, f), retry = 0, uncounted = u, dn = nn, df = nf, cn = cn, cf = cf }
 end
 
 function M.commit(key, p, now, r, set)

@@ -22,7 +22,7 @@ func TestEndToEndCallers(t *testing.T) {
 		io.WriteString(w, `{"ok":true}`)
 	}))
 	defer up.Close()
-	g := startGateway(t, []string{"GATEWAY_UNKNOWN_CALLERS=reject"}, "--upstream", up.URL, "--key-header", "X-Partner-Key")
+	g := startGateway(t, []string{"GATEWAY_UNKNOWN_CALLERS=reject"}, "--upstream", up.URL, "--key-header", "X-Partner-Key", "--config", "configs/demo-rules.yaml")
 
 	if code, body := send(t, "GET", g.proxy+"/v1/x", "X-App-Id", "partner-1"); code != 401 || !strings.Contains(body, `"error":"missing_api_key"`) {
 		t.Errorf("partner-1 without a key: got %d %s", code, body)

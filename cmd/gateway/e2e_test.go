@@ -183,6 +183,27 @@ func countAdmitted(t *testing.T, n int, url string, hdr ...string) (admitted int
 	return admitted, lastBody
 }
 
+// TestEndToEndShippedRules runs the binary on the shipped rule file, as
+// the container and the systemd unit do: every caller, whatever app ID it
+// claims and whatever key it sends (the README's demo key included), is
+// an unknown caller limited per client address.
+func TestEndToEndShippedRules(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	g := startGateway(t, nil, "--upstream", up.URL)
+	if n, _ := countAdmitted(t, 70, g.proxy+"/v1/user", "X-App-Id", "partner-1", "X-Api-Key", "demo-key"); n != 60 {
+		t.Errorf("partner-1 with the demo key: admitted %d of 70, want 60 (the per-address limit of unknown callers)", n)
+	}
+	if n, _ := countAdmitted(t, 3, g.proxy+"/v1/user", "X-App-Id", "app-1"); n != 0 {
+		t.Errorf("app-1 from the same address: admitted %d, want 0: it is an unknown caller too", n)
+	}
+	if _, body := send(t, "GET", g.admin+"/rules"); !strings.Contains(body, `"appId":"*"`) || strings.Contains(body, `"appId":"app-1"`) {
+		t.Errorf("/rules: %s, want only the \"*\" section", body)
+	}
+}
+
 func TestEndToEndExampleRules(t *testing.T) {
 	var upstreamHits atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -191,7 +212,7 @@ func TestEndToEndExampleRules(t *testing.T) {
 	}))
 	defer up.Close()
 	// The upstream comes from the environment, the way containers set it.
-	g := startGateway(t, []string{"GATEWAY_UPSTREAM=" + up.URL, "GATEWAY_TRUSTED_PROXIES=127.0.0.1/32"})
+	g := startGateway(t, []string{"GATEWAY_UPSTREAM=" + up.URL, "GATEWAY_TRUSTED_PROXIES=127.0.0.1/32", "GATEWAY_CONFIG=configs/demo-rules.yaml"})
 
 	// An API rule: app-1 may GET /v1/user/{id}/orders 10 times a minute.
 	n, body := countAdmitted(t, 15, g.proxy+"/v1/user/42/orders", "X-App-Id", "app-1")

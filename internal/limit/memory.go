@@ -3,7 +3,6 @@ package limit
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"math/bits"
@@ -46,7 +45,7 @@ type MemoryConfig struct {
 // IPs), so a fixed hash would let them pile every key into one shard.
 // One hash of the key picks both its shard and its slot there.
 //
-// Idle keys stay until Sweep (or SweepEvery) evicts them; a shard's table
+// Idle keys stay until Sweep evicts them (the server sweeps every minute); a shard's table
 // shrinks when a sweep leaves it mostly empty.
 //
 // Create a Memory with NewMemory; the zero value is not usable. A Memory is
@@ -562,26 +561,4 @@ func (m *Memory) evict(drop func(e *entry) bool) int {
 		removed += n
 	}
 	return removed
-}
-
-// SweepEvery calls Sweep with the time now returns every interval until
-// ctx is done. now is the clock (time.Now in production); nil means
-// time.Now. It panics if every is not positive, like time.NewTicker.
-func (m *Memory) SweepEvery(ctx context.Context, every time.Duration, now func() time.Time) {
-	if every <= 0 {
-		panic(errors.New("limit: non-positive interval for SweepEvery"))
-	}
-	if now == nil {
-		now = time.Now
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			m.Sweep(now())
-		}
-	}
 }

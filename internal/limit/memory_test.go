@@ -408,35 +408,6 @@ func TestMemoryForget(t *testing.T) {
 	}
 }
 
-func TestMemorySweepEvery(t *testing.T) {
-	t.Parallel()
-	m := newTestMemory(t, MemoryConfig{})
-	if _, err := m.Allow(context.Background(), t0, []Request{{Key: "k", Params: swParams(1, time.Second, 10)}}, make([]Result, 1)); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ticks := make(chan struct{})
-	clock := func() time.Time {
-		select {
-		case ticks <- struct{}{}:
-		case <-ctx.Done():
-		}
-		return t0.Add(time.Hour)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		m.SweepEvery(ctx, time.Millisecond, clock)
-	}()
-	<-ticks // first sweep starts
-	<-ticks // first sweep done, second starts
-	if got := m.Len(); got != 0 {
-		t.Errorf("Len after a sweep an hour later: got %d, want 0", got)
-	}
-	cancel()
-	<-done
-}
-
 // TestMemoryConcurrent decides from many goroutines at one instant: exactly
 // Limit of the requests on a shared key are admitted, and each goroutine's
 // own key admits its own limit — also when both limits are in one call.

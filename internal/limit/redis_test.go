@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/eventually"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 )
 
@@ -751,18 +752,14 @@ func TestRedisKeysExpire(t *testing.T) {
 			keys[k] = true
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for len(keys) > 0 && time.Now().Before(deadline) {
+	eventually.True(t, 10*time.Second, func() bool {
 		for k := range keys {
 			if n, err := srv.Client().Exists(ctx, k).Result(); err == nil && n == 0 {
 				delete(keys, k)
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if len(keys) > 0 {
-		t.Errorf("keys still there 5s after they went idle: %v", keys)
-	}
+		return len(keys) == 0
+	}, "keys still there after they went idle: %v", keys)
 }
 
 // TestRedisNoScript checks that the store survives Redis losing its script
@@ -799,7 +796,9 @@ func TestRedisNoScript(t *testing.T) {
 func TestRedisSlowIsATimeout(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	red := newTestRedis(t, RedisConfig{URL: srv.URL(), Timeout: 25 * time.Millisecond})
+	// A test's timeout, not the production 25ms: well above what a
+	// loaded machine takes to answer, well below the 5s sleep.
+	red := newTestRedis(t, RedisConfig{URL: srv.URL(), Timeout: 500 * time.Millisecond})
 	ctx := context.Background()
 	p := &Params{Algorithm: "fixed_window", Limit: 100, Window: time.Hour}
 	reqs := []Request{{Key: "slow|/", Params: p}}
@@ -808,19 +807,13 @@ func TestRedisSlowIsATimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	sleeping := make(chan error, 1)
-	go func() { sleeping <- srv.Client().Do(ctx, "DEBUG", "SLEEP", "1").Err() }()
+	go func() { sleeping <- srv.Client().Do(ctx, "DEBUG", "SLEEP", "5").Err() }()
 	// Wait until the server is asleep: a PING of another client hangs.
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		pctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		err := red.client.Ping(pctx).Err()
-		cancel()
-		if err != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Redis did not go to sleep: %v", <-sleeping)
-		}
-	}
+	eventually.True(t, 10*time.Second, func() bool {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return red.client.Ping(pctx).Err() != nil
+	}, "Redis did not go to sleep")
 	start := time.Now()
 	_, err := red.Allow(ctx, time.Time{}, reqs, res)
 	took := time.Since(start)
@@ -874,17 +867,10 @@ func TestRedisDownAtStart(t *testing.T) {
 	}
 
 	srv.Restart()
-	deadline := time.Now().Add(5 * time.Second)
-	var err error
-	for {
-		if _, err = red.Allow(ctx, time.Time{}, reqs, res); err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatalf("Allow 5s after Redis came: %v", err)
-	}
+	eventually.True(t, 10*time.Second, func() bool {
+		_, err := red.Allow(ctx, time.Time{}, reqs, res)
+		return err == nil
+	}, "Allow never succeeded after Redis came back")
 	if red.CircuitOpen() || closed.Load() != 1 {
 		t.Errorf("breaker: open %v after %d closes, want closed after 1", red.CircuitOpen(), closed.Load())
 	}

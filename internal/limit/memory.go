@@ -45,8 +45,8 @@ type MemoryConfig struct {
 // IPs), so a fixed hash would let them pile every key into one shard.
 // One hash of the key picks both its shard and its slot there.
 //
-// Idle keys stay until Sweep evicts them (the server sweeps every minute); a shard's table
-// shrinks when a sweep leaves it mostly empty.
+// Idle keys stay until Sweep evicts them (the server sweeps every
+// minute); a shard's table shrinks when a sweep leaves it mostly empty.
 //
 // Create a Memory with NewMemory; the zero value is not usable. A Memory is
 // safe for concurrent use.

@@ -48,7 +48,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.ConfigPath, "config", cfg.ConfigPath, "rule file (YAML, or JSON by extension); if the default file is missing, the built-in example rules are used")
+	f.StringVar(&cfg.ConfigPath, "config", cfg.ConfigPath, "rule file (YAML, or JSON or XML by extension); if the default file is missing, the built-in example rules are used")
 	f.Int64Var(&cfg.MaxRulesBytes, "max-rules-bytes", cfg.MaxRulesBytes, "largest rule file read; a larger one is refused and the rules in force stay")
 	f.BoolVar(&cfg.Watch, "watch", cfg.Watch, "reload the rules when the rule file changes (SIGHUP and POST /rules/reload always do)")
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "proxy listen address")

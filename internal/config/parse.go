@@ -27,7 +27,7 @@ func Load(path string) (*Rules, error) {
 
 // Parse parses, defaults and validates the rule file data read from path.
 // The format follows the extension of path: .yaml or .yml for YAML, .json
-// for JSON.
+// for JSON, .xml for XML (the README's "Rule file" shows its shape).
 //
 // When the file has problems Parse returns nil and an Errors listing all of
 // them, each with the file and line.
@@ -45,10 +45,13 @@ func Parse(path string, data []byte) (*Rules, error) {
 	case ".json":
 		p.json = true
 		root, ok = p.decodeJSON(data)
+	case ".xml":
+		p.xml = true
+		root, ok = p.decodeXML(data)
 	case "":
-		p.errorf(0, "the rule file name has no extension; name it *.yaml, *.yml or *.json so its format is known")
+		p.errorf(0, "the rule file name has no extension; name it *.yaml, *.yml, *.json or *.xml so its format is known")
 	default:
-		p.errorf(0, "the rule file extension %q is not supported; name it *.yaml, *.yml or *.json", ext)
+		p.errorf(0, "the rule file extension %q is not supported; name it *.yaml, *.yml, *.json or *.xml", ext)
 	}
 	var rules *Rules
 	if ok {

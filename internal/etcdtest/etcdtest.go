@@ -165,4 +165,3 @@ func (s *Server) Restart() {
 	}
 	s.t.Fatalf("etcdtest: restarting etcd: %s", err)
 }
-

@@ -55,7 +55,8 @@ FUZZTIME ?= 30s
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzNormalize -fuzztime=$(FUZZTIME) ./internal/trie/
 	$(GO) test -run='^$$' -fuzz=FuzzMatch -fuzztime=$(FUZZTIME) ./internal/trie/
-	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/config/
+	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./internal/config/
+	$(GO) test -run='^$$' -fuzz='^FuzzParseXML$$' -fuzztime=$(FUZZTIME) ./internal/config/
 	$(GO) test -run='^$$' -fuzz=FuzzClientIP -fuzztime=$(FUZZTIME) ./internal/proxy/
 	$(GO) test -run='^$$' -fuzz=FuzzAppID -fuzztime=$(FUZZTIME) ./internal/proxy/
 	$(GO) test -run='^$$' -fuzz=FuzzReplayLine -fuzztime=$(FUZZTIME) ./internal/replay/

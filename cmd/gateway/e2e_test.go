@@ -487,3 +487,45 @@ func TestEndToEndHotReload(t *testing.T) {
 		return code == 200
 	}, "the fixed file never came into force\n%s", g.logs)
 }
+
+// TestEndToEndXMLRules checks that validate and serve take an XML rule
+// file by its extension, and that validate reports its problems at their
+// lines.
+func TestEndToEndXMLRules(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "rules.xml")
+	os.WriteFile(good, []byte(`<rules>
+  <config appId="app-1">
+    <limit api="/v1/user" limit="1" unit="1m"/>
+  </config>
+</rules>
+`), 0o644)
+	if code, out, errOut := runBinary(t, "validate", good); code != 0 || !strings.Contains(out, "ok: 1 app section(s), 1 api rule(s)") {
+		t.Errorf("validate rules.xml: exit %d, out %q %q", code, out, errOut)
+	}
+	bad := filepath.Join(dir, "bad.xml")
+	os.WriteFile(bad, []byte(`<rules>
+  <config appId="app-1">
+    <limit api="/v1/user"
+           limit="-5"/>
+    <limit api="v1/order" limit="1" colour="red"/>
+  </config>
+</rules>
+`), 0o644)
+	code, _, errOut := runBinary(t, "validate", bad)
+	if code != 1 {
+		t.Errorf("validate bad.xml: exit %d, want 1", code)
+	}
+	for _, want := range []string{"bad.xml:4: limit -5", "bad.xml:5: unknown field \"colour\"", "bad.xml:5: ", "3 error(s)"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("validate bad.xml: output lacks %q:\n%s", want, errOut)
+		}
+	}
+
+	g := startGateway(t, nil, "--demo-upstream", "--config", good)
+	for i, want := range []int{200, 429} {
+		if code, body := send(t, "GET", g.proxy+"/v1/user/42", "X-App-Id", "app-1"); code != want {
+			t.Errorf("request %d: got %d %s, want %d", i+1, code, body, want)
+		}
+	}
+}

@@ -61,7 +61,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "gateway",
 		Short: "A rate-limiting reverse proxy",
 		Long: `gateway is a reverse proxy that limits every caller (identified by an app ID
-header, or by client IP) per API with sliding-window limits from a YAML rule file.
+header, or by client IP) per API with sliding-window limits from a rule file (YAML, JSON or XML).
 
 Every flag can also be set from the environment as GATEWAY_<FLAG>, e.g.
 GATEWAY_UPSTREAM=http://127.0.0.1:8081. A flag given on the command line wins.`,

@@ -10,7 +10,7 @@ func newValidateCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "validate FILE",
 		Short: "Check a rule file and list every problem in it",
-		Long: `Check a rule file (YAML, or JSON by extension). Prints every problem with its
+		Long: `Check a rule file (YAML, or JSON or XML by extension). Prints every problem with its
 file and line and exits 1, or prints a one-line summary and exits 0.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -16,6 +16,9 @@ type parser struct {
 	// json reports whether the file is JSON, for the words used in
 	// messages ("object" rather than "mapping").
 	json bool
+	// xml reports whether the file is XML, whose values are never
+	// quoted.
+	xml  bool
 	errs Errors
 	// caseInsensitive is the file's caseInsensitive setting, read before
 	// any rule.
@@ -239,7 +242,7 @@ func (p *parser) word(yamlWord, jsonWord string) string {
 // wrongType reports that f is not what it must be.
 func (p *parser) wrongType(f field, want string) {
 	hint := ""
-	if want == "a string" && !p.json && f.val.Kind == yaml.ScalarNode && f.val.ShortTag() != "!!null" {
+	if want == "a string" && !p.json && !p.xml && f.val.Kind == yaml.ScalarNode && f.val.ShortTag() != "!!null" {
 		hint = "; put the value in quotes"
 	}
 	p.errorf(f.line, "%s must be %s, not %s%s", f.name, want, p.describe(f.val), hint)

@@ -27,7 +27,7 @@ func Load(path string) (*Rules, error) {
 
 // Parse parses, defaults and validates the rule file data read from path.
 // The format follows the extension of path: .yaml or .yml for YAML, .json
-// for JSON.
+// for JSON, .xml for XML (the README's "Rule file" shows its shape).
 //
 // When the file has problems Parse returns nil and an Errors listing all of
 // them, each with the file and line.
@@ -37,18 +37,80 @@ func Load(path string) (*Rules, error) {
 // result, which nobody may modify.
 func Parse(path string, data []byte) (*Rules, error) {
 	p := newParser(path)
-	var root *yaml.Node
-	ok := false
 	switch ext := strings.ToLower(filepath.Ext(path)); ext {
 	case ".yaml", ".yml":
-		root, ok = p.decodeYAML(data)
+		return p.parse(FormatYAML, data)
 	case ".json":
+		return p.parse(FormatJSON, data)
+	case ".xml":
+		return p.parse(FormatXML, data)
+	case "":
+		p.errorf(0, "the rule file name has no extension; name it *.yaml, *.yml, *.json or *.xml so its format is known")
+	default:
+		p.errorf(0, "the rule file extension %q is not supported; name it *.yaml, *.yml, *.json or *.xml", ext)
+	}
+	return nil, p.errs.sorted()
+}
+
+// A Format is a rule file format.
+type Format string
+
+// The formats.
+const (
+	FormatYAML Format = "yaml"
+	FormatJSON Format = "json"
+	FormatXML  Format = "xml"
+)
+
+// FormatOf returns the format of rules named name (a file name or a key)
+// and holding data: the one its extension names, else the one data looks
+// like: XML when its first character that is not white space is '<',
+// JSON when it is '{', else YAML (of which JSON is nearly a subset).
+func FormatOf(name string, data []byte) Format {
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".yaml", ".yml":
+		return FormatYAML
+	case ".json":
+		return FormatJSON
+	case ".xml":
+		return FormatXML
+	}
+	t := bytes.TrimLeft(bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")), " \t\r\n")
+	switch {
+	case len(t) > 0 && t[0] == '<':
+		return FormatXML
+	case len(t) > 0 && t[0] == '{':
+		return FormatJSON
+	}
+	return FormatYAML
+}
+
+// ParseFormat is Parse for rules in format f read from name, which need
+// not be a file name (an etcd key, say): it names the rules in errors and
+// in Rules.Path.
+func ParseFormat(name string, f Format, data []byte) (*Rules, error) {
+	p := newParser(name)
+	switch f {
+	case FormatYAML, FormatJSON, FormatXML:
+		return p.parse(f, data)
+	}
+	p.errorf(0, "the rule format %q is not supported; use yaml, json or xml", f)
+	return nil, p.errs.sorted()
+}
+
+// parse parses data in format f.
+func (p *parser) parse(f Format, data []byte) (*Rules, error) {
+	var root *yaml.Node
+	ok := false
+	switch f {
+	case FormatYAML:
+		root, ok = p.decodeYAML(data)
+	case FormatJSON:
 		p.json = true
 		root, ok = p.decodeJSON(data)
-	case "":
-		p.errorf(0, "the rule file name has no extension; name it *.yaml, *.yml or *.json so its format is known")
-	default:
-		p.errorf(0, "the rule file extension %q is not supported; name it *.yaml, *.yml or *.json", ext)
+	case FormatXML:
+		p.xml = true
+		root, ok = p.decodeXML(data)
 	}
 	var rules *Rules
 	if ok {
@@ -58,7 +120,7 @@ func Parse(path string, data []byte) (*Rules, error) {
 		return nil, p.errs.sorted()
 	}
 	sum := sha256.Sum256(data)
-	rules.Path = path
+	rules.Path = p.file
 	rules.SHA256 = hex.EncodeToString(sum[:])
 	return rules, nil
 }

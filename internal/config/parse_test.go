@@ -193,7 +193,7 @@ func TestExtensions(t *testing.T) {
 		{name: "yaml with a byte order mark", path: "r.yaml", data: "\xef\xbb\xbf" + y},
 		{name: "yaml with document markers", path: "r.yaml", data: "---\n" + y + "...\n"},
 		{name: "yaml with an empty trailing document", path: "r.yaml", data: y + "---\n"},
-		{name: "txt", path: "r.txt", data: y, err: `r.txt: the rule file extension ".txt" is not supported; name it *.yaml, *.yml or *.json`},
+		{name: "txt", path: "r.txt", data: y, err: `r.txt: the rule file extension ".txt" is not supported; name it *.yaml, *.yml, *.json or *.xml`},
 		{name: "toml", path: "r.toml", data: y, err: `extension ".toml" is not supported`},
 		{name: "none", path: "rules", data: y, err: "rules: the rule file name has no extension"},
 	}

@@ -1,5 +1,5 @@
-// Package config reads, defaults and validates the rule file (YAML or JSON,
-// by extension). Package watch follows its changes.
+// Package config reads, defaults and validates the rule file (YAML, JSON
+// or XML, by extension). Package watch follows its changes.
 //
 // The format is the original rule file's (configs → appId → limits →
 // api/limit/unit), extended with defaults, per-rule algorithms and their

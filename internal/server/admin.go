@@ -12,6 +12,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/source"
 )
 
 // readyView is the JSON of GET /readyz with a store report.
@@ -20,6 +21,9 @@ type readyView struct {
 	Error   string       `json:"error,omitempty"`
 	Message string       `json:"message,omitempty"`
 	Store   *StoreHealth `json:"store,omitempty"`
+	// Rules is the state of a rule store (etcd): shown, but a lost
+	// store does not make the gateway unready, as it keeps its rules.
+	Rules *source.Status `json:"rules,omitempty"`
 }
 
 // rulesView is the JSON of GET /rules.
@@ -31,6 +35,9 @@ type rulesView struct {
 	Apps            []appView  `json:"apps"`
 	LastError       string     `json:"lastError,omitempty"`
 	LastErrorAt     *time.Time `json:"lastErrorAt,omitempty"`
+	// Source is the rule store's state and the version in force, for
+	// rules from a store.
+	Source *source.Status `json:"source,omitempty"`
 }
 
 type appView struct {
@@ -95,6 +102,10 @@ func (r *Reloader) view() rulesView {
 		at = at.UTC()
 		v.LastError, v.LastErrorAt = msg, &at
 	}
+	if r.source != nil {
+		st := r.source.Status()
+		v.Source = &st
+	}
 	return v
 }
 
@@ -155,8 +166,13 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 			})
 			return
 		}
+		var rules *source.Status
+		if cfg.Rules.source != nil {
+			st := cfg.Rules.source.Status()
+			rules = &st
+		}
 		if cfg.Store == nil {
-			proxy.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+			proxy.WriteJSON(w, http.StatusOK, readyView{Status: "ready", Rules: rules})
 			return
 		}
 		h := cfg.Store(r.Context())
@@ -164,11 +180,11 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 			proxy.WriteJSON(w, http.StatusServiceUnavailable, readyView{
 				Status: "not_ready", Error: "not_ready",
 				Message: "the store is unreachable and --fail-mode closed refuses requests without it",
-				Store:   &h,
+				Store:   &h, Rules: rules,
 			})
 			return
 		}
-		proxy.WriteJSON(w, http.StatusOK, readyView{Status: "ready", Store: &h})
+		proxy.WriteJSON(w, http.StatusOK, readyView{Status: "ready", Store: &h, Rules: rules})
 	})
 	mux.HandleFunc("GET /rules", func(w http.ResponseWriter, _ *http.Request) {
 		proxy.WriteJSON(w, http.StatusOK, cfg.Rules.view())

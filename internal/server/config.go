@@ -12,14 +12,28 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/source"
 )
 
 // Config is everything `gateway serve` takes from flags and environment.
 // Start from DefaultConfig: its values are the flags' defaults, and New
 // refuses the zero values that would mean "no limit" to net/http.
 type Config struct {
-	// ConfigPath is the rule file.
+	// ConfigPath is the rule file, or the etcd key of the rules:
+	// etcd://host:2379[,host:2379]/key (etcds:// for TLS).
 	ConfigPath string
+	// RulesCache, with rules in etcd, is a file written with every good
+	// value, from which the gateway starts when etcd is unreachable at
+	// start. Empty: no cache, and an unreachable etcd fails the start.
+	RulesCache string
+	// Etcd are the credentials and TLS files of an etcd rule source.
+	Etcd source.EtcdAuth
+	// EtcdPasswordFile, exclusive with Etcd.Password, is a file whose
+	// trimmed contents are the etcd password.
+	EtcdPasswordFile string
+	// SourceProbeInterval is how often a rule store is checked. Default
+	// source.DefaultProbeInterval.
+	SourceProbeInterval time.Duration
 	// FallbackRules, if not nil, are used (with a warning) when ConfigPath
 	// does not exist: the example rules built into the binary, so that
 	// the gateway starts anywhere. Set only when the operator did not
@@ -175,6 +189,10 @@ func (c *Config) Validate() error {
 	switch {
 	case c.ConfigPath == "":
 		return errors.New("--config is empty: name a rule file")
+	case c.RulesCache != "" && !source.IsStore(c.ConfigPath):
+		return errors.New("--rules-cache is for rules in etcd (--config etcd://…); a rule file needs no cache")
+	case c.Etcd.Password != "" && c.EtcdPasswordFile != "":
+		return errors.New("--etcd-password and --etcd-password-file are exclusive: pass one")
 	case c.Listen == "":
 		return errors.New("--listen is empty: give an address such as :8080")
 	case c.AdminListen == "":
@@ -215,6 +233,11 @@ func (c *Config) Validate() error {
 		return errors.New("--admin-token and --admin-token-file are exclusive: pass one")
 	case c.AdminToken != "" && strings.TrimSpace(c.AdminToken) == "":
 		return errors.New("--admin-token is only white space: set a token, or none to disable POST /rules/reload")
+	}
+	if source.IsStore(c.ConfigPath) {
+		if _, _, _, err := source.ParseEtcdURL(c.ConfigPath); err != nil {
+			return fmt.Errorf("--config: %w", err)
+		}
 	}
 	if _, err := proxy.ParseTrustedProxies(c.TrustedProxies); err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)

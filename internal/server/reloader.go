@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"sync"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/source"
 )
 
 // Reloader reloads a handler's rules from their source and keeps the
@@ -15,6 +17,7 @@ import (
 type Reloader struct {
 	handler  *proxy.Handler
 	load     func() (*config.Rules, error)
+	source   source.Source
 	opts     proxy.CompileOptions
 	forget   func(keep func(key string) bool) int
 	onReload func(ok bool, rs *proxy.RuleSet)
@@ -44,8 +47,12 @@ func retiredGrace(window time.Duration) time.Duration {
 type ReloaderConfig struct {
 	// Handler is the handler whose rules are reloaded. Required.
 	Handler *proxy.Handler
-	// Load reads and validates the rules. Required for Reload.
+	// Load reads and validates the rules. Required for Reload unless
+	// Source is set.
 	Load func() (*config.Rules, error)
+	// Source, if not nil and Load is nil, is where the rules are read
+	// from; /rules shows its state and version.
+	Source source.Source
 	// Options compile every reloaded rule set; they should be those the
 	// handler's rules were compiled with.
 	Options proxy.CompileOptions
@@ -66,8 +73,14 @@ type ReloaderConfig struct {
 // NewReloader returns the Reloader of cfg.
 func NewReloader(cfg ReloaderConfig) *Reloader {
 	r := &Reloader{
-		handler: cfg.Handler, load: cfg.Load, opts: cfg.Options, forget: cfg.Forget,
+		handler: cfg.Handler, load: cfg.Load, source: cfg.Source, opts: cfg.Options, forget: cfg.Forget,
 		onReload: cfg.OnReload, now: cfg.Now, log: cfg.Logger,
+	}
+	if r.load == nil && cfg.Source != nil {
+		r.load = func() (*config.Rules, error) {
+			rules, _, err := cfg.Source.Load(context.Background())
+			return rules, err
+		}
 	}
 	if r.now == nil {
 		r.now = time.Now

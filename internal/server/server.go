@@ -22,6 +22,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/source"
 	"github.com/ratelimit-gateway/gateway/internal/watch"
 )
 
@@ -29,11 +30,13 @@ import (
 // New, and everything behind them. Create one with New, then call Serve
 // once (or Close, to give up before serving).
 type Server struct {
-	cfg      Config
-	log      *slog.Logger
-	st       *stores
-	certs    *certReloader // nil without TLS
-	rules    *Reloader
+	cfg   Config
+	log   *slog.Logger
+	st    *stores
+	certs *certReloader // nil without TLS
+	rules *Reloader
+	// src is the rule store (etcd), nil for a rule file.
+	src      source.Source
 	handler  *proxy.Handler
 	metrics  *proxy.Metrics
 	proxySrv *http.Server
@@ -132,7 +135,12 @@ func New(cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("--upstream: %w", err)
 	}
 
-	parsed, err := s.loadInitialRules()
+	var parsed *config.Rules
+	if source.IsStore(cfg.ConfigPath) {
+		parsed, err = s.openStore(reg)
+	} else {
+		parsed, err = s.loadInitialRules()
+	}
 	if err != nil {
 		s.metrics.RulesLoaded(false, nil, time.Time{})
 		return nil, err
@@ -155,14 +163,19 @@ func New(cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	load := func() (*config.Rules, error) { return config.LoadMax(cfg.ConfigPath, cfg.MaxRulesBytes) }
+	if s.src != nil {
+		load = nil // the source's
+	}
 	s.rules = NewReloader(ReloaderConfig{
 		Handler: s.handler,
-		Load:    func() (*config.Rules, error) { return config.LoadMax(cfg.ConfigPath, cfg.MaxRulesBytes) },
+		Load:    load,
+		Source:  s.src,
 		Options: copts,
 		Forget:  s.st.forget(),
 		OnReload: func(ok bool, rs *proxy.RuleSet) {
 			s.metrics.RulesLoaded(ok, rs, rs.LoadedAt)
-			if ok && rs.Source.Path == cfg.ConfigPath {
+			if ok && s.src == nil && rs.Source.Path == cfg.ConfigPath {
 				if err := s.watchRules(); err != nil {
 					log.Error("cannot watch the rule file; reload it with SIGHUP or POST /rules/reload", "err", err)
 				}
@@ -253,6 +266,9 @@ func (s *Server) Serve(ctx context.Context) error {
 		if err := s.watchRules(); err != nil {
 			return err
 		}
+	}
+	if s.src != nil && cfg.Watch {
+		go s.src.Watch(ctx, func() { s.rules.Reload() })
 	}
 
 	errc := make(chan error, 2)
@@ -347,6 +363,41 @@ func (s *Server) Close() error {
 	}
 	s.closers = nil
 	return errors.Join(errs...)
+}
+
+// openStore opens the rule store of ConfigPath and reads the rules from
+// it, or from the rules cache when it is unreachable; reg gets the
+// store's gauge.
+func (s *Server) openStore(reg prometheus.Registerer) (*config.Rules, error) {
+	cfg := s.cfg
+	auth := cfg.Etcd
+	if cfg.EtcdPasswordFile != "" {
+		data, err := os.ReadFile(cfg.EtcdPasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-password-file: %w", err)
+		}
+		auth.Password = strings.TrimSpace(string(data))
+	}
+	src, err := source.New(source.Config{
+		Spec: cfg.ConfigPath, MaxBytes: cfg.MaxRulesBytes, CacheFile: cfg.RulesCache,
+		Etcd: auth, ProbeInterval: cfg.SourceProbeInterval, Logger: s.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.src = src
+	s.closers = append(s.closers, src.Close)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "gateway_rules_source_connected",
+		Help: "1 while the rule store (etcd) answers, 0 while it does not: the gateway keeps its rules meanwhile.",
+	}, func() float64 {
+		if src.Status().Connected {
+			return 1
+		}
+		return 0
+	}))
+	r, _, err := src.Load(context.Background())
+	return r, err
 }
 
 // loadInitialRules reads the rule file, falling back to the built-in rules

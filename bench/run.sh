@@ -10,6 +10,12 @@
 #   (a) admitted: every request under its limit (app "bench")
 #   (b) limited:  every request over its limit (app "blocked"), answered 429
 #
+# Besides requests/s, each run measures the proxy's CPU time per request:
+# the user+sys clock ticks of the contender's process (nginx: its master
+# and worker) across the wrk run, over the requests wrk completed. On a
+# shared machine it is steadier than requests/s, which drop whenever
+# another job takes the proxy's core; the table gives its ratio to bare's.
+#
 # Usage: bench/run.sh            (or: make bench)
 # Tunables (environment): ROUNDS=3 DURATION=10s CONNS=64 PROXY_CPU=0 LOAD_CPU=1 OUT=bench/results
 set -euo pipefail
@@ -22,9 +28,10 @@ LOAD_CPU=${LOAD_CPU:-1}
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 OUT=${OUT:-$ROOT/bench/results}
+HZ=$(getconf CLK_TCK)
 
 need=()
-for cmd in nginx haproxy wrk taskset; do
+for cmd in nginx haproxy wrk taskset pgrep; do
 	command -v "$cmd" >/dev/null || need+=("$cmd")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -32,6 +39,7 @@ if [ ${#need[@]} -gt 0 ]; then
 	for cmd in "${need[@]}"; do
 		case $cmd in
 		taskset) pkgs+=(util-linux) ;;
+		pgrep) pkgs+=(procps) ;;
 		*) pkgs+=("$cmd") ;;
 		esac
 	done
@@ -51,12 +59,14 @@ CGO_ENABLED=0 go build -trimpath -o "$WORK/gateway" ./cmd/gateway
 
 UPSTREAM=127.0.0.1:18081
 declare -A PORT=([direct]=18081 [bare]=18090 [gateway]=18091 [nginx]=18092 [haproxy]=18093 [gateway-noheaders]=18094)
+declare -A PID # contender -> the process whose CPU time is measured
 
 start() { # start NAME CPU CMD... — run pinned in the background
 	local name=$1 cpu=$2
 	shift 2
 	GOMAXPROCS=1 taskset -c "$cpu" "$@" >"$WORK/$name.log" 2>&1 &
 	pids+=($!)
+	PID[$name]=$! # taskset execs the command: this is its pid
 }
 
 start upstream "$LOAD_CPU" "$WORK/upstream" -listen "$UPSTREAM"
@@ -75,23 +85,45 @@ start nginx "$PROXY_CPU" nginx -c "$WORK/nginx.conf" -e "$WORK/nginx-error.log"
 start haproxy "$PROXY_CPU" haproxy -f bench/haproxy.cfg
 for name in "${!PORT[@]}"; do wait_port "${PORT[$name]}"; done
 
-# run_wrk CONTENDER APP -> "rps p50ms p99ms non2xx"
+# cpu_ticks PID: user+sys clock ticks (fields 14 and 15 of /proc/PID/stat)
+# of PID and all its descendants, so that nginx's worker counts.
+cpu_ticks() {
+	local total=0 p stat f todo=("$1")
+	while [ ${#todo[@]} -gt 0 ]; do
+		p=${todo[0]}
+		todo=("${todo[@]:1}")
+		stat=$(cat "/proc/$p/stat" 2>/dev/null) || continue
+		read -ra f <<<"${stat##*) }" # fields from 3 on: comm may hold spaces
+		total=$((total + f[11] + f[12]))
+		mapfile -t -O "${#todo[@]}" todo < <(pgrep -P "$p")
+	done
+	echo "$total"
+}
+
+# run_wrk CONTENDER APP -> "rps p50ms p99ms non2xx cpu_us_per_request"
+# (cpu is "-" for direct, which has no proxy process).
 run_wrk() {
-	local out
+	local out t0=0 t1=0 pid=${PID[$1]:-}
+	[ -z "$pid" ] || t0=$(cpu_ticks "$pid")
 	out=$(taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" --latency \
 		-H "X-App-Id: $2" "http://127.0.0.1:${PORT[$1]}/v1/user/42")
-	awk '
+	[ -z "$pid" ] || t1=$(cpu_ticks "$pid")
+	awk -v ticks=$((t1 - t0)) -v hz="$HZ" -v measured="${pid:+1}" '
 		function ms(v) {
 			if (v ~ /us$/) return substr(v, 1, length(v)-2) / 1000
 			if (v ~ /ms$/) return substr(v, 1, length(v)-2) + 0
 			if (v ~ /s$/)  return substr(v, 1, length(v)-1) * 1000
 			return v
 		}
+		/ requests in / { n = $1 }
 		/Requests\/sec:/ { rps = $2 }
 		$1 == "50%" { p50 = ms($2) }
 		$1 == "99%" { p99 = ms($2) }
 		/Non-2xx or 3xx responses:/ { bad = $5 }
-		END { printf "%.0f %.3f %.3f %d\n", rps, p50, p99, bad }
+		END {
+			cpu = (measured && n > 0) ? sprintf("%.2f", ticks * 1e6 / hz / n) : "-"
+			printf "%.0f %.3f %.3f %d %s\n", rps, p50, p99, bad, cpu
+		}
 	' <<<"$out"
 }
 
@@ -113,6 +145,9 @@ for round in $(seq "$ROUNDS"); do
 done
 
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2 }'; }
+# field PATH CONTENDER N: the median of field N over the rounds.
+field() { printf '%s' "${RESULTS[$1/$2]}" | awk -v n="$3" '{ print $n }' | median; }
+ratio() { awk -v a="$1" -v b="$2" -v f="$3" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf f, a / b }'; }
 
 mkdir -p "$OUT"
 stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
@@ -124,30 +159,33 @@ file="$OUT/$stamp.md"
 	echo "Proxies on core $PROXY_CPU (GOMAXPROCS=1, nginx worker_processes 1, haproxy nbthread 1);"
 	echo "upstream and \`wrk -t1 -c$CONNS -d$DURATION\` on core $LOAD_CPU. Medians of $ROUNDS alternating rounds."
 	echo "$(nginx -v 2>&1 | sed 's/.*version: //'), $(haproxy -v | head -1 | awk '{ print "haproxy " $3 }'), $(go version | awk '{ print $3 }')."
+	bare_cpu=$(field admitted bare 5)
 	for path in "${paths[@]}"; do
 		echo
 		echo "## ${path^}: every request $( [ "$path" = admitted ] && echo under || echo over ) its limit"
 		echo
-		echo "| contender | requests/s | p50 ms | p99 ms | ratio to nginx | non-2xx |"
-		echo "|---|---:|---:|---:|---:|---:|"
-		nginx_rps=$(printf '%s' "${RESULTS[$path/nginx]}" | awk '{ print $1 }' | median)
+		echo "| contender | requests/s | CPU µs/request | CPU / bare | p50 ms | p99 ms | ratio to nginx | non-2xx |"
+		echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+		nginx_rps=$(field "$path" nginx 1)
 		for c in ${CONTENDERS[$path]}; do
-			rows=$(printf '%s' "${RESULTS[$path/$c]}")
-			rps=$(awk '{ print $1 }' <<<"$rows" | median)
-			p50=$(awk '{ print $2 }' <<<"$rows" | median)
-			p99=$(awk '{ print $3 }' <<<"$rows" | median)
-			bad=$(awk '{ print $4 }' <<<"$rows" | median)
-			ratio=$(awk -v a="$rps" -v b="$nginx_rps" 'BEGIN { printf "%.2f", a / b }')
-			echo "| $c | $rps | $p50 | $p99 | $ratio | $bad |"
+			rps=$(field "$path" "$c" 1)
+			cpu=-
+			[ "$c" = direct ] || cpu=$(field "$path" "$c" 5)
+			echo "| $c | $rps | $cpu | $(ratio "$cpu" "$bare_cpu" %.2f) | $(field "$path" "$c" 2) | $(field "$path" "$c" 3) | $(ratio "$rps" "$nginx_rps" %.2f) | $(field "$path" "$c" 4) |"
 		done
 	done
 	echo
 	echo "direct = the upstream without a proxy; bare = httputil.ReverseProxy with the gateway's Transport and no limiting;"
 	echo "gateway-noheaders = the gateway with --ratelimit-headers none."
-	bare=$(printf '%s' "${RESULTS[admitted/bare]}" | awk '{ print $1 }' | median)
-	for c in gateway gateway-noheaders; do
-		rps=$(printf '%s' "${RESULTS[admitted/$c]}" | awk '{ print $1 }' | median)
-		echo "Admitted, $c / bare: $(awk -v a="$rps" -v b="$bare" 'BEGIN { printf "%.3f", a / b }')."
+	echo "CPU µs/request = user+sys time of the proxy's process (nginx: master and worker) during the wrk run / requests completed;"
+	echo "CPU / bare divides by bare's admitted median on both paths (bare forwards every request: it does not limit)."
+	gateways="gateway gateway-noheaders"
+	bare=$(field admitted bare 1)
+	for c in $gateways; do
+		echo "Admitted, $c / bare: $(ratio "$(field admitted "$c" 1)" "$bare" %.3f)."
+	done
+	for c in $gateways; do
+		echo "CPU per request, $c / bare: admitted $(ratio "$(field admitted "$c" 5)" "$bare_cpu" %.3f), limited $(ratio "$(field limited "$c" 5)" "$bare_cpu" %.3f)."
 	done
 } >"$file"
 cat "$file"

@@ -5,7 +5,8 @@
 # worker_processes 1, haproxy nbthread 1); the upstream and the load
 # generator (wrk -t1 -cCONNS) share the other core (LOAD_CPU). Contenders
 # alternate within each round so that machine noise spreads over all of
-# them; the table reports medians over the rounds and ratios to nginx.
+# them, in reverse order in even rounds; the table reports medians over the
+# rounds and ratios to nginx.
 #
 #   (a) admitted: every request under its limit (app "bench")
 #   (b) limited:  every request over its limit (app "blocked"), answered 429
@@ -134,7 +135,13 @@ declare -A APP=([admitted]=bench [limited]=blocked)
 
 for round in $(seq "$ROUNDS"); do
 	for path in "${paths[@]}"; do
-		for c in ${CONTENDERS[$path]}; do
+		read -ra order <<<"${CONTENDERS[$path]}"
+		if ((round % 2 == 0)); then
+			for ((i = 0, j = ${#order[@]} - 1; i < j; i++, j--)); do
+				c=${order[i]} order[i]=${order[j]} order[j]=$c
+			done
+		fi
+		for c in "${order[@]}"; do
 			taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d1s -H "X-App-Id: ${APP[$path]}" \
 				"http://127.0.0.1:${PORT[$c]}/v1/user/42" >/dev/null # warm up
 			r=$(run_wrk "$c" "${APP[$path]}")

@@ -17,8 +17,15 @@
 # shared machine it is steadier than requests/s, which drop whenever
 # another job takes the proxy's core; the table gives its ratio to bare's.
 #
+# BASE_REF=<git ref> adds a contender "gateway-base": the gateway built from
+# that commit (git archive into the work directory), run with the same
+# flags as "gateway", which is built from the working tree. Both then run
+# in every round, so a change is measured before and after on one machine
+# in one run.
+#
 # Usage: bench/run.sh            (or: make bench)
-# Tunables (environment): ROUNDS=3 DURATION=10s CONNS=64 PROXY_CPU=0 LOAD_CPU=1 OUT=bench/results
+#        BASE_REF=main bench/run.sh
+# Tunables (environment): ROUNDS=3 DURATION=10s CONNS=64 PROXY_CPU=0 LOAD_CPU=1 OUT=bench/results BASE_REF=
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
@@ -26,10 +33,18 @@ DURATION=${DURATION:-10s}
 CONNS=${CONNS:-64}
 PROXY_CPU=${PROXY_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
+BASE_REF=${BASE_REF:-}
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 OUT=${OUT:-$ROOT/bench/results}
 HZ=$(getconf CLK_TCK)
+
+if [ -n "$BASE_REF" ]; then
+	base_commit=$(git rev-parse --verify --quiet "$BASE_REF^{commit}") || {
+		echo "BASE_REF=$BASE_REF is not a commit of this repository" >&2
+		exit 2
+	}
+fi
 
 need=()
 for cmd in nginx haproxy wrk taskset pgrep; do
@@ -57,9 +72,17 @@ echo "building" >&2
 go build -o "$WORK/upstream" ./bench/upstream
 go build -o "$WORK/bareproxy" ./bench/bareproxy
 CGO_ENABLED=0 go build -trimpath -o "$WORK/gateway" ./cmd/gateway
+if [ -n "$BASE_REF" ]; then
+	echo "building gateway-base from $BASE_REF (${base_commit:0:12})" >&2
+	mkdir "$WORK/base"
+	git archive "$base_commit" | tar -x -C "$WORK/base"
+	(cd "$WORK/base" && CGO_ENABLED=0 go build -trimpath -o "$WORK/gateway-base" ./cmd/gateway)
+	rm -rf "$WORK/base" # the rest of WORK goes on exit (bench/lib.sh)
+fi
 
 UPSTREAM=127.0.0.1:18081
 declare -A PORT=([direct]=18081 [bare]=18090 [gateway]=18091 [nginx]=18092 [haproxy]=18093 [gateway-noheaders]=18094)
+[ -z "$BASE_REF" ] || PORT[gateway-base]=18095
 declare -A PID # contender -> the process whose CPU time is measured
 
 start() { # start NAME CPU CMD... — run pinned in the background
@@ -79,6 +102,10 @@ start gateway "$PROXY_CPU" "$WORK/gateway" serve --config bench/rules.yaml --ups
 start gateway-noheaders "$PROXY_CPU" "$WORK/gateway" serve --config bench/rules.yaml --upstream "http://$UPSTREAM" \
 	--listen "127.0.0.1:${PORT[gateway-noheaders]}" --admin-listen 127.0.0.1:19094 --log-level warn --watch=false \
 	--ratelimit-headers none
+if [ -n "$BASE_REF" ]; then
+	start gateway-base "$PROXY_CPU" "$WORK/gateway-base" serve --config bench/rules.yaml --upstream "http://$UPSTREAM" \
+		--listen "127.0.0.1:${PORT[gateway-base]}" --admin-listen 127.0.0.1:19095 --log-level warn --watch=false
+fi
 
 mkdir -p "$WORK"/{body,proxy,fastcgi,uwsgi,scgi}
 sed -e "s|@DIR@|$WORK|g" bench/nginx.conf.tmpl >"$WORK/nginx.conf"
@@ -131,6 +158,11 @@ run_wrk() {
 declare -A RESULTS
 paths=(admitted limited)
 declare -A CONTENDERS=([admitted]="direct nginx haproxy bare gateway gateway-noheaders" [limited]="nginx haproxy gateway gateway-noheaders")
+if [ -n "$BASE_REF" ]; then
+	for path in "${paths[@]}"; do
+		CONTENDERS[$path]=${CONTENDERS[$path]/gateway gateway-noheaders/gateway gateway-base gateway-noheaders}
+	done
+fi
 declare -A APP=([admitted]=bench [limited]=blocked)
 
 for round in $(seq "$ROUNDS"); do
@@ -165,6 +197,11 @@ file="$OUT/$stamp.md"
 	echo "Machine: $(nproc) cores, $(awk -F: '/model name/ { print $2; exit }' /proc/cpuinfo | sed 's/^ *//'), $(uname -sr)."
 	echo "Proxies on core $PROXY_CPU (GOMAXPROCS=1, nginx worker_processes 1, haproxy nbthread 1);"
 	echo "upstream and \`wrk -t1 -c$CONNS -d$DURATION\` on core $LOAD_CPU. Medians of $ROUNDS alternating rounds."
+	if [ -n "$BASE_REF" ]; then
+		dirty=
+		[ -z "$(git status --porcelain --untracked-files=no)" ] || dirty=", with uncommitted changes"
+		echo "gateway = the working tree ($(git rev-parse --short=12 HEAD)$dirty); gateway-base = $BASE_REF (${base_commit:0:12})."
+	fi
 	echo "$(nginx -v 2>&1 | sed 's/.*version: //'), $(haproxy -v | head -1 | awk '{ print "haproxy " $3 }'), $(go version | awk '{ print $3 }')."
 	bare_cpu=$(field admitted bare 5)
 	for path in "${paths[@]}"; do
@@ -186,7 +223,7 @@ file="$OUT/$stamp.md"
 	echo "gateway-noheaders = the gateway with --ratelimit-headers none."
 	echo "CPU µs/request = user+sys time of the proxy's process (nginx: master and worker) during the wrk run / requests completed;"
 	echo "CPU / bare divides by bare's admitted median on both paths (bare forwards every request: it does not limit)."
-	gateways="gateway gateway-noheaders"
+	gateways="gateway${BASE_REF:+ gateway-base} gateway-noheaders"
 	bare=$(field admitted bare 1)
 	for c in $gateways; do
 		echo "Admitted, $c / bare: $(ratio "$(field admitted "$c" 1)" "$bare" %.3f)."

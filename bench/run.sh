@@ -5,13 +5,27 @@
 # worker_processes 1, haproxy nbthread 1); the upstream and the load
 # generator (wrk -t1 -cCONNS) share the other core (LOAD_CPU). Contenders
 # alternate within each round so that machine noise spreads over all of
-# them; the table reports medians over the rounds and ratios to nginx.
+# them, in reverse order in even rounds; the table reports medians over the
+# rounds and ratios to nginx.
 #
 #   (a) admitted: every request under its limit (app "bench")
 #   (b) limited:  every request over its limit (app "blocked"), answered 429
 #
+# Besides requests/s, each run measures the proxy's CPU time per request:
+# the user+sys clock ticks of the contender's process (nginx: its master
+# and worker) across the wrk run, over the requests wrk completed. On a
+# shared machine it is steadier than requests/s, which drop whenever
+# another job takes the proxy's core; the table gives its ratio to bare's.
+#
+# BASE_REF=<git ref> adds a contender "gateway-base": the gateway built from
+# that commit (git archive into the work directory), run with the same
+# flags as "gateway", which is built from the working tree. Both then run
+# in every round, so a change is measured before and after on one machine
+# in one run.
+#
 # Usage: bench/run.sh            (or: make bench)
-# Tunables (environment): ROUNDS=3 DURATION=10s CONNS=64 PROXY_CPU=0 LOAD_CPU=1 OUT=bench/results
+#        BASE_REF=main bench/run.sh
+# Tunables (environment): ROUNDS=3 DURATION=10s CONNS=64 PROXY_CPU=0 LOAD_CPU=1 OUT=bench/results BASE_REF=
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
@@ -19,12 +33,21 @@ DURATION=${DURATION:-10s}
 CONNS=${CONNS:-64}
 PROXY_CPU=${PROXY_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
+BASE_REF=${BASE_REF:-}
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 OUT=${OUT:-$ROOT/bench/results}
+HZ=$(getconf CLK_TCK)
+
+if [ -n "$BASE_REF" ]; then
+	base_commit=$(git rev-parse --verify --quiet "$BASE_REF^{commit}") || {
+		echo "BASE_REF=$BASE_REF is not a commit of this repository" >&2
+		exit 2
+	}
+fi
 
 need=()
-for cmd in nginx haproxy wrk taskset; do
+for cmd in nginx haproxy wrk taskset pgrep; do
 	command -v "$cmd" >/dev/null || need+=("$cmd")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -32,6 +55,7 @@ if [ ${#need[@]} -gt 0 ]; then
 	for cmd in "${need[@]}"; do
 		case $cmd in
 		taskset) pkgs+=(util-linux) ;;
+		pgrep) pkgs+=(procps) ;;
 		*) pkgs+=("$cmd") ;;
 		esac
 	done
@@ -48,15 +72,25 @@ echo "building" >&2
 go build -o "$WORK/upstream" ./bench/upstream
 go build -o "$WORK/bareproxy" ./bench/bareproxy
 CGO_ENABLED=0 go build -trimpath -o "$WORK/gateway" ./cmd/gateway
+if [ -n "$BASE_REF" ]; then
+	echo "building gateway-base from $BASE_REF (${base_commit:0:12})" >&2
+	mkdir "$WORK/base"
+	git archive "$base_commit" | tar -x -C "$WORK/base"
+	(cd "$WORK/base" && CGO_ENABLED=0 go build -trimpath -o "$WORK/gateway-base" ./cmd/gateway)
+	rm -rf "$WORK/base" # the rest of WORK goes on exit (bench/lib.sh)
+fi
 
 UPSTREAM=127.0.0.1:18081
 declare -A PORT=([direct]=18081 [bare]=18090 [gateway]=18091 [nginx]=18092 [haproxy]=18093 [gateway-noheaders]=18094)
+[ -z "$BASE_REF" ] || PORT[gateway-base]=18095
+declare -A PID # contender -> the process whose CPU time is measured
 
 start() { # start NAME CPU CMD... — run pinned in the background
 	local name=$1 cpu=$2
 	shift 2
 	GOMAXPROCS=1 taskset -c "$cpu" "$@" >"$WORK/$name.log" 2>&1 &
 	pids+=($!)
+	PID[$name]=$! # taskset execs the command: this is its pid
 }
 
 start upstream "$LOAD_CPU" "$WORK/upstream" -listen "$UPSTREAM"
@@ -68,6 +102,10 @@ start gateway "$PROXY_CPU" "$WORK/gateway" serve --config bench/rules.yaml --ups
 start gateway-noheaders "$PROXY_CPU" "$WORK/gateway" serve --config bench/rules.yaml --upstream "http://$UPSTREAM" \
 	--listen "127.0.0.1:${PORT[gateway-noheaders]}" --admin-listen 127.0.0.1:19094 --log-level warn --watch=false \
 	--ratelimit-headers none
+if [ -n "$BASE_REF" ]; then
+	start gateway-base "$PROXY_CPU" "$WORK/gateway-base" serve --config bench/rules.yaml --upstream "http://$UPSTREAM" \
+		--listen "127.0.0.1:${PORT[gateway-base]}" --admin-listen 127.0.0.1:19095 --log-level warn --watch=false
+fi
 
 mkdir -p "$WORK"/{body,proxy,fastcgi,uwsgi,scgi}
 sed -e "s|@DIR@|$WORK|g" bench/nginx.conf.tmpl >"$WORK/nginx.conf"
@@ -75,34 +113,67 @@ start nginx "$PROXY_CPU" nginx -c "$WORK/nginx.conf" -e "$WORK/nginx-error.log"
 start haproxy "$PROXY_CPU" haproxy -f bench/haproxy.cfg
 for name in "${!PORT[@]}"; do wait_port "${PORT[$name]}"; done
 
-# run_wrk CONTENDER APP -> "rps p50ms p99ms non2xx"
+# cpu_ticks PID: user+sys clock ticks (fields 14 and 15 of /proc/PID/stat)
+# of PID and all its descendants, so that nginx's worker counts.
+cpu_ticks() {
+	local total=0 p stat f todo=("$1")
+	while [ ${#todo[@]} -gt 0 ]; do
+		p=${todo[0]}
+		todo=("${todo[@]:1}")
+		stat=$(cat "/proc/$p/stat" 2>/dev/null) || continue
+		read -ra f <<<"${stat##*) }" # fields from 3 on: comm may hold spaces
+		total=$((total + f[11] + f[12]))
+		mapfile -t -O "${#todo[@]}" todo < <(pgrep -P "$p")
+	done
+	echo "$total"
+}
+
+# run_wrk CONTENDER APP -> "rps p50ms p99ms non2xx cpu_us_per_request"
+# (cpu is "-" for direct, which has no proxy process).
 run_wrk() {
-	local out
+	local out t0=0 t1=0 pid=${PID[$1]:-}
+	[ -z "$pid" ] || t0=$(cpu_ticks "$pid")
 	out=$(taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" --latency \
 		-H "X-App-Id: $2" "http://127.0.0.1:${PORT[$1]}/v1/user/42")
-	awk '
+	[ -z "$pid" ] || t1=$(cpu_ticks "$pid")
+	awk -v ticks=$((t1 - t0)) -v hz="$HZ" -v measured="${pid:+1}" '
 		function ms(v) {
 			if (v ~ /us$/) return substr(v, 1, length(v)-2) / 1000
 			if (v ~ /ms$/) return substr(v, 1, length(v)-2) + 0
 			if (v ~ /s$/)  return substr(v, 1, length(v)-1) * 1000
 			return v
 		}
+		/ requests in / { n = $1 }
 		/Requests\/sec:/ { rps = $2 }
 		$1 == "50%" { p50 = ms($2) }
 		$1 == "99%" { p99 = ms($2) }
 		/Non-2xx or 3xx responses:/ { bad = $5 }
-		END { printf "%.0f %.3f %.3f %d\n", rps, p50, p99, bad }
+		END {
+			cpu = (measured && n > 0) ? sprintf("%.2f", ticks * 1e6 / hz / n) : "-"
+			printf "%.0f %.3f %.3f %d %s\n", rps, p50, p99, bad, cpu
+		}
 	' <<<"$out"
 }
 
 declare -A RESULTS
 paths=(admitted limited)
 declare -A CONTENDERS=([admitted]="direct nginx haproxy bare gateway gateway-noheaders" [limited]="nginx haproxy gateway gateway-noheaders")
+if [ -n "$BASE_REF" ]; then
+	for path in "${paths[@]}"; do
+		CONTENDERS[$path]=${CONTENDERS[$path]/gateway gateway-noheaders/gateway gateway-base gateway-noheaders}
+	done
+fi
 declare -A APP=([admitted]=bench [limited]=blocked)
 
 for round in $(seq "$ROUNDS"); do
 	for path in "${paths[@]}"; do
-		for c in ${CONTENDERS[$path]}; do
+		read -ra order <<<"${CONTENDERS[$path]}"
+		if ((round % 2 == 0)); then
+			for ((i = 0, j = ${#order[@]} - 1; i < j; i++, j--)); do
+				c=${order[i]} order[i]=${order[j]} order[j]=$c
+			done
+		fi
+		for c in "${order[@]}"; do
 			taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d1s -H "X-App-Id: ${APP[$path]}" \
 				"http://127.0.0.1:${PORT[$c]}/v1/user/42" >/dev/null # warm up
 			r=$(run_wrk "$c" "${APP[$path]}")
@@ -113,6 +184,9 @@ for round in $(seq "$ROUNDS"); do
 done
 
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2 }'; }
+# field PATH CONTENDER N: the median of field N over the rounds.
+field() { printf '%s' "${RESULTS[$1/$2]}" | awk -v n="$3" '{ print $n }' | median; }
+ratio() { awk -v a="$1" -v b="$2" -v f="$3" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf f, a / b }'; }
 
 mkdir -p "$OUT"
 stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
@@ -123,31 +197,39 @@ file="$OUT/$stamp.md"
 	echo "Machine: $(nproc) cores, $(awk -F: '/model name/ { print $2; exit }' /proc/cpuinfo | sed 's/^ *//'), $(uname -sr)."
 	echo "Proxies on core $PROXY_CPU (GOMAXPROCS=1, nginx worker_processes 1, haproxy nbthread 1);"
 	echo "upstream and \`wrk -t1 -c$CONNS -d$DURATION\` on core $LOAD_CPU. Medians of $ROUNDS alternating rounds."
+	if [ -n "$BASE_REF" ]; then
+		dirty=
+		[ -z "$(git status --porcelain --untracked-files=no)" ] || dirty=", with uncommitted changes"
+		echo "gateway = the working tree ($(git rev-parse --short=12 HEAD)$dirty); gateway-base = $BASE_REF (${base_commit:0:12})."
+	fi
 	echo "$(nginx -v 2>&1 | sed 's/.*version: //'), $(haproxy -v | head -1 | awk '{ print "haproxy " $3 }'), $(go version | awk '{ print $3 }')."
+	bare_cpu=$(field admitted bare 5)
 	for path in "${paths[@]}"; do
 		echo
 		echo "## ${path^}: every request $( [ "$path" = admitted ] && echo under || echo over ) its limit"
 		echo
-		echo "| contender | requests/s | p50 ms | p99 ms | ratio to nginx | non-2xx |"
-		echo "|---|---:|---:|---:|---:|---:|"
-		nginx_rps=$(printf '%s' "${RESULTS[$path/nginx]}" | awk '{ print $1 }' | median)
+		echo "| contender | requests/s | CPU µs/request | CPU / bare | p50 ms | p99 ms | ratio to nginx | non-2xx |"
+		echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+		nginx_rps=$(field "$path" nginx 1)
 		for c in ${CONTENDERS[$path]}; do
-			rows=$(printf '%s' "${RESULTS[$path/$c]}")
-			rps=$(awk '{ print $1 }' <<<"$rows" | median)
-			p50=$(awk '{ print $2 }' <<<"$rows" | median)
-			p99=$(awk '{ print $3 }' <<<"$rows" | median)
-			bad=$(awk '{ print $4 }' <<<"$rows" | median)
-			ratio=$(awk -v a="$rps" -v b="$nginx_rps" 'BEGIN { printf "%.2f", a / b }')
-			echo "| $c | $rps | $p50 | $p99 | $ratio | $bad |"
+			rps=$(field "$path" "$c" 1)
+			cpu=-
+			[ "$c" = direct ] || cpu=$(field "$path" "$c" 5)
+			echo "| $c | $rps | $cpu | $(ratio "$cpu" "$bare_cpu" %.2f) | $(field "$path" "$c" 2) | $(field "$path" "$c" 3) | $(ratio "$rps" "$nginx_rps" %.2f) | $(field "$path" "$c" 4) |"
 		done
 	done
 	echo
 	echo "direct = the upstream without a proxy; bare = httputil.ReverseProxy with the gateway's Transport and no limiting;"
 	echo "gateway-noheaders = the gateway with --ratelimit-headers none."
-	bare=$(printf '%s' "${RESULTS[admitted/bare]}" | awk '{ print $1 }' | median)
-	for c in gateway gateway-noheaders; do
-		rps=$(printf '%s' "${RESULTS[admitted/$c]}" | awk '{ print $1 }' | median)
-		echo "Admitted, $c / bare: $(awk -v a="$rps" -v b="$bare" 'BEGIN { printf "%.3f", a / b }')."
+	echo "CPU µs/request = user+sys time of the proxy's process (nginx: master and worker) during the wrk run / requests completed;"
+	echo "CPU / bare divides by bare's admitted median on both paths (bare forwards every request: it does not limit)."
+	gateways="gateway${BASE_REF:+ gateway-base} gateway-noheaders"
+	bare=$(field admitted bare 1)
+	for c in $gateways; do
+		echo "Admitted, $c / bare: $(ratio "$(field admitted "$c" 1)" "$bare" %.3f)."
+	done
+	for c in $gateways; do
+		echo "CPU per request, $c / bare: admitted $(ratio "$(field admitted "$c" 5)" "$bare_cpu" %.3f), limited $(ratio "$(field limited "$c" 5)" "$bare_cpu" %.3f)."
 	done
 } >"$file"
 cat "$file"

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"fmt"
 	"maps"
@@ -34,8 +35,13 @@ type RuleSet struct {
 
 // section is one app's compiled rules.
 type section struct {
-	app   string
-	byIP  bool
+	app string
+	// ipTag reports whether every limit of the section is by ip: only
+	// then are its keys tagged with the client address group as well as
+	// the app, spreading unknown callers over a Redis Cluster (a key must
+	// always come with the same tag; see limit.Request.Tag).
+	ipTag bool
+	by    config.By           // the section's own by, for Explain
 	keys  [][sha256.Size]byte // digests of the app's API keys; nil if none
 	total *compiledLimit      // nil when the app has no total
 	trie  *trie.Trie[*compiledLimit]
@@ -54,10 +60,18 @@ type compiledLimit struct {
 	// store fails.
 	local  limit.Params
 	shadow bool
-	// key is the counter key; for per-IP sections the client IP is
-	// appended after a "|", and callers past the store's key cap share
+	// key is the counter key; for a by other than app or global a
+	// suffix is appended after a "|" (the client address group, or the
+	// values of attrKey), and callers past the store's key cap share
 	// overflow.
 	key, overflow string
+	// kind, parts and missing say how the counter key of a request is
+	// built: parts are those of by, missing what a missing header or
+	// query value does.
+	kind    keyKind
+	by      config.By
+	parts   []config.KeyPart
+	missing config.Missing
 	// policy is the RateLimit-Policy item for this limit.
 	policy string
 	// name is the quoted policy name used in the RateLimit header.
@@ -101,18 +115,22 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 	for i := range rules.Apps {
 		app := &rules.Apps[i]
 		sec := &section{
-			app:  app.ID,
-			byIP: app.By == config.ByIP,
-			keys: app.Keys,
-			trie: trie.New[*compiledLimit](trie.Options{CaseInsensitive: rules.CaseInsensitive}),
+			app:   app.ID,
+			ipTag: app.By == config.ByIP,
+			by:    app.By,
+			keys:  app.Keys,
+			trie:  trie.New[*compiledLimit](trie.Options{CaseInsensitive: rules.CaseInsensitive}),
 		}
 		if app.Total != nil && app.Total.Limit != limit.Unlimited {
 			sec.total = newCompiledLimit(app.ID, "", nil, *app.Total, false, opts)
+			sec.total.keyBy(app.By, app.Missing)
 			rs.keys[sec.total.key] = sec.total.params.Window
 		}
 		for j := range app.Limits {
 			r := &app.Limits[j]
 			cl := newCompiledLimit(app.ID, r.API, r.Methods, r.Params, r.Shadow, opts)
+			cl.keyBy(cmp.Or(r.By, app.By), cmp.Or(r.Missing, app.Missing))
+			sec.ipTag = sec.ipTag && cl.kind == keyIP
 			cl.head = slices.Contains(r.Methods, http.MethodHead)
 			rs.keys[cl.key] = cl.params.Window
 			if t := sec.total; t != nil && !t.shadow && !cl.shadow {
@@ -158,6 +176,13 @@ func newCompiledLimit(app, api string, methods []string, p limit.Params, shadow 
 	cl.policyHdr = []string{cl.policy}
 	cl.body429 = limitedBodyPrefix(app, api, p)
 	return cl
+}
+
+// keyBy sets how cl's counter keys are built: by by, with missing for
+// a missing header or query value ("" means config.MissingIP).
+func (cl *compiledLimit) keyBy(by config.By, missing config.Missing) {
+	cl.by, cl.kind, cl.parts = by, kindOf(by), by.Parts()
+	cl.missing = cmp.Or(missing, config.MissingIP)
 }
 
 // scaleParams returns p with Limit and Burst multiplied by share, rounded
@@ -285,7 +310,7 @@ func (rs *RuleSet) Explain(app, method, path string) (string, error) {
 			fmt.Fprintf(&b, "  requires an API key: one of the app's %d key(s) in the key header (--key-header), else 401\n", n)
 		}
 	default:
-		fmt.Fprintf(&b, "app %q is not configured: unknown caller, section \"*\" (counted per %s)\n", app, byName(sec.byIP))
+		fmt.Fprintf(&b, "app %q is not configured: unknown caller, section \"*\" (counted per %s)\n", app, byName(sec.by))
 	}
 	if sec.total != nil {
 		fmt.Fprintf(&b, "  applies: app total %s\n", describe(sec.total))
@@ -332,11 +357,15 @@ func (rs *RuleSet) sectionLine(app string) int {
 	return 0
 }
 
-func byName(byIP bool) string {
-	if byIP {
+// byName says what one counter of a section with by is shared by.
+func byName(by config.By) string {
+	switch by {
+	case config.ByIP:
 		return "client IP"
+	case config.ByApp, config.ByGlobal:
+		return "section"
 	}
-	return "section"
+	return string(by)
 }
 
 // describe says everything about a limit that decides a request.

@@ -7,6 +7,8 @@ import (
 	"maps"
 	"math"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -279,6 +281,31 @@ func (rs *RuleSet) lookup(app string) (*section, bool) {
 // Explain describes, for the match command, which of rs's rules apply to a
 // request and why. app is the caller's app ID ("" for none).
 func (rs *RuleSet) Explain(app, method, path string) (string, error) {
+	return rs.ExplainRequest(ExplainRequest{App: app, Method: method, Target: path})
+}
+
+// ExplainRequest is a request as ExplainRequest judges it.
+type ExplainRequest struct {
+	// App is the caller's app ID ("" for none).
+	App string
+	// Method is the request's method.
+	Method string
+	// Target is the path, with the query string if any.
+	Target string
+	// Header holds the request's headers (canonical names), for limits
+	// keyed on them.
+	Header http.Header
+	// ClientIP is the client's address; invalid if not known.
+	ClientIP netip.Addr
+}
+
+// ExplainRequest describes, for the match command, which of rs's rules
+// apply to q and why, and the counter key each limit would count it
+// under (the client address grouped by the default prefixes).
+func (rs *RuleSet) ExplainRequest(q ExplainRequest) (string, error) {
+	app, method, path := q.App, q.Method, q.Target
+	var rawQuery string
+	path, rawQuery, _ = strings.Cut(path, "?")
 	clean, err := trie.Normalize(path)
 	if err != nil {
 		return "", fmt.Errorf("path %q would be rejected with 400: %w", path, err)
@@ -300,6 +327,7 @@ func (rs *RuleSet) Explain(app, method, path string) (string, error) {
 		b.WriteString("method HEAD is matched as GET, unless a rule lists HEAD\n")
 	}
 	sec, known := rs.lookup(app)
+	refused := false
 	switch {
 	case sec == nil:
 		fmt.Fprintf(&b, "app %q is not configured and the rule file has no \"*\" section: forwarded unlimited (decision unmatched)\n", app)
@@ -314,6 +342,9 @@ func (rs *RuleSet) Explain(app, method, path string) (string, error) {
 	}
 	if sec.total != nil {
 		fmt.Fprintf(&b, "  applies: app total %s\n", describe(sec.total))
+		line, bad := explainKey(sec.total, q, rawQuery)
+		b.WriteString(line)
+		refused = refused || bad
 	} else {
 		b.WriteString("  no app total\n")
 	}
@@ -333,11 +364,18 @@ func (rs *RuleSet) Explain(app, method, path string) (string, error) {
 			mark = "  skipped:"
 		}
 		fmt.Fprintf(&b, "%s rule %s %s — %s\n", mark, c.Pattern, describe(c.Value), c.Reason)
+		if c.Chosen && c.Value.params.Limit != limit.Unlimited {
+			line, bad := explainKey(c.Value, q, rawQuery)
+			b.WriteString(line)
+			refused = refused || bad
+		}
 	}
 	if !chosen {
 		b.WriteString("  no api rule matches\n")
 	}
 	switch {
+	case refused:
+		b.WriteString("decision: refused with 400 (see above)\n")
 	case sec.total == nil && !chosen:
 		b.WriteString("decision: forwarded without a limit (unmatched)\n")
 	case blocked:
@@ -346,6 +384,31 @@ func (rs *RuleSet) Explain(app, method, path string) (string, error) {
 		b.WriteString("decision: admitted while every applicable limit has room\n")
 	}
 	return b.String(), nil
+}
+
+// explainKey says, as a line of Explain, which counter of cl request q
+// would count against, or why it would be refused; "" for a limit with
+// one counter.
+func explainKey(cl *compiledLimit, q ExplainRequest, rawQuery string) (line string, refused bool) {
+	group := func() string { return addrGroup(q.ClientIP, DefaultIPv4Prefix, DefaultIPv6Prefix) }
+	if !q.ClientIP.IsValid() {
+		group = func() string { return "<client address group>" }
+	}
+	switch cl.kind {
+	case keyIP:
+		return "    counted per client address group: key " + cl.key + "|" + group() + "\n", false
+	case keyAttrs:
+		r := &http.Request{Header: q.Header, URL: &url.URL{RawQuery: rawQuery}}
+		if r.Header == nil {
+			r.Header = http.Header{}
+		}
+		key, code, msg := attrKey(r, cl, group)
+		if code != "" {
+			return "    counted by " + string(cl.by) + ": refused with 400 " + code + ": " + msg + "\n", true
+		}
+		return "    counted by " + string(cl.by) + " (missing: " + string(cl.missing) + "): key " + key + "\n", false
+	}
+	return "", false
 }
 
 func (rs *RuleSet) sectionLine(app string) int {

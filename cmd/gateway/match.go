@@ -2,6 +2,9 @@ package main
 
 import (
 	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/configs"
@@ -13,17 +16,22 @@ import (
 var timeZero time.Time
 
 func newMatchCmd() *cobra.Command {
-	var path, app, method string
+	var path, app, method, ip string
+	var headers []string
 	cmd := &cobra.Command{
 		Use:   "match --config FILE [--app ID] [--method M] PATH",
 		Short: "Show which rules apply to a request, and why",
 		Long: `Show which rules of the rule file apply to a request, and why, judged as
 'gateway serve' judges it: the app ID as the app header would be (an invalid
 one is a 400), the method upper-cased and HEAD as GET, the path normalized.
+For limits keyed on headers, query parameters or the client address (by),
+it shows the counter key the request would get: give the headers with
+--header, the query string in PATH, and the client address with --ip.
 Without --config, when the default file is missing, the rules built into
 the binary are used, as 'gateway serve' does.`,
 		Example: `  gateway match --config configs/demo-rules.yaml --app app-1 --method GET /v1/user/42
-  gateway match --config configs/demo-rules.yaml /v1/anything   # an unknown caller`,
+  gateway match --config configs/demo-rules.yaml /v1/anything   # an unknown caller
+  gateway match --config configs/demo-rules.yaml --app app-2 --header 'X-User-Id: 42' /v1/user/42`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var fallback []byte
@@ -41,7 +49,22 @@ the binary are used, as 'gateway serve' does.`,
 			if err != nil {
 				return err
 			}
-			out, err := rs.Explain(app, method, args[0])
+			q := proxy.ExplainRequest{App: app, Method: method, Target: args[0], Header: http.Header{}}
+			for _, h := range headers {
+				name, value, ok := strings.Cut(h, ":")
+				if !ok || strings.TrimSpace(name) == "" {
+					return usageError{fmt.Errorf("--header %q is not NAME: VALUE", h)}
+				}
+				q.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+			}
+			if ip != "" {
+				a, err := netip.ParseAddr(ip)
+				if err != nil {
+					return usageError{fmt.Errorf("--ip %q is not an IP address", ip)}
+				}
+				q.ClientIP = a.Unmap()
+			}
+			out, err := rs.ExplainRequest(q)
 			if err != nil {
 				return err
 			}
@@ -52,5 +75,7 @@ the binary are used, as 'gateway serve' does.`,
 	cmd.Flags().StringVar(&path, "config", "configs/ratelimiter-rule.yaml", "rule file")
 	cmd.Flags().StringVar(&app, "app", "", "the caller's app ID (empty: an unknown caller)")
 	cmd.Flags().StringVar(&method, "method", "GET", "HTTP method")
+	cmd.Flags().StringArrayVar(&headers, "header", nil, "a request header, NAME: VALUE (repeatable)")
+	cmd.Flags().StringVar(&ip, "ip", "", "the client's address")
 	return cmd
 }

@@ -29,6 +29,7 @@ func TestFormatsAgree(t *testing.T) {
 		{"app-1", "GET", "/v1/admin/x"},
 		{"app-1", "GET", "/v1/beta"},
 		{"app-2", "POST", "/v1/order"},
+		{"app-2", "GET", "/v1/profile"},
 		{"app-3", "POST", "/v1/login"},
 		{"app-3", "GET", "/v1/search"},
 		{"app-3", "PUT", "/v1/upload/1"},

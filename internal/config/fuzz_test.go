@@ -86,7 +86,7 @@ func checkRules(t *testing.T, r *Rules) {
 			t.Fatalf("app ID %q is invalid or repeated", app.ID)
 		}
 		ids[app.ID] = true
-		if app.By != ByIP && app.By != ByApp && app.By != ByGlobal {
+		if app.By == "" {
 			t.Fatalf("app %q: by %q", app.ID, app.By)
 		}
 		if app.Keys != nil && (app.ID == UnknownApp || len(app.Keys) == 0) {

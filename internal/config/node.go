@@ -26,6 +26,10 @@ type parser struct {
 	// defaults are the built-in settings overridden by the defaults
 	// section.
 	defaults settings
+	// defaultBy and defaultMissing are those of the defaults section,
+	// "" when it sets none.
+	defaultBy      By
+	defaultMissing Missing
 	// ruleMemo and listMemo hold what was built from a node, so that a
 	// YAML alias that repeats a rule or a list of rules costs one walk
 	// rather than one per use: a file of a few kilobytes of aliases could

@@ -315,11 +315,60 @@ configs:
   - {appId: b, by: ip, limit: 1}
   - {appId: c, by: global, limit: 1}
   - {appId: d, by: app, limit: 1}
+  - {appId: e, by: header:x-user-id, limit: 1}
+  - {appId: f, by: [ip, "header:x-user-id", query:user], limit: 1}
+  - {appId: g, by: "ip, query:user", limit: 1}
 `))
-	want := []By{ByApp, ByIP, ByIP, ByGlobal, ByApp}
+	want := []By{ByApp, ByIP, ByIP, ByGlobal, ByApp, "header:X-User-Id", "ip,header:X-User-Id,query:user", "ip,query:user"}
 	for i, app := range r.Apps {
 		if app.By != want[i] {
 			t.Errorf("app %s: by: got %q, want %q", app.ID, app.By, want[i])
+		}
+	}
+	if got, want := By("ip,header:X-User-Id,query:user").Parts(), []KeyPart{{Kind: KeyIP}, {Kind: KeyHeader, Name: "X-User-Id"}, {Kind: KeyQuery, Name: "user"}}; !slices.Equal(got, want) {
+		t.Errorf("Parts: got %v, want %v", got, want)
+	}
+}
+
+// TestByInheritance checks where a limit's by and missing come from: the
+// rule, else its app, else (for configured apps) defaults.
+func TestByInheritance(t *testing.T) {
+	t.Parallel()
+	r := mustParse(t, "rules.yaml", src(`
+defaults:
+  by: header:X-User-Id
+  missing: deny
+configs:
+  - appId: a
+    limit: 10
+    limits:
+      - {api: /x, limit: 1}
+      - {api: /y, limit: 1, by: query:user, missing: share}
+  - appId: b
+    by: app
+    missing: ip
+    limits:
+      - {api: /x, limit: 1}
+  - appId: "*"
+    limits:
+      - {api: /x, limit: 1}
+`))
+	tests := []struct {
+		name        string
+		by          By
+		missing     Missing
+		wantBy      By
+		wantMissing Missing
+	}{
+		{"a", r.Apps[0].By, r.Apps[0].Missing, "header:X-User-Id", MissingDeny},
+		{"a /x", r.Apps[0].Limits[0].By, r.Apps[0].Limits[0].Missing, "", ""},
+		{"a /y", r.Apps[0].Limits[1].By, r.Apps[0].Limits[1].Missing, "query:user", MissingShare},
+		{"b", r.Apps[1].By, r.Apps[1].Missing, ByApp, MissingIP},
+		{"*", r.Apps[2].By, r.Apps[2].Missing, ByIP, MissingDeny},
+	}
+	for _, tt := range tests {
+		if tt.by != tt.wantBy || tt.missing != tt.wantMissing {
+			t.Errorf("%s: got by %q missing %q, want by %q missing %q", tt.name, tt.by, tt.missing, tt.wantBy, tt.wantMissing)
 		}
 	}
 }

@@ -21,16 +21,6 @@ import (
 // configured app ID.
 const UnknownApp = "*"
 
-// By says what one counter of a section is shared by.
-type By string
-
-// The values of By.
-const (
-	ByIP     By = "ip"     // one counter per client IP (default for "*")
-	ByApp    By = "app"    // one counter per app ID (default for configured apps)
-	ByGlobal By = "global" // one counter for every caller of the section
-)
-
 // DefaultUnit is the window of a rule that sets no unit: one second, as in
 // the original rule file.
 const DefaultUnit = time.Second
@@ -55,9 +45,15 @@ type Rules struct {
 type App struct {
 	// ID is the appId, or UnknownApp.
 	ID string
-	// By says what one counter is shared by: ByIP by default for
-	// UnknownApp, ByApp for configured apps.
+	// By says what one counter of the app's total, and of each rule
+	// that sets no by of its own, is shared by: the section's by, else
+	// (for configured apps) that of defaults, else ByIP for UnknownApp
+	// and ByApp for configured apps.
 	By By
+	// Missing is what happens when a request lacks an attribute By
+	// names, for the total and the rules that set none; "" means
+	// MissingIP.
+	Missing Missing
 	// Keys are the sha256 digests of the API keys that the app's callers
 	// present in the key header; when there are any, a caller naming the
 	// app without one of them is refused (401). Nil for no keys.
@@ -82,6 +78,12 @@ type Rule struct {
 	// Shadow reports whether the rule only records what it would do and
 	// never blocks (dry run).
 	Shadow bool
+	// By says what one counter of the rule is shared by; "" means the
+	// app's By.
+	By By
+	// Missing is what happens when a request lacks an attribute of the
+	// rule's by; "" means the app's Missing.
+	Missing Missing
 	// Line is where the rule starts in the file.
 	Line int
 }

@@ -20,9 +20,9 @@ import (
 var (
 	topFields      = []string{"caseSensitive", "caseInsensitive", "defaults", "configs"}
 	settingFields  = []string{"algorithm", "unit", "precision", "burst", "warmup", "lockSeconds"}
-	defaultsFields = settingFields
-	appFields      = []string{"appId", "by", "limit", "unit", "algorithm", "precision", "burst", "limits", "keys", "warmup", "lockSeconds"}
-	ruleFields     = []string{"api", "method", "limit", "unit", "algorithm", "precision", "burst", "shadow", "warmup", "lockSeconds"}
+	defaultsFields = append(slices.Clone(settingFields), "by", "missing")
+	appFields      = []string{"appId", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "limits", "keys", "warmup", "lockSeconds"}
+	ruleFields     = []string{"api", "method", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "shadow", "warmup", "lockSeconds"}
 )
 
 // maxLockSeconds is the longest lockSeconds that a time.Duration holds;
@@ -82,9 +82,16 @@ func (p *parser) rules(root *yaml.Node) *Rules {
 		if f.val.Kind != yaml.MappingNode {
 			// The settings every algorithm has first, then the others.
 			p.errorf(f.line, "defaults must be %s of %s, not %s; it may also set %s",
-				p.word("a mapping", "an object"), strings.Join(defaultsFields[:4], ", "), p.describe(f.val), strings.Join(defaultsFields[4:], " and "))
+				p.word("a mapping", "an object"), strings.Join(defaultsFields[:4], ", "), p.describe(f.val), strings.Join(defaultsFields[4:], ", "))
 		} else {
-			p.defaults, _ = p.readSettings(p.fields(f.val, "defaults", defaultsFields), p.defaults)
+			dfs := p.fields(f.val, "defaults", defaultsFields)
+			p.defaults, _ = p.readSettings(dfs, p.defaults)
+			if f, ok := dfs["by"]; ok {
+				p.defaultBy, _ = p.by(f)
+			}
+			if f, ok := dfs["missing"]; ok {
+				p.defaultMissing, _ = p.missing(f)
+			}
 		}
 	}
 	f, ok := fs["configs"]
@@ -357,19 +364,23 @@ func (p *parser) app(item *yaml.Node, ids map[string]int) (App, bool) {
 		}
 	}
 
+	// defaults' by is for configured apps: the "*" section stays per
+	// client address unless it says otherwise, so that a by naming a
+	// header does not let unknown callers pick their own counters.
 	app.By = ByApp
 	if app.ID == UnknownApp {
 		app.By = ByIP
+	} else if p.defaultBy != "" {
+		app.By = p.defaultBy
 	}
 	if f, ok := fs["by"]; ok {
-		if v, ok := p.str(f); ok {
-			switch by := By(v); by {
-			case ByIP, ByApp, ByGlobal:
-				app.By = by
-			default:
-				p.errorf(f.line, "by %q is not valid; use ip (a counter per client IP), app (one per app ID) or global (one for all callers of the section)", v)
-			}
+		if by, ok := p.by(f); ok {
+			app.By = by
 		}
+	}
+	app.Missing = p.defaultMissing
+	if f, ok := fs["missing"]; ok {
+		app.Missing, _ = p.missing(f)
 	}
 
 	if f, ok := fs["keys"]; ok {
@@ -572,6 +583,21 @@ func (p *parser) buildRule(n *yaml.Node) *ruleResult {
 	if f, has := fs["shadow"]; has {
 		if v, good := p.boolean(f); good {
 			res.rule.Shadow = v
+		} else {
+			ok = false
+		}
+	}
+
+	if f, has := fs["by"]; has {
+		if v, good := p.by(f); good {
+			res.rule.By = v
+		} else {
+			ok = false
+		}
+	}
+	if f, has := fs["missing"]; has {
+		if v, good := p.missing(f); good {
+			res.rule.Missing = v
 		} else {
 			ok = false
 		}

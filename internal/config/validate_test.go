@@ -152,11 +152,11 @@ configs:
 			{1, `unknown field "shadow" in defaults; the allowed fields are algorithm, unit, precision, burst`},
 		}},
 		{name: "unknown app field", data: "configs:\n  - appId: a\n    app_id: b\n    limit: 1\n", want: []wantErr{
-			{3, `unknown field "app_id" in this app section (did you mean "appId"?); the allowed fields are appId, by, limit, unit, algorithm, precision, burst, limits`},
+			{3, `unknown field "app_id" in this app section (did you mean "appId"?); the allowed fields are appId, by, missing, limit, unit, algorithm, precision, burst, limits`},
 		}},
 		{name: "unknown rule field", data: "configs:\n  - appId: a\n    limits:\n      - api: /\n        limt: 5\n", want: []wantErr{
 			{4, "this rule has no limit"},
-			{5, `unknown field "limt" in this rule (did you mean "limit"?); the allowed fields are api, method, limit, unit, algorithm, precision, burst, shadow`},
+			{5, `unknown field "limt" in this rule (did you mean "limit"?); the allowed fields are api, method, by, missing, limit, unit, algorithm, precision, burst, shadow`},
 		}},
 		{name: "unknown field with case", data: "configs:\n  - appid: a\n    limit: 1\n", want: []wantErr{
 			{2, "this app section has no appId"},
@@ -251,7 +251,39 @@ configs:
 			{3, `appId "a" is already configured at line 2`},
 		}},
 		{name: "invalid by", data: "configs:\n  - appId: a\n    by: user\n    limit: 1\n", want: []wantErr{
-			{3, `by "user" is not valid; use ip (a counter per client IP), app (one per app ID) or global`},
+			{3, `by "user" is not valid; use app, ip, global, header:NAME, query:NAME, or a list`},
+		}},
+		{name: "unknown by kind", data: "configs:\n  - appId: a\n    limits:\n      - api: /\n        by: cookie:sid\n        limit: 1\n", want: []wantErr{
+			{5, `by "cookie:sid" is not valid; use app, ip, global, header:NAME, query:NAME`},
+		}},
+		{name: "by names no header", data: "configs:\n  - appId: a\n    limits:\n      - api: /\n        by: \"header:\"\n        limit: 1\n", want: []wantErr{
+			{5, `by "header:" names no header; write header:NAME, like header:X-User-Id`},
+		}},
+		{name: "by names no query parameter in a list", data: "configs:\n  - appId: a\n    limits:\n      - api: /\n        by:\n          - ip\n          - \"query: \"\n        limit: 1\n", want: []wantErr{
+			{7, `by "query:" names no query; write query:NAME, like query:user`},
+		}},
+		{name: "by claim before JWT", data: "configs:\n  - appId: a\n    limits:\n      - api: /\n        by: claim:sub\n        limit: 1\n", want: []wantErr{
+			{5, `by "claim:sub" needs verified JWT callers, which this gateway does not support yet`},
+		}},
+		{name: "by header name not a token", data: "configs:\n  - appId: a\n    by: \"header:X User\"\n    limit: 1\n", want: []wantErr{
+			{3, `by "header:X User": "X User" is not a header name`},
+		}},
+		{name: "by app in a list", data: "configs:\n  - appId: a\n    by: [ip, app]\n    limit: 1\n", want: []wantErr{
+			{3, `by app cannot be combined with other parts`},
+		}},
+		{name: "by part twice", data: "configs:\n  - appId: a\n    by: [header:x-user, header:X-User]\n    limit: 1\n", want: []wantErr{
+			{3, `by lists header:X-User twice; list it once`},
+		}},
+		{name: "by empty list", data: "defaults:\n  by: []\nconfigs:\n  - appId: a\n    limit: 1\n", want: []wantErr{
+			{2, `by is an empty list`},
+		}},
+		{name: "by wrong type", data: "configs:\n  - appId: a\n    by: 5\n    limit: 1\n", want: []wantErr{
+			{3, `by must be a string or a list of strings`},
+		}},
+		{name: "bad missing", data: "defaults:\n  missing: drop\nconfigs:\n  - appId: a\n    missing: allow\n    limits:\n      - api: /\n        by: header:X-User\n        missing: none\n        limit: 1\n", want: []wantErr{
+			{2, `missing "drop" is not valid; use ip (count the caller per client address, the default), share (one counter for every caller without it) or deny (refuse with 400)`},
+			{5, `missing "allow" is not valid`},
+			{9, `missing "none" is not valid`},
 		}},
 		{name: "app does nothing", data: "configs:\n  - appId: a\n    by: ip\n", want: []wantErr{
 			{2, "this app section has neither limit nor limits, so it would do nothing"},

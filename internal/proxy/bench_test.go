@@ -67,6 +67,12 @@ configs:
     limits:
       - api: /
         limit: 0
+  - appId: app-user
+    limit: 1000000000
+    limits:
+      - api: /v1/user/{id}
+        by: header:X-User-Id
+        limit: 1000000000
 `
 	// The baseline: the same ReverseProxy and transport with no limiting.
 	b.Run("bare-reverseproxy", func(b *testing.B) {
@@ -85,19 +91,27 @@ configs:
 			}
 		})
 	})
+	// admitted is by: app (the rule's one counter); admitted-by-header
+	// the same rules keyed by: header:X-User-Id.
 	for _, bc := range []struct{ name, app string }{
 		{"admitted", "app-1"},
 		{"limited", "app-blocked"},
+		{"admitted-by-header", "app-user"},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			h := benchHandler(b, rules)
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				r := httptest.NewRequest("GET", "/v1/user/42", nil)
-				r.Header.Set("X-App-Id", bc.app)
+				r.Header.Set("X-User-Id", "user-42")
+				app := []string{bc.app}
 				for pb.Next() {
 					w := httptest.NewRecorder()
+					// The handler removes the app header before
+					// forwarding: without it again, every request
+					// after the first would be an unknown caller.
 					r.URL.Path = "/v1/user/42"
+					r.Header["X-App-Id"] = app
 					h.ServeHTTP(w, r)
 				}
 			})

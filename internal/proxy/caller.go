@@ -171,9 +171,15 @@ func (h *Handler) checkKey(r *http.Request, sec *section) (code, msg string) {
 // itself, or the network of its --ipv4-prefix or --ipv6-prefix bits, so
 // that one client holding a whole IPv6 /64 gets one counter, not 2^64.
 func (h *Handler) addrGroup(ip netip.Addr) string {
-	bits := h.v4Bits
+	return addrGroup(ip, h.v4Bits, h.v6Bits)
+}
+
+// addrGroup returns the network of ip's first v4Bits or v6Bits bits, as a
+// counter key part.
+func addrGroup(ip netip.Addr, v4Bits, v6Bits int) string {
+	bits := v4Bits
 	if ip.Is6() {
-		bits = h.v6Bits
+		bits = v6Bits
 	}
 	if !ip.IsValid() || bits >= ip.BitLen() {
 		return ip.String()

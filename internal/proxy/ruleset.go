@@ -1,11 +1,14 @@
 package proxy
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"fmt"
 	"maps"
 	"math"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,8 +37,13 @@ type RuleSet struct {
 
 // section is one app's compiled rules.
 type section struct {
-	app   string
-	byIP  bool
+	app string
+	// ipTag reports whether every limit of the section is by ip: only
+	// then are its keys tagged with the client address group as well as
+	// the app, spreading unknown callers over a Redis Cluster (a key must
+	// always come with the same tag; see limit.Request.Tag).
+	ipTag bool
+	by    config.By           // the section's own by, for Explain
 	keys  [][sha256.Size]byte // digests of the app's API keys; nil if none
 	total *compiledLimit      // nil when the app has no total
 	trie  *trie.Trie[*compiledLimit]
@@ -54,10 +62,18 @@ type compiledLimit struct {
 	// store fails.
 	local  limit.Params
 	shadow bool
-	// key is the counter key; for per-IP sections the client IP is
-	// appended after a "|", and callers past the store's key cap share
+	// key is the counter key; for a by other than app or global a
+	// suffix is appended after a "|" (the client address group, or the
+	// values of attrKey), and callers past the store's key cap share
 	// overflow.
 	key, overflow string
+	// kind, parts and missing say how the counter key of a request is
+	// built: parts are those of by, missing what a missing header or
+	// query value does.
+	kind    keyKind
+	by      config.By
+	parts   []config.KeyPart
+	missing config.Missing
 	// policy is the RateLimit-Policy item for this limit.
 	policy string
 	// name is the quoted policy name used in the RateLimit header.
@@ -101,18 +117,22 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 	for i := range rules.Apps {
 		app := &rules.Apps[i]
 		sec := &section{
-			app:  app.ID,
-			byIP: app.By == config.ByIP,
-			keys: app.Keys,
-			trie: trie.New[*compiledLimit](trie.Options{CaseInsensitive: rules.CaseInsensitive}),
+			app:   app.ID,
+			ipTag: app.By == config.ByIP,
+			by:    app.By,
+			keys:  app.Keys,
+			trie:  trie.New[*compiledLimit](trie.Options{CaseInsensitive: rules.CaseInsensitive}),
 		}
 		if app.Total != nil && app.Total.Limit != limit.Unlimited {
 			sec.total = newCompiledLimit(app.ID, "", nil, *app.Total, false, opts)
+			sec.total.keyBy(app.By, app.Missing)
 			rs.keys[sec.total.key] = sec.total.params.Window
 		}
 		for j := range app.Limits {
 			r := &app.Limits[j]
 			cl := newCompiledLimit(app.ID, r.API, r.Methods, r.Params, r.Shadow, opts)
+			cl.keyBy(cmp.Or(r.By, app.By), cmp.Or(r.Missing, app.Missing))
+			sec.ipTag = sec.ipTag && cl.kind == keyIP
 			cl.head = slices.Contains(r.Methods, http.MethodHead)
 			rs.keys[cl.key] = cl.params.Window
 			if t := sec.total; t != nil && !t.shadow && !cl.shadow {
@@ -158,6 +178,13 @@ func newCompiledLimit(app, api string, methods []string, p limit.Params, shadow 
 	cl.policyHdr = []string{cl.policy}
 	cl.body429 = limitedBodyPrefix(app, api, p)
 	return cl
+}
+
+// keyBy sets how cl's counter keys are built: by by, with missing for
+// a missing header or query value ("" means config.MissingIP).
+func (cl *compiledLimit) keyBy(by config.By, missing config.Missing) {
+	cl.by, cl.kind, cl.parts = by, kindOf(by), by.Parts()
+	cl.missing = cmp.Or(missing, config.MissingIP)
 }
 
 // scaleParams returns p with Limit and Burst multiplied by share, rounded
@@ -254,6 +281,31 @@ func (rs *RuleSet) lookup(app string) (*section, bool) {
 // Explain describes, for the match command, which of rs's rules apply to a
 // request and why. app is the caller's app ID ("" for none).
 func (rs *RuleSet) Explain(app, method, path string) (string, error) {
+	return rs.ExplainRequest(ExplainRequest{App: app, Method: method, Target: path})
+}
+
+// ExplainRequest is a request as ExplainRequest judges it.
+type ExplainRequest struct {
+	// App is the caller's app ID ("" for none).
+	App string
+	// Method is the request's method.
+	Method string
+	// Target is the path, with the query string if any.
+	Target string
+	// Header holds the request's headers (canonical names), for limits
+	// keyed on them.
+	Header http.Header
+	// ClientIP is the client's address; invalid if not known.
+	ClientIP netip.Addr
+}
+
+// ExplainRequest describes, for the match command, which of rs's rules
+// apply to q and why, and the counter key each limit would count it
+// under (the client address grouped by the default prefixes).
+func (rs *RuleSet) ExplainRequest(q ExplainRequest) (string, error) {
+	app, method, path := q.App, q.Method, q.Target
+	var rawQuery string
+	path, rawQuery, _ = strings.Cut(path, "?")
 	clean, err := trie.Normalize(path)
 	if err != nil {
 		return "", fmt.Errorf("path %q would be rejected with 400: %w", path, err)
@@ -275,6 +327,7 @@ func (rs *RuleSet) Explain(app, method, path string) (string, error) {
 		b.WriteString("method HEAD is matched as GET, unless a rule lists HEAD\n")
 	}
 	sec, known := rs.lookup(app)
+	refused := false
 	switch {
 	case sec == nil:
 		fmt.Fprintf(&b, "app %q is not configured and the rule file has no \"*\" section: forwarded unlimited (decision unmatched)\n", app)
@@ -285,10 +338,13 @@ func (rs *RuleSet) Explain(app, method, path string) (string, error) {
 			fmt.Fprintf(&b, "  requires an API key: one of the app's %d key(s) in the key header (--key-header), else 401\n", n)
 		}
 	default:
-		fmt.Fprintf(&b, "app %q is not configured: unknown caller, section \"*\" (counted per %s)\n", app, byName(sec.byIP))
+		fmt.Fprintf(&b, "app %q is not configured: unknown caller, section \"*\" (counted per %s)\n", app, byName(sec.by))
 	}
 	if sec.total != nil {
 		fmt.Fprintf(&b, "  applies: app total %s\n", describe(sec.total))
+		line, bad := explainKey(sec.total, q, rawQuery)
+		b.WriteString(line)
+		refused = refused || bad
 	} else {
 		b.WriteString("  no app total\n")
 	}
@@ -308,11 +364,18 @@ func (rs *RuleSet) Explain(app, method, path string) (string, error) {
 			mark = "  skipped:"
 		}
 		fmt.Fprintf(&b, "%s rule %s %s — %s\n", mark, c.Pattern, describe(c.Value), c.Reason)
+		if c.Chosen && c.Value.params.Limit != limit.Unlimited {
+			line, bad := explainKey(c.Value, q, rawQuery)
+			b.WriteString(line)
+			refused = refused || bad
+		}
 	}
 	if !chosen {
 		b.WriteString("  no api rule matches\n")
 	}
 	switch {
+	case refused:
+		b.WriteString("decision: refused with 400 (see above)\n")
 	case sec.total == nil && !chosen:
 		b.WriteString("decision: forwarded without a limit (unmatched)\n")
 	case blocked:
@@ -321,6 +384,31 @@ func (rs *RuleSet) Explain(app, method, path string) (string, error) {
 		b.WriteString("decision: admitted while every applicable limit has room\n")
 	}
 	return b.String(), nil
+}
+
+// explainKey says, as a line of Explain, which counter of cl request q
+// would count against, or why it would be refused; "" for a limit with
+// one counter.
+func explainKey(cl *compiledLimit, q ExplainRequest, rawQuery string) (line string, refused bool) {
+	group := func() string { return addrGroup(q.ClientIP, DefaultIPv4Prefix, DefaultIPv6Prefix) }
+	if !q.ClientIP.IsValid() {
+		group = func() string { return "<client address group>" }
+	}
+	switch cl.kind {
+	case keyIP:
+		return "    counted per client address group: key " + cl.key + "|" + group() + "\n", false
+	case keyAttrs:
+		r := &http.Request{Header: q.Header, URL: &url.URL{RawQuery: rawQuery}}
+		if r.Header == nil {
+			r.Header = http.Header{}
+		}
+		key, code, msg := attrKey(r, cl, group)
+		if code != "" {
+			return "    counted by " + string(cl.by) + ": refused with 400 " + code + ": " + msg + "\n", true
+		}
+		return "    counted by " + string(cl.by) + " (missing: " + string(cl.missing) + "): key " + key + "\n", false
+	}
+	return "", false
 }
 
 func (rs *RuleSet) sectionLine(app string) int {
@@ -332,11 +420,15 @@ func (rs *RuleSet) sectionLine(app string) int {
 	return 0
 }
 
-func byName(byIP bool) string {
-	if byIP {
+// byName says what one counter of a section with by is shared by.
+func byName(by config.By) string {
+	switch by {
+	case config.ByIP:
 		return "client IP"
+	case config.ByApp, config.ByGlobal:
+		return "section"
 	}
-	return "section"
+	return string(by)
 }
 
 // describe says everything about a limit that decides a request.

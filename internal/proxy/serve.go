@@ -51,9 +51,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			panic(p)
 		}
 	}()
-	if sec, ok := h.identify(&sc.sw, r, &sc.o); ok && h.match(&sc.sw, r, sec, sc) {
+	if sec, ok := h.identify(&sc.sw, r, &sc.o); ok && h.match(&sc.sw, r, sec, sc) && h.keys(&sc.sw, r, sec, sc) {
 		if sc.n > 0 {
-			h.decide(r, sec, sc)
+			h.decide(r, sc)
 		}
 		h.respond(&sc.sw, r, sc)
 	}
@@ -167,30 +167,61 @@ func (h *Handler) match(w http.ResponseWriter, r *http.Request, sec *section, sc
 	return true
 }
 
+// keys builds the store requests of the limits in sc: each limit's
+// counter key for this request (see "by" in the README's "Rule file").
+// It answers a request whose key cannot be built (a missing value under
+// missing: deny, a value too long or sent twice) with 400 and reports
+// false.
+func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *section, sc *scratch) bool {
+	if sc.n == 0 {
+		return true
+	}
+	o := &sc.o
+	// The client address group, computed once and only if a key needs
+	// it.
+	var grp string
+	group := func() string {
+		if grp == "" {
+			grp = h.addrGroup(o.ClientIP)
+		}
+		return grp
+	}
+	// The tag keeps a request's keys together in one Redis Cluster slot:
+	// the app's, or, when every limit of the section is per client
+	// address, the app's and the caller's, so that unknown callers spread
+	// over the cluster.
+	tag := sec.app
+	if sec.ipTag {
+		tag = sec.app + "|" + group()
+	}
+	for i, cl := range sc.lims[:sc.n] {
+		q := &sc.reqs[i]
+		*q = limit.Request{Key: cl.key, Tag: tag, Params: &cl.params, Shadow: cl.shadow}
+		switch cl.kind {
+		case keyIP:
+			q.Key, q.Overflow = cl.key+"|"+group(), cl.overflow
+		case keyAttrs:
+			key, code, msg := attrKey(r, cl, group)
+			if code != "" {
+				o.Decision = DecisionInvalid
+				WriteError(w, http.StatusBadRequest, code, msg)
+				return false
+			}
+			q.Key, q.Overflow = key, cl.overflow
+		}
+	}
+	return true
+}
+
 // decide asks the store about the limits in sc and sets the outcome's
 // decision: allowed, shadow_limited or limited, with the results in sc;
 // or, when the store fails, what --fail-mode says: fail_closed, fail_open,
 // or under local the in-memory store's verdict on the scaled limits.
-func (h *Handler) decide(r *http.Request, sec *section, sc *scratch) {
+func (h *Handler) decide(r *http.Request, sc *scratch) {
 	o := &sc.o
 	n := sc.n
 	lims, reqs, res := sc.lims[:n], sc.reqs[:n], sc.res[:n]
 	o.Decision = DecisionAllowed
-	// The tag keeps a request's keys together in one Redis Cluster slot:
-	// the app's, or for per-IP counters the app's and the caller's, so
-	// that unknown callers spread over the cluster.
-	tag := sec.app
-	if sec.byIP {
-		ip := h.addrGroup(o.ClientIP)
-		tag = sec.app + "|" + ip
-		for i, cl := range lims {
-			reqs[i] = limit.Request{Key: cl.key + "|" + ip, Overflow: cl.overflow, Tag: tag, Params: &cl.params, Shadow: cl.shadow}
-		}
-	} else {
-		for i, cl := range lims {
-			reqs[i] = limit.Request{Key: cl.key, Tag: tag, Params: &cl.params, Shadow: cl.shadow}
-		}
-	}
 	t0 := time.Now()
 	allowed, err := h.store.Allow(r.Context(), o.Start, reqs, res)
 	if err != nil {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -43,6 +44,9 @@ type rulesView struct {
 type appView struct {
 	AppID string    `json:"appId"`
 	By    config.By `json:"by"`
+	// Missing is what a request lacking a header or query value of By
+	// gets; shown only when By names one.
+	Missing config.Missing `json:"missing,omitempty"`
 	// Keys is how many API keys the app has; the digests are not shown.
 	Keys   int         `json:"keys,omitempty"`
 	Total  *limitView  `json:"total,omitempty"`
@@ -60,7 +64,11 @@ type limitView struct {
 	Warmup    string   `json:"warmup,omitempty"`
 	Lock      string   `json:"lock,omitempty"`
 	Shadow    bool     `json:"shadow,omitempty"`
-	Line      int      `json:"line,omitempty"`
+	// By and Missing are the rule's own, or its app's; Missing only
+	// when By names a header or query parameter.
+	By      config.By      `json:"by,omitempty"`
+	Missing config.Missing `json:"missing,omitempty"`
+	Line    int            `json:"line,omitempty"`
 }
 
 func newLimitView(p *limit.Params) limitView {
@@ -74,6 +82,15 @@ func newLimitView(p *limit.Params) limitView {
 	return v
 }
 
+// missingOf returns what a request lacking a value of by gets: m, or the
+// default; "" when by names no header or query parameter.
+func missingOf(by config.By, m config.Missing) config.Missing {
+	if !by.Attributes() {
+		return ""
+	}
+	return cmp.Or(m, config.MissingIP)
+}
+
 func (r *Reloader) view() rulesView {
 	rs := r.Rules()
 	src := rs.Source
@@ -85,7 +102,7 @@ func (r *Reloader) view() rulesView {
 		Apps:            make([]appView, 0, len(src.Apps)),
 	}
 	for _, a := range src.Apps {
-		av := appView{AppID: a.ID, By: a.By, Keys: len(a.Keys), Limits: make([]limitView, 0, len(a.Limits))}
+		av := appView{AppID: a.ID, By: a.By, Missing: missingOf(a.By, a.Missing), Keys: len(a.Keys), Limits: make([]limitView, 0, len(a.Limits))}
 		if a.Total != nil {
 			lv := newLimitView(a.Total)
 			lv.Line = a.Line
@@ -94,6 +111,8 @@ func (r *Reloader) view() rulesView {
 		for _, l := range a.Limits {
 			lv := newLimitView(&l.Params)
 			lv.API, lv.Methods, lv.Shadow, lv.Line = l.API, l.Methods, l.Shadow, l.Line
+			lv.By = cmp.Or(l.By, a.By)
+			lv.Missing = missingOf(lv.By, cmp.Or(l.Missing, a.Missing))
 			av.Limits = append(av.Limits, lv)
 		}
 		v.Apps = append(v.Apps, av)

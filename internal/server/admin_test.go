@@ -260,3 +260,52 @@ func TestRedisReadyz(t *testing.T) {
 		srv.Restart()
 	}
 }
+
+// TestAdminRulesShowBy checks that /rules shows each limit's by, its
+// own or its app's, and missing where by names a header or query
+// parameter.
+func TestAdminRulesShowBy(t *testing.T) {
+	t.Parallel()
+	const rules = `
+configs:
+  - appId: app-1
+    limit: 10
+    limits:
+      - {api: /a, limit: 1, by: "header:x-user-id", missing: share}
+      - {api: /b, limit: 1}
+  - appId: "*"
+    limits:
+      - {api: /, limit: 1, by: [ip, query:user]}
+`
+	g := newGW(t, rules)
+	rl := g.reloader(func() (*config.Rules, error) { return config.Parse("rules.yaml", []byte(rules)) })
+	admin := NewAdmin(AdminConfig{Rules: rl})
+	w := httptest.NewRecorder()
+	admin.ServeHTTP(w, httptest.NewRequest("GET", "/rules", nil))
+	var body struct {
+		Apps []struct {
+			AppID, By, Missing string
+			Limits             []struct{ API, By, Missing string }
+		}
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+		t.Fatalf("/rules: %v: %s", err, w.Body)
+	}
+	var got []string
+	for _, a := range body.Apps {
+		got = append(got, a.AppID+" by="+a.By+" missing="+a.Missing)
+		for _, l := range a.Limits {
+			got = append(got, a.AppID+l.API+" by="+l.By+" missing="+l.Missing)
+		}
+	}
+	want := []string{
+		"app-1 by=app missing=",
+		"app-1/a by=header:X-User-Id missing=share",
+		"app-1/b by=app missing=",
+		"* by=ip missing=",
+		"*/ by=ip,query:user missing=ip",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("/rules:\ngot  %q\nwant %q", got, want)
+	}
+}

@@ -45,6 +45,9 @@ func TestEndToEndRedis(t *testing.T) {
 			return code == 200
 		}, "readyz never 200 after Redis came back\n%s", g.logs)
 	}
+	eventually.True(t, 15*time.Second, func() bool {
+		return strings.Contains(a.logs.String(), "redis reachable again")
+	}, "no log that Redis is reachable again\n%s", a.logs)
 	// The breaker may still be open for its backoff: wait for a decision.
 	eventually.True(t, 15*time.Second, func() bool {
 		code, _ := send(t, "GET", a.proxy+"/v1/user/1", "X-App-Id", "app-3")

@@ -95,8 +95,13 @@ type Config struct {
 	RedisUsername, RedisPassword string
 	// RedisTLS connects to RedisAddrs with TLS.
 	RedisTLS bool
-	// RedisTimeout bounds every Redis call.
+	// RedisTimeout bounds one Redis command on an established connection.
 	RedisTimeout time.Duration
+	// RedisDialTimeout bounds dialling a connection to Redis, and the
+	// check at start that dials the pool and loads the script.
+	RedisDialTimeout time.Duration
+	// RedisPoolTimeout bounds the wait for a free Redis connection.
+	RedisPoolTimeout time.Duration
 	// FailMode is what the redis store's failures do to a request.
 	FailMode proxy.FailMode
 	// LocalShare scales each limit under FailMode local, in (0, 1].
@@ -170,6 +175,8 @@ func DefaultConfig() Config {
 		Store:             StoreMemory,
 		MaxKeys:           limit.DefaultMaxKeys,
 		RedisTimeout:      limit.DefaultRedisTimeout,
+		RedisDialTimeout:  limit.DefaultRedisDialTimeout,
+		RedisPoolTimeout:  limit.DefaultRedisPoolTimeout,
 		FailMode:          proxy.FailOpen,
 		LocalShare:        proxy.DefaultLocalShare,
 		UpstreamTimeout:   proxy.DefaultUpstreamTimeout,
@@ -217,6 +224,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--max-keys %d is not positive", c.MaxKeys)
 	case c.RedisTimeout <= 0:
 		return fmt.Errorf("--redis-timeout %s is not positive", c.RedisTimeout)
+	case c.RedisDialTimeout <= 0:
+		return fmt.Errorf("--redis-dial-timeout %s is not positive", c.RedisDialTimeout)
+	case c.RedisPoolTimeout <= 0:
+		return fmt.Errorf("--redis-pool-timeout %s is not positive", c.RedisPoolTimeout)
 	case c.UpstreamTimeout <= 0:
 		return fmt.Errorf("--upstream-timeout %s is not positive", c.UpstreamTimeout)
 	case c.ShutdownTimeout <= 0:

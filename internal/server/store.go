@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
@@ -34,7 +36,15 @@ func newStore(cfg Config, onCircuit func(open bool)) (*stores, error) {
 			URL: cfg.RedisURL, Addrs: cfg.RedisAddrs, Cluster: cfg.RedisCluster,
 			SentinelMaster: cfg.RedisSentinelMaster, Username: cfg.RedisUsername,
 			Password: cfg.RedisPassword, TLS: cfg.RedisTLS, Timeout: cfg.RedisTimeout,
+			DialTimeout: cfg.RedisDialTimeout, PoolTimeout: cfg.RedisPoolTimeout,
 			OnCircuitChange: onCircuit, Logger: cfg.Logger,
+			OnNodeCircuitChange: func(node string, open bool) {
+				if open {
+					cfg.Logger.Warn("redis node's circuit breaker open: deciding its keys by --fail-mode until a probe finds it back", "node", node, "fail_mode", cfg.FailMode.String())
+				} else {
+					cfg.Logger.Info("redis node's circuit breaker closed: it answers again", "node", node)
+				}
+			},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("--store redis: %w", err)
@@ -52,6 +62,38 @@ func newStore(cfg Config, onCircuit func(open bool)) (*stores, error) {
 		return nil, fmt.Errorf("--store %q is not one of memory, redis", cfg.Store)
 	}
 	return st, nil
+}
+
+// start makes the Redis store ready before the gateway serves: it dials
+// the connections and loads the script, within --redis-dial-timeout. If
+// Redis does not answer, the gateway serves by --fail-mode and keeps
+// trying every second in the background until ctx is done, logging when
+// Redis is reachable again.
+func (st *stores) start(ctx context.Context, log *slog.Logger) {
+	if st.redis == nil {
+		return
+	}
+	err := st.redis.Ready(ctx)
+	if err == nil {
+		log.Info("redis ready: connections open, script loaded")
+		return
+	}
+	log.Warn("redis unreachable at start; serving by --fail-mode until it answers", "err", err, "fail_mode", st.failMode.String())
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if st.redis.Ready(ctx) == nil {
+					log.Info("redis reachable again: connections open, script loaded")
+					return
+				}
+			}
+		}
+	}()
 }
 
 // keys returns the number of counters the store keeps in this process:

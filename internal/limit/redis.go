@@ -99,6 +99,13 @@ type RedisConfig struct {
 	// instants (whole microseconds); never set it in production, where
 	// only Redis's clock makes gateways with skewed clocks agree.
 	DecisionClock func() time.Time
+	// FleetID is the ID this gateway registers under in the fleet (see
+	// RunFleet). Default: the host name, the process ID and random bits.
+	FleetID string
+	// FleetHeartbeat is how often RunFleet renews this gateway's
+	// membership; a membership lapses after three. Default
+	// DefaultFleetHeartbeat (2s).
+	FleetHeartbeat time.Duration
 	// Logger receives go-redis's own log lines (failed dials, at debug
 	// level: the store's errors and breaker report the same trouble).
 	// go-redis logs per process, not per client: the last Redis store
@@ -143,6 +150,12 @@ type Redis struct {
 	nodes       nodes
 	deny        *denyCache
 	now         func() time.Time
+	fleetID     string
+	heartbeat   time.Duration
+	fleetSize   atomic.Int64
+	// calls counts round trips to Redis for decisions, decisions the
+	// calls of Allow that decided (see Stats).
+	calls, decisions atomic.Int64
 	// lastWarm is when rewarm last started, since epoch.
 	lastWarm atomic.Int64
 	closed   atomic.Bool
@@ -176,6 +189,8 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		return nil, fmt.Errorf("redis pool size %d is negative", cfg.PoolSize)
 	case cfg.DialTimeout < 0 || cfg.PoolTimeout < 0:
 		return nil, errors.New("redis dial or pool timeout is negative")
+	case cfg.FleetHeartbeat < 0:
+		return nil, fmt.Errorf("redis fleet heartbeat %s is negative", cfg.FleetHeartbeat)
 	case cfg.WarmConns < -1:
 		return nil, fmt.Errorf("redis warm connections %d is below -1", cfg.WarmConns)
 	}
@@ -230,6 +245,8 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		warmConns:   max(warm, 1),
 		now:         now,
 		epoch:       now(),
+		fleetID:     cmp.Or(cfg.FleetID, newFleetID()),
+		heartbeat:   cmp.Or(cfg.FleetHeartbeat, DefaultFleetHeartbeat),
 	}
 	threshold := cmp.Or(cfg.BreakerThreshold, DefaultBreakerThreshold)
 	backoff := cmp.Or(cfg.BreakerBackoff, DefaultBreakerBackoff)
@@ -435,6 +452,7 @@ func (r *Redis) Allow(ctx context.Context, _ time.Time, reqs []Request, res []Re
 
 	start := int64(r.now().Sub(r.epoch))
 	if r.deny != nil && r.deny.lookup(keys, reqs, start, res) {
+		r.decisions.Add(1)
 		return false, nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.callTimeout)
@@ -465,6 +483,7 @@ func (r *Redis) Allow(ctx context.Context, _ time.Time, reqs []Request, res []Re
 		return false, fmt.Errorf("redis: %w", err)
 	}
 	b.success()
+	r.decisions.Add(1)
 	if len(v) != 1+4*n {
 		return false, fmt.Errorf("redis: script answered %d values for %d limits", len(v), n)
 	}
@@ -485,13 +504,30 @@ func (r *Redis) Allow(ctx context.Context, _ time.Time, reqs []Request, res []Re
 	return allowed, nil
 }
 
+// RedisStats are counts of a Redis store's work since it was created.
+type RedisStats struct {
+	// Decisions is the number of requests the store decided: by Redis,
+	// or by its deny cache without a call.
+	Decisions int64
+	// Calls is the number of script calls sent to Redis, failed ones
+	// included (EVALSHA, and EVAL after NOSCRIPT).
+	Calls int64
+}
+
+// Stats returns the store's counts.
+func (r *Redis) Stats() RedisStats {
+	return RedisStats{Decisions: r.decisions.Load(), Calls: r.calls.Load()}
+}
+
 // run runs the script: EVALSHA, and EVAL if the node lost the script (a
 // restart, a failover, SCRIPT FLUSH), after which the node is warmed up
 // again in the background.
 func (r *Redis) run(ctx context.Context, keys []string, args []any) ([]int64, error) {
+	r.calls.Add(1)
 	v, err := r.client.EvalSha(ctx, r.sha, keys, args...).Int64Slice()
 	if err != nil && isNoScript(err) {
 		r.rewarm()
+		r.calls.Add(1)
 		v, err = r.client.Eval(ctx, r.src, keys, args...).Int64Slice()
 	}
 	return v, err

@@ -213,3 +213,78 @@ func TestRedisClusterNodeBreaker(t *testing.T) {
 		t.Errorf("breaker changes: got %s, want the hung node's opening and closing only", got)
 	}
 }
+
+// TestRedisFleetMembership checks the fleet's membership: each gateway's
+// heartbeat counts the gateways, one that leaves is gone from the next
+// count, and one that stops beating lapses.
+func TestRedisFleetMembership(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	stores := make([]*Redis, 3)
+	for i := range stores {
+		stores[i] = newTestRedis(t, RedisConfig{URL: srv.URL(), Timeout: time.Second, FleetHeartbeat: 100 * time.Millisecond})
+		if stores[i].FleetSize() != 0 {
+			t.Fatalf("fleet size before a heartbeat: got %d, want 0", stores[i].FleetSize())
+		}
+		n, err := stores[i].Heartbeat(ctx)
+		if err != nil || n != i+1 {
+			t.Fatalf("gateway %d's heartbeat: got %d %v, want %d", i, n, err, i+1)
+		}
+	}
+	// Gateway 0 runs its heartbeats and leaves; 1 stops beating; 2 asks.
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { stores[0].RunFleet(rctx, nil); close(done) }()
+	stop()
+	<-done
+	eventually.True(t, 10*time.Second, func() bool {
+		n, err := stores[2].Heartbeat(ctx)
+		return err == nil && n == 1
+	}, "the fleet size never came down to 1 after one gateway left and one stopped beating: %d", stores[2].FleetSize())
+	if got := stores[2].FleetSize(); got != 1 {
+		t.Errorf("FleetSize: got %d, want 1", got)
+	}
+
+	// Through an outage the size stays what it was last seen.
+	srv.Stop()
+	if _, err := stores[2].Heartbeat(ctx); err == nil {
+		t.Fatal("heartbeat with Redis down: got nil")
+	}
+	if got := stores[2].FleetSize(); got != 1 {
+		t.Errorf("FleetSize through an outage: got %d, want the last seen 1", got)
+	}
+}
+
+// TestRedisDenialsOutlastOutage checks that a denial Redis decided stays in
+// force through an outage: the deny cache keeps answering it, without an
+// error, while other requests fail.
+func TestRedisDenialsOutlastOutage(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red := newTestRedis(t, RedisConfig{URL: srv.URL(), Timeout: time.Second})
+	ctx := context.Background()
+	if err := red.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := &Params{Algorithm: "fixed_window", Limit: 1, Window: time.Hour}
+	denied := []Request{{Key: "outage|/", Params: p}}
+	res := make([]Result, 1)
+	for i, want := range []bool{true, false} {
+		if ok, err := red.Allow(ctx, time.Time{}, denied, res); ok != want || err != nil {
+			t.Fatalf("call %d: got %v %v, want %v", i, ok, err, want)
+		}
+	}
+	srv.Stop()
+	for range 2 * DefaultBreakerThreshold {
+		if ok, err := red.Allow(ctx, time.Time{}, denied, res); ok || err != nil || res[0].RetryAfter <= 0 {
+			t.Fatalf("denied key with Redis down: got %v %v %+v, want denied by the cache", ok, err, res[0])
+		}
+	}
+	if _, err := red.Allow(ctx, time.Time{}, []Request{{Key: "outage|/other", Params: p}}, res); err == nil {
+		t.Error("another key with Redis down: got nil, want an error")
+	}
+	if s := red.Stats(); s.Decisions != 2+2*DefaultBreakerThreshold || s.Calls != 3 {
+		t.Errorf("stats: got %+v, want %d decisions and 3 calls", s, 2+2*DefaultBreakerThreshold)
+	}
+}

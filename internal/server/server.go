@@ -113,6 +113,7 @@ func New(cfg Config) (_ *Server, err error) {
 	}
 	reg := prometheus.NewRegistry()
 	s.metrics = proxy.NewMetrics(proxy.MetricsConfig{Registry: reg, Store: string(cfg.Store), Keys: s.st.keys, Version: cfg.Version})
+	s.st.register(reg)
 	observers := []proxy.Observer{s.metrics}
 	if cfg.AccessLog != "" {
 		al, err := proxy.OpenAccessLog(cfg.AccessLog)
@@ -140,7 +141,7 @@ func New(cfg Config) (_ *Server, err error) {
 		s.metrics.RulesLoaded(false, nil, time.Time{})
 		return nil, err
 	}
-	copts := proxy.CompileOptions{LocalShare: cfg.LocalShare}
+	copts := proxy.CompileOptions{LocalShare: compileShare(cfg)}
 	rs, err := proxy.CompileWith(parsed, time.Now(), copts)
 	if err != nil {
 		return nil, err
@@ -249,6 +250,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	// Before serving: Redis may be down, and the gateway then serves by
 	// --fail-mode and uses Redis as soon as it answers.
 	s.st.start(ctx, log)
+	s.st.runFleet(ctx, log)
 	s.watchMu.Lock()
 	s.watchCtx = ctx
 	watched := s.watched

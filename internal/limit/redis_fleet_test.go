@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -286,5 +287,50 @@ func TestRedisDenialsOutlastOutage(t *testing.T) {
 	}
 	if s := red.Stats(); s.Decisions != 2+2*DefaultBreakerThreshold || s.Calls != 3 {
 		t.Errorf("stats: got %+v, want %d decisions and 3 calls", s, 2+2*DefaultBreakerThreshold)
+	}
+}
+
+// TestRedisFull checks a Redis at maxmemory with noeviction: it refuses
+// the script (OOM), and the store reports every such call as a failure,
+// never as an admission; EvictionPolicy reports the nodes that would
+// evict counters instead.
+func TestRedisFull(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, "--maxmemory-policy", "noeviction")
+	ctx := context.Background()
+	red := newTestRedis(t, RedisConfig{URL: srv.URL(), Timeout: time.Second})
+	if err := red.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := red.EvictionPolicy(ctx); err != nil || len(m) != 0 {
+		t.Errorf("EvictionPolicy with noeviction: got %v %v, want none", m, err)
+	}
+	// Fill Redis past a maxmemory set below what it holds.
+	c := srv.Client()
+	if err := c.Set(ctx, "filler", strings.Repeat("x", 4<<20), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ConfigSet(ctx, "maxmemory", "1mb").Err(); err != nil {
+		t.Fatal(err)
+	}
+	p := &Params{Algorithm: "sliding_window", Limit: 100, Window: time.Hour, Precision: 10}
+	res := make([]Result, 1)
+	for i := range 3 * DefaultBreakerThreshold {
+		ok, err := red.Allow(ctx, time.Time{}, []Request{{Key: fmt.Sprintf("full|/%d", i), Params: p}}, res)
+		if ok || err == nil {
+			t.Fatalf("call %d on a full Redis: got %v %v, want an error and no admission", i, ok, err)
+		}
+		if i == 0 && !strings.Contains(err.Error(), "OOM") {
+			t.Errorf("first call: got %v, want Redis's OOM", err)
+		}
+	}
+	if !red.CircuitOpen() {
+		t.Error("breaker closed after repeated OOM, want open")
+	}
+
+	evicting := redistest.Start(t, "--maxmemory-policy", "allkeys-lru")
+	red2 := newTestRedis(t, RedisConfig{URL: evicting.URL(), Timeout: time.Second})
+	if m, err := red2.EvictionPolicy(ctx); err != nil || m[evicting.Addr] != "allkeys-lru" {
+		t.Errorf("EvictionPolicy with allkeys-lru: got %v %v, want it reported", m, err)
 	}
 }

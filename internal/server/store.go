@@ -82,6 +82,7 @@ func (st *stores) start(ctx context.Context, log *slog.Logger) {
 	err := st.redis.Ready(ctx)
 	if err == nil {
 		log.Info("redis ready: connections open, script loaded")
+		st.checkEviction(ctx, log)
 		return
 	}
 	log.Warn("redis unreachable at start; serving by --fail-mode until it answers", "err", err, "fail_mode", st.failMode.String())
@@ -95,6 +96,7 @@ func (st *stores) start(ctx context.Context, log *slog.Logger) {
 			case <-t.C:
 				if st.redis.Ready(ctx) == nil {
 					log.Info("redis reachable again: connections open, script loaded")
+					st.checkEviction(ctx, log)
 					return
 				}
 			}
@@ -218,6 +220,19 @@ func (c nodeCircuits) Collect(ch chan<- prometheus.Metric) {
 			v = 1
 		}
 		ch <- prometheus.MustNewConstMetric(nodeCircuitDesc, prometheus.GaugeValue, v, n.Node)
+	}
+}
+
+// checkEviction warns about Redis nodes whose maxmemory-policy may evict
+// counters (limit.Redis.EvictionPolicy).
+func (st *stores) checkEviction(ctx context.Context, log *slog.Logger) {
+	nodes, err := st.redis.EvictionPolicy(ctx)
+	if err != nil {
+		log.Warn("cannot read redis maxmemory-policy", "err", err)
+	}
+	for node, policy := range nodes {
+		log.Warn("redis maxmemory-policy can evict counters, which then restart from zero: set noeviction (a full Redis then fails calls, for --fail-mode to decide)",
+			"node", node, "maxmemory_policy", policy)
 	}
 }
 

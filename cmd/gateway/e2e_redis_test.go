@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -45,6 +46,9 @@ func TestEndToEndRedis(t *testing.T) {
 			return code == 200
 		}, "readyz never 200 after Redis came back\n%s", g.logs)
 	}
+	eventually.True(t, 15*time.Second, func() bool {
+		return strings.Contains(a.logs.String(), "redis reachable again")
+	}, "no log that Redis is reachable again\n%s", a.logs)
 	// The breaker may still be open for its backoff: wait for a decision.
 	eventually.True(t, 15*time.Second, func() bool {
 		code, _ := send(t, "GET", a.proxy+"/v1/user/1", "X-App-Id", "app-3")
@@ -63,4 +67,41 @@ func TestEndToEndRedis(t *testing.T) {
 		!strings.Contains(metrics, "gateway_store_circuit_open 0") {
 		t.Errorf("metrics: got %d, want the store's errors and a closed circuit", code)
 	}
+}
+
+// TestEndToEndRedisFull runs a gateway with --fail-mode closed on a Redis
+// at maxmemory with noeviction: Redis refuses the script (OOM), and every
+// request is refused with 503, never admitted; a gateway on a Redis that
+// can evict counters warns at start.
+func TestEndToEndRedisFull(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, `{"ok":true}`)
+	}))
+	defer up.Close()
+	srv := redistest.Start(t, "--maxmemory-policy", "noeviction")
+	ctx := context.Background()
+	if err := srv.Client().Set(ctx, "filler", strings.Repeat("x", 4<<20), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Client().ConfigSet(ctx, "maxmemory", "1mb").Err(); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"GATEWAY_UPSTREAM=" + up.URL, "GATEWAY_STORE=redis", "GATEWAY_REDIS_URL=" + srv.URL()}
+	g := startGateway(t, env, "--fail-mode", "closed", "--redis-timeout", "1s", "--config", "configs/demo-rules.yaml")
+	for i := range 20 {
+		if code, body := send(t, "GET", g.proxy+"/v1/user/1", "X-App-Id", "app-3"); code != 503 || !strings.Contains(body, "limiter_unavailable") {
+			t.Fatalf("request %d on a full Redis, fail closed: got %d %s, want 503 limiter_unavailable", i, code, body)
+		}
+	}
+	if strings.Contains(g.logs.String(), "maxmemory-policy can evict") {
+		t.Errorf("eviction warning with noeviction:\n%s", g.logs)
+	}
+
+	lru := redistest.Start(t, "--maxmemory-policy", "allkeys-lru")
+	env = []string{"GATEWAY_UPSTREAM=" + up.URL, "GATEWAY_STORE=redis", "GATEWAY_REDIS_URL=" + lru.URL()}
+	g2 := startGateway(t, env, "--config", "configs/demo-rules.yaml")
+	eventually.True(t, 15*time.Second, func() bool {
+		return strings.Contains(g2.logs.String(), "maxmemory-policy can evict")
+	}, "no eviction warning with allkeys-lru:\n%s", g2.logs)
 }

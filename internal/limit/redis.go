@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -21,6 +22,9 @@ import (
 // Defaults of RedisConfig.
 const (
 	DefaultRedisTimeout      = 25 * time.Millisecond
+	DefaultRedisDialTimeout  = time.Second
+	DefaultRedisPoolTimeout  = time.Second
+	DefaultRedisWarmConns    = 10
 	DefaultBreakerThreshold  = 5
 	DefaultBreakerBackoff    = 100 * time.Millisecond
 	DefaultBreakerMaxBackoff = 500 * time.Millisecond
@@ -48,12 +52,25 @@ type RedisConfig struct {
 	Username, Password string
 	// TLS connects with TLS (as rediss:// does) to Addrs.
 	TLS bool
-	// Timeout bounds every call to Redis, a slow answer included. Default
+	// Timeout bounds one command on an established connection: the time
+	// Redis may take to answer, a slow answer included. Waiting for a free
+	// connection and dialling one have their own bounds (PoolTimeout,
+	// DialTimeout): a healthy Redis under load is not a failure. Default
 	// DefaultRedisTimeout (25ms).
 	Timeout time.Duration
+	// DialTimeout bounds dialling a connection, and Ready. Default
+	// DefaultRedisDialTimeout (1s).
+	DialTimeout time.Duration
+	// PoolTimeout bounds the wait for a free connection when PoolSize are
+	// busy. Default DefaultRedisPoolTimeout (1s).
+	PoolTimeout time.Duration
 	// PoolSize is the number of connections per Redis server. 0 means
 	// go-redis's default, 10 per CPU.
 	PoolSize int
+	// WarmConns is the number of connections per Redis node that Ready
+	// dials and the pool keeps idle, so that calls rarely wait for a dial.
+	// 0 means DefaultRedisWarmConns (10), at most PoolSize; -1 none.
+	WarmConns int
 	// BreakerThreshold is the number of consecutive failed calls that
 	// opens the circuit breaker. Default 5.
 	BreakerThreshold int
@@ -68,8 +85,12 @@ type RedisConfig struct {
 	// turns the cache off.
 	DenyCacheSize int
 	// OnCircuitChange, if not nil, is called with true when the circuit
-	// breaker opens and false when it closes.
+	// breaker of a first node opens (no node's was open) and false when
+	// the last open one closes.
 	OnCircuitChange func(open bool)
+	// OnNodeCircuitChange, if not nil, is called with a node's address
+	// (see NodeCircuit) when its circuit breaker opens or closes.
+	OnNodeCircuitChange func(node string, open bool)
 	// Now is the clock of the breaker and the deny cache (decisions use
 	// Redis's clock). Default time.Now.
 	Now func() time.Time
@@ -78,6 +99,13 @@ type RedisConfig struct {
 	// instants (whole microseconds); never set it in production, where
 	// only Redis's clock makes gateways with skewed clocks agree.
 	DecisionClock func() time.Time
+	// FleetID is the ID this gateway registers under in the fleet (see
+	// RunFleet). Default: the host name, the process ID and random bits.
+	FleetID string
+	// FleetHeartbeat is how often RunFleet renews this gateway's
+	// membership; a membership lapses after three. Default
+	// DefaultFleetHeartbeat (2s).
+	FleetHeartbeat time.Duration
 	// Logger receives go-redis's own log lines (failed dials, at debug
 	// level: the store's errors and breaker report the same trouble).
 	// go-redis logs per process, not per client: the last Redis store
@@ -99,20 +127,38 @@ type RedisConfig struct {
 // microseconds (Redis's resolution): durations in Params are rounded up
 // to them, and Reset and RetryAfter are multiples of them.
 //
-// A call that fails or takes longer than Timeout returns an error; after
-// several in a row, a circuit breaker fails calls at once (ErrCircuitOpen)
-// until a probe finds Redis back. A key that Redis denied until some
-// instant is denied locally until then, without a call.
+// A call that fails or whose command takes longer than Timeout returns an
+// error; after several in a row to one node, that node's circuit breaker
+// fails its calls at once (ErrCircuitOpen) until a probe finds it back,
+// while the other nodes of a cluster keep deciding theirs. A key that
+// Redis denied until some instant is denied locally until then, without a
+// call.
 //
-// NewRedis does not need Redis to be up: it connects on first use, and
-// again whenever Redis comes back. A Redis is safe for concurrent use.
+// NewRedis does not need Redis to be up: it dials in the background, and
+// again whenever Redis comes back; Ready waits until the connections are
+// up and the script is loaded. A Redis is safe for concurrent use.
 type Redis struct {
-	client  redis.UniversalClient
-	script  *redis.Script
-	timeout time.Duration
-	breaker *breaker
-	deny    *denyCache
-	now     func() time.Time
+	client      redis.UniversalClient
+	src         string // the script
+	sha         string // its SHA1, for EVALSHA
+	timeout     time.Duration
+	dialTimeout time.Duration
+	// callTimeout bounds a whole call: pool wait, dial and two commands
+	// (EVALSHA, and EVAL when the node lost the script).
+	callTimeout time.Duration
+	warmConns   int
+	nodes       nodes
+	deny        *denyCache
+	now         func() time.Time
+	fleetID     string
+	heartbeat   time.Duration
+	fleetSize   atomic.Int64
+	// calls counts round trips to Redis for decisions, decisions the
+	// calls of Allow that decided (see Stats).
+	calls, decisions atomic.Int64
+	// lastWarm is when rewarm last started, since epoch.
+	lastWarm atomic.Int64
+	closed   atomic.Bool
 	// epoch is now at creation: the deny cache counts from it, on the
 	// monotonic clock, so that a step of the wall clock moves no denial.
 	epoch time.Time
@@ -141,8 +187,18 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		return nil, fmt.Errorf("redis deny cache size %d is below -1", cfg.DenyCacheSize)
 	case cfg.PoolSize < 0:
 		return nil, fmt.Errorf("redis pool size %d is negative", cfg.PoolSize)
+	case cfg.DialTimeout < 0 || cfg.PoolTimeout < 0:
+		return nil, errors.New("redis dial or pool timeout is negative")
+	case cfg.FleetHeartbeat < 0:
+		return nil, fmt.Errorf("redis fleet heartbeat %s is negative", cfg.FleetHeartbeat)
+	case cfg.WarmConns < -1:
+		return nil, fmt.Errorf("redis warm connections %d is below -1", cfg.WarmConns)
 	}
 	timeout := cmp.Or(cfg.Timeout, DefaultRedisTimeout)
+	dialTimeout := cmp.Or(cfg.DialTimeout, DefaultRedisDialTimeout)
+	poolTimeout := cmp.Or(cfg.PoolTimeout, DefaultRedisPoolTimeout)
+	poolSize := cmp.Or(cfg.PoolSize, 10*runtime.GOMAXPROCS(0))
+	warm := min(cmp.Or(cfg.WarmConns, DefaultRedisWarmConns), poolSize)
 	now := cfg.Now
 	if now == nil {
 		now = time.Now
@@ -152,16 +208,27 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		return nil, err
 	}
 
-	opts.PoolSize = cfg.PoolSize
-	// One attempt per call, bounded by the call's context: a retry would
-	// only add latency that the fail mode avoids.
+	opts.PoolSize = poolSize
+	// One attempt per call: a retry would only add latency that the fail
+	// mode avoids, and a retry of a call that timed out may count the
+	// request twice. The cluster client would retry a timeout on the same
+	// node and then on another up to MaxRedirects times: none either. A
+	// MOVED answer (a slot moved: resharding, failover) then fails the call
+	// and reloads the slot map for the next.
 	opts.MaxRetries = -1
+	opts.MaxRedirects = -1
+	// Each stage of a call has its own bound: the command's reads and
+	// writes Timeout, the wait for a connection PoolTimeout, a dial
+	// DialTimeout. The call's context bounds their sum (callTimeout), and
+	// go-redis takes the earlier of it and Timeout for a command.
 	opts.ContextTimeoutEnabled = true
-	opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = timeout, timeout, timeout
-	// Dials happen inside calls (bounded by Timeout) and in go-redis's
-	// background redial; a refused dial should fail at once, not retry.
-	opts.DialTimeout = max(timeout, time.Second)
+	opts.ReadTimeout, opts.WriteTimeout = timeout, timeout
+	opts.PoolTimeout, opts.DialTimeout = poolTimeout, dialTimeout
+	// A refused dial should fail at once, not retry.
 	opts.DialerRetries = 1
+	if warm > 0 {
+		opts.MinIdleConns = warm
+	}
 	opts.DisableIdentity = true
 	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	if cfg.Logger != nil {
@@ -169,16 +236,35 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 	}
 
 	r := &Redis{
-		client:  redis.NewUniversalClient(opts),
-		script:  redis.NewScript(src),
-		timeout: timeout,
-		now:     now,
-		epoch:   now(),
-		breaker: newBreaker(
-			cmp.Or(cfg.BreakerThreshold, DefaultBreakerThreshold),
-			cmp.Or(cfg.BreakerBackoff, DefaultBreakerBackoff),
-			cmp.Or(cfg.BreakerMaxBackoff, DefaultBreakerMaxBackoff),
-			now, cfg.OnCircuitChange),
+		client:      redis.NewUniversalClient(opts),
+		src:         src,
+		sha:         redis.NewScript(src).Hash(),
+		timeout:     timeout,
+		dialTimeout: dialTimeout,
+		callTimeout: poolTimeout + dialTimeout + 3*timeout,
+		warmConns:   max(warm, 1),
+		now:         now,
+		epoch:       now(),
+		fleetID:     cmp.Or(cfg.FleetID, newFleetID()),
+		heartbeat:   cmp.Or(cfg.FleetHeartbeat, DefaultFleetHeartbeat),
+	}
+	threshold := cmp.Or(cfg.BreakerThreshold, DefaultBreakerThreshold)
+	backoff := cmp.Or(cfg.BreakerBackoff, DefaultBreakerBackoff)
+	maxBackoff := cmp.Or(cfg.BreakerMaxBackoff, DefaultBreakerMaxBackoff)
+	r.nodes.newBreaker = func(node string) *breaker {
+		return newBreaker(threshold, backoff, maxBackoff, now, func(open bool) {
+			r.circuitChanged(&cfg, node, open)
+		})
+	}
+	switch {
+	case opts.IsClusterMode:
+	case opts.MasterName != "":
+		r.nodes.singleName = "sentinel:" + opts.MasterName
+	default:
+		r.nodes.singleName = opts.Addrs[0]
+	}
+	if !opts.IsClusterMode {
+		r.nodes.single = r.nodes.newBreaker(r.nodes.singleName)
 	}
 	if cfg.DenyCacheSize >= 0 {
 		r.deny = newDenyCache(cmp.Or(cfg.DenyCacheSize, DefaultDenyCacheSize))
@@ -267,17 +353,39 @@ func checkAddr(a string) error {
 	return nil
 }
 
+// circuitChanged reports a node's breaker's change to cfg's callbacks,
+// and warms the node up again once it is back. It runs with the node's
+// breaker's lock held, so that one node's changes come in order.
+func (r *Redis) circuitChanged(cfg *RedisConfig, node string, open bool) {
+	if cfg.OnNodeCircuitChange != nil {
+		cfg.OnNodeCircuitChange(node, open)
+	}
+	var first, last bool
+	if open {
+		first = r.nodes.open.Add(1) == 1
+	} else {
+		last = r.nodes.open.Add(-1) == 0
+		r.rewarm()
+	}
+	if cfg.OnCircuitChange != nil && (first || last) {
+		cfg.OnCircuitChange(open)
+	}
+}
+
 // Close closes the connections to Redis.
-func (r *Redis) Close() error { return r.client.Close() }
+func (r *Redis) Close() error {
+	r.closed.Store(true)
+	return r.client.Close()
+}
 
-// CircuitOpen reports whether the circuit breaker is open: Redis failed
-// repeatedly and calls fail at once until a probe succeeds.
-func (r *Redis) CircuitOpen() bool { return r.breaker.isOpen() }
+// CircuitOpen reports whether the circuit breaker of any node is open: it
+// failed repeatedly and its calls fail at once until a probe succeeds.
+func (r *Redis) CircuitOpen() bool { return r.nodes.open.Load() > 0 }
 
-// Ping asks Redis whether it is up, within the store's timeout. It does
-// not move the circuit breaker.
+// Ping asks Redis whether it is up, within the time to dial and send one
+// command. It does not move the circuit breakers.
 func (r *Redis) Ping(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	ctx, cancel := context.WithTimeout(ctx, r.dialTimeout+r.timeout)
 	defer cancel()
 	if err := r.client.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis ping: %w", err)
@@ -344,25 +452,38 @@ func (r *Redis) Allow(ctx context.Context, _ time.Time, reqs []Request, res []Re
 
 	start := int64(r.now().Sub(r.epoch))
 	if r.deny != nil && r.deny.lookup(keys, reqs, start, res) {
+		r.decisions.Add(1)
 		return false, nil
 	}
-	ok, probe := r.breaker.allow()
+	cctx, cancel := context.WithTimeout(ctx, r.callTimeout)
+	defer cancel()
+	b, err := r.breakerFor(cctx, keys[0])
+	if err != nil {
+		return false, err
+	}
+	ok, probe := b.allow()
 	if !ok {
 		return false, ErrCircuitOpen
 	}
-	cctx, cancel := context.WithTimeout(ctx, r.timeout)
-	v, err := r.script.Run(cctx, r.client, keys, args...).Int64Slice()
-	cancel()
+	v, err := r.run(cctx, keys, args)
 	if err != nil {
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			// The caller went away: that says nothing about Redis.
-			r.breaker.abandon(probe)
+			b.abandon(probe)
 			return false, fmt.Errorf("redis: %w", ctx.Err())
+		case errors.Is(err, redis.ErrPoolTimeout), isRedirect(err):
+			// Every connection is busy (this process is short of
+			// connections), or the key's slot has moved: the node is not
+			// known to fail.
+			b.abandon(probe)
+		default:
+			b.failure(probe)
 		}
-		r.breaker.failure(probe)
 		return false, fmt.Errorf("redis: %w", err)
 	}
-	r.breaker.success()
+	b.success()
+	r.decisions.Add(1)
 	if len(v) != 1+4*n {
 		return false, fmt.Errorf("redis: script answered %d values for %d limits", len(v), n)
 	}
@@ -381,6 +502,35 @@ func (r *Redis) Allow(ctx context.Context, _ time.Time, reqs []Request, res []Re
 		r.deny.record(keys, reqs, res, start)
 	}
 	return allowed, nil
+}
+
+// RedisStats are counts of a Redis store's work since it was created.
+type RedisStats struct {
+	// Decisions is the number of requests the store decided: by Redis,
+	// or by its deny cache without a call.
+	Decisions int64
+	// Calls is the number of script calls sent to Redis, failed ones
+	// included (EVALSHA, and EVAL after NOSCRIPT).
+	Calls int64
+}
+
+// Stats returns the store's counts.
+func (r *Redis) Stats() RedisStats {
+	return RedisStats{Decisions: r.decisions.Load(), Calls: r.calls.Load()}
+}
+
+// run runs the script: EVALSHA, and EVAL if the node lost the script (a
+// restart, a failover, SCRIPT FLUSH), after which the node is warmed up
+// again in the background.
+func (r *Redis) run(ctx context.Context, keys []string, args []any) ([]int64, error) {
+	r.calls.Add(1)
+	v, err := r.client.EvalSha(ctx, r.sha, keys, args...).Int64Slice()
+	if err != nil && isNoScript(err) {
+		r.rewarm()
+		r.calls.Add(1)
+		v, err = r.client.Eval(ctx, r.src, keys, args...).Int64Slice()
+	}
+	return v, err
 }
 
 // micros returns d in whole microseconds, rounded up.

@@ -306,23 +306,24 @@ type Cluster struct {
 	Nodes []*Server
 }
 
-// StartCluster starts n ≥ 3 redis-server processes in cluster mode, joins
-// them with redis-cli --cluster create, and waits until every node reports
-// the cluster ok.
-func StartCluster(t testing.TB, n int) *Cluster {
+// StartCluster starts n ≥ 3 redis-server processes in cluster mode, with
+// extra args for each (e.g. "--cluster-require-full-coverage", "no"),
+// joins them with redis-cli --cluster create, and waits until every node
+// reports the cluster ok.
+func StartCluster(t testing.TB, n int, args ...string) *Cluster {
 	t.Helper()
 	cli := binary(t, "redis-cli")
 	c := &Cluster{}
 	addrs := make([]string, n)
 	for i := range n {
-		s := Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "5000")
+		s := Start(t, append([]string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "5000"}, args...)...)
 		c.Nodes = append(c.Nodes, s)
 		addrs[i] = s.Addr
 	}
-	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	out, err := exec.Command(cli, args...).CombinedOutput()
+	create := append([]string{"--cluster", "create"}, addrs...)
+	create = append(create, "--cluster-replicas", "0", "--cluster-yes")
+	out, err := exec.Command(cli, create...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -95,11 +96,18 @@ type Config struct {
 	RedisUsername, RedisPassword string
 	// RedisTLS connects to RedisAddrs with TLS.
 	RedisTLS bool
-	// RedisTimeout bounds every Redis call.
+	// RedisTimeout bounds one Redis command on an established connection.
 	RedisTimeout time.Duration
+	// RedisDialTimeout bounds dialling a connection to Redis, and the
+	// check at start that dials the pool and loads the script.
+	RedisDialTimeout time.Duration
+	// RedisPoolTimeout bounds the wait for a free Redis connection.
+	RedisPoolTimeout time.Duration
 	// FailMode is what the redis store's failures do to a request.
 	FailMode proxy.FailMode
-	// LocalShare scales each limit under FailMode local, in (0, 1].
+	// LocalShare scales each limit under FailMode local, in (0, 1]; 0
+	// (auto, the default) is 1 / the number of gateways last seen in the
+	// fleet (limit.Redis.FleetSize), proxy.DefaultLocalShare until one is.
 	LocalShare float64
 	// UpstreamTimeout bounds the wait for the upstream's response
 	// headers.
@@ -170,8 +178,9 @@ func DefaultConfig() Config {
 		Store:             StoreMemory,
 		MaxKeys:           limit.DefaultMaxKeys,
 		RedisTimeout:      limit.DefaultRedisTimeout,
-		FailMode:          proxy.FailOpen,
-		LocalShare:        proxy.DefaultLocalShare,
+		RedisDialTimeout:  limit.DefaultRedisDialTimeout,
+		RedisPoolTimeout:  limit.DefaultRedisPoolTimeout,
+		FailMode:          proxy.FailLocal,
 		UpstreamTimeout:   proxy.DefaultUpstreamTimeout,
 		LimitStatus:       http.StatusTooManyRequests,
 		RateLimitHeaders:  proxy.HeadersBoth,
@@ -203,7 +212,7 @@ func (c *Config) Validate() error {
 		return errors.New("no upstream: pass --upstream URL (or --demo-upstream to try the gateway)")
 	case c.LimitStatus < 400 || c.LimitStatus > 599:
 		return fmt.Errorf("--limit-status %d is not a 4xx or 5xx status", c.LimitStatus)
-	case !(c.LocalShare > 0 && c.LocalShare <= 1):
+	case c.LocalShare != 0 && !(c.LocalShare > 0 && c.LocalShare <= 1):
 		return fmt.Errorf("--local-share %v is outside (0, 1]", c.LocalShare)
 	case c.IPv4Prefix < 1 || c.IPv4Prefix > 32:
 		return fmt.Errorf("--ipv4-prefix %d is outside 1..32", c.IPv4Prefix)
@@ -217,6 +226,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--max-keys %d is not positive", c.MaxKeys)
 	case c.RedisTimeout <= 0:
 		return fmt.Errorf("--redis-timeout %s is not positive", c.RedisTimeout)
+	case c.RedisDialTimeout <= 0:
+		return fmt.Errorf("--redis-dial-timeout %s is not positive", c.RedisDialTimeout)
+	case c.RedisPoolTimeout <= 0:
+		return fmt.Errorf("--redis-pool-timeout %s is not positive", c.RedisPoolTimeout)
 	case c.UpstreamTimeout <= 0:
 		return fmt.Errorf("--upstream-timeout %s is not positive", c.UpstreamTimeout)
 	case c.ShutdownTimeout <= 0:
@@ -266,6 +279,34 @@ func (k *StoreKind) Set(s string) error { return setChoice(k, s, StoreMemory, St
 
 // Type names the value's kind in help text.
 func (*StoreKind) Type() string { return "store" }
+
+// LocalShare is --local-share: "auto" (0) or a number in (0, 1]. It is a
+// pflag.Value.
+type LocalShare float64
+
+func (s LocalShare) String() string {
+	if s == 0 {
+		return "auto"
+	}
+	return strconv.FormatFloat(float64(s), 'g', -1, 64)
+}
+
+// Set parses a --local-share value.
+func (s *LocalShare) Set(v string) error {
+	if v == "auto" {
+		*s = 0
+		return nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(f > 0 && f <= 1) {
+		return fmt.Errorf("%q is neither auto nor a number in (0, 1]", v)
+	}
+	*s = LocalShare(f)
+	return nil
+}
+
+// Type names the value's kind in help text.
+func (*LocalShare) Type() string { return "auto|share" }
 
 // UnknownCallers says what happens to callers that name no configured app.
 // It is a pflag.Value.

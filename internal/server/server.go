@@ -91,11 +91,6 @@ func New(cfg Config) (_ *Server, err error) {
 		if s.metrics != nil {
 			s.metrics.SetCircuitOpen(open)
 		}
-		if open {
-			log.Warn("redis circuit breaker open: deciding by --fail-mode until a probe finds Redis back", "fail_mode", cfg.FailMode.String())
-		} else {
-			log.Info("redis circuit breaker closed: Redis answers again")
-		}
 	})
 	if err != nil {
 		return nil, err
@@ -118,6 +113,7 @@ func New(cfg Config) (_ *Server, err error) {
 	}
 	reg := prometheus.NewRegistry()
 	s.metrics = proxy.NewMetrics(proxy.MetricsConfig{Registry: reg, Store: string(cfg.Store), Keys: s.st.keys, Version: cfg.Version})
+	s.st.register(reg)
 	observers := []proxy.Observer{s.metrics}
 	if cfg.AccessLog != "" {
 		al, err := proxy.OpenAccessLog(cfg.AccessLog)
@@ -145,7 +141,7 @@ func New(cfg Config) (_ *Server, err error) {
 		s.metrics.RulesLoaded(false, nil, time.Time{})
 		return nil, err
 	}
-	copts := proxy.CompileOptions{LocalShare: cfg.LocalShare}
+	copts := proxy.CompileOptions{LocalShare: compileShare(cfg)}
 	rs, err := proxy.CompileWith(parsed, time.Now(), copts)
 	if err != nil {
 		return nil, err
@@ -251,13 +247,10 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer stop()
 	}
 	go s.sweepEvery(ctx, time.Minute)
-	if s.st.redis != nil {
-		// Redis may be down: the gateway serves by --fail-mode meanwhile
-		// and uses Redis as soon as it answers.
-		if err := s.st.redis.Ping(ctx); err != nil {
-			log.Warn("redis unreachable at start; serving by --fail-mode until it answers", "err", err, "fail_mode", cfg.FailMode.String())
-		}
-	}
+	// Before serving: Redis may be down, and the gateway then serves by
+	// --fail-mode and uses Redis as soon as it answers.
+	s.st.start(ctx, log)
+	s.st.runFleet(ctx, log)
 	s.watchMu.Lock()
 	s.watchCtx = ctx
 	watched := s.watched

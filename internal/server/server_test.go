@@ -410,7 +410,7 @@ func TestValidateRefusesZero(t *testing.T) {
 		{name: "relative upstream", edit: func(c *Config) { c.Upstream = "127.0.0.1:1" }, want: "--upstream"},
 		{name: "demo and upstream", edit: func(c *Config) { c.DemoUpstream = true }, want: "--demo-upstream and --upstream are exclusive"},
 		{name: "limit status", edit: func(c *Config) { c.LimitStatus = 200 }, want: "--limit-status 200 is not a 4xx or 5xx status"},
-		{name: "local share", edit: func(c *Config) { c.LocalShare = 0 }, want: "--local-share 0 is outside (0, 1]"},
+		{name: "local share", edit: func(c *Config) { c.LocalShare = 1.5 }, want: "--local-share 1.5 is outside (0, 1]"},
 		{name: "trusted proxies", edit: func(c *Config) { c.TrustedProxies = []string{"nope"} }, want: "--trusted-proxies"},
 	}
 	for _, tt := range tests {

@@ -3,6 +3,11 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
@@ -34,7 +39,15 @@ func newStore(cfg Config, onCircuit func(open bool)) (*stores, error) {
 			URL: cfg.RedisURL, Addrs: cfg.RedisAddrs, Cluster: cfg.RedisCluster,
 			SentinelMaster: cfg.RedisSentinelMaster, Username: cfg.RedisUsername,
 			Password: cfg.RedisPassword, TLS: cfg.RedisTLS, Timeout: cfg.RedisTimeout,
+			DialTimeout: cfg.RedisDialTimeout, PoolTimeout: cfg.RedisPoolTimeout,
 			OnCircuitChange: onCircuit, Logger: cfg.Logger,
+			OnNodeCircuitChange: func(node string, open bool) {
+				if open {
+					cfg.Logger.Warn("redis node's circuit breaker open: deciding its keys by --fail-mode until a probe finds it back", "node", node, "fail_mode", cfg.FailMode.String())
+				} else {
+					cfg.Logger.Info("redis node's circuit breaker closed: it answers again", "node", node)
+				}
+			},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("--store redis: %w", err)
@@ -47,11 +60,180 @@ func newStore(cfg Config, onCircuit func(open bool)) (*stores, error) {
 				return nil, fmt.Errorf("--max-keys: %w", err)
 			}
 			st.mem, st.local = mem, mem
+			if cfg.LocalShare == 0 {
+				st.local = &fleetShare{mem: mem, red: red}
+			}
 		}
 	default:
 		return nil, fmt.Errorf("--store %q is not one of memory, redis", cfg.Store)
 	}
 	return st, nil
+}
+
+// start makes the Redis store ready before the gateway serves: it dials
+// the connections and loads the script, within --redis-dial-timeout. If
+// Redis does not answer, the gateway serves by --fail-mode and keeps
+// trying every second in the background until ctx is done, logging when
+// Redis is reachable again.
+func (st *stores) start(ctx context.Context, log *slog.Logger) {
+	if st.redis == nil {
+		return
+	}
+	err := st.redis.Ready(ctx)
+	if err == nil {
+		log.Info("redis ready: connections open, script loaded")
+		st.checkEviction(ctx, log)
+		return
+	}
+	log.Warn("redis unreachable at start; serving by --fail-mode until it answers", "err", err, "fail_mode", st.failMode.String())
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if st.redis.Ready(ctx) == nil {
+					log.Info("redis reachable again: connections open, script loaded")
+					st.checkEviction(ctx, log)
+					return
+				}
+			}
+		}
+	}()
+}
+
+// compileShare returns the local share to compile the rules with: --local-share,
+// or 1 when it is auto, since fleetShare then scales the limits.
+func compileShare(cfg Config) float64 {
+	if cfg.LocalShare == 0 {
+		return 1
+	}
+	return cfg.LocalShare
+}
+
+// fleetShare is the local store of --local-share auto: the memory store,
+// deciding each limit (and burst) × 1 / the fleet size last seen in
+// Redis, rounded up, or × proxy.DefaultLocalShare before any was seen.
+// The counts survive a change of the fleet size: a limit's counter does
+// not depend on its limit (limit.Params.Identity).
+type fleetShare struct {
+	mem *limit.Memory
+	red *limit.Redis
+}
+
+var _ limit.Store = (*fleetShare)(nil)
+
+// share returns the share of each limit this gateway admits on its own.
+func (f *fleetShare) share() float64 {
+	if n := f.red.FleetSize(); n > 0 {
+		return 1 / float64(n)
+	}
+	return proxy.DefaultLocalShare
+}
+
+// Allow decides reqs in memory with their limits scaled by the share.
+// It runs only while Redis does not decide, so its copies cost nothing
+// that matters.
+func (f *fleetShare) Allow(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result) (bool, error) {
+	share := f.share()
+	if share >= 1 {
+		return f.mem.Allow(ctx, now, reqs, res)
+	}
+	scaled := make([]limit.Request, len(reqs))
+	params := make([]limit.Params, len(reqs))
+	for i := range reqs {
+		params[i] = scaleParams(*reqs[i].Params, share)
+		scaled[i] = reqs[i]
+		scaled[i].Params = &params[i]
+	}
+	return f.mem.Allow(ctx, now, scaled, res)
+}
+
+// scaleParams returns p with its limit and burst × share, rounded up, at
+// least 1 (0 and -1 stay), as the rules' --local-share scaling does.
+func scaleParams(p limit.Params, share float64) limit.Params {
+	scale := func(n int64) int64 {
+		if n <= 0 {
+			return n
+		}
+		// The epsilon keeps 70 × 0.1 (7.000000000000001) at 7.
+		return min(max(int64(math.Ceil(float64(n)*share-1e-9)), 1), n)
+	}
+	q := p
+	q.Limit, q.Burst = scale(p.Limit), scale(p.Burst)
+	if q.Validate() != nil {
+		return p
+	}
+	return q
+}
+
+// runFleet keeps the gateway a member of the Redis fleet until ctx is
+// done, logging changes of its size.
+func (st *stores) runFleet(ctx context.Context, log *slog.Logger) {
+	if st.redis == nil {
+		return
+	}
+	go st.redis.RunFleet(ctx, func(n int) {
+		log.Info("redis fleet size", "gateways", n, "id", st.redis.FleetID())
+	})
+}
+
+// register registers the Redis store's metrics with reg: the fleet size,
+// each node's breaker, and the script calls per decision.
+func (st *stores) register(reg prometheus.Registerer) {
+	red := st.redis
+	if red == nil {
+		return
+	}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "gateway_redis_fleet_gateways",
+			Help: "Gateways registered in Redis at this gateway's last heartbeat (0 before the first); --local-share auto is 1 / this.",
+		}, func() float64 { return float64(red.FleetSize()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_redis_decisions_total",
+			Help: "Requests the Redis store decided, by Redis or by its deny cache.",
+		}, func() float64 { return float64(red.Stats().Decisions) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_redis_calls_total",
+			Help: "Script calls sent to Redis, failed ones included; / gateway_redis_decisions_total is the calls per decision.",
+		}, func() float64 { return float64(red.Stats().Calls) }),
+		nodeCircuits{red},
+	)
+}
+
+// nodeCircuits collects gateway_redis_node_circuit_open: one series per
+// Redis node the store has used, so bounded by the nodes.
+type nodeCircuits struct{ red *limit.Redis }
+
+var nodeCircuitDesc = prometheus.NewDesc("gateway_redis_node_circuit_open",
+	"1 while the circuit breaker of this Redis node is open: its keys are decided by --fail-mode.", []string{"node"}, nil)
+
+func (nodeCircuits) Describe(ch chan<- *prometheus.Desc) { ch <- nodeCircuitDesc }
+
+func (c nodeCircuits) Collect(ch chan<- prometheus.Metric) {
+	for _, n := range c.red.Circuits() {
+		v := 0.0
+		if n.Open {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(nodeCircuitDesc, prometheus.GaugeValue, v, n.Node)
+	}
+}
+
+// checkEviction warns about Redis nodes whose maxmemory-policy may evict
+// counters (limit.Redis.EvictionPolicy).
+func (st *stores) checkEviction(ctx context.Context, log *slog.Logger) {
+	nodes, err := st.redis.EvictionPolicy(ctx)
+	if err != nil {
+		log.Warn("cannot read redis maxmemory-policy", "err", err)
+	}
+	for node, policy := range nodes {
+		log.Warn("redis maxmemory-policy can evict counters, which then restart from zero: set noeviction (a full Redis then fails calls, for --fail-mode to decide)",
+			"node", node, "maxmemory_policy", policy)
+	}
 }
 
 // keys returns the number of counters the store keeps in this process:

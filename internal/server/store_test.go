@@ -1,0 +1,123 @@
+package server
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/redistest"
+)
+
+func TestLocalShareFlag(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, in, want string
+		bad            bool
+	}{
+		{name: "auto", in: "auto", want: "auto"},
+		{name: "number", in: "0.25", want: "0.25"},
+		{name: "whole", in: "1", want: "1"},
+		{name: "zero", in: "0", bad: true},
+		{name: "above one", in: "1.5", bad: true},
+		{name: "word", in: "half", bad: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var s LocalShare = 0.5
+			err := s.Set(tt.in)
+			if (err != nil) != tt.bad {
+				t.Fatalf("Set(%q): got %v, want error %v", tt.in, err, tt.bad)
+			}
+			if !tt.bad && s.String() != tt.want {
+				t.Errorf("Set(%q): got %s, want %s", tt.in, s, tt.want)
+			}
+		})
+	}
+	if got := DefaultConfig(); got.LocalShare != 0 || got.FailMode != proxy.FailLocal {
+		t.Errorf("defaults: got --local-share %v --fail-mode %v, want auto and local", LocalShare(got.LocalShare), got.FailMode)
+	}
+}
+
+// TestLocalShareAuto checks --local-share auto on a real Redis: with three
+// gateways registered, the local store admits a third of each limit
+// (rounded up), before any heartbeat the default share; and the store's
+// metrics report the fleet, the node's breaker and the calls per decision.
+func TestLocalShareAuto(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	cfg := DefaultConfig()
+	cfg.Store, cfg.RedisURL, cfg.RedisTimeout = StoreRedis, srv.URL(), time.Second
+	st, err := newStore(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.close() })
+	if _, ok := st.local.(*fleetShare); !ok {
+		t.Fatalf("local store: got %T, want *fleetShare", st.local)
+	}
+	ctx := context.Background()
+	p := &limit.Params{Algorithm: "sliding_log", Limit: 30, Window: time.Hour}
+	admitted := func(key string) int {
+		n := 0
+		res := make([]limit.Result, 1)
+		for range 40 {
+			if ok, err := st.local.Allow(ctx, t0, []limit.Request{{Key: key, Params: p}}, res); err != nil {
+				t.Fatal(err)
+			} else if ok {
+				n++
+			}
+		}
+		return n
+	}
+	if got := admitted("before|/"); got != 3 {
+		t.Errorf("before a heartbeat: admitted %d, want 30 × %v = 3", got, proxy.DefaultLocalShare)
+	}
+	for _, id := range []string{"other-1", "other-2"} {
+		other, err := limit.NewRedis(limit.RedisConfig{URL: srv.URL(), Timeout: time.Second, FleetID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.Heartbeat(ctx); err != nil {
+			t.Fatal(err)
+		}
+		other.Close()
+	}
+	if n, err := st.redis.Heartbeat(ctx); err != nil || n != 3 {
+		t.Fatalf("heartbeat: got %d %v, want 3", n, err)
+	}
+	if got := admitted("three|/"); got != 10 {
+		t.Errorf("fleet of 3: admitted %d, want 30 / 3 = 10", got)
+	}
+
+	reg := prometheus.NewRegistry()
+	st.register(reg)
+	if err := st.redis.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.redis.Allow(ctx, t0, []limit.Request{{Key: "m|/", Params: p}}, make([]limit.Result, 1)); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP gateway_redis_calls_total Script calls sent to Redis, failed ones included; / gateway_redis_decisions_total is the calls per decision.
+# TYPE gateway_redis_calls_total counter
+gateway_redis_calls_total 1
+# HELP gateway_redis_decisions_total Requests the Redis store decided, by Redis or by its deny cache.
+# TYPE gateway_redis_decisions_total counter
+gateway_redis_decisions_total 1
+# HELP gateway_redis_fleet_gateways Gateways registered in Redis at this gateway's last heartbeat (0 before the first); --local-share auto is 1 / this.
+# TYPE gateway_redis_fleet_gateways gauge
+gateway_redis_fleet_gateways 3
+# HELP gateway_redis_node_circuit_open 1 while the circuit breaker of this Redis node is open: its keys are decided by --fail-mode.
+# TYPE gateway_redis_node_circuit_open gauge
+gateway_redis_node_circuit_open{node="` + srv.Addr + `"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+}

@@ -16,6 +16,10 @@
 # and worker) across the wrk run, over the requests wrk completed. On a
 # shared machine it is steadier than requests/s, which drop whenever
 # another job takes the proxy's core; the table gives its ratio to bare's.
+# It still rises by a tenth or more when other jobs share the machine, so
+# each run also records how busy other processes kept the proxy's core,
+# and QUIET_WAIT=<seconds> waits, at most that long before each run, for
+# the machine to be idle.
 #
 # BASE_REF=<git ref> adds a contender "gateway-base": the gateway built from
 # that commit (git archive into the work directory), run with the same
@@ -26,6 +30,7 @@
 # Usage: bench/run.sh            (or: make bench)
 #        BASE_REF=main bench/run.sh
 # Tunables (environment): ROUNDS=3 DURATION=10s CONNS=64 PROXY_CPU=0 LOAD_CPU=1 OUT=bench/results BASE_REF=
+#   QUIET_WAIT=0
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
@@ -34,6 +39,7 @@ CONNS=${CONNS:-64}
 PROXY_CPU=${PROXY_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 BASE_REF=${BASE_REF:-}
+QUIET_WAIT=${QUIET_WAIT:-0}
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 OUT=${OUT:-$ROOT/bench/results}
@@ -128,15 +134,36 @@ cpu_ticks() {
 	echo "$total"
 }
 
-# run_wrk CONTENDER APP -> "rps p50ms p99ms non2xx cpu_us_per_request"
-# (cpu is "-" for direct, which has no proxy process).
+# stat_ticks CPU: the busy and the total clock ticks of CPU ("cpu" for the
+# whole machine, "cpu0" for core 0) in /proc/stat.
+stat_ticks() { awk -v c="$1" '$1 == c { print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9 }' /proc/stat; }
+
+# wait_quiet: wait, at most QUIET_WAIT seconds, until the whole machine is
+# under 10% busy over half a second.
+wait_quiet() {
+	local end=$((SECONDS + QUIET_WAIT)) b0 n0 b1 n1
+	while ((SECONDS < end)); do
+		read -r b0 n0 < <(stat_ticks cpu)
+		sleep 0.5
+		read -r b1 n1 < <(stat_ticks cpu)
+		if (((b1 - b0) * 10 < n1 - n0)); then return 0; fi
+	done
+	return 0
+}
+
+# run_wrk CONTENDER APP -> "rps p50ms p99ms non2xx cpu_us_per_request other%"
+# cpu is "-" for direct, which has no proxy process; other% is how much of
+# the proxy's core other processes took during the run.
 run_wrk() {
-	local out t0=0 t1=0 pid=${PID[$1]:-}
+	local out t0=0 t1=0 pid=${PID[$1]:-} b0 n0 b1 n1
+	read -r b0 n0 < <(stat_ticks "cpu$PROXY_CPU")
 	[ -z "$pid" ] || t0=$(cpu_ticks "$pid")
 	out=$(taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" --latency \
 		-H "X-App-Id: $2" "http://127.0.0.1:${PORT[$1]}/v1/user/42")
 	[ -z "$pid" ] || t1=$(cpu_ticks "$pid")
-	awk -v ticks=$((t1 - t0)) -v hz="$HZ" -v measured="${pid:+1}" '
+	read -r b1 n1 < <(stat_ticks "cpu$PROXY_CPU")
+	awk -v ticks=$((t1 - t0)) -v hz="$HZ" -v measured="${pid:+1}" \
+		-v other=$(((b1 - b0 - (t1 - t0)) * 100 / (n1 - n0 + 1))) '
 		function ms(v) {
 			if (v ~ /us$/) return substr(v, 1, length(v)-2) / 1000
 			if (v ~ /ms$/) return substr(v, 1, length(v)-2) + 0
@@ -150,7 +177,7 @@ run_wrk() {
 		/Non-2xx or 3xx responses:/ { bad = $5 }
 		END {
 			cpu = (measured && n > 0) ? sprintf("%.2f", ticks * 1e6 / hz / n) : "-"
-			printf "%.0f %.3f %.3f %d %s\n", rps, p50, p99, bad, cpu
+			printf "%.0f %.3f %.3f %d %s %d\n", rps, p50, p99, bad, cpu, (other < 0 ? 0 : other)
 		}
 	' <<<"$out"
 }
@@ -174,6 +201,7 @@ for round in $(seq "$ROUNDS"); do
 			done
 		fi
 		for c in "${order[@]}"; do
+			wait_quiet
 			taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d1s -H "X-App-Id: ${APP[$path]}" \
 				"http://127.0.0.1:${PORT[$c]}/v1/user/42" >/dev/null # warm up
 			r=$(run_wrk "$c" "${APP[$path]}")
@@ -202,6 +230,11 @@ file="$OUT/$stamp.md"
 		[ -z "$(git status --porcelain --untracked-files=no)" ] || dirty=", with uncommitted changes"
 		echo "gateway = the working tree ($(git rev-parse --short=12 HEAD)$dirty); gateway-base = $BASE_REF (${base_commit:0:12})."
 	fi
+	# direct leaves the core to others: only the proxies' runs count.
+	other=$(for k in "${!RESULTS[@]}"; do [ "$k" = admitted/direct ] || printf '%s' "${RESULTS[$k]}"; done |
+		awk '{ print $6 }' | sort -n |
+		awk '{ v[NR] = $1 } END { printf "median %d%%, max %d%%", v[int((NR+1)/2)], v[NR] }')
+	echo "Other processes took $other of the proxies' core during the runs (QUIET_WAIT=$QUIET_WAIT)."
 	echo "$(nginx -v 2>&1 | sed 's/.*version: //'), $(haproxy -v | head -1 | awk '{ print "haproxy " $3 }'), $(go version | awk '{ print $3 }')."
 	bare_cpu=$(field admitted bare 5)
 	for path in "${paths[@]}"; do

@@ -37,7 +37,7 @@ func serveFlags(t *testing.T) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	re := regexp.MustCompile(`f\.\w*Var\(&(cfg\.)?(\w+), "([a-z0-9-]+)",`)
+	re := regexp.MustCompile(`f\.\w*Var\((?:\([\w.*]+\))?\(?&(cfg\.)?(\w+)\)?, "([a-z0-9-]+)",`)
 	def := reflect.ValueOf(server.DefaultConfig())
 	flags := map[string]string{}
 	for _, m := range re.FindAllStringSubmatch(string(src), -1) {

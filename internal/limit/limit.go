@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -87,6 +88,27 @@ type Params struct {
 // at all: the store keeps lockouts beside it.)
 func (p *Params) Identity(q *Params) bool {
 	return p.Algorithm == q.Algorithm && p.Window == q.Window && p.Precision == q.Precision
+}
+
+// Scaled returns p with Limit and Burst multiplied by share, in (0, 1],
+// rounded up so that a positive limit stays positive; 0 and -1 stay as
+// they are. When the scaled Params would be invalid (a bucket that refills
+// too slowly), it returns p. It is how one gateway takes its share of a
+// fleet's limit (--fail-mode local).
+func (p Params) Scaled(share float64) Params {
+	scale := func(n int64) int64 {
+		if n <= 0 {
+			return n
+		}
+		// The epsilon keeps 70 × 0.1 (7.000000000000001) at 7.
+		return min(max(int64(math.Ceil(float64(n)*share-1e-9)), 1), n)
+	}
+	q := p
+	q.Limit, q.Burst = scale(p.Limit), scale(p.Burst)
+	if q.Validate() != nil {
+		return p
+	}
+	return q
 }
 
 // Validate reports whether p can be used, in a sentence fit for a

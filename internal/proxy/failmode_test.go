@@ -60,8 +60,8 @@ func TestScaleParams(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if got := scaleParams(tt.p, tt.share); got != tt.want {
-				t.Errorf("scaleParams(%+v, %v): got %+v, want %+v", tt.p, tt.share, got, tt.want)
+			if got := tt.p.Scaled(tt.share); got != tt.want {
+				t.Errorf("Scaled(%+v, %v): got %+v, want %+v", tt.p, tt.share, got, tt.want)
 			}
 		})
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"maps"
-	"math"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -167,7 +166,7 @@ func newCompiledLimit(app, api string, methods []string, p limit.Params, shadow 
 		app:      app,
 		api:      api,
 		params:   p,
-		local:    scaleParams(p, opts.LocalShare),
+		local:    p.Scaled(opts.LocalShare),
 		shadow:   shadow,
 		key:      key,
 		overflow: key + "|overflow",
@@ -185,26 +184,6 @@ func newCompiledLimit(app, api string, methods []string, p limit.Params, shadow 
 func (cl *compiledLimit) keyBy(by config.By, missing config.Missing) {
 	cl.by, cl.kind, cl.parts = by, kindOf(by), by.Parts()
 	cl.missing = cmp.Or(missing, config.MissingIP)
-}
-
-// scaleParams returns p with Limit and Burst multiplied by share, rounded
-// up so that a positive limit stays positive; 0 and -1 stay as they are.
-// When the scaled params would be invalid (a bucket that refills too
-// slowly), it returns p.
-func scaleParams(p limit.Params, share float64) limit.Params {
-	scale := func(n int64) int64 {
-		if n <= 0 {
-			return n
-		}
-		// The epsilon keeps 70 × 0.1 (7.000000000000001) at 7.
-		return min(max(int64(math.Ceil(float64(n)*share-1e-9)), 1), n)
-	}
-	q := p
-	q.Limit, q.Burst = scale(p.Limit), scale(p.Burst)
-	if q.Validate() != nil {
-		return p
-	}
-	return q
 }
 
 // sfString renders s as a structured-field string (RFC 8941 §3.3.3),

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -144,29 +143,11 @@ func (f *fleetShare) Allow(ctx context.Context, now time.Time, reqs []limit.Requ
 	scaled := make([]limit.Request, len(reqs))
 	params := make([]limit.Params, len(reqs))
 	for i := range reqs {
-		params[i] = scaleParams(*reqs[i].Params, share)
+		params[i] = reqs[i].Params.Scaled(share)
 		scaled[i] = reqs[i]
 		scaled[i].Params = &params[i]
 	}
 	return f.mem.Allow(ctx, now, scaled, res)
-}
-
-// scaleParams returns p with its limit and burst × share, rounded up, at
-// least 1 (0 and -1 stay), as the rules' --local-share scaling does.
-func scaleParams(p limit.Params, share float64) limit.Params {
-	scale := func(n int64) int64 {
-		if n <= 0 {
-			return n
-		}
-		// The epsilon keeps 70 × 0.1 (7.000000000000001) at 7.
-		return min(max(int64(math.Ceil(float64(n)*share-1e-9)), 1), n)
-	}
-	q := p
-	q.Limit, q.Burst = scale(p.Limit), scale(p.Burst)
-	if q.Validate() != nil {
-		return p
-	}
-	return q
 }
 
 // runFleet keeps the gateway a member of the Redis fleet until ctx is

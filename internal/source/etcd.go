@@ -197,9 +197,7 @@ func (e *Etcd) setConnected(ok bool, err error) (was bool) {
 	return was
 }
 
-// Load reads the key and parses its value, in the format its name's
-// extension gives or else the one its content looks like
-// (config.FormatOf). When the store cannot be reached on the first load,
+// Load reads the key and parses its value with Parse. When the store cannot be reached on the first load,
 // it falls back to the cache file, if there is one.
 func (e *Etcd) Load(ctx context.Context) (*config.Rules, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
@@ -227,7 +225,7 @@ func (e *Etcd) Load(ctx context.Context) (*config.Rules, string, error) {
 	if int64(len(kv.Value)) > e.maxBytes {
 		return nil, "", fmt.Errorf("%s: the value is larger than %d bytes (--max-rules-bytes); the rules in force stay", e.name, e.maxBytes)
 	}
-	r, err := config.ParseFormat(e.name, config.FormatOf(e.key, kv.Value), kv.Value)
+	r, err := Parse(e.name, e.key, kv.Value)
 	if err != nil {
 		return nil, "", err
 	}
@@ -255,7 +253,7 @@ func (e *Etcd) loadCache(cause error) (*config.Rules, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("reading rules from %s: %w; and the rules cache: %w", e.name, cause, err)
 	}
-	r, err := config.ParseFormat(e.cacheFile, config.FormatOf(e.key, data), data)
+	r, err := Parse(e.cacheFile, e.key, data)
 	if err != nil {
 		return nil, "", fmt.Errorf("reading rules from %s: %w; and the rules cache is not valid: %w", e.name, cause, err)
 	}

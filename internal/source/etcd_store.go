@@ -30,14 +30,11 @@ func (e *Etcd) historyKey(version int64) string {
 func (e *Etcd) Get(ctx context.Context) (Value, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
-	resp, err := e.client.Get(ctx, e.key)
+	v, err := e.get(ctx)
 	if err != nil {
 		return Value{}, fmt.Errorf("reading %s: %w", e.name, err)
 	}
-	if len(resp.Kvs) == 0 {
-		return Value{Version: NoVersion}, nil
-	}
-	return Value{Data: resp.Kvs[0].Value, Version: resp.Kvs[0].ModRevision}, nil
+	return v, nil
 }
 
 // Put writes data in one etcd transaction that succeeds only if the key's

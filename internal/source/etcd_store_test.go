@@ -21,14 +21,15 @@ func newEtcdStore(t *testing.T, srv *etcdtest.Server, key string) source.Store {
 	return st
 }
 
-// TestEtcdPut checks the store's writes: the first creates the key, each
-// is refused (writing nothing) unless the key is still at the version
-// read, each keeps the value it replaced under the key's history prefix,
-// and the history keeps only the newest values, however its size
-// changes between writes.
 func TestEtcdPut(t *testing.T) {
-	srv := etcdtest.Start(t)
-	st := newEtcdStore(t, srv, "/gateway/rules")
+	testPut(t, newEtcdStore(t, etcdtest.Start(t), "/gateway/rules"))
+}
+
+// testPut checks a store's writes: the first creates the key, each is
+// refused (writing nothing) unless the key is still at the version read,
+// each keeps the value it replaced in the history, and the history keeps
+// only the newest values, however its size changes between writes.
+func testPut(t *testing.T, st source.Store) {
 	ctx := context.Background()
 
 	cur, err := st.Get(ctx)

@@ -41,7 +41,8 @@ type Value struct {
 	// Data is the rules, as written.
 	Data []byte
 	// Version is the store's version of the key when Data was its value
-	// (an etcd mod revision), or NoVersion when the key does not exist.
+	// (an etcd mod revision, a znode's data version), or NoVersion when
+	// the key does not exist.
 	Version int64
 }
 
@@ -85,7 +86,7 @@ func FormatVersion(v int64) string {
 // names a file is an error.
 func NewStore(cfg Config) (Store, error) {
 	if !IsStore(cfg.Spec) {
-		return nil, fmt.Errorf("%s is not a rule store: name one as etcd://host:2379/key", cfg.Spec)
+		return nil, fmt.Errorf("%s is not a rule store: name one as etcd://host:2379/key or zk://host:2181/path", cfg.Spec)
 	}
 	src, err := New(cfg)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/etcdtest"
 	"github.com/ratelimit-gateway/gateway/internal/eventually"
+	"github.com/ratelimit-gateway/gateway/internal/zktest"
 )
 
 // TestEndToEndRulesPush runs the binary serving from etcd, and changes
@@ -128,5 +129,61 @@ func TestEndToEndRulesPush(t *testing.T) {
 	etcd.Stop()
 	if code, _, errOut := runBinary(t, "rules", "get", "--timeout", "1s", src); code != 1 || !strings.Contains(errOut, "reading "+src) {
 		t.Errorf("get with etcd down: exit %d, %q; want 1", code, errOut)
+	}
+}
+
+// TestEndToEndRulesPushZooKeeper runs the binary serving from a
+// ZooKeeper znode with digest credentials from the environment, and
+// pushes to it through the binary: the push is taken; without the
+// credentials the znode cannot be read, and the message says what to set.
+func TestEndToEndRulesPushZooKeeper(t *testing.T) {
+	t.Parallel()
+	if binary == "" {
+		t.Skip("-short: the end-to-end tests need the gateway binary")
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	zk := zktest.Start(t)
+	src := zk.URL("/gateway/rules")
+	dir := t.TempDir()
+	pwFile := filepath.Join(dir, "zk-password")
+	if err := os.WriteFile(pwFile, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	creds := []string{"GATEWAY_ZK_USERNAME=gateway", "GATEWAY_ZK_PASSWORD=s3cret"}
+	file := func(name, limit string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte("configs:\n- appId: app-1\n  limits:\n  - {api: /v1, limit: "+limit+", unit: 1h}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+
+	code, out, errOut := runBinaryEnv(t, creds, "rules", "push", src, file("one.yaml", "1"))
+	if code != 0 || !strings.Contains(out, ": version 0 (was none)") {
+		t.Fatalf("first push: exit %d, %q %q", code, out, errOut)
+	}
+	g := startGateway(t, creds, "--upstream", up.URL, "--config", src)
+	if n, _ := countAdmitted(t, 2, g.proxy+"/v1", "X-App-Id", "app-1"); n != 1 {
+		t.Errorf("on version 0: admitted %d of 2, want 1", n)
+	}
+	code, out, errOut = runBinaryEnv(t, nil, "rules", "push", "--zk-username", "gateway", "--zk-password-file", pwFile, "--expect-version", "0", src, file("three.yaml", "3"))
+	if code != 0 || !strings.Contains(out, ": version 1 (was 0)") {
+		t.Fatalf("push with --expect-version 0: exit %d, %q %q", code, out, errOut)
+	}
+	eventually.True(t, 30*time.Second, func() bool {
+		_, body := send(t, "GET", g.admin+"/rules")
+		return strings.Contains(body, `"version":"1"`)
+	}, "the gateway did not take version 1\n%s", g.logs)
+	if n, _ := countAdmitted(t, 3, g.proxy+"/v1", "X-App-Id", "app-1"); n != 2 {
+		t.Errorf("on version 1: admitted %d of 3, want 2 (limit 3, 1 spent)", n)
+	}
+	if code, _, errOut := runBinaryEnv(t, nil, "rules", "get", src); code != 1 || !strings.Contains(errOut, "GATEWAY_ZK_USERNAME") {
+		t.Errorf("get without credentials: exit %d, %q; want 1 naming GATEWAY_ZK_USERNAME", code, errOut)
+	}
+	if code, _, errOut := runBinaryEnv(t, creds, "rules", "get", "--zk-password-file", pwFile, src); code != 2 {
+		t.Errorf("GATEWAY_ZK_PASSWORD and --zk-password-file: exit %d, %q; want 2", code, errOut)
 	}
 }

@@ -24,6 +24,8 @@ import (
 type storeFlags struct {
 	auth         source.EtcdAuth
 	passwordFile string
+	zk           source.ZKAuth
+	zkFromEnv    func()
 	timeout      time.Duration
 	maxBytes     int64
 }
@@ -32,10 +34,10 @@ func newRulesCmd() *cobra.Command {
 	var sf storeFlags
 	cmd := &cobra.Command{
 		Use:   "rules",
-		Short: "Read, write, list and roll back the rules in a rule store (etcd)",
+		Short: "Read, write, list and roll back the rules in a rule store (etcd, ZooKeeper)",
 		Long: `Read, write, list and roll back the rules a fleet of gateways reads from a rule
-store (gateway serve --config etcd://host:2379/key; see the README's "Rules
-for a fleet").
+store (gateway serve --config etcd://host:2379/key or zk://host:2181/path;
+see the README's "Rules for a fleet").
 
 push checks a file exactly as the gateways would check it as the key's value
 (parse, validate, compile) and writes it only if it is valid, and only if the
@@ -59,36 +61,47 @@ unreachable), 2 bad usage.`,
 		},
 	}
 	f := cmd.PersistentFlags()
-	addEtcdFlags(f, &sf.auth, &sf.passwordFile)
+	sf.zkFromEnv = addStoreFlags(f, &sf.auth, &sf.passwordFile, &sf.zk)
 	f.DurationVar(&sf.timeout, "timeout", source.DefaultTimeout, "longest wait for one request to the store")
 	f.Int64Var(&sf.maxBytes, "max-rules-bytes", config.DefaultMaxBytes, "the gateways' --max-rules-bytes: larger rules are refused, as they would refuse them")
 	cmd.AddCommand(newRulesPushCmd(&sf), newRulesGetCmd(&sf), newRulesHistoryCmd(&sf), newRulesRollbackCmd(&sf))
 	return cmd
 }
 
-// addEtcdFlags adds the flags of an etcd rule store's credentials and TLS
-// files, which serve and rules share.
-func addEtcdFlags(f *pflag.FlagSet, auth *source.EtcdAuth, passwordFile *string) {
-	f.StringVar(&auth.Username, "etcd-username", auth.Username, "with rules in etcd: etcd user (GATEWAY_ETCD_USERNAME)")
-	f.StringVar(&auth.Password, "etcd-password", auth.Password, "with rules in etcd: etcd password; set GATEWAY_ETCD_PASSWORD or --etcd-password-file rather than the flag (visible in ps)")
-	f.StringVar(passwordFile, "etcd-password-file", *passwordFile, "file whose trimmed contents are the etcd password; exclusive with --etcd-password")
-	f.StringVar(&auth.CAFile, "etcd-ca", auth.CAFile, "PEM CA file that verifies etcd's certificate (turns TLS on; etcds:// too, with the system roots)")
-	f.StringVar(&auth.CertFile, "etcd-cert", auth.CertFile, "PEM client certificate for etcd (with --etcd-key)")
-	f.StringVar(&auth.KeyFile, "etcd-key", auth.KeyFile, "PEM private key of --etcd-cert")
+// zkPasswordEnv holds the ZooKeeper password. It has no flag: a flag's
+// value shows in ps.
+var zkPasswordEnv = envName("zk-password")
+
+// addStoreFlags adds the flags of a rule store's credentials and TLS
+// files, which serve and rules share, and returns the function that
+// completes them from the environment once the flags are parsed.
+func addStoreFlags(f *pflag.FlagSet, etcd *source.EtcdAuth, etcdPasswordFile *string, zk *source.ZKAuth) (fromEnv func()) {
+	f.StringVar(&etcd.Username, "etcd-username", etcd.Username, "with rules in etcd: etcd user (GATEWAY_ETCD_USERNAME)")
+	f.StringVar(&etcd.Password, "etcd-password", etcd.Password, "with rules in etcd: etcd password; set GATEWAY_ETCD_PASSWORD or --etcd-password-file rather than the flag (visible in ps)")
+	f.StringVar(etcdPasswordFile, "etcd-password-file", *etcdPasswordFile, "file whose trimmed contents are the etcd password; exclusive with --etcd-password")
+	f.StringVar(&etcd.CAFile, "etcd-ca", etcd.CAFile, "PEM CA file that verifies etcd's certificate (turns TLS on; etcds:// too, with the system roots)")
+	f.StringVar(&etcd.CertFile, "etcd-cert", etcd.CertFile, "PEM client certificate for etcd (with --etcd-key)")
+	f.StringVar(&etcd.KeyFile, "etcd-key", etcd.KeyFile, "PEM private key of --etcd-cert")
+	f.StringVar(&zk.Username, "zk-username", zk.Username, "with rules in ZooKeeper: digest user (GATEWAY_ZK_USERNAME); the password comes from "+zkPasswordEnv+" or --zk-password-file, never a flag")
+	f.StringVar(&zk.PasswordFile, "zk-password-file", zk.PasswordFile, "file whose trimmed contents are the ZooKeeper password; exclusive with "+zkPasswordEnv)
+	return func() { zk.Password = os.Getenv(zkPasswordEnv) }
 }
 
 // open checks the SOURCE argument and the flags (a usage error if they
 // cannot work) and opens the store.
 func (sf *storeFlags) open(spec string) (source.Store, error) {
+	sf.zkFromEnv()
 	switch {
 	case !source.IsStore(spec):
-		return nil, usageError{fmt.Errorf("%s is not a rule store: name one as etcd://host:2379/key (for a rule file, edit it and run gateway validate)", spec)}
+		return nil, usageError{fmt.Errorf("%s is not a rule store: name one as etcd://host:2379/key or zk://host:2181/path (for a rule file, edit it and run gateway validate)", spec)}
 	case sf.auth.Password != "" && sf.passwordFile != "":
 		return nil, usageError{errors.New("--etcd-password and --etcd-password-file are exclusive: pass one")}
+	case sf.zk.Password != "" && sf.zk.PasswordFile != "":
+		return nil, usageError{fmt.Errorf("%s and --zk-password-file are exclusive: set one", zkPasswordEnv)}
 	case sf.maxBytes <= 0:
 		return nil, usageError{fmt.Errorf("--max-rules-bytes %d is not positive", sf.maxBytes)}
 	}
-	if _, _, _, err := source.ParseEtcdURL(spec); err != nil {
+	if err := source.CheckSpec(spec); err != nil {
 		return nil, usageError{err}
 	}
 	if sf.timeout <= 0 {
@@ -102,7 +115,7 @@ func (sf *storeFlags) open(spec string) (source.Store, error) {
 		}
 		auth.Password = strings.TrimSpace(string(data))
 	}
-	return source.NewStore(source.Config{Spec: spec, MaxBytes: sf.maxBytes, Etcd: auth, Timeout: sf.timeout})
+	return source.NewStore(source.Config{Spec: spec, MaxBytes: sf.maxBytes, Etcd: auth, ZK: sf.zk, Timeout: sf.timeout})
 }
 
 // writeFlags are the flags of the commands that write.

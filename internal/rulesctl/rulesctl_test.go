@@ -19,6 +19,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/rulesctl"
 	"github.com/ratelimit-gateway/gateway/internal/server"
 	"github.com/ratelimit-gateway/gateway/internal/source"
+	"github.com/ratelimit-gateway/gateway/internal/zktest"
 )
 
 // wait bounds the waits for something asynchronous (a write reaching the
@@ -40,9 +41,73 @@ func rules(limit int, extra ...string) string {
 // invalid has two problems, on lines 4 and 5.
 const invalid = "configs:\n- appId: a\n  limits:\n  - {api: /v1, limit: -5}\n  - {api: /w, limit: 1, colour: red}\n"
 
-func openStore(t *testing.T, etcd *etcdtest.Server) source.Store {
+// backend is a real store the tests start, and what they do to it
+// behind the gateways' and push's backs.
+type backend struct {
+	// url is the URL of key.
+	url string
+	// put writes value to key as another client would, and returns its
+	// version.
+	put func(t *testing.T, value string) int64
+	// fingerprint returns what moves with any write to the store.
+	fingerprint func(t *testing.T) int64
+	stop        func()
+	restart     func()
+}
+
+// backends are the stores every test runs on.
+var backends = []struct {
+	name  string
+	start func(t *testing.T) *backend
+}{
+	{"etcd", func(t *testing.T) *backend {
+		srv := etcdtest.Start(t)
+		return &backend{
+			url: srv.URL(key),
+			put: func(t *testing.T, value string) int64 {
+				resp, err := srv.Client().Put(context.Background(), key, value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return resp.Header.Revision
+			},
+			fingerprint: func(t *testing.T) int64 {
+				resp, err := srv.Client().Get(context.Background(), key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return resp.Header.Revision
+			},
+			stop: srv.Stop, restart: srv.Restart,
+		}
+	}},
+	{"zookeeper", func(t *testing.T) *backend {
+		srv := zktest.Start(t)
+		return &backend{
+			url: srv.URL(key),
+			put: func(t *testing.T, value string) int64 {
+				stat, err := srv.Client().Set(key, []byte(value), -1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return int64(stat.Version)
+			},
+			fingerprint: func(*testing.T) int64 { return srv.Zxid() },
+			stop:        srv.Stop, restart: srv.Restart,
+		}
+	}},
+}
+
+// eachBackend runs test on each store, one after the other.
+func eachBackend(t *testing.T, test func(t *testing.T, b *backend)) {
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) { test(t, be.start(t)) })
+	}
+}
+
+func openStore(t *testing.T, b *backend) source.Store {
 	t.Helper()
-	st, err := source.NewStore(source.Config{Spec: etcd.URL(key), Timeout: 10 * time.Second})
+	st, err := source.NewStore(source.Config{Spec: b.url, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,16 +124,16 @@ func push(t *testing.T, cfg rulesctl.Config, data string) rulesctl.Result {
 	return res
 }
 
-// gateway is a gateway serving from the etcd key, with the demo upstream,
+// gateway is a gateway serving from the store's key, with the demo upstream,
 // until the test ends.
 type gateway struct {
 	proxy, admin string
 }
 
-func startGateway(t *testing.T, etcd *etcdtest.Server) *gateway {
+func startGateway(t *testing.T, b *backend) *gateway {
 	t.Helper()
 	cfg := server.DefaultConfig()
-	cfg.ConfigPath = etcd.URL(key)
+	cfg.ConfigPath = b.url
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.DemoUpstream = true
 	cfg.SourceProbeInterval = 200 * time.Millisecond
@@ -130,34 +195,25 @@ func status(t *testing.T, url, app string) int {
 	return resp.StatusCode
 }
 
-// revision returns the etcd cluster's revision: it moves with any write.
-func revision(t *testing.T, etcd *etcdtest.Server) int64 {
-	t.Helper()
-	resp, err := etcd.Client().Get(context.Background(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.Header.Revision
-}
-
-// TestFleet runs the push workflow on two gateways serving from one etcd
-// key: a push reaches both; an invalid push is refused with every
+// TestFleet runs the push workflow on two gateways serving from one
+// store's key: a push reaches both; an invalid push is refused with every
 // problem at file:line and writes nothing at all; an invalid value
 // written behind push's back is refused by the gateways, which keep
 // their rules and show it in /rules; a push on a stale --expect-version
 // is refused, naming the current version; the history lists the
 // versions replaced, checked; and a rollback restores one, which the
 // gateways take.
-func TestFleet(t *testing.T) {
-	etcd := etcdtest.Start(t)
+func TestFleet(t *testing.T) { eachBackend(t, testFleet) }
+
+func testFleet(t *testing.T, be *backend) {
 	ctx := context.Background()
-	cfg := rulesctl.Config{Store: openStore(t, etcd), Keep: rulesctl.DefaultKeep}
+	cfg := rulesctl.Config{Store: openStore(t, be), Keep: rulesctl.DefaultKeep}
 
 	v1 := push(t, cfg, rules(1))
 	if v1.Previous != source.NoVersion || v1.Unchanged {
 		t.Fatalf("first push: got %+v, want a new key", v1)
 	}
-	a, b := startGateway(t, etcd), startGateway(t, etcd)
+	a, b := startGateway(t, be), startGateway(t, be)
 	waitVersion(t, v1.Version, a, b)
 	if got := status(t, a.proxy+"/v1", "a"); got != 200 {
 		t.Fatalf("a's first request: got %d, want 200", got)
@@ -181,7 +237,7 @@ func TestFleet(t *testing.T) {
 
 	// An invalid push is refused, every problem at its line, and writes
 	// nothing: not the key, not the history.
-	before := revision(t, etcd)
+	before := be.fingerprint(t)
 	_, err := rulesctl.Push(ctx, cfg, "bad.yaml", []byte(invalid))
 	var inv *rulesctl.InvalidError
 	if !errors.As(err, &inv) {
@@ -196,8 +252,8 @@ func TestFleet(t *testing.T) {
 	if len(inv.Problems()) != 2 {
 		t.Errorf("invalid push: got %d problems, want 2:\n%s", len(inv.Problems()), problems)
 	}
-	if after := revision(t, etcd); after != before {
-		t.Errorf("invalid push: the store's revision moved from %d to %d", before, after)
+	if after := be.fingerprint(t); after != before {
+		t.Errorf("invalid push: the store moved from %d to %d", before, after)
 	}
 	if cur, _ := rulesctl.Get(ctx, cfg.Store); cur.Version != v2.Version || string(cur.Data) != rules(2, "b") {
 		t.Errorf("after the invalid push: got %q at %d, want version %d unchanged", cur.Data, cur.Version, v2.Version)
@@ -209,14 +265,11 @@ func TestFleet(t *testing.T) {
 
 	// An invalid value written behind push's back: the gateways keep
 	// version 2 and say why in /rules.
-	resp, err := etcd.Client().Put(ctx, key, invalid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	behind := resp.Header.Revision
+	behind := be.put(t, invalid)
+	before = be.fingerprint(t)
 	for i, g := range []*gateway{a, b} {
 		eventually.True(t, wait, func() bool {
-			return strings.Contains(g.rules(t).LastError, etcd.URL(key)+":4: limit -5 is below -1")
+			return strings.Contains(g.rules(t).LastError, be.url+":4: limit -5 is below -1")
 		}, "gateway %d does not show the invalid value's error: %+v", i, g.rules(t))
 		if v := g.rules(t).Source.Version; v != strconv.FormatInt(v2.Version, 10) {
 			t.Errorf("gateway %d after the invalid value: at version %s, want %d still", i, v, v2.Version)
@@ -235,8 +288,8 @@ func TestFleet(t *testing.T) {
 	if !errors.As(err, &conflict) || conflict.Current != behind || !strings.Contains(err.Error(), "at version "+strconv.FormatInt(behind, 10)) {
 		t.Fatalf("push on a stale --expect-version: got %v, want a conflict naming version %d", err, behind)
 	}
-	if after := revision(t, etcd); after != behind {
-		t.Errorf("stale push: the store's revision moved from %d to %d", behind, after)
+	if after := be.fingerprint(t); after != before {
+		t.Errorf("stale push: the store moved from %d to %d", before, after)
 	}
 	stale.ExpectVersion = behind
 	v3 := push(t, stale, rules(3, "b"))
@@ -296,15 +349,14 @@ func TestFleet(t *testing.T) {
 // the fault a compare-and-set exists for.
 type racing struct {
 	source.Store
-	etcd  *etcdtest.Server
+	t     *testing.T
+	be    *backend
 	value string
 }
 
 func (r *racing) Get(ctx context.Context) (source.Value, error) {
 	v, err := r.Store.Get(ctx)
-	if _, perr := r.etcd.Client().Put(ctx, key, r.value); perr != nil {
-		return v, perr
-	}
+	r.be.put(r.t, r.value)
 	return v, err
 }
 
@@ -312,29 +364,32 @@ func (r *racing) Get(ctx context.Context) (source.Value, error) {
 // on the version it read just before: a write in between makes it fail
 // and leaves the other write in place.
 func TestPushRace(t *testing.T) {
-	etcd := etcdtest.Start(t)
-	cfg := rulesctl.Config{Store: openStore(t, etcd), Keep: rulesctl.DefaultKeep}
-	push(t, cfg, rules(1))
-	cfg.Store = &racing{Store: cfg.Store, etcd: etcd, value: rules(7)}
-	_, err := rulesctl.Push(context.Background(), cfg, "rules.yaml", []byte(rules(2)))
-	var conflict *source.ConflictError
-	if !errors.As(err, &conflict) {
-		t.Fatalf("push with a write in between: got %v, want a conflict", err)
-	}
-	resp, err := etcd.Client().Get(context.Background(), key)
-	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != rules(7) || resp.Kvs[0].ModRevision != conflict.Current {
-		t.Errorf("after the conflict: got %v, %v; want the other write, at the version the conflict names (%d)", resp, err, conflict.Current)
-	}
+	eachBackend(t, func(t *testing.T, be *backend) {
+		st := openStore(t, be)
+		cfg := rulesctl.Config{Store: st, Keep: rulesctl.DefaultKeep}
+		push(t, cfg, rules(1))
+		cfg.Store = &racing{Store: st, t: t, be: be, value: rules(7)}
+		_, err := rulesctl.Push(context.Background(), cfg, "rules.yaml", []byte(rules(2)))
+		var conflict *source.ConflictError
+		if !errors.As(err, &conflict) {
+			t.Fatalf("push with a write in between: got %v, want a conflict", err)
+		}
+		cur, err := st.Get(context.Background())
+		if err != nil || string(cur.Data) != rules(7) || cur.Version != conflict.Current {
+			t.Errorf("after the conflict: got %q at %d, %v; want the other write, at the version the conflict names (%d)", cur.Data, cur.Version, err, conflict.Current)
+		}
+	})
 }
 
 // TestStoreRestartUnderLoad sends requests through a gateway without a
-// pause while etcd stops and starts again: none fails, the rules stay in
+// pause while the store stops and starts again: none fails, the rules stay in
 // force throughout, and the next push is taken.
-func TestStoreRestartUnderLoad(t *testing.T) {
-	etcd := etcdtest.Start(t)
-	cfg := rulesctl.Config{Store: openStore(t, etcd), Keep: rulesctl.DefaultKeep}
+func TestStoreRestartUnderLoad(t *testing.T) { eachBackend(t, testRestartUnderLoad) }
+
+func testRestartUnderLoad(t *testing.T, be *backend) {
+	cfg := rulesctl.Config{Store: openStore(t, be), Keep: rulesctl.DefaultKeep}
 	v1 := push(t, cfg, rules(1, "load"))
-	g := startGateway(t, etcd)
+	g := startGateway(t, be)
 	waitVersion(t, v1.Version, g)
 
 	var sent, failed atomic.Int64
@@ -375,13 +430,13 @@ func TestStoreRestartUnderLoad(t *testing.T) {
 	}
 
 	progress(10)
-	etcd.Stop()
+	be.stop()
 	eventually.True(t, wait, func() bool { return !g.rules(t).Source.Connected }, "the gateway did not notice the store stopped")
 	progress(10)
 	if r := g.rules(t); r.Source.Version != strconv.FormatInt(v1.Version, 10) || r.SHA256 != v1.Rules.Source.SHA256 {
 		t.Errorf("with the store stopped: %+v, want version %d in force", r, v1.Version)
 	}
-	etcd.Restart()
+	be.restart()
 	eventually.True(t, wait, func() bool { return g.rules(t).Source.Connected }, "the gateway did not reconnect")
 	progress(10)
 

@@ -340,7 +340,15 @@ func TestEndToEndDemoUpstream(t *testing.T) {
 
 func runBinary(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
+	return runBinaryEnv(t, nil, args...)
+}
+
+// runBinaryEnv runs the gateway with args and env added to the
+// environment, and returns its exit code, stdout and stderr.
+func runBinaryEnv(t *testing.T, env []string, args ...string) (int, string, string) {
+	t.Helper()
 	cmd := gatewayCmd(t, context.Background(), args...)
+	cmd.Env = append(cmd.Env, env...)
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

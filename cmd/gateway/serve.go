@@ -16,6 +16,7 @@ func newServeCmd() *cobra.Command {
 		cfg       = server.DefaultConfig()
 		logFormat = logJSON
 		logLevel  levelFlag
+		zkFromEnv func()
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -38,6 +39,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Logger = newLogger(cmd.ErrOrStderr(), logFormat, logLevel)
 			cfg.Version = version
+			zkFromEnv()
 			if !cmd.Flags().Changed("config") {
 				cfg.FallbackRules = configs.ExampleRules
 			}
@@ -48,14 +50,9 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.ConfigPath, "config", cfg.ConfigPath, "rule file (YAML, or JSON or XML by extension), or etcd://host:2379[,host:2379]/key for rules in etcd; if the default file is missing, the built-in example rules are used")
-	f.StringVar(&cfg.RulesCache, "rules-cache", cfg.RulesCache, "with --config etcd://…: file written with every good rules value, from which the gateway starts (with a warning) when etcd is unreachable at start")
-	f.StringVar(&cfg.Etcd.Username, "etcd-username", cfg.Etcd.Username, "with --config etcd://…: etcd user (GATEWAY_ETCD_USERNAME)")
-	f.StringVar(&cfg.Etcd.Password, "etcd-password", cfg.Etcd.Password, "with --config etcd://…: etcd password; set GATEWAY_ETCD_PASSWORD or --etcd-password-file rather than the flag (visible in ps)")
-	f.StringVar(&cfg.EtcdPasswordFile, "etcd-password-file", cfg.EtcdPasswordFile, "file whose trimmed contents are the etcd password; exclusive with --etcd-password")
-	f.StringVar(&cfg.Etcd.CAFile, "etcd-ca", cfg.Etcd.CAFile, "PEM CA file that verifies etcd's certificate (turns TLS on; etcds:// too, with the system roots)")
-	f.StringVar(&cfg.Etcd.CertFile, "etcd-cert", cfg.Etcd.CertFile, "PEM client certificate for etcd (with --etcd-key)")
-	f.StringVar(&cfg.Etcd.KeyFile, "etcd-key", cfg.Etcd.KeyFile, "PEM private key of --etcd-cert")
+	f.StringVar(&cfg.ConfigPath, "config", cfg.ConfigPath, "rule file (YAML, or JSON or XML by extension), or etcd://host:2379[,host:2379]/key or zk://host:2181[,host:2181]/path for rules in a store; if the default file is missing, the built-in example rules are used")
+	f.StringVar(&cfg.RulesCache, "rules-cache", cfg.RulesCache, "with rules in a store: file written with every good rules value, from which the gateway starts (with a warning) when the store is unreachable at start")
+	zkFromEnv = addStoreFlags(f, &cfg.Etcd, &cfg.EtcdPasswordFile, &cfg.ZK)
 	f.Int64Var(&cfg.MaxRulesBytes, "max-rules-bytes", cfg.MaxRulesBytes, "largest rule file read; a larger one is refused and the rules in force stay")
 	f.BoolVar(&cfg.Watch, "watch", cfg.Watch, "reload the rules when the rule file changes (SIGHUP and POST /rules/reload always do)")
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "proxy listen address")

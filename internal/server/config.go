@@ -20,18 +20,22 @@ import (
 // Start from DefaultConfig: its values are the flags' defaults, and New
 // refuses the zero values that would mean "no limit" to net/http.
 type Config struct {
-	// ConfigPath is the rule file, or the etcd key of the rules:
-	// etcd://host:2379[,host:2379]/key (etcds:// for TLS).
+	// ConfigPath is the rule file, or the etcd key or ZooKeeper znode of
+	// the rules: etcd://host:2379[,host:2379]/key (etcds:// for TLS),
+	// zk://host:2181[,host:2181]/path.
 	ConfigPath string
-	// RulesCache, with rules in etcd, is a file written with every good
-	// value, from which the gateway starts when etcd is unreachable at
-	// start. Empty: no cache, and an unreachable etcd fails the start.
+	// RulesCache, with rules in a store, is a file written with every
+	// good value, from which the gateway starts when the store is
+	// unreachable at start. Empty: no cache, and an unreachable store
+	// fails the start.
 	RulesCache string
 	// Etcd are the credentials and TLS files of an etcd rule source.
 	Etcd source.EtcdAuth
 	// EtcdPasswordFile, exclusive with Etcd.Password, is a file whose
 	// trimmed contents are the etcd password.
 	EtcdPasswordFile string
+	// ZK are the credentials of a ZooKeeper rule source.
+	ZK source.ZKAuth
 	// SourceProbeInterval is how often a rule store is checked. Default
 	// source.DefaultProbeInterval.
 	SourceProbeInterval time.Duration
@@ -199,9 +203,11 @@ func (c *Config) Validate() error {
 	case c.ConfigPath == "":
 		return errors.New("--config is empty: name a rule file")
 	case c.RulesCache != "" && !source.IsStore(c.ConfigPath):
-		return errors.New("--rules-cache is for rules in etcd (--config etcd://…); a rule file needs no cache")
+		return errors.New("--rules-cache is for rules in a store (--config etcd://… or zk://…); a rule file needs no cache")
 	case c.Etcd.Password != "" && c.EtcdPasswordFile != "":
 		return errors.New("--etcd-password and --etcd-password-file are exclusive: pass one")
+	case c.ZK.Password != "" && c.ZK.PasswordFile != "":
+		return errors.New("GATEWAY_ZK_PASSWORD and --zk-password-file are exclusive: set one")
 	case c.Listen == "":
 		return errors.New("--listen is empty: give an address such as :8080")
 	case c.AdminListen == "":
@@ -248,7 +254,7 @@ func (c *Config) Validate() error {
 		return errors.New("--admin-token is only white space: set a token, or none to disable POST /rules/reload")
 	}
 	if source.IsStore(c.ConfigPath) {
-		if _, _, _, err := source.ParseEtcdURL(c.ConfigPath); err != nil {
+		if err := source.CheckSpec(c.ConfigPath); err != nil {
 			return fmt.Errorf("--config: %w", err)
 		}
 	}

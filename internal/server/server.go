@@ -35,7 +35,7 @@ type Server struct {
 	st    *stores
 	certs *certReloader // nil without TLS
 	rules *Reloader
-	// src is the rule store (etcd), nil for a rule file.
+	// src is the rule store (etcd, ZooKeeper), nil for a rule file.
 	src      source.Source
 	handler  *proxy.Handler
 	metrics  *proxy.Metrics
@@ -373,7 +373,7 @@ func (s *Server) openStore(reg prometheus.Registerer) (*config.Rules, error) {
 	}
 	src, err := source.New(source.Config{
 		Spec: cfg.ConfigPath, MaxBytes: cfg.MaxRulesBytes, CacheFile: cfg.RulesCache,
-		Etcd: auth, ProbeInterval: cfg.SourceProbeInterval, Logger: s.log,
+		Etcd: auth, ZK: cfg.ZK, ProbeInterval: cfg.SourceProbeInterval, Logger: s.log,
 	})
 	if err != nil {
 		return nil, err
@@ -382,7 +382,7 @@ func (s *Server) openStore(reg prometheus.Registerer) (*config.Rules, error) {
 	s.closers = append(s.closers, src.Close)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "gateway_rules_source_connected",
-		Help: "1 while the rule store (etcd) answers, 0 while it does not: the gateway keeps its rules meanwhile.",
+		Help: "1 while the rule store (etcd, ZooKeeper) answers, 0 while it does not: the gateway keeps its rules meanwhile.",
 	}, func() float64 {
 		if src.Status().Connected {
 			return 1

@@ -4,14 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
-	"log/slog"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -32,40 +27,11 @@ type EtcdAuth struct {
 	CAFile, CertFile, KeyFile string
 }
 
-// Defaults of an etcd source.
-const (
-	// DefaultTimeout bounds one request to the store.
-	DefaultTimeout = 5 * time.Second
-	// DefaultProbeInterval is how often Watch checks that the store
-	// answers and that it has missed no change.
-	DefaultProbeInterval = 5 * time.Second
-	// maxBackoff bounds the wait before watching again after a watch
-	// failed.
-	maxBackoff = 10 * time.Second
-)
-
 // Etcd is the rules in one etcd key, watched (the README's "Rules for a
 // fleet"). Its version is the key's mod revision.
 type Etcd struct {
-	name      string // etcd://endpoints/key, for messages
-	key       string
-	client    *clientv3.Client
-	maxBytes  int64
-	cacheFile string
-	timeout   time.Duration
-	probe     time.Duration
-	log       *slog.Logger
-
-	mu     sync.Mutex
-	status Status
-	// loaded reports whether a load has succeeded (from the store or
-	// the cache): only a first load falls back to the cache.
-	loaded bool
-	// notified is the mod revision Watch last told of (0: the key did
-	// not exist), so that it never reports the same value twice.
-	notified int64
-	// cached is the mod revision last written to the cache file.
-	cached int64
+	*remote
+	client *clientv3.Client
 }
 
 var _ Source = (*Etcd)(nil)
@@ -120,20 +86,7 @@ func NewEtcd(cfg Config) (*Etcd, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Spec, err)
 	}
-	e := &Etcd{
-		name: cfg.Spec, key: key, client: c, maxBytes: cfg.MaxBytes, cacheFile: cfg.CacheFile,
-		timeout: cmpOr(cfg.Timeout, DefaultTimeout), probe: cmpOr(cfg.ProbeInterval, DefaultProbeInterval),
-		log: cfg.Logger.With("source", cfg.Spec),
-	}
-	e.status = Status{Source: e.name, Since: time.Now()}
-	return e, nil
-}
-
-func cmpOr(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
+	return &Etcd{remote: newRemote(cfg, key), client: c}, nil
 }
 
 func etcdTLS(a EtcdAuth) (*tls.Config, error) {
@@ -170,119 +123,26 @@ func (e *Etcd) String() string { return e.name }
 // Close closes the client.
 func (e *Etcd) Close() error { return e.client.Close() }
 
-// Status reports the connection's state and the version in force.
-func (e *Etcd) Status() Status {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.status
-}
-
-// setConnected records whether the store answered, logging changes.
-func (e *Etcd) setConnected(ok bool, err error) (was bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	was = e.status.Connected
-	if ok != was {
-		e.status.Since = time.Now()
-		if ok {
-			e.log.Info("rule store reachable")
-		} else {
-			e.log.Warn("rule store unreachable; keeping the rules in force and retrying", "err", err)
-		}
-	}
-	e.status.Connected, e.status.Error = ok, ""
-	if err != nil {
-		e.status.Error = err.Error()
-	}
-	return was
-}
-
-// Load reads the key and parses its value, in the format its name's
-// extension gives or else the one its content looks like
-// (config.FormatOf). When the store cannot be reached on the first load,
+// Load reads the key and parses its value with Parse; the version is
+// its mod revision. When the store cannot be reached on the first load,
 // it falls back to the cache file, if there is one.
 func (e *Etcd) Load(ctx context.Context) (*config.Rules, string, error) {
-	ctx, cancel := context.WithTimeout(ctx, e.timeout)
-	defer cancel()
+	return e.load(ctx, func(ctx context.Context) (Value, int64, error) {
+		v, err := e.get(ctx)
+		return v, max(v.Version, 0), err
+	})
+}
+
+// get reads the key's value and mod revision.
+func (e *Etcd) get(ctx context.Context) (Value, error) {
 	resp, err := e.client.Get(ctx, e.key)
 	if err != nil {
-		e.setConnected(false, err)
-		e.mu.Lock()
-		first := !e.loaded
-		e.mu.Unlock()
-		if first && e.cacheFile != "" {
-			return e.loadCache(err)
-		}
-		hint := ""
-		if first {
-			hint = "; pass --rules-cache FILE to start from the last rules read when etcd is down"
-		}
-		return nil, "", fmt.Errorf("reading rules from %s: %w%s", e.name, err, hint)
+		return Value{}, err
 	}
-	e.setConnected(true, nil)
 	if len(resp.Kvs) == 0 {
-		return nil, "", fmt.Errorf("%s: the key %s does not exist; write the rules there (gateway rules push)", e.name, e.key)
+		return Value{Version: NoVersion}, nil
 	}
-	kv := resp.Kvs[0]
-	if int64(len(kv.Value)) > e.maxBytes {
-		return nil, "", fmt.Errorf("%s: the value is larger than %d bytes (--max-rules-bytes); the rules in force stay", e.name, e.maxBytes)
-	}
-	r, err := config.ParseFormat(e.name, config.FormatOf(e.key, kv.Value), kv.Value)
-	if err != nil {
-		return nil, "", err
-	}
-	version := strconv.FormatInt(kv.ModRevision, 10)
-	e.mu.Lock()
-	e.loaded, e.notified = true, kv.ModRevision
-	e.status.Version, e.status.FromCache = version, false
-	writeCache := e.cacheFile != "" && e.cached != kv.ModRevision
-	e.mu.Unlock()
-	if writeCache {
-		if err := writeFileAtomic(e.cacheFile, kv.Value); err != nil {
-			e.log.Error("cannot write the rules cache", "path", e.cacheFile, "err", err)
-		} else {
-			e.mu.Lock()
-			e.cached = kv.ModRevision
-			e.mu.Unlock()
-		}
-	}
-	return r, version, nil
-}
-
-// loadCache parses the cache file, the store being unreachable (cause).
-func (e *Etcd) loadCache(cause error) (*config.Rules, string, error) {
-	data, err := os.ReadFile(e.cacheFile)
-	if err != nil {
-		return nil, "", fmt.Errorf("reading rules from %s: %w; and the rules cache: %w", e.name, cause, err)
-	}
-	r, err := config.ParseFormat(e.cacheFile, config.FormatOf(e.key, data), data)
-	if err != nil {
-		return nil, "", fmt.Errorf("reading rules from %s: %w; and the rules cache is not valid: %w", e.name, cause, err)
-	}
-	e.log.Warn("rule store unreachable at start; serving the rules cache until it answers", "cache", e.cacheFile, "err", cause)
-	e.mu.Lock()
-	e.loaded = true
-	e.status.Version, e.status.FromCache = "cache", true
-	e.mu.Unlock()
-	return r, "cache", nil
-}
-
-// writeFileAtomic writes data to path through a temporary file renamed
-// over it, so that a reader never sees half a file.
-func writeFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	err = errors.Join(err, f.Sync(), f.Close())
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
+	return Value{Data: resp.Kvs[0].Value, Version: resp.Kvs[0].ModRevision}, nil
 }
 
 // Watch calls onChange when the key changes (an etcd watch), and when the
@@ -294,20 +154,7 @@ func writeFileAtomic(path string, data []byte) error {
 // goroutines at once.
 func (e *Etcd) Watch(ctx context.Context, onChange func()) error {
 	// The probe runs apart: registering a watch waits for the store.
-	probed := make(chan struct{})
-	go func() {
-		defer close(probed)
-		t := time.NewTicker(e.probe)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				e.check(ctx, onChange)
-			}
-		}
-	}()
+	probed := e.probeEvery(ctx, nil, func(ctx context.Context) { e.check(ctx, e.stamp, onChange) })
 	defer func() { <-probed }()
 
 	backoff := 100 * time.Millisecond
@@ -328,45 +175,18 @@ func (e *Etcd) Watch(ctx context.Context, onChange func()) error {
 			}
 		}
 		wcancel()
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, backoff) {
 			return nil
-		case <-t.C:
 		}
 		backoff = min(2*backoff, maxBackoff)
 	}
 }
 
-// check asks the store for the key's mod revision, and calls onChange if
-// it changed or if the store answers again.
-func (e *Etcd) check(ctx context.Context, onChange func()) {
-	rctx, cancel := context.WithTimeout(ctx, e.timeout)
-	defer cancel()
-	resp, err := e.client.Get(rctx, e.key, clientv3.WithKeysOnly())
-	if err != nil {
-		if ctx.Err() == nil {
-			e.setConnected(false, err)
-		}
-		return
+// stamp returns the key's mod revision, 0 if it does not exist.
+func (e *Etcd) stamp(ctx context.Context) (int64, error) {
+	resp, err := e.client.Get(ctx, e.key, clientv3.WithKeysOnly())
+	if err != nil || len(resp.Kvs) == 0 {
+		return 0, err
 	}
-	was := e.setConnected(true, nil)
-	var rev int64
-	if len(resp.Kvs) > 0 {
-		rev = resp.Kvs[0].ModRevision
-	}
-	e.notify(rev, !was, onChange)
-}
-
-// notify calls onChange if rev is not the revision last told of, or if
-// force.
-func (e *Etcd) notify(rev int64, force bool, onChange func()) {
-	e.mu.Lock()
-	changed := force || rev != e.notified
-	e.notified = rev
-	e.mu.Unlock()
-	if changed {
-		onChange()
-	}
+	return resp.Kvs[0].ModRevision, nil
 }

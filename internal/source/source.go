@@ -1,5 +1,6 @@
 // Package source is where the gateway's rules come from: a rule file
-// (the default) or a key in etcd (the README's "Rules for a fleet"). Each
+// (the default), a key in etcd or a znode in ZooKeeper (the README's
+// "Rules for a fleet"). Each
 // source loads and validates the rules, and says when they may have
 // changed; the server's Reloader then compiles and swaps them in, so that
 // every source goes through the same path as a file edit.
@@ -54,7 +55,8 @@ type Status struct {
 
 // Config configures the source New opens.
 type Config struct {
-	// Spec is --config: a file path, or etcd://host:port[,host:port]/key.
+	// Spec is --config: a file path, etcd://host:port[,host:port]/key
+	// or zk://host:port[,host:port]/path.
 	Spec string
 	// MaxBytes is the largest rules read. Default config.DefaultMaxBytes.
 	MaxBytes int64
@@ -64,6 +66,8 @@ type Config struct {
 	CacheFile string
 	// Etcd holds the credentials and TLS settings of an etcd source.
 	Etcd EtcdAuth
+	// ZK holds the credentials of a ZooKeeper source.
+	ZK ZKAuth
 	// Timeout bounds one request to a store. Default DefaultTimeout.
 	Timeout time.Duration
 	// ProbeInterval is how often a store source checks that the store
@@ -75,7 +79,18 @@ type Config struct {
 
 // IsStore reports whether spec names a store rather than a file.
 func IsStore(spec string) bool {
-	return strings.HasPrefix(spec, "etcd://") || strings.HasPrefix(spec, "etcds://")
+	return strings.HasPrefix(spec, "etcd://") || strings.HasPrefix(spec, "etcds://") || strings.HasPrefix(spec, "zk://")
+}
+
+// CheckSpec reports what is wrong with the URL of a store, without
+// contacting it.
+func CheckSpec(spec string) error {
+	if strings.HasPrefix(spec, "zk://") {
+		_, _, err := ParseZKURL(spec)
+		return err
+	}
+	_, _, _, err := ParseEtcdURL(spec)
+	return err
 }
 
 // New opens the source cfg.Spec names. It does not contact a store: Load
@@ -88,11 +103,13 @@ func New(cfg Config) (Source, error) {
 		cfg.Logger = slog.Default()
 	}
 	switch {
+	case strings.HasPrefix(cfg.Spec, "zk://"):
+		return NewZK(cfg)
 	case IsStore(cfg.Spec):
 		return NewEtcd(cfg)
 	case strings.Contains(cfg.Spec, "://"):
 		scheme, _, _ := strings.Cut(cfg.Spec, "://")
-		return nil, fmt.Errorf("--config %s: the scheme %s:// is not supported; name a file, or etcd://host:2379/key", cfg.Spec, scheme)
+		return nil, fmt.Errorf("--config %s: the scheme %s:// is not supported; name a file, etcd://host:2379/key or zk://host:2181/path", cfg.Spec, scheme)
 	}
 	return NewFile(cfg.Spec, cfg.MaxBytes, cfg.Logger), nil
 }

@@ -1,0 +1,310 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/ratelimit-gateway/gateway/internal/config"
+)
+
+// ZKAuth are the credentials of a ZooKeeper source: digest authentication
+// (ZooKeeper's user:password scheme). They come from the environment or
+// from a file, never from the URL or a flag, so that they do not show in
+// ps or in /rules.
+type ZKAuth struct {
+	// Username and Password, when Username is set, authenticate the
+	// session; the znodes `gateway rules push` creates are then
+	// readable and writable by that user only (ZooKeeper's auth ACL).
+	Username, Password string
+	// PasswordFile, exclusive with Password, is a file whose trimmed
+	// contents are the password.
+	PasswordFile string
+}
+
+// zkSessionTimeout is the session timeout the client asks for: the server
+// keeps the session, and so the watches, that long after losing the
+// client, which reconnects within it and misses nothing.
+const zkSessionTimeout = 10 * time.Second
+
+// ZK is the rules in one ZooKeeper znode, watched (the README's "Rules for
+// a fleet"). Its version is the znode's data version.
+type ZK struct {
+	*remote
+	conn *zk.Conn
+	// acl is that of the znodes Put creates.
+	acl []zk.ACL
+	// digest is "user:password", or "" without credentials.
+	digest string
+	// kick receives when a session is established, so that Watch
+	// checks the znode at once after a reconnection.
+	kick chan struct{}
+
+	authMu sync.Mutex
+	// authed reports whether the credentials were added to the
+	// connection, which then adds them again after every reconnection.
+	authed bool
+}
+
+var _ Store = (*ZK)(nil)
+
+// ParseZKURL splits zk://host:port[,host:port]/path into its servers and
+// the znode's path.
+func ParseZKURL(spec string) (servers []string, path string, err error) {
+	scheme, rest, _ := strings.Cut(spec, "://")
+	hosts, p, _ := strings.Cut(rest, "/")
+	switch {
+	case scheme != "zk":
+		return nil, "", fmt.Errorf("%s: the scheme must be zk://", spec)
+	case strings.Contains(hosts, "@"):
+		return nil, "", errors.New("zk://…: put no credentials in the URL; set GATEWAY_ZK_USERNAME and GATEWAY_ZK_PASSWORD (or --zk-password-file)")
+	case hosts == "":
+		return nil, "", fmt.Errorf("%s: no ZooKeeper server; write zk://host:2181/gateway/rules", spec)
+	case p == "" || strings.HasSuffix(p, "/"):
+		return nil, "", fmt.Errorf("%s: no znode path; write zk://host:2181/gateway/rules", spec)
+	}
+	for _, seg := range strings.Split(p, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return nil, "", fmt.Errorf("%s: the znode path /%s has an empty, . or .. element", spec, p)
+		}
+	}
+	for _, h := range strings.Split(hosts, ",") {
+		if h == "" || !strings.Contains(h, ":") {
+			return nil, "", fmt.Errorf("%s: server %q is not host:port", spec, h)
+		}
+		servers = append(servers, h)
+	}
+	return servers, "/" + p, nil
+}
+
+// NewZK returns the ZooKeeper source of cfg.Spec. It does not wait for
+// ZooKeeper to answer: the client connects, and reconnects, on its own.
+func NewZK(cfg Config) (*ZK, error) {
+	servers, path, err := ParseZKURL(cfg.Spec)
+	if err != nil {
+		return nil, err
+	}
+	a := cfg.ZK
+	switch {
+	case a.Password != "" && a.PasswordFile != "":
+		return nil, errors.New("GATEWAY_ZK_PASSWORD and --zk-password-file are exclusive: set one")
+	case a.PasswordFile != "":
+		data, err := os.ReadFile(a.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("--zk-password-file: %w", err)
+		}
+		a.Password = strings.TrimSpace(string(data))
+	}
+	if a.Username == "" && a.Password != "" {
+		return nil, errors.New("a ZooKeeper password without a user: set GATEWAY_ZK_USERNAME (or --zk-username) too")
+	}
+	z := &ZK{remote: newRemote(cfg, path), acl: zk.WorldACL(zk.PermAll), kick: make(chan struct{}, 1)}
+	if a.Username != "" {
+		z.digest, z.acl = a.Username+":"+a.Password, zk.AuthACL(zk.PermAll)
+	}
+	z.conn, _, err = zk.Connect(servers, zkSessionTimeout,
+		zk.WithLogInfo(false), zk.WithLogger(zkLogger{z.log}),
+		zk.WithEventCallback(func(ev zk.Event) {
+			if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {
+				select {
+				case z.kick <- struct{}{}:
+				default:
+				}
+			}
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Spec, err)
+	}
+	return z, nil
+}
+
+// zkLogger sends the ZooKeeper client's messages (each failed connection
+// attempt) to the debug level: the source's status says what matters.
+type zkLogger struct{ log *slog.Logger }
+
+func (l zkLogger) Printf(format string, args ...any) {
+	l.log.Debug("zookeeper client: " + fmt.Sprintf(format, args...))
+}
+
+// do runs f, requests of the ZooKeeper client, which take no context,
+// until ctx is done. While the client has no connection it fails a
+// request at once, unsent (zk.ErrNoServer): do tries again until ctx is
+// done, and so does it after a connection lost with the request in
+// flight if idempotent.
+func do[T any](ctx context.Context, idempotent bool, f func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	for delay := 50 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+		ch := make(chan result, 1)
+		go func() {
+			v, err := f()
+			ch <- result{v, err}
+		}()
+		var r result
+		select {
+		case r = <-ch:
+		case <-ctx.Done():
+			return r.v, ctx.Err()
+		}
+		retry := errors.Is(r.err, zk.ErrNoServer) || idempotent && errors.Is(r.err, zk.ErrConnectionClosed)
+		if !retry || !sleep(ctx, delay) {
+			return r.v, r.err
+		}
+	}
+}
+
+// ready adds the credentials to the connection, once.
+func (z *ZK) ready(ctx context.Context) error {
+	if z.digest == "" {
+		return nil
+	}
+	z.authMu.Lock()
+	defer z.authMu.Unlock()
+	if z.authed {
+		return nil
+	}
+	if _, err := do(ctx, true, func() (struct{}, error) { return struct{}{}, z.conn.AddAuth("digest", []byte(z.digest)) }); err != nil {
+		return fmt.Errorf("authenticating to ZooKeeper: %w", err)
+	}
+	z.authed = true
+	return nil
+}
+
+// Key returns the znode's path.
+func (z *ZK) Key() string { return z.key }
+
+// String returns zk://servers/path.
+func (z *ZK) String() string { return z.name }
+
+// Close closes the connection.
+func (z *ZK) Close() error {
+	z.conn.Close()
+	return nil
+}
+
+// Load reads the znode and parses its data with Parse; the version is
+// its data version. When the store cannot be reached on the first load,
+// it falls back to the cache file, if there is one.
+func (z *ZK) Load(ctx context.Context) (*config.Rules, string, error) {
+	return z.load(ctx, z.get)
+}
+
+// get reads the znode's data, version and mzxid (0 when it does not
+// exist).
+func (z *ZK) get(ctx context.Context) (Value, int64, error) {
+	if err := z.ready(ctx); err != nil {
+		return Value{}, 0, err
+	}
+	type got struct {
+		data []byte
+		stat *zk.Stat
+	}
+	g, err := do(ctx, true, func() (got, error) {
+		data, stat, err := z.conn.Get(z.key)
+		return got{data, stat}, err
+	})
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		return Value{Version: NoVersion}, 0, nil
+	case errors.Is(err, zk.ErrNoAuth):
+		return Value{}, 0, fmt.Errorf("%w: the znode's ACL does not let these credentials read it; set GATEWAY_ZK_USERNAME and GATEWAY_ZK_PASSWORD (or --zk-password-file) to those it was written with", err)
+	case err != nil:
+		return Value{}, 0, err
+	}
+	return Value{Data: g.data, Version: int64(g.stat.Version)}, g.stat.Mzxid, nil
+}
+
+// stamp returns the znode's mzxid, 0 if it does not exist.
+func (z *ZK) stamp(ctx context.Context) (int64, error) {
+	if err := z.ready(ctx); err != nil {
+		return 0, err
+	}
+	stat, err := do(ctx, true, func() (*zk.Stat, error) {
+		ok, stat, err := z.conn.Exists(z.key)
+		if !ok {
+			stat = nil
+		}
+		return stat, err
+	})
+	if err != nil || stat == nil {
+		return 0, err
+	}
+	return stat.Mzxid, nil
+}
+
+// Watch calls onChange when the znode changes (a ZooKeeper watch, set
+// again after each event), and when the store answers again after it did
+// not: the rules are read again on reconnection. Every probe interval,
+// and as soon as a session is established, it checks the store and the
+// znode's mzxid, so that a change a lost watch missed is still seen.
+// onChange is never called twice for the same value unless the store was
+// unreachable in between; it may be called from two goroutines at once.
+func (z *ZK) Watch(ctx context.Context, onChange func()) error {
+	probed := z.probeEvery(ctx, z.kick, func(ctx context.Context) { z.check(ctx, z.stamp, onChange) })
+	defer func() { <-probed }()
+
+	backoff := 100 * time.Millisecond
+	for {
+		events, stamp, err := z.watchOnce(ctx)
+		if err != nil {
+			if !sleep(ctx, backoff) {
+				return nil
+			}
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		z.notify(stamp, false, onChange)
+		// Any event (the data changed, the znode was created or
+		// deleted, or the session expired and the watch with it) sets
+		// the watch again.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-events:
+		}
+	}
+}
+
+// watchOnce sets a watch on the znode (on its data, or on its creation
+// if it does not exist) and returns its events and the znode's mzxid.
+func (z *ZK) watchOnce(ctx context.Context) (<-chan zk.Event, int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, z.timeout)
+	defer cancel()
+	if err := z.ready(ctx); err != nil {
+		return nil, 0, err
+	}
+	type set struct {
+		events <-chan zk.Event
+		stat   *zk.Stat
+	}
+	s, err := do(ctx, true, func() (set, error) {
+		_, stat, events, err := z.conn.GetW(z.key)
+		if errors.Is(err, zk.ErrNoNode) {
+			var ok bool
+			ok, stat, events, err = z.conn.ExistsW(z.key)
+			if ok {
+				// Created in between: read it through GetW next time.
+				return set{events, stat}, err
+			}
+			stat = nil
+		}
+		return set{events, stat}, err
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	if s.stat == nil {
+		return s.events, 0, nil
+	}
+	return s.events, s.stat.Mzxid, nil
+}

@@ -125,6 +125,7 @@ func New(cfg Config) (_ *Server, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("--access-log: %w", err)
 		}
+		al.SetRawKeys(cfg.AccessLogKeys)
 		s.closers = append(s.closers, al.Close)
 		observers = append(observers, al)
 	}

@@ -88,6 +88,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 	f.Var(&cfg.RateLimitHeaders, "ratelimit-headers", "rate-limit response headers: both, draft (RateLimit, RateLimit-Policy), legacy (X-RateLimit-*), none")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "longest drain of in-flight requests on SIGTERM")
 	f.StringVar(&cfg.AccessLog, "access-log", cfg.AccessLog, "write one JSON line per request to stdout, stderr or this file (off when empty)")
+	f.BoolVar(&cfg.AccessLogKeys, "access-log-keys", cfg.AccessLogKeys, "write the header and query values of keyed limits to the access log as they are, rather than the first 16 hex digits of their sha256")
 	f.BoolVar(&cfg.Pprof, "pprof", cfg.Pprof, "serve the Go profiler on the admin port at /debug/pprof/")
 	f.DurationVar(&cfg.ReadHeaderTimeout, "read-header-timeout", cfg.ReadHeaderTimeout, "longest a client may take to send a request's headers (and TLS handshake) before the proxy closes the connection; stops slowloris clients. Whole requests and responses have no timeout, so that streams work")
 	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "longest a keep-alive connection to the proxy may wait for its next request")

@@ -17,6 +17,8 @@ import (
 type AccessLog struct {
 	h slog.Handler
 	c io.Closer // nil for stdout and stderr
+	// rawKeys writes key values rather than their hashes (SetRawKeys).
+	rawKeys bool
 }
 
 // OpenAccessLog opens the access log destination: "stdout", "stderr", or a
@@ -75,6 +77,9 @@ func (a *AccessLog) ObserveRequest(r *http.Request, o *Outcome) {
 		slog.Float64("duration", o.Duration.Seconds()),
 		slog.Float64("upstream_duration", o.UpstreamDuration.Seconds()),
 	)
+	if o.n > 0 {
+		rec.AddAttrs(keyLogAttrs(r, o, a.rawKeys)...)
+	}
 	a.h.Handle(context.Background(), rec)
 }
 

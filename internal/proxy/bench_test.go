@@ -45,10 +45,10 @@ func benchHandler(b *testing.B, rules string) *Handler {
 		b.Fatal(err)
 	}
 	rp.Transport = stubTransport{}
-	// As `gateway serve` runs it: with metrics.
+	// As `gateway serve` runs it: with metrics and /top's observer.
 	m := NewMetrics(MetricsConfig{Registry: prometheus.NewRegistry(), Keys: store.Len})
 	rp.ModifyResponse = func(r *http.Response) error { m.UpstreamResponse(r.StatusCode); return nil }
-	h, err := NewHandler(HandlerConfig{Rules: rs, Store: store, Upstream: rp, Observers: []Observer{m}})
+	h, err := NewHandler(HandlerConfig{Rules: rs, Store: store, Upstream: rp, Observers: []Observer{m, NewTop(TopConfig{})}})
 	if err != nil {
 		b.Fatal(err)
 	}

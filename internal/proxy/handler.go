@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 )
 
@@ -224,6 +225,17 @@ type LimitOutcome struct {
 	Remaining int64
 	Allowed   bool
 	Shadow    bool
+	// By is what the limit's counters are shared by.
+	By config.By
+	// Key is the request's counter of the limit as the operator wrote
+	// it: "" for by app and global (the limit has one counter); the
+	// client address group for by ip, or for a missing value under
+	// missing: ip; the header or query value for a keyed limit, raw (not
+	// escaped as in the counter key), with the values of a combination
+	// joined by ", " and a value missing under missing: share as "".
+	// It may be as long as the values allowed (see MaxKeyValueLen):
+	// observers bound what they keep.
+	Key string
 }
 
 // Limits returns the limits the request was decided against.

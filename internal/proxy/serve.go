@@ -20,6 +20,8 @@ type scratch struct {
 	n    int                                 // how many of lims
 	reqs [maxLimitsPerRequest]limit.Request
 	res  [maxLimitsPerRequest]limit.Result
+	// shown are the limits' LimitOutcome.Key.
+	shown [maxLimitsPerRequest]string
 	// observed is set once the observers are called, so that a panic
 	// of one of them does not have them called again.
 	observed bool
@@ -200,6 +202,7 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *section, sc 
 		switch cl.kind {
 		case keyIP:
 			q.Key, q.Overflow = cl.key+"|"+group(), cl.overflow
+			sc.shown[i] = group()
 		case keyAttrs:
 			key, code, msg := attrKey(r, cl, group)
 			if code != "" {
@@ -208,6 +211,7 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *section, sc 
 				return false
 			}
 			q.Key, q.Overflow = key, cl.overflow
+			sc.shown[i] = shownKey(r, cl, group)
 		}
 	}
 	return true
@@ -248,7 +252,7 @@ func (h *Handler) decide(r *http.Request, sc *scratch) {
 	for i, cl := range lims {
 		o.limits[i] = LimitOutcome{
 			App: cl.app, API: cl.api, Limit: res[i].Limit, Remaining: res[i].Remaining,
-			Allowed: res[i].Allowed, Shadow: cl.shadow,
+			Allowed: res[i].Allowed, Shadow: cl.shadow, By: cl.by, Key: sc.shown[i],
 		}
 	}
 	o.n = n

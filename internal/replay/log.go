@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"strings"
 	"time"
@@ -28,7 +29,25 @@ type replayRecord struct {
 	invalid bool
 	file    int   // index of the file in the replay's inputs
 	line    int64 // 1-based line number in that file
+	// keys are the header and query values the live gateway's keyed
+	// limits counted by, as logged: hashes, or the values with
+	// --access-log-keys. Either way a replayed request carries them as
+	// its values, so that each logged value gets a counter of its own,
+	// as it did live. nil when none was logged.
+	keys []keyValue
 }
+
+// keyValue is a logged value of a keyed limit: a header or query
+// parameter and what to send in it.
+type keyValue struct {
+	query bool   // a query parameter, else a header
+	name  string // the header's canonical name, or the parameter's
+	val   string
+}
+
+// maxKeyFields bounds the key fields read from a line; a limit's by
+// rarely names more than two.
+const maxKeyFields = 8
 
 // The fields of an access-log line that replay reads, as bits.
 const (
@@ -54,6 +73,23 @@ type rawLine struct {
 	vals      [numFields][]byte
 	have      uint8 // fields present
 	nonString uint8 // fields present with a value that is not a string
+	// keys are the string fields named proxy.KeyHashField or
+	// proxy.KeyValueField and a key part: name (without the prefix) and
+	// value.
+	keys  [maxKeyFields][2][]byte
+	nkeys int
+}
+
+// addKey keeps the field key with string value val if it is a key field.
+func (f *rawLine) addKey(key, val []byte) {
+	part, ok := bytes.CutPrefix(key, []byte(proxy.KeyHashField))
+	if !ok {
+		part, ok = bytes.CutPrefix(key, []byte(proxy.KeyValueField))
+	}
+	if ok && f.nkeys < maxKeyFields {
+		f.keys[f.nkeys] = [2][]byte{part, val}
+		f.nkeys++
+	}
 }
 
 // lineKind is what a line turned out to be.
@@ -136,6 +172,18 @@ func (p *lineParser) parse(line []byte, rec *replayRecord) (lineKind, error) {
 		}
 	}
 	rec.method, rec.path, rec.appID = p.str(method), p.str(path), p.str(app)
+	if f.nkeys > 0 {
+		rec.keys = make([]keyValue, 0, f.nkeys)
+		for _, kv := range f.keys[:f.nkeys] {
+			kind, name, _ := bytes.Cut(kv[0], []byte(":"))
+			switch string(kind) {
+			case "header":
+				rec.keys = append(rec.keys, keyValue{name: http.CanonicalHeaderKey(p.str(name)), val: p.str(kv[1])})
+			case "query":
+				rec.keys = append(rec.keys, keyValue{query: true, name: p.str(name), val: p.str(kv[1])})
+			}
+		}
+	}
 	if len(ip) > 0 {
 		forms, ok := p.ips[string(ip)]
 		if !ok {
@@ -229,6 +277,8 @@ func scanFast(b []byte, f *rawLine) bool {
 				f.vals[idx] = val
 				f.have |= 1 << idx
 				f.nonString &^= 1 << idx
+			} else {
+				f.addKey(key, val)
 			}
 			i = j
 		} else {
@@ -376,6 +426,12 @@ func scanSlow(b []byte, f *rawLine) error {
 			continue
 		}
 		f.vals[i] = []byte(s)
+	}
+	for k, raw := range m {
+		var s string
+		if len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &s) == nil {
+			f.addKey([]byte(k), []byte(s))
+		}
 	}
 	return nil
 }

@@ -667,6 +667,9 @@ type replayRun struct {
 	appHdr    string
 	appVal    []string
 	w         discardWriter
+	// keyHdrs are the headers of the last request's keys, removed
+	// before the next.
+	keyHdrs []string
 }
 
 func newReplayRun(rs *proxy.RuleSet, maxKeys int) (*replayRun, error) {
@@ -731,10 +734,36 @@ func (run *replayRun) decide(rec *replayRecord) replayOutcome {
 	} else {
 		delete(run.hdr, run.appHdr)
 	}
+	for _, name := range run.keyHdrs {
+		delete(run.hdr, name)
+	}
+	run.keyHdrs, run.url.RawQuery = run.keyHdrs[:0], ""
+	if len(rec.keys) > 0 {
+		run.setKeys(rec.keys)
+	}
 	clear(run.w.h)
 	run.out = replayOutcome{}
 	run.h.ServeHTTP(&run.w, &run.req)
 	return run.out
+}
+
+// setKeys puts the logged key values in the request: headers, and the
+// query string (the log keeps only the values keyed limits read).
+func (run *replayRun) setKeys(keys []keyValue) {
+	var q []string
+	for _, kv := range keys {
+		if kv.query {
+			q = append(q, url.QueryEscape(kv.name)+"="+url.QueryEscape(kv.val))
+			continue
+		}
+		// A header the app header would hide is not the caller's.
+		if kv.name == run.appHdr {
+			continue
+		}
+		run.hdr[kv.name] = []string{kv.val}
+		run.keyHdrs = append(run.keyHdrs, kv.name)
+	}
+	run.url.RawQuery = strings.Join(q, "&")
 }
 
 // ObserveRequest records the outcome. It implements proxy.Observer.

@@ -158,6 +158,8 @@ type AdminConfig struct {
 	Store func(ctx context.Context) StoreHealth
 	// Metrics, if not nil, is served at /metrics.
 	Metrics http.Handler
+	// Top, if not nil, is served at /top.
+	Top *proxy.Top
 	// Pprof serves the Go profiler at /debug/pprof/.
 	Pprof bool
 	// Token is the bearer token that the mutating endpoints (POST
@@ -170,7 +172,7 @@ type AdminConfig struct {
 // NewAdmin returns the admin port's handler: /healthz (the process is
 // alive), /readyz (rules loaded and the store usable), /rules (the rules in
 // force and the last reload error), POST /rules/reload (with the Token),
-// and /metrics.
+// /metrics and /top.
 func NewAdmin(cfg AdminConfig) http.Handler {
 	mux := http.NewServeMux()
 	auth := newAdminAuth(cfg.Token)
@@ -222,6 +224,9 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 	}))
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics)
+	}
+	if cfg.Top != nil {
+		mux.Handle("GET /top", topHandler(cfg.Top, time.Now))
 	}
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

@@ -148,6 +148,10 @@ type Config struct {
 	// AccessLog, if not empty, is where one JSON line per request goes:
 	// "stdout", "stderr" or a file path.
 	AccessLog string
+	// AccessLogKeys writes the header and query values of keyed limits
+	// to the access log as they are; by default it writes their hashes
+	// (proxy.KeyHash), which replay counts by just as well.
+	AccessLogKeys bool
 	// Pprof serves the Go profiler on the admin port at /debug/pprof/.
 	Pprof bool
 	// Version is the build's version, for gateway_build_info.

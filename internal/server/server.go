@@ -114,12 +114,14 @@ func New(cfg Config) (_ *Server, err error) {
 	reg := prometheus.NewRegistry()
 	s.metrics = proxy.NewMetrics(proxy.MetricsConfig{Registry: reg, Store: string(cfg.Store), Keys: s.st.keys, Version: cfg.Version})
 	s.st.register(reg)
-	observers := []proxy.Observer{s.metrics}
+	top := proxy.NewTop(proxy.TopConfig{})
+	observers := []proxy.Observer{s.metrics, top}
 	if cfg.AccessLog != "" {
 		al, err := proxy.OpenAccessLog(cfg.AccessLog)
 		if err != nil {
 			return nil, fmt.Errorf("--access-log: %w", err)
 		}
+		al.SetRawKeys(cfg.AccessLogKeys)
 		s.closers = append(s.closers, al.Close)
 		observers = append(observers, al)
 	}
@@ -204,6 +206,7 @@ func New(cfg Config) (_ *Server, err error) {
 		Handler: NewAdmin(AdminConfig{
 			Rules: s.rules, Store: s.st.health, Draining: s.draining.Load,
 			Metrics: s.metrics.Handler(), Pprof: cfg.Pprof, Token: adminToken,
+			Top: top,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,

@@ -1,0 +1,168 @@
+package proxy
+
+import (
+	"cmp"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/topk"
+)
+
+// shownKey returns the LimitOutcome.Key of limit cl (of kind keyAttrs)
+// for r, whose key attrKey built. A single value is returned as it is,
+// without allocating.
+func shownKey(r *http.Request, cl *compiledLimit, group func() string) string {
+	var vals []string
+	for _, p := range cl.parts {
+		v := ""
+		if p.Kind == config.KeyIP {
+			v = group()
+		} else if v, _ = attrValue(r, p); v == "" && cl.missing != config.MissingShare && cl.missing != config.MissingDeny {
+			return group() // counted as by: ip
+		}
+		if len(cl.parts) == 1 {
+			return v
+		}
+		vals = append(vals, v)
+	}
+	return strings.Join(vals, ", ")
+}
+
+// Defaults of TopConfig.
+const (
+	DefaultTopK      = 32
+	DefaultTopPeriod = time.Minute
+)
+
+// TopConfig configures NewTop.
+type TopConfig struct {
+	// K is how many keys are kept per limit. Default DefaultTopK.
+	K int
+	// Period is how often the window rotates: it covers the last one to
+	// two periods. Default DefaultTopPeriod.
+	Period time.Duration
+}
+
+// Top keeps, per app and limit with more than one counter (by ip, a
+// header, a query parameter or a combination), the heaviest counter keys
+// of the last one to two periods, with what was admitted and limited: it
+// answers "who is hitting this limit" (README "Admin port"). Its memory is
+// bounded by K entries per limit whatever callers send. It is an Observer,
+// safe for concurrent use.
+type Top struct {
+	k      int
+	period time.Duration
+	mu     sync.RWMutex
+	limits map[ruleLabels]*topLimit
+}
+
+// topLimit is the window of one limit, guarded by its own lock so that
+// limits do not contend.
+type topLimit struct {
+	by config.By
+	mu sync.Mutex
+	w  *topk.Window
+}
+
+// NewTop returns an empty Top.
+func NewTop(cfg TopConfig) *Top {
+	return &Top{
+		k:      cmp.Or(cfg.K, DefaultTopK),
+		period: cmp.Or(cfg.Period, DefaultTopPeriod),
+		limits: map[ruleLabels]*topLimit{},
+	}
+}
+
+// ObserveRequest counts the request's keys. It implements Observer. A
+// request whose limits each have one counter costs a loop over them.
+func (t *Top) ObserveRequest(_ *http.Request, o *Outcome) {
+	for _, l := range o.Limits() {
+		if l.By == "" || l.By == config.ByApp || l.By == config.ByGlobal {
+			continue // one counter: nothing to rank
+		}
+		tl := t.limit(l.App, l.API, l.By)
+		tl.mu.Lock()
+		tl.w.Add(o.Start, l.Key, l.Allowed)
+		tl.mu.Unlock()
+	}
+}
+
+// limit returns the window of app's limit api, created on first use.
+func (t *Top) limit(app, api string, by config.By) *topLimit {
+	k := ruleLabels{app, api}
+	t.mu.RLock()
+	tl := t.limits[k]
+	t.mu.RUnlock()
+	if tl != nil && tl.by == by {
+		return tl
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if tl = t.limits[k]; tl == nil || tl.by != by {
+		// A reload changed what the limit is keyed by: its old keys
+		// mean nothing now.
+		tl = &topLimit{by: by, w: topk.NewWindow(t.k, t.period)}
+		t.limits[k] = tl
+	}
+	return tl
+}
+
+// TopLimit is one limit's heaviest keys.
+type TopLimit struct {
+	App string `json:"app"`
+	// API is the rule's pattern; "" for the app's total.
+	API string    `json:"api"`
+	By  config.By `json:"by"`
+	// Requests is how many requests the window counted for the limit.
+	Requests int64 `json:"requests"`
+	// From is when the window began.
+	From time.Time  `json:"from"`
+	Keys []topk.Key `json:"keys"`
+}
+
+// Snapshot returns the heaviest keys of every limit counted in the
+// window at now, or only of app if it is not "", ordered by app and
+// rule.
+func (t *Top) Snapshot(now time.Time, app string) []TopLimit {
+	t.mu.RLock()
+	type named struct {
+		k  ruleLabels
+		tl *topLimit
+	}
+	var lims []named
+	for k, tl := range t.limits {
+		if app == "" || k.app == app {
+			lims = append(lims, named{k, tl})
+		}
+	}
+	t.mu.RUnlock()
+	out := make([]TopLimit, 0, len(lims))
+	for _, l := range lims {
+		l.tl.mu.Lock()
+		keys, n, from := l.tl.w.Top(now)
+		l.tl.mu.Unlock()
+		if n == 0 {
+			// Forget limits nobody hits, removed rules among them.
+			t.mu.Lock()
+			if t.limits[l.k] == l.tl {
+				delete(t.limits, l.k)
+			}
+			t.mu.Unlock()
+			continue
+		}
+		out = append(out, TopLimit{App: l.k.app, API: l.k.api, By: l.tl.by, Requests: n, From: from.UTC(), Keys: keys})
+	}
+	slices.SortFunc(out, func(a, b TopLimit) int {
+		return cmp.Or(strings.Compare(a.App, b.App), strings.Compare(a.API, b.API))
+	})
+	return out
+}
+
+// K returns how many keys are kept per limit.
+func (t *Top) K() int { return t.k }
+
+var _ Observer = (*Top)(nil)

@@ -1,0 +1,141 @@
+package replay
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
+)
+
+// keyedRules limit each user, each tenant, and each user from each
+// address.
+const keyedRules = `
+configs:
+  - appId: app-1
+    limit: 150
+    unit: 1m
+    limits:
+      - api: /v1/profile
+        by: header:X-User-Id
+        limit: 10
+        unit: 1m
+      - api: /v1/search
+        by: query:tenant
+        missing: share
+        limit: 15
+        unit: 1m
+      - api: /v1/pair
+        by: [ip, header:X-User-Id]
+        limit: 6
+        unit: 1m
+`
+
+// TestReplayKeyedRules records traffic of keyed rules with the access
+// log (which logs hashes of the values, not the values) and replays it:
+// every request is decided as the live gateway decided it.
+func TestReplayKeyedRules(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(3, 4))
+	users := []string{"alice", "bob", "carol dan", "é|{x}", ""} // "": missing, counted by ip
+	tenants := []string{"t1", "t2", "a&b=c", ""}
+	paths := []string{"/v1/profile", "/v1/search", "/v1/pair"}
+	ips := []string{"203.0.113.1", "203.0.113.2"}
+	type req struct {
+		at                 time.Time
+		path, user, tenant string
+		ip                 string
+		live               proxy.Decision
+	}
+	var reqs []req
+	at := t0
+	for range 2000 {
+		at = at.Add(time.Duration(rng.IntN(600)) * time.Millisecond)
+		reqs = append(reqs, req{at: at, path: paths[rng.IntN(len(paths))], user: users[rng.IntN(len(users))],
+			tenant: tenants[rng.IntN(len(tenants))], ip: ips[rng.IntN(len(ips))]})
+	}
+	var logBuf bytes.Buffer
+	g := newLiveGateway(t, keyedRules, &logBuf)
+	limited := 0
+	for i := range reqs {
+		q := &reqs[i]
+		g.now = q.at
+		target := q.path
+		if q.tenant != "" {
+			target += "?tenant=" + strings.ReplaceAll(strings.ReplaceAll(q.tenant, "&", "%26"), "=", "%3D")
+		}
+		r := httptest.NewRequest("GET", target, nil)
+		r.RemoteAddr = q.ip + ":4242"
+		r.Header.Set("X-App-Id", "app-1")
+		if q.user != "" {
+			r.Header.Set("X-User-Id", q.user)
+		}
+		g.h.ServeHTTP(httptest.NewRecorder(), r)
+		q.live = g.last
+		if q.live == proxy.DecisionLimited {
+			limited++
+		}
+	}
+	if limited < 200 || limited > len(reqs)-200 {
+		t.Fatalf("the traffic should exercise the limits: %d of %d limited", limited, len(reqs))
+	}
+	if strings.Contains(logBuf.String(), "alice") || !strings.Contains(logBuf.String(), `"key_hash.header:X-User-Id":"`+proxy.KeyHash("alice")+`"`) {
+		t.Fatal("the access log should carry the users' hashes, not their IDs")
+	}
+	seen := 0
+	replayBytes(t, Config{
+		Candidate: compileRules(t, "keyed.yaml", keyedRules),
+		OnRequest: func(rr Request) {
+			seen++
+			q := reqs[rr.Line-1]
+			if rr.Candidate != q.live {
+				t.Errorf("line %d (%s user %q tenant %q from %s at t0+%v): replay %s, live %s",
+					rr.Line, q.path, q.user, q.tenant, q.ip, q.at.Sub(t0), rr.Candidate, q.live)
+			}
+		},
+	}, logBuf.Bytes())
+	if seen != len(reqs) {
+		t.Errorf("replayed %d requests, want %d", seen, len(reqs))
+	}
+}
+
+// TestReplayKeyLines checks how key fields are read: hashed or raw,
+// escaped or not (the slow path), headers and query parameters.
+func TestReplayKeyLines(t *testing.T) {
+	t.Parallel()
+	const head = `{"time":"2026-11-21T12:00:00Z","msg":"access","app_id":"app-1","method":"GET","path":"/v1/profile","client_ip":"203.0.113.1","decision":"allowed"`
+	for _, tc := range []struct {
+		name, fields string
+		want         []keyValue
+	}{
+		{name: "none", fields: ``},
+		{name: "hash", fields: `,"key_hash.header:X-User-Id":"0123456789abcdef"`, want: []keyValue{{name: "X-User-Id", val: "0123456789abcdef"}}},
+		{name: "raw escaped", fields: `,"key.header:X-User-Id":"a\"b","key.query:tenant":"t1"`, want: []keyValue{{name: "X-User-Id", val: `a"b`}, {query: true, name: "tenant", val: "t1"}}},
+		{name: "not a string", fields: `,"key.header:X-User-Id":7`},
+		{name: "other fields", fields: `,"keyboard":"x","key_hashes":"y"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var rec replayRecord
+			kind, err := newLineParser().parse([]byte(head+tc.fields+"}"), &rec)
+			if kind != lineRecord || err != nil {
+				t.Fatalf("parse: %v %v", kind, err)
+			}
+			got := map[string]keyValue{}
+			for _, kv := range rec.keys {
+				got[strconv.FormatBool(kv.query)+kv.name] = kv
+			}
+			if len(got) != len(tc.want) {
+				t.Errorf("keys: got %+v, want %+v", rec.keys, tc.want)
+			}
+			for _, w := range tc.want {
+				if g := got[strconv.FormatBool(w.query)+w.name]; g != w {
+					t.Errorf("key %s: got %+v, want %+v", w.name, g, w)
+				}
+			}
+		})
+	}
+}

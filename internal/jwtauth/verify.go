@@ -195,7 +195,7 @@ func (v *Verifier) verify(token string, set *KeySet, now time.Time) (*Claims, er
 		return nil, errAlg
 	})
 	if err != nil {
-		return nil, v.reason(t, err, keyErr)
+		return nil, v.reason(t, m, err, keyErr)
 	}
 	exp, err := m.GetExpirationTime()
 	if err != nil || exp == nil {
@@ -206,7 +206,7 @@ func (v *Verifier) verify(token string, set *KeySet, now time.Time) (*Claims, er
 
 // reason turns a parse error into what the caller is told.
 // keyErr is the key function's error, if it failed.
-func (v *Verifier) reason(t *jwt.Token, err, keyErr error) error {
+func (v *Verifier) reason(t *jwt.Token, m jwt.MapClaims, err, keyErr error) error {
 	alg := "?"
 	if t != nil {
 		if a, ok := t.Header["alg"].(string); ok && len(a) <= 16 {
@@ -223,8 +223,6 @@ func (v *Verifier) reason(t *jwt.Token, err, keyErr error) error {
 		return fmt.Errorf("the token's algorithm %q is not allowed here", alg)
 	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
 		return errors.New("the token's signature is invalid")
-	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
-		return errors.New("the token has no exp claim")
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return errors.New("the token has expired")
 	case errors.Is(err, jwt.ErrTokenNotValidYet):
@@ -235,6 +233,14 @@ func (v *Verifier) reason(t *jwt.Token, err, keyErr error) error {
 		return fmt.Errorf("the token's issuer is not %s", v.issuer)
 	case errors.Is(err, jwt.ErrTokenInvalidAudience):
 		return fmt.Errorf("the token's audience does not include %s", v.audience)
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+		// Claims are checked only once the signature is: the claims
+		// parsed are the signer's.
+		for _, c := range []string{"exp", "iss", "aud"} {
+			if _, ok := m[c]; !ok {
+				return fmt.Errorf("the token has no %s claim", c)
+			}
+		}
 	}
 	return errors.New("the token is invalid")
 }

@@ -92,6 +92,8 @@ func TestVerify(t *testing.T) {
 		{name: "expired", token: rsaKey.Sign(t, jwttest.Claims(t0.Add(-2*time.Hour), time.Hour, "u", "iss", "https://issuer.example", "aud", "gateway")), want: "expired"},
 		{name: "not yet valid", token: rsaKey.Sign(t, good("nbf", t0.Add(time.Minute).Unix())), want: "not valid yet"},
 		{name: "issued in the future", token: rsaKey.Sign(t, good("iat", t0.Add(time.Hour).Unix())), want: "issued in the future"},
+		{name: "expired, no iss nor aud", token: rsaKey.Sign(t, jwttest.Claims(t0.Add(-2*time.Hour), time.Hour, "u")), want: "expired"},
+		{name: "no aud", token: rsaKey.Sign(t, jwttest.Claims(t0, time.Hour, "u", "iss", "https://issuer.example")), want: "no aud claim"},
 		{name: "no exp", token: rsaKey.Sign(t, jwt.MapClaims{"sub": "u", "iss": "https://issuer.example", "aud": "gateway"}), want: "no exp"},
 		{name: "wrongly signed", token: forgedAsR1, want: "signature is invalid"},
 		{name: "tampered", token: func() string {

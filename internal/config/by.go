@@ -9,8 +9,9 @@ import (
 )
 
 // By says what one counter of a limit is shared by, as the rule file
-// writes it: ByApp, ByIP, ByGlobal, "header:NAME", "query:NAME", or a
-// combination of ip, headers and query parameters joined by commas
+// writes it: ByApp, ByIP, ByGlobal, "header:NAME", "query:NAME",
+// "claim:NAME", or a combination of ip, headers, query parameters and
+// claims joined by commas
 // ("ip,header:X-User-Id": one counter per pair). Header names are
 // canonical (http.CanonicalHeaderKey). See the README's "Rule file".
 type By string
@@ -34,13 +35,14 @@ const (
 	KeyIP     KeyKind = iota + 1 // the client address group
 	KeyHeader                    // a request header
 	KeyQuery                     // a query parameter
+	KeyClaim                     // a claim of the caller's verified JWT
 )
 
 // KeyPart is one request attribute a counter key is made of.
 type KeyPart struct {
 	Kind KeyKind
-	// Name is the header (canonical) or query parameter name; "" for
-	// KeyIP.
+	// Name is the header (canonical), query parameter or claim name;
+	// "" for KeyIP.
 	Name string
 }
 
@@ -52,6 +54,8 @@ func (p KeyPart) String() string {
 		return "header:" + p.Name
 	case KeyQuery:
 		return "query:" + p.Name
+	case KeyClaim:
+		return "claim:" + p.Name
 	}
 	return string(ByIP)
 }
@@ -70,6 +74,8 @@ func (b By) Parts() []KeyPart {
 			parts = append(parts, KeyPart{Kind: KeyHeader, Name: name})
 		case "query":
 			parts = append(parts, KeyPart{Kind: KeyQuery, Name: name})
+		case "claim":
+			parts = append(parts, KeyPart{Kind: KeyClaim, Name: name})
 		default:
 			parts = append(parts, KeyPart{Kind: KeyIP})
 		}
@@ -77,14 +83,21 @@ func (b By) Parts() []KeyPart {
 	return parts
 }
 
-// Attributes reports whether b names a header or a query parameter: only
-// then can a request lack what its counter is keyed on (see Missing).
+// Claims reports whether b names a claim: only callers with a verified
+// JWT can be counted by it.
+func (b By) Claims() bool {
+	return slices.ContainsFunc(b.Parts(), func(p KeyPart) bool { return p.Kind == KeyClaim })
+}
+
+// Attributes reports whether b names a header, a query parameter or a
+// claim: only then can a request lack what its counter is keyed on (see
+// Missing).
 func (b By) Attributes() bool {
 	return slices.ContainsFunc(b.Parts(), func(p KeyPart) bool { return p.Kind != KeyIP })
 }
 
 // Missing says what happens to a request that lacks an attribute its
-// limit's counter is keyed on (a header or query parameter of By).
+// limit's counter is keyed on (a header, query parameter or claim of By).
 type Missing string
 
 // The values of Missing.
@@ -99,7 +112,7 @@ const (
 	MissingDeny Missing = "deny"
 )
 
-const byHelp = "use app, ip, global, header:NAME, query:NAME, or a list of ip, header:NAME and query:NAME for one counter per combination"
+const byHelp = "use app, ip, global, header:NAME, query:NAME, claim:NAME, or a list of ip, header:NAME, query:NAME and claim:NAME for one counter per combination"
 
 // by returns the value of a by field: a string, a list of strings, or a
 // string of comma-separated parts, in canonical form.
@@ -143,7 +156,7 @@ func (p *parser) by(f field) (By, bool) {
 		var part string
 		switch {
 		case it.s == string(ByApp) || it.s == string(ByGlobal):
-			p.errorf(it.line, "by %s cannot be combined with other parts: it means one counter for the whole %s; list only ip, header:NAME and query:NAME", it.s, map[string]string{"app": "app", "global": "section"}[it.s])
+			p.errorf(it.line, "by %s cannot be combined with other parts: it means one counter for the whole %s; list only ip, header:NAME, query:NAME and claim:NAME", it.s, map[string]string{"app": "app", "global": "section"}[it.s])
 			return "", false
 		case it.s == string(ByIP):
 			part = it.s
@@ -152,9 +165,6 @@ func (p *parser) by(f field) (By, bool) {
 			return "", false
 		case name == "":
 			p.errorf(it.line, "by %q names no %s; write %s:NAME, like %s", it.s, kind, kind, map[string]string{"header": "header:X-User-Id", "query": "query:user", "claim": "claim:sub"}[kind])
-			return "", false
-		case kind == "claim":
-			p.errorf(it.line, "by %q needs verified JWT callers, which this gateway does not support yet; key on a header your authenticating proxy sets (header:NAME) instead", it.s)
 			return "", false
 		case len(name) > MaxKeyNameLen:
 			p.errorf(it.line, "by %s: the name is longer than %d bytes", kind, MaxKeyNameLen)
@@ -165,8 +175,10 @@ func (p *parser) by(f field) (By, bool) {
 		case kind == "header":
 			part = "header:" + http.CanonicalHeaderKey(name)
 		case !validQueryName(name):
-			p.errorf(it.line, "by %q: a query parameter name here is printable ASCII without spaces or commas", it.s)
+			p.errorf(it.line, "by %q: a %s name here is printable ASCII without spaces or commas", it.s, map[string]string{"query": "query parameter", "claim": "claim"}[kind])
 			return "", false
+		case kind == "claim":
+			part = "claim:" + name
 		default:
 			part = "query:" + name
 		}

@@ -318,8 +318,9 @@ configs:
   - {appId: e, by: header:x-user-id, limit: 1}
   - {appId: f, by: [ip, "header:x-user-id", query:user], limit: 1}
   - {appId: g, by: "ip, query:user", limit: 1}
+  - {appId: h, by: [claim:sub, header:x-user-id], limit: 1}
 `))
-	want := []By{ByApp, ByIP, ByIP, ByGlobal, ByApp, "header:X-User-Id", "ip,header:X-User-Id,query:user", "ip,query:user"}
+	want := []By{ByApp, ByIP, ByIP, ByGlobal, ByApp, "header:X-User-Id", "ip,header:X-User-Id,query:user", "ip,query:user", "claim:sub,header:X-User-Id"}
 	for i, app := range r.Apps {
 		if app.By != want[i] {
 			t.Errorf("app %s: by: got %q, want %q", app.ID, app.By, want[i])
@@ -327,6 +328,9 @@ configs:
 	}
 	if got, want := By("ip,header:X-User-Id,query:user").Parts(), []KeyPart{{Kind: KeyIP}, {Kind: KeyHeader, Name: "X-User-Id"}, {Kind: KeyQuery, Name: "user"}}; !slices.Equal(got, want) {
 		t.Errorf("Parts: got %v, want %v", got, want)
+	}
+	if got, want := By("claim:sub").Parts(), []KeyPart{{Kind: KeyClaim, Name: "sub"}}; !slices.Equal(got, want) || !By("ip,claim:sub").Claims() || By("ip,header:sub").Claims() {
+		t.Errorf("Parts of claim:sub: got %v, want %v, and Claims true only with a claim", got, want)
 	}
 }
 

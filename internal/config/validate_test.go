@@ -251,7 +251,7 @@ configs:
 			{3, `appId "a" is already configured at line 2`},
 		}},
 		{name: "invalid by", data: "configs:\n  - appId: a\n    by: user\n    limit: 1\n", want: []wantErr{
-			{3, `by "user" is not valid; use app, ip, global, header:NAME, query:NAME, or a list`},
+			{3, `by "user" is not valid; use app, ip, global, header:NAME, query:NAME, claim:NAME, or a list`},
 		}},
 		{name: "unknown by kind", data: "configs:\n  - appId: a\n    limits:\n      - api: /\n        by: cookie:sid\n        limit: 1\n", want: []wantErr{
 			{5, `by "cookie:sid" is not valid; use app, ip, global, header:NAME, query:NAME`},
@@ -262,8 +262,11 @@ configs:
 		{name: "by names no query parameter in a list", data: "configs:\n  - appId: a\n    limits:\n      - api: /\n        by:\n          - ip\n          - \"query: \"\n        limit: 1\n", want: []wantErr{
 			{7, `by "query:" names no query; write query:NAME, like query:user`},
 		}},
-		{name: "by claim before JWT", data: "configs:\n  - appId: a\n    limits:\n      - api: /\n        by: claim:sub\n        limit: 1\n", want: []wantErr{
-			{5, `by "claim:sub" needs verified JWT callers, which this gateway does not support yet`},
+		{name: "by claim name with a space", data: "configs:\n  - appId: a\n    limits:\n      - api: /\n        by: \"claim:a b\"\n        limit: 1\n", want: []wantErr{
+			{5, `by "claim:a b": a claim name here is printable ASCII without spaces or commas`},
+		}},
+		{name: "by names no claim", data: "configs:\n  - appId: a\n    by: \"claim:\"\n    limit: 1\n", want: []wantErr{
+			{3, `by "claim:" names no claim; write claim:NAME, like claim:sub`},
 		}},
 		{name: "by header name not a token", data: "configs:\n  - appId: a\n    by: \"header:X User\"\n    limit: 1\n", want: []wantErr{
 			{3, `by "header:X User": "X User" is not a header name`},

@@ -28,7 +28,7 @@ func (stubTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}, nil
 }
 
-func benchHandler(b *testing.B, rules string) *Handler {
+func benchHandler(b *testing.B, rules string, opts ...func(*HandlerConfig)) *Handler {
 	b.Helper()
 	parsed, err := config.Parse("bench.yaml", []byte(rules))
 	if err != nil {
@@ -48,7 +48,11 @@ func benchHandler(b *testing.B, rules string) *Handler {
 	// As `gateway serve` runs it: with metrics and /top's observer.
 	m := NewMetrics(MetricsConfig{Registry: prometheus.NewRegistry(), Keys: store.Len})
 	rp.ModifyResponse = func(r *http.Response) error { m.UpstreamResponse(r.StatusCode); return nil }
-	h, err := NewHandler(HandlerConfig{Rules: rs, Store: store, Upstream: rp, Observers: []Observer{m, NewTop(TopConfig{})}})
+	hcfg := HandlerConfig{Rules: rs, Store: store, Upstream: rp, Observers: []Observer{m, NewTop(TopConfig{})}}
+	for _, o := range opts {
+		o(&hcfg)
+	}
+	h, err := NewHandler(hcfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 )
 
@@ -51,6 +52,7 @@ type Handler struct {
 	v4Bits        int
 	v6Bits        int
 	local         limit.Store
+	jwt           *jwtCaller // nil without JWT verification
 	// lastErrLog is when a store error was last logged (Unix ns): an
 	// outage fails every request, and one line a second tells as much.
 	lastErrLog atomic.Int64
@@ -109,6 +111,17 @@ type HandlerConfig struct {
 	// Local decides requests under FailLocal, with the limits scaled by
 	// the rule set's local share. Required for FailLocal.
 	Local limit.Store
+	// JWT, when not nil, verifies callers' bearer tokens: for AppClaim,
+	// and for limits keyed on claims (see the README's "Verified callers
+	// (JWT)").
+	JWT *jwtauth.Verifier
+	// JWTHeader carries the token. Default DefaultJWTHeader, whose
+	// value must use the Bearer scheme.
+	JWTHeader string
+	// AppClaim, when not empty, is the claim of the verified token that
+	// is the caller's app ID: AppHeader is then ignored and removed, and
+	// a request without a valid token gets 401. Needs JWT.
+	AppClaim string
 }
 
 // NewHandler returns a Handler for cfg.
@@ -145,6 +158,10 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	if h.keyHeader == "" {
 		h.keyHeader = DefaultKeyHeader
 	}
+	var err error
+	if h.jwt, err = newJWTCaller(cfg); err != nil {
+		return nil, err
+	}
 	if h.v4Bits < 1 || h.v4Bits > 32 {
 		return nil, fmt.Errorf("proxy: IPv4 prefix length %d is outside 1..32", h.v4Bits)
 	}
@@ -155,7 +172,6 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	if allow == nil {
 		allow = DefaultAllowUpgrade
 	}
-	var err error
 	if h.upgrades, err = newUpgradeAllowList(allow); err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}

@@ -43,7 +43,8 @@ func kindOf(by config.By) keyKind {
 // or the code and message of the 400 the request gets: invalid_key for a
 // value that is longer than MaxKeyValueLen, sent more than once or badly
 // escaped, missing_key for a missing one under missing: deny. group
-// returns the client's address group.
+// returns the client's address group, claim the value of a claim of the
+// caller's verified token (see claimValue).
 //
 // The key is the limit's key, "|=", then each part's value, escaped,
 // separated by ",": a value with no byte outside [A-Za-z0-9-._~:@/] as it
@@ -54,7 +55,7 @@ func kindOf(by config.By) keyKind {
 // of another limit, a client address group's or the overflow key, and
 // Redis reads no hash tag in it. A value missing under missing: ip gives
 // the key by: ip would.
-func attrKey(r *http.Request, cl *compiledLimit, group func() string) (key, code, msg string) {
+func attrKey(r *http.Request, cl *compiledLimit, group func() string, claim func(string) (string, string)) (key, code, msg string) {
 	var buf [128]byte
 	b := append(buf[:0], cl.key...)
 	b = append(b, "|="...)
@@ -66,7 +67,12 @@ func attrKey(r *http.Request, cl *compiledLimit, group func() string) (key, code
 			b = appendKeyValue(b, group())
 			continue
 		}
-		v, err := attrValue(r, p)
+		var v, err string
+		if p.Kind == config.KeyClaim {
+			v, err = claim(p.Name)
+		} else {
+			v, err = attrValue(r, p)
+		}
 		switch {
 		case err != "":
 			return "", "invalid_key", "the " + partWhat(p) + " that " + ruleName(cl) + " counts by " + err
@@ -101,7 +107,10 @@ func attrValue(r *http.Request, p config.KeyPart) (string, string) {
 		}
 		return "", "is sent more than once"
 	}
-	return queryValue(r.URL.RawQuery, p.Name)
+	if p.Kind == config.KeyQuery {
+		return queryValue(r.URL.RawQuery, p.Name)
+	}
+	return "", "" // an address group or a claim: not in the request itself
 }
 
 // queryValue returns the value of the query parameter name in raw ("" if
@@ -160,8 +169,11 @@ func appendKeyValue(b []byte, v string) []byte {
 
 // partWhat names a key part in messages: "header X-User-Id".
 func partWhat(p config.KeyPart) string {
-	if p.Kind == config.KeyQuery {
+	switch p.Kind {
+	case config.KeyQuery:
 		return "query parameter " + p.Name
+	case config.KeyClaim:
+		return "token claim " + p.Name
 	}
 	return "header " + p.Name
 }

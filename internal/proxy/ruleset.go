@@ -73,6 +73,8 @@ type compiledLimit struct {
 	by      config.By
 	parts   []config.KeyPart
 	missing config.Missing
+	// claims reports whether by names a claim of the caller's token.
+	claims bool
 	// policy is the RateLimit-Policy item for this limit.
 	policy string
 	// name is the quoted policy name used in the RateLimit header.
@@ -96,6 +98,12 @@ type CompileOptions struct {
 	// LocalShare scales the limits decided in memory under --fail-mode
 	// local, in (0, 1]. 0 means DefaultLocalShare.
 	LocalShare float64
+	// NoJWT reports that callers' tokens are not verified (no
+	// --jwt-jwks nor --jwt-hmac-secret-file): a limit keyed on a claim
+	// is then an error naming its file and line, since no request could
+	// ever carry the claim. Otherwise a request without a verified
+	// token lacks every claim (see Missing).
+	NoJWT bool
 }
 
 // Compile builds a RuleSet from parsed rules with the default options.
@@ -122,6 +130,9 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 			keys:  app.Keys,
 			trie:  trie.New[*compiledLimit](trie.Options{CaseInsensitive: rules.CaseInsensitive}),
 		}
+		if opts.NoJWT && app.Total != nil && app.By.Claims() {
+			return nil, noJWTError(rules.Path, app.Line, "app "+app.ID+"'s total", app.By)
+		}
 		if app.Total != nil && app.Total.Limit != limit.Unlimited {
 			sec.total = newCompiledLimit(app.ID, "", nil, *app.Total, false, opts)
 			sec.total.keyBy(app.By, app.Missing)
@@ -129,6 +140,9 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 		}
 		for j := range app.Limits {
 			r := &app.Limits[j]
+			if by := cmp.Or(r.By, app.By); opts.NoJWT && by.Claims() {
+				return nil, noJWTError(rules.Path, r.Line, "rule "+r.API, by)
+			}
 			cl := newCompiledLimit(app.ID, r.API, r.Methods, r.Params, r.Shadow, opts)
 			cl.keyBy(cmp.Or(r.By, app.By), cmp.Or(r.Missing, app.Missing))
 			sec.ipTag = sec.ipTag && cl.kind == keyIP
@@ -182,7 +196,7 @@ func newCompiledLimit(app, api string, methods []string, p limit.Params, shadow 
 // keyBy sets how cl's counter keys are built: by by, with missing for
 // a missing header or query value ("" means config.MissingIP).
 func (cl *compiledLimit) keyBy(by config.By, missing config.Missing) {
-	cl.by, cl.kind, cl.parts = by, kindOf(by), by.Parts()
+	cl.by, cl.kind, cl.parts, cl.claims = by, kindOf(by), by.Parts(), by.Claims()
 	cl.missing = cmp.Or(missing, config.MissingIP)
 }
 
@@ -381,7 +395,7 @@ func explainKey(cl *compiledLimit, q ExplainRequest, rawQuery string) (line stri
 		if r.Header == nil {
 			r.Header = http.Header{}
 		}
-		key, code, msg := attrKey(r, cl, group)
+		key, code, msg := attrKey(r, cl, group, noClaims)
 		if code != "" {
 			return "    counted by " + string(cl.by) + ": refused with 400 " + code + ": " + msg + "\n", true
 		}
@@ -439,4 +453,10 @@ func describe(cl *compiledLimit) string {
 		b.WriteString(" [shadow: never blocks]")
 	}
 	return b.String()
+}
+
+// noJWTError is the error of a limit keyed on a claim when tokens are not
+// verified.
+func noJWTError(path string, line int, what string, by config.By) error {
+	return fmt.Errorf("%s:%d: %s counts by %s, a claim of a verified JWT, but callers' tokens are not verified: set --jwt-jwks or --jwt-hmac-secret-file, or count by something else", path, line, what, by)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/trie"
 )
@@ -25,6 +26,10 @@ type scratch struct {
 	// observed is set once the observers are called, so that a panic
 	// of one of them does not have them called again.
 	observed bool
+	// claims are the caller's verified token's, nil without one;
+	// jwtDone is set once the token was looked at.
+	claims  *jwtauth.Claims
+	jwtDone bool
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
@@ -53,7 +58,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			panic(p)
 		}
 	}()
-	if sec, ok := h.identify(&sc.sw, r, &sc.o); ok && h.match(&sc.sw, r, sec, sc) && h.keys(&sc.sw, r, sec, sc) {
+	if sec, ok := h.identify(&sc.sw, r, sc); ok && h.match(&sc.sw, r, sec, sc) && h.keys(&sc.sw, r, sec, sc) {
 		if sc.n > 0 {
 			h.decide(r, sc)
 		}
@@ -79,9 +84,19 @@ func (h *Handler) observe(r *http.Request, sc *scratch) {
 // upstream has no use for. It answers a refused caller itself (400, 401,
 // 403) and reports false. The section is nil for an unknown caller when
 // the rules have no "*" section.
-func (h *Handler) identify(w http.ResponseWriter, r *http.Request, o *Outcome) (*section, bool) {
+func (h *Handler) identify(w http.ResponseWriter, r *http.Request, sc *scratch) (*section, bool) {
+	o := &sc.o
 	o.App, o.Decision = config.UnknownApp, DecisionInvalid
-	app, err := appID(r, h.appHeader)
+	var app string
+	var err error
+	if h.jwt != nil && h.jwt.appClaim != "" {
+		var ok bool
+		if app, ok = h.appFromToken(w, r, sc); !ok {
+			return nil, false
+		}
+	} else {
+		app, err = appID(r, h.appHeader)
+	}
 	if err != nil {
 		WriteError(w, http.StatusBadRequest, "invalid_app_id", err.Error())
 		return nil, false
@@ -117,8 +132,11 @@ func (h *Handler) identify(w http.ResponseWriter, r *http.Request, o *Outcome) (
 			"the API key in the "+h.keyHeader+" header belongs to another app: send it only with the app ID it was issued for")
 		return nil, false
 	}
-	if !h.forwardApp {
+	switch {
+	case !h.forwardApp:
 		delete(r.Header, h.appHeader)
+	case h.jwt != nil && h.jwt.appClaim != "" && app != "":
+		r.Header[h.appHeader] = []string{app} // the verified one
 	}
 	h.dropAliases(r.Header)
 	return sec, true
@@ -197,6 +215,9 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *section, sc 
 		tag = sec.app + "|" + group()
 	}
 	for i, cl := range sc.lims[:sc.n] {
+		if cl.claims && h.jwt != nil && !h.verifyCaller(w, r, sc, false) {
+			return false
+		}
 		q := &sc.reqs[i]
 		*q = limit.Request{Key: cl.key, Tag: tag, Params: &cl.params, Shadow: cl.shadow}
 		switch cl.kind {
@@ -204,14 +225,14 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *section, sc 
 			q.Key, q.Overflow = cl.key+"|"+group(), cl.overflow
 			sc.shown[i] = group()
 		case keyAttrs:
-			key, code, msg := attrKey(r, cl, group)
+			key, code, msg := attrKey(r, cl, group, claimOf(sc))
 			if code != "" {
 				o.Decision = DecisionInvalid
 				WriteError(w, http.StatusBadRequest, code, msg)
 				return false
 			}
 			q.Key, q.Overflow = key, cl.overflow
-			sc.shown[i] = shownKey(r, cl, group)
+			sc.shown[i] = shownKey(r, cl, group, claimOf(sc))
 		}
 	}
 	return true

@@ -15,13 +15,19 @@ import (
 // shownKey returns the LimitOutcome.Key of limit cl (of kind keyAttrs)
 // for r, whose key attrKey built. A single value is returned as it is,
 // without allocating.
-func shownKey(r *http.Request, cl *compiledLimit, group func() string) string {
+func shownKey(r *http.Request, cl *compiledLimit, group func() string, claim func(string) (string, string)) string {
 	var vals []string
 	for _, p := range cl.parts {
 		v := ""
-		if p.Kind == config.KeyIP {
+		switch p.Kind {
+		case config.KeyIP:
 			v = group()
-		} else if v, _ = attrValue(r, p); v == "" && cl.missing != config.MissingShare && cl.missing != config.MissingDeny {
+		case config.KeyClaim:
+			v, _ = claim(p.Name)
+		default:
+			v, _ = attrValue(r, p)
+		}
+		if p.Kind != config.KeyIP && v == "" && cl.missing != config.MissingShare && cl.missing != config.MissingDeny {
 			return group() // counted as by: ip
 		}
 		if len(cl.parts) == 1 {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/source"
@@ -69,6 +70,26 @@ type Config struct {
 	// UnknownCallers says what happens to callers that name no configured
 	// app.
 	UnknownCallers UnknownCallers
+	// JWTJWKS is the JWKS file, or http(s):// URL, whose keys verify
+	// callers' tokens (RS256, ES256, EdDSA): a file is read again when
+	// it changes, a URL every JWTJWKSRefresh. Empty: none.
+	JWTJWKS string
+	// JWTJWKSRefresh is how often a JWKS URL is fetched again; the last
+	// good key set stays when a fetch fails. Default
+	// jwtauth.DefaultRefresh (5m).
+	JWTJWKSRefresh time.Duration
+	// JWTHMACSecretFile is a file whose trimmed contents (at least 32
+	// bytes) verify HS256 tokens. Empty: HS256 is refused.
+	JWTHMACSecretFile string
+	// JWTIssuer and JWTAudience, when not empty, are the iss a token
+	// must carry and a value its aud must hold.
+	JWTIssuer, JWTAudience string
+	// JWTHeader carries the token. Default proxy.DefaultJWTHeader
+	// (Authorization, Bearer scheme).
+	JWTHeader string
+	// AppFrom is where the app ID comes from: "header" (AppHeader, the
+	// default) or "claim:NAME", a claim of the verified token.
+	AppFrom string
 	// TrustedProxies are CIDRs whose X-Forwarded-For is believed.
 	TrustedProxies []string
 	// IPv4Prefix and IPv6Prefix are the lengths of the address groups
@@ -179,6 +200,9 @@ func DefaultConfig() Config {
 		AppHeader:         proxy.DefaultAppHeader,
 		KeyHeader:         proxy.DefaultKeyHeader,
 		UnknownCallers:    AllowUnknown,
+		JWTJWKSRefresh:    jwtauth.DefaultRefresh,
+		JWTHeader:         proxy.DefaultJWTHeader,
+		AppFrom:           AppFromHeader,
 		IPv4Prefix:        proxy.DefaultIPv4Prefix,
 		IPv6Prefix:        proxy.DefaultIPv6Prefix,
 		MethodOverride:    proxy.OverrideMatch,
@@ -256,6 +280,9 @@ func (c *Config) Validate() error {
 		return errors.New("--admin-token and --admin-token-file are exclusive: pass one")
 	case c.AdminToken != "" && strings.TrimSpace(c.AdminToken) == "":
 		return errors.New("--admin-token is only white space: set a token, or none to disable POST /rules/reload")
+	}
+	if err := c.validateJWT(); err != nil {
+		return err
 	}
 	if source.IsStore(c.ConfigPath) {
 		if err := source.CheckSpec(c.ConfigPath); err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/source"
 	"github.com/ratelimit-gateway/gateway/internal/watch"
@@ -34,6 +35,7 @@ type Server struct {
 	log   *slog.Logger
 	st    *stores
 	certs *certReloader // nil without TLS
+	jwks  *jwtauth.Keys // nil without --jwt-jwks
 	rules *Reloader
 	// src is the rule store (etcd, ZooKeeper), nil for a rule file.
 	src      source.Source
@@ -133,6 +135,12 @@ func New(cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("--upstream: %w", err)
 	}
 
+	jwtv, jwks, err := newJWT(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.jwks = jwks
+
 	var parsed *config.Rules
 	if source.IsStore(cfg.ConfigPath) {
 		parsed, err = s.openStore(reg)
@@ -143,7 +151,7 @@ func New(cfg Config) (_ *Server, err error) {
 		s.metrics.RulesLoaded(false, nil, time.Time{})
 		return nil, err
 	}
-	copts := proxy.CompileOptions{LocalShare: compileShare(cfg)}
+	copts := proxy.CompileOptions{LocalShare: compileShare(cfg), NoJWT: jwtv == nil}
 	rs, err := proxy.CompileWith(parsed, time.Now(), copts)
 	if err != nil {
 		return nil, err
@@ -157,6 +165,7 @@ func New(cfg Config) (_ *Server, err error) {
 		Observers: observers, FailMode: s.st.failMode, Local: s.st.local,
 		MethodOverride: cfg.MethodOverride, AllowUpgrade: cfg.AllowUpgrade,
 		IPv4Prefix: cfg.IPv4Prefix, IPv6Prefix: cfg.IPv6Prefix,
+		JWT: jwtv, JWTHeader: cfg.JWTHeader, AppClaim: cfg.AppClaim(),
 	})
 	if err != nil {
 		return nil, err
@@ -244,6 +253,13 @@ func (s *Server) Serve(ctx context.Context) error {
 	defer cancel()
 	if s.certs != nil {
 		stop, err := s.certs.Watch(ctx)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	if s.jwks != nil {
+		stop, err := s.jwks.Watch(ctx)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,228 @@
+// Package jwtauth verifies the JSON Web Tokens (RFC 7519) that identify
+// callers: signatures are checked by github.com/golang-jwt/jwt/v5 against
+// the keys of a JWKS (RFC 7517), read from a file or a URL and kept fresh,
+// or an HS256 secret. See the README's "Verified callers (JWT)".
+package jwtauth
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rsa"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"strconv"
+)
+
+// The algorithms a token may be signed with (RFC 7518 §3.1, RFC 8037 §3.1):
+// each JWKS key verifies exactly one of them, chosen by its key type, and
+// HS256 is verified only with the secret file.
+const (
+	RS256 = "RS256"
+	ES256 = "ES256"
+	EdDSA = "EdDSA"
+	HS256 = "HS256"
+)
+
+// minRSABits is the smallest RSA modulus accepted (RFC 7518 §3.3 requires
+// 2048 bits).
+const minRSABits = 2048
+
+// Key is one verification key of a KeySet.
+type Key struct {
+	// ID is the key's kid ("" if it has none).
+	ID string
+	// Alg is the one algorithm the key verifies: RS256, ES256 or EdDSA.
+	Alg string
+	// Public is an *rsa.PublicKey, *ecdsa.PublicKey or ed25519.PublicKey.
+	Public crypto.PublicKey
+}
+
+// KeySet is a parsed JWKS. It is never modified once ParseJWKS returns it,
+// so it is safe for concurrent use.
+type KeySet struct {
+	keys []Key
+}
+
+// Len returns how many keys the set holds.
+func (s *KeySet) Len() int { return len(s.keys) }
+
+// lookup returns the key that verifies a token with header kid and alg:
+// the key with that kid, or, when the token names none, the set's only key
+// for alg. The key's algorithm must be alg, so that a key is never used
+// with an algorithm other than its own (an RSA public key as an HMAC
+// secret, say).
+func (s *KeySet) lookup(kid, alg string) (crypto.PublicKey, error) {
+	var found *Key
+	for i := range s.keys {
+		k := &s.keys[i]
+		if kid != "" {
+			if k.ID == kid {
+				found = k
+				break
+			}
+			continue
+		}
+		if k.Alg == alg {
+			if found != nil {
+				return nil, errKidRequired
+			}
+			found = k
+		}
+	}
+	switch {
+	case found == nil && kid != "":
+		return nil, fmt.Errorf("%w %s", errUnknownKid, quoteKid(kid))
+	case found == nil:
+		return nil, fmt.Errorf("%w for %s", errNoKey, alg)
+	case found.Alg != alg:
+		return nil, fmt.Errorf("%w: key %s is for %s, the token says %s", errKeyAlg, quoteKid(kid), found.Alg, alg)
+	}
+	return found.Public, nil
+}
+
+// quoteKid quotes a kid from a token for a message, cut to 64 bytes: it
+// comes from the caller.
+func quoteKid(kid string) string {
+	if len(kid) > 64 {
+		return strconv.Quote(kid[:64]) + "…"
+	}
+	return strconv.Quote(kid)
+}
+
+// jwk is the part of a JSON Web Key (RFC 7517 §4, RFC 7518 §6, RFC 8037
+// §2) that the gateway reads.
+type jwk struct {
+	Kty string `json:"kty"`
+	Kid string `json:"kid"`
+	Use string `json:"use"`
+	Alg string `json:"alg"`
+	Crv string `json:"crv"`
+	N   string `json:"n"`
+	E   string `json:"e"`
+	X   string `json:"x"`
+	Y   string `json:"y"`
+}
+
+// ParseJWKS parses a JWK Set: {"keys": [...]}. Keys for encryption (use
+// "enc") and keys of other types are skipped; a signing key that is
+// malformed, whose alg disagrees with its type, or whose kid repeats
+// another's, is an error, as is a set left with no key, so that a
+// half-broken set never replaces a good one.
+func ParseJWKS(data []byte) (*KeySet, error) {
+	var doc struct {
+		Keys []json.RawMessage `json:"keys"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("parsing the JWKS: %w", err)
+	}
+	set := &KeySet{}
+	seen := map[string]bool{}
+	for i, raw := range doc.Keys {
+		var k jwk
+		if err := json.Unmarshal(raw, &k); err != nil {
+			return nil, fmt.Errorf("JWKS key %d: %w", i, err)
+		}
+		if k.Use != "" && k.Use != "sig" {
+			continue
+		}
+		key, ok, err := k.parse()
+		if err != nil {
+			return nil, fmt.Errorf("JWKS key %d (kid %q): %w", i, k.Kid, err)
+		}
+		if !ok {
+			continue
+		}
+		if k.Kid != "" {
+			if seen[k.Kid] {
+				return nil, fmt.Errorf("JWKS key %d: kid %q is used twice", i, k.Kid)
+			}
+			seen[k.Kid] = true
+		}
+		set.keys = append(set.keys, key)
+	}
+	if len(set.keys) == 0 {
+		return nil, errors.New("the JWKS holds no RSA, P-256 or Ed25519 signing key")
+	}
+	return set, nil
+}
+
+// parse returns k as a Key, or ok false for a key type or curve the
+// gateway does not verify with.
+func (k *jwk) parse() (key Key, ok bool, err error) {
+	key.ID = k.Kid
+	switch {
+	case k.Kty == "RSA":
+		key.Alg = RS256
+		n, err := b64Int(k.N)
+		if err != nil {
+			return key, false, fmt.Errorf("n: %w", err)
+		}
+		e, err := b64Int(k.E)
+		if err != nil {
+			return key, false, fmt.Errorf("e: %w", err)
+		}
+		if n.BitLen() < minRSABits {
+			return key, false, fmt.Errorf("the RSA modulus has %d bits; at least %d are needed", n.BitLen(), minRSABits)
+		}
+		if !e.IsInt64() || e.Int64() < 3 || e.Int64() > 1<<31-1 || e.Bit(0) == 0 {
+			return key, false, errors.New("the RSA exponent is not an odd number from 3 to 2^31-1")
+		}
+		key.Public = &rsa.PublicKey{N: n, E: int(e.Int64())}
+	case k.Kty == "EC" && k.Crv == "P-256":
+		key.Alg = ES256
+		x, err := b64Fixed(k.X, 32)
+		if err != nil {
+			return key, false, fmt.Errorf("x: %w", err)
+		}
+		y, err := b64Fixed(k.Y, 32)
+		if err != nil {
+			return key, false, fmt.Errorf("y: %w", err)
+		}
+		// ParseUncompressedPublicKey checks that the point is on the curve.
+		pub, err := ecdsa.ParseUncompressedPublicKey(elliptic.P256(), append(append([]byte{4}, x...), y...))
+		if err != nil {
+			return key, false, err
+		}
+		key.Public = pub
+	case k.Kty == "OKP" && k.Crv == "Ed25519":
+		key.Alg = EdDSA
+		x, err := b64Fixed(k.X, ed25519.PublicKeySize)
+		if err != nil {
+			return key, false, fmt.Errorf("x: %w", err)
+		}
+		key.Public = ed25519.PublicKey(x)
+	default:
+		return key, false, nil
+	}
+	if k.Alg != "" && k.Alg != key.Alg {
+		return key, false, fmt.Errorf("alg %s does not go with a %s key: it verifies %s only", k.Alg, k.Kty, key.Alg)
+	}
+	return key, true, nil
+}
+
+func b64Int(s string) (*big.Int, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) == 0 {
+		return nil, errors.New("empty")
+	}
+	return new(big.Int).SetBytes(b), nil
+}
+
+func b64Fixed(s string, n int) ([]byte, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) != n {
+		return nil, fmt.Errorf("%d bytes, want %d", len(b), n)
+	}
+	return b, nil
+}

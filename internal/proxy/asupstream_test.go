@@ -366,7 +366,7 @@ func TestClientAddressHeaders(t *testing.T) {
 // answering it (net/http's Transport would resend such a GET).
 func TestOneAdmissionOneUpstreamRequest(t *testing.T) {
 	t.Parallel()
-	var hits atomic.Int64
+	var hits, framed atomic.Int64
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -387,6 +387,9 @@ func TestOneAdmissionOneUpstreamRequest(t *testing.T) {
 						return
 					}
 					hits.Add(1)
+					if len(req.TransferEncoding) > 0 || req.ContentLength != 0 {
+						framed.Add(1) // the empty body must not show
+					}
 					if n > 0 {
 						return // the second request on a connection: hang up
 					}
@@ -423,6 +426,9 @@ configs:
 	g.obs.waitFor(t, 12)
 	if got := hits.Load(); got != int64(admitted) || admitted != 12 {
 		t.Errorf("the upstream got %d requests for %d admitted, want 12 for 12", got, admitted)
+	}
+	if n := framed.Load(); n != 0 {
+		t.Errorf("%d requests reached the upstream with a Transfer-Encoding or a Content-Length; want none: they have no body", n)
 	}
 }
 

@@ -172,8 +172,8 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 // body when the reused connection it was written on closes before the
 // response (net/http's shouldRetryRequest): the upstream may then serve
 // one admitted, once-counted request twice. A request whose body is not
-// http.NoBody and that has no GetBody is not replayable; for these
-// methods the Transport finds the empty body empty and sends none. (A
+// http.NoBody and that has no GetBody is not replayable; the empty body
+// goes out as no body at all. (A
 // TRACE, or a request with an Idempotency-Key header, may still be
 // resent: the first is never worth a body, the second asks for it; see
 // README "What the upstream receives".)
@@ -184,14 +184,25 @@ func sendOnce(out *http.Request) {
 	switch out.Method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
 		out.Body, out.GetBody, out.ContentLength = emptyBody{}, nil, 0
+		// With no transfer coding set, the Transport would probe the
+		// body of unknown length with a goroutine and a timer to see
+		// whether it is empty; "identity" is the absence of a coding
+		// (RFC 9112 §6.1): nothing is written for it, and the body it
+		// copies is empty, so the request still goes out with no body.
+		out.TransferEncoding = identity
 	}
 }
 
-// emptyBody is an empty request body that is not http.NoBody.
+// emptyBody is an empty request body that is not http.NoBody. WriteTo
+// spares io.Copy a copy buffer.
 type emptyBody struct{}
 
-func (emptyBody) Read([]byte) (int, error) { return 0, io.EOF }
-func (emptyBody) Close() error             { return nil }
+func (emptyBody) Read([]byte) (int, error)         { return 0, io.EOF }
+func (emptyBody) WriteTo(io.Writer) (int64, error) { return 0, nil }
+func (emptyBody) Close() error                     { return nil }
+
+// identity is the TransferEncoding of a request sent with emptyBody.
+var identity = []string{"identity"}
 
 // peerTrusted reports whether the peer address of a request is a trusted
 // proxy.

@@ -170,14 +170,20 @@ func writeLimited(w http.ResponseWriter, status int, cl *compiledLimit, retryAft
 // writeBlocked writes the response of a limit of 0: the request can never
 // be admitted, so nothing invites a retry.
 func writeBlocked(w http.ResponseWriter, status int, cl *compiledLimit) {
+	w.Header()["Content-Type"] = hdrJSON
+	w.WriteHeader(status)
+	w.Write(cl.bodyBlocked)
+}
+
+// blockedBody renders the response body of a limit of 0, built once when
+// the rules are compiled.
+func blockedBody(app, api string, p limit.Params) []byte {
 	body, err := json.Marshal(errorBody{
-		Error: "blocked", App: &cl.app, API: &cl.api, Limit: &cl.params.Limit,
+		Error: "blocked", App: &app, API: &api, Limit: &p.Limit,
 		Message: "this API is blocked for this caller (its limit is 0): no request is admitted, whenever it is sent",
 	})
 	if err != nil {
 		panic("proxy: marshaling a blocked body: " + err.Error())
 	}
-	w.Header()["Content-Type"] = hdrJSON
-	w.WriteHeader(status)
-	w.Write(append(body, '\n'))
+	return append(body, '\n')
 }

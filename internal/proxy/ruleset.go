@@ -85,6 +85,8 @@ type compiledLimit struct {
 	pairPolicy []string // RateLimit-Policy of the section's total and this rule
 	limitHdr   []string // X-RateLimit-Limit
 	body429    []byte   // the limited body up to retryAfterSeconds' value
+	// bodyBlocked is the whole body of a limit of 0; nil for others.
+	bodyBlocked []byte
 }
 
 // DefaultLocalShare is the share of each limit that one gateway admits on
@@ -190,6 +192,9 @@ func newCompiledLimit(app, api string, methods []string, p limit.Params, shadow 
 	}
 	cl.policyHdr = []string{cl.policy}
 	cl.body429 = limitedBodyPrefix(app, api, p)
+	if p.Limit == 0 {
+		cl.bodyBlocked = blockedBody(app, api, p)
+	}
 	return cl
 }
 

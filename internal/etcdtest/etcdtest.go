@@ -11,7 +11,6 @@ package etcdtest
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"net/http"
 	"os/exec"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/servertest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -36,9 +36,9 @@ type Server struct {
 	bin, dir string
 	peer     string
 
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	done   chan struct{}
+	proc servertest.Process
+
+	mu     sync.Mutex // guards client
 	client *clientv3.Client
 }
 
@@ -46,13 +46,7 @@ type Server struct {
 // -short, and fails it if etcd is not installed or does not come up.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("etcdtest: skipped with -short: the test needs etcd")
-	}
-	bin, err := exec.LookPath("etcd")
-	if err != nil {
-		t.Fatalf("etcdtest: etcd not found (%v): install it (Debian: apt-get install etcd-server), as .ci/deps does", err)
-	}
+	bin := servertest.Program(t, "etcdtest", "etcd", "etcd-server")
 	var last error
 	for range 5 {
 		s := &Server{t: t, bin: bin, dir: t.TempDir()}
@@ -67,12 +61,11 @@ func Start(t testing.TB) *Server {
 }
 
 func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := servertest.FreeAddr()
 	if err != nil {
 		t.Fatalf("etcdtest: finding a free port: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return a
 }
 
 func (s *Server) start() error {
@@ -86,14 +79,10 @@ func (s *Server) start() error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
+	done, err := s.proc.Start(cmd)
+	if err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	s.mu.Lock()
-	s.cmd, s.done = cmd, done
-	s.mu.Unlock()
 	deadline := time.Now().Add(readyTimeout)
 	hc := &http.Client{Timeout: time.Second}
 	for {
@@ -139,17 +128,7 @@ func (s *Server) Client() *clientv3.Client {
 
 // Stop kills the server and waits for it to exit. Stopping a stopped
 // server does nothing.
-func (s *Server) Stop() {
-	s.mu.Lock()
-	cmd, done := s.cmd, s.done
-	s.cmd = nil
-	s.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	cmd.Process.Kill()
-	<-done
-}
+func (s *Server) Stop() { s.proc.Stop() }
 
 // Restart starts the server again on the same ports with the same data,
 // after Stop.

@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/servertest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -134,24 +135,17 @@ func major(bin string) int {
 // and fails it if the program is not installed.
 func binary(t testing.TB, name string) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skipf("redistest: skipped with -short: the test needs %s", name)
-	}
-	p, err := exec.LookPath(name)
-	if err != nil {
-		t.Fatalf("redistest: %s not found (%v): install Redis (Debian: apt-get install redis-server), as .ci/deps does", name, err)
-	}
-	return p
+	return servertest.Program(t, "redistest", name, "redis-server")
 }
 
 // freePort returns a loopback TCP port that was free a moment ago.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := servertest.FreeAddr()
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	_, port, _ := net.SplitHostPort(a)
+	return strconv.Atoi(port)
 }
 
 func (s *Server) start(bin string) error {

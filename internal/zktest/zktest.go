@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/ratelimit-gateway/gateway/internal/servertest"
 )
 
 // readyTimeout bounds the wait for a server to answer: a JVM starts
@@ -46,9 +47,9 @@ type Server struct {
 	java, cp  string
 	dir, conf string
 
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	done   chan struct{}
+	proc servertest.Process
+
+	mu     sync.Mutex // guards client
 	client *zk.Conn
 }
 
@@ -57,13 +58,7 @@ type Server struct {
 // server does not come up.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("zktest: skipped with -short: the test needs ZooKeeper")
-	}
-	java, err := exec.LookPath("java")
-	if err != nil {
-		t.Fatalf("zktest: java not found (%v): install a JRE and ZooKeeper (Debian: apt-get install zookeeper), as .ci/deps does", err)
-	}
+	java := servertest.Program(t, "zktest", "java", "zookeeper")
 	cp := os.Getenv("ZOOKEEPER_CLASSPATH")
 	if cp == "" {
 		for _, j := range Jars {
@@ -89,12 +84,11 @@ func Start(t testing.TB) *Server {
 }
 
 func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := servertest.FreeAddr()
 	if err != nil {
 		t.Fatalf("zktest: finding a free port: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return a
 }
 
 // configure writes the server's configuration: standalone, on Addr, no
@@ -121,14 +115,10 @@ func (s *Server) start() error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
+	done, err := s.proc.Start(cmd)
+	if err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	s.mu.Lock()
-	s.cmd, s.done = cmd, done
-	s.mu.Unlock()
 	deadline := time.Now().Add(readyTimeout)
 	for {
 		select {
@@ -212,17 +202,7 @@ func (nopLogger) Printf(string, ...any) {}
 
 // Stop kills the server and waits for it to exit. Stopping a stopped
 // server does nothing.
-func (s *Server) Stop() {
-	s.mu.Lock()
-	cmd, done := s.cmd, s.done
-	s.cmd = nil
-	s.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	cmd.Process.Kill()
-	<-done
-}
+func (s *Server) Stop() { s.proc.Stop() }
 
 // Restart starts the server again on the same port with the same data,
 // after Stop.

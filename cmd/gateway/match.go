@@ -17,7 +17,7 @@ var timeZero time.Time
 
 func newMatchCmd() *cobra.Command {
 	var path, app, method, ip string
-	var headers []string
+	var headers, claims []string
 	cmd := &cobra.Command{
 		Use:   "match --config FILE [--app ID] [--method M] PATH",
 		Short: "Show which rules apply to a request, and why",
@@ -26,7 +26,8 @@ func newMatchCmd() *cobra.Command {
 one is a 400), the method upper-cased and HEAD as GET, the path normalized.
 For limits keyed on headers, query parameters or the client address (by),
 it shows the counter key the request would get: give the headers with
---header, the query string in PATH, and the client address with --ip.
+--header, the query string in PATH, the client address with --ip, and the
+claims of the caller's token with --claim.
 Without --config, when the default file is missing, the rules built into
 the binary are used, as 'gateway serve' does.`,
 		Example: `  gateway match --config configs/demo-rules.yaml --app app-1 --method GET /v1/user/42
@@ -57,6 +58,16 @@ the binary are used, as 'gateway serve' does.`,
 				}
 				q.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
 			}
+			for _, c := range claims {
+				name, value, ok := strings.Cut(c, "=")
+				if !ok || name == "" {
+					return usageError{fmt.Errorf("--claim %q is not NAME=VALUE", c)}
+				}
+				if q.Claims == nil {
+					q.Claims = map[string]string{}
+				}
+				q.Claims[name] = value
+			}
 			if ip != "" {
 				a, err := netip.ParseAddr(ip)
 				if err != nil {
@@ -77,5 +88,6 @@ the binary are used, as 'gateway serve' does.`,
 	cmd.Flags().StringVar(&method, "method", "GET", "HTTP method")
 	cmd.Flags().StringArrayVar(&headers, "header", nil, "a request header, NAME: VALUE (repeatable)")
 	cmd.Flags().StringVar(&ip, "ip", "", "the client's address")
+	cmd.Flags().StringArrayVar(&claims, "claim", nil, "a claim of the caller's token, NAME=VALUE, as if verified (repeatable)")
 	return cmd
 }

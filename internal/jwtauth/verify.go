@@ -100,6 +100,17 @@ type Claims struct {
 	Expiry time.Time
 }
 
+// ClaimsOf returns Claims that hold the given string claims, unverified:
+// for `gateway replay`, which decides logged requests by the claim values
+// the live gateway verified and logged.
+func ClaimsOf(values map[string]string) *Claims {
+	m := make(jwt.MapClaims, len(values))
+	for k, v := range values {
+		m[k] = v
+	}
+	return &Claims{m: m}
+}
+
 // Value returns claim name as a string: a string as it is, a number as
 // JSON writes it, a boolean as true or false; "" when the token lacks it
 // or it is null. why says why it cannot be used (an object or a list).

@@ -32,8 +32,8 @@ func KeyHash(v string) string {
 	return hex.EncodeToString(sum[:KeyHashLen/2])
 }
 
-// keyLogAttrs returns the access-log attributes of the header and query
-// values that the request's limits counted by, each part once: hashed,
+// keyLogAttrs returns the access-log attributes of the header, query and
+// verified claim values that the request's limits counted by, each part once: hashed,
 // or as they are when raw. A part whose value was missing is left out,
 // so that a replay counts the request as the missing setting says, as
 // the gateway did.
@@ -50,6 +50,12 @@ func keyLogAttrs(r *http.Request, o *Outcome, raw bool) []slog.Attr {
 			}
 			seen = append(seen, p)
 			v, bad := attrValue(r, p)
+			if p.Kind == config.KeyClaim {
+				v, bad = "", ""
+				if o.claims != nil {
+					v, bad = o.claims.Value(p.Name)
+				}
+			}
 			if v == "" || bad != "" {
 				continue
 			}

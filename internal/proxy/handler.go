@@ -53,6 +53,7 @@ type Handler struct {
 	v6Bits        int
 	local         limit.Store
 	jwt           *jwtCaller // nil without JWT verification
+	replayClaims  func(*http.Request) *jwtauth.Claims
 	// lastErrLog is when a store error was last logged (Unix ns): an
 	// outage fails every request, and one line a second tells as much.
 	lastErrLog atomic.Int64
@@ -101,6 +102,11 @@ type HandlerConfig struct {
 	// Upgrade header); any other upgrade is removed before forwarding.
 	// nil means DefaultAllowUpgrade (websocket); h2c is refused.
 	AllowUpgrade []string
+	// ReplayClaims, for replay only, gives the claims of a logged request
+	// as if its token had been verified: the live gateway logged the
+	// values it verified. nil (always, when serving) means tokens are
+	// verified by JWT, or there are no claims.
+	ReplayClaims func(r *http.Request) *jwtauth.Claims
 	// IPv4Prefix and IPv6Prefix are the lengths of the address groups
 	// that per-IP counters key on. 0 means DefaultIPv4Prefix (32) and
 	// DefaultIPv6Prefix (64).
@@ -159,6 +165,7 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		h.keyHeader = DefaultKeyHeader
 	}
 	var err error
+	h.replayClaims = cfg.ReplayClaims
 	if h.jwt, err = newJWTCaller(cfg); err != nil {
 		return nil, err
 	}
@@ -232,6 +239,9 @@ type Outcome struct {
 
 	limits [maxLimitsPerRequest]LimitOutcome
 	n      int
+	// claims are the caller's verified claims, for the access log's
+	// claim keys; nil without.
+	claims *jwtauth.Claims
 }
 
 // LimitOutcome is one limit's part in a decision.

@@ -428,6 +428,7 @@ configs:
     limit: 10
     limits:
       - {api: /u, limit: 1, by: [ip, header:X-User-Id, query:q], missing: deny}
+      - {api: /me, limit: 1, by: claim:sub}
   - appId: "*"
     limits:
       - {api: /, limit: 1}
@@ -446,6 +447,16 @@ configs:
 			name: "missing",
 			q:    ExplainRequest{App: "app-1", Method: "GET", Target: "/u?q=a"},
 			want: []string{"refused with 400 missing_key: rule /u counts by the header X-User-Id", "decision: refused with 400"},
+		},
+		{
+			name: "claim",
+			q:    ExplainRequest{App: "app-1", Method: "GET", Target: "/me", Claims: map[string]string{"sub": "al|ce"}},
+			want: []string{"counted by claim:sub (missing: ip): key app-1|/me|=al%7Cce\n"},
+		},
+		{
+			name: "claim missing",
+			q:    ExplainRequest{App: "app-1", Method: "GET", Target: "/me", ClientIP: netip.MustParseAddr("203.0.113.7")},
+			want: []string{"counted by claim:sub (missing: ip): key app-1|/me|203.0.113.7\n"},
 		},
 		{
 			name: "per ip",

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/trie"
 )
@@ -295,6 +296,9 @@ type ExplainRequest struct {
 	Header http.Header
 	// ClientIP is the client's address; invalid if not known.
 	ClientIP netip.Addr
+	// Claims are the claims of the caller's token, as if verified, for
+	// limits keyed on them; nil for a request without a token.
+	Claims map[string]string
 }
 
 // ExplainRequest describes, for the match command, which of rs's rules
@@ -400,7 +404,11 @@ func explainKey(cl *compiledLimit, q ExplainRequest, rawQuery string) (line stri
 		if r.Header == nil {
 			r.Header = http.Header{}
 		}
-		key, code, msg := attrKey(r, cl, group, noClaims)
+		claims := noClaims
+		if q.Claims != nil {
+			claims = jwtauth.ClaimsOf(q.Claims).Value
+		}
+		key, code, msg := attrKey(r, cl, group, claims)
 		if code != "" {
 			return "    counted by " + string(cl.by) + ": refused with 400 " + code + ": " + msg + "\n", true
 		}

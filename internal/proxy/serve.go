@@ -73,6 +73,7 @@ func (h *Handler) observe(r *http.Request, sc *scratch) {
 	sc.observed = true
 	o := &sc.o
 	o.Status = sc.sw.status
+	o.claims = sc.claims
 	o.Duration = h.now().Sub(o.Start)
 	for _, obs := range h.observers {
 		obs.ObserveRequest(r, o)
@@ -217,6 +218,9 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *section, sc 
 	for i, cl := range sc.lims[:sc.n] {
 		if cl.claims && h.jwt != nil && !h.verifyCaller(w, r, sc, false) {
 			return false
+		}
+		if cl.claims && h.replayClaims != nil && !sc.jwtDone {
+			sc.claims, sc.jwtDone = h.replayClaims(r), true
 		}
 		q := &sc.reqs[i]
 		*q = limit.Request{Key: cl.key, Tag: tag, Params: &cl.params, Shadow: cl.shadow}

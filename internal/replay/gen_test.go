@@ -169,7 +169,7 @@ type liveGateway struct {
 	last proxy.Decision
 }
 
-func newLiveGateway(t *testing.T, rules string, log io.Writer) *liveGateway {
+func newLiveGateway(t *testing.T, rules string, log io.Writer, opts ...func(*proxy.HandlerConfig)) *liveGateway {
 	t.Helper()
 	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	t.Cleanup(up.Close)
@@ -189,6 +189,9 @@ func newLiveGateway(t *testing.T, rules string, log io.Writer) *liveGateway {
 	}
 	if log != nil {
 		cfg.Observers = append(cfg.Observers, proxy.NewAccessLog(log, nil))
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	if g.h, err = proxy.NewHandler(cfg); err != nil {
 		t.Fatal(err)

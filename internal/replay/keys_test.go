@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
+	"github.com/ratelimit-gateway/gateway/internal/jwtauth/jwttest"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 )
 
@@ -137,5 +139,67 @@ func TestReplayKeyLines(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReplayClaimKeys records traffic of a rule keyed on a verified JWT
+// claim (by: claim:sub) and replays it: the log holds the subjects'
+// hashes, never the subjects or the tokens, and the replay, which has no
+// token, decides every request as the live gateway did.
+func TestReplayClaimKeys(t *testing.T) {
+	t.Parallel()
+	const rules = `
+configs:
+  - appId: app-1
+    limits:
+      - api: /v1/me
+        by: claim:sub
+        limit: 4
+        unit: 1m
+`
+	secret := []byte("a test secret of at least 32 bytes!")
+	v, err := jwtauth.New(jwtauth.Config{HMACSecret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logBuf bytes.Buffer
+	g := newLiveGateway(t, rules, &logBuf, func(c *proxy.HandlerConfig) { c.JWT = v })
+	subjects := []string{"alice", "bob", "carol|x", ""} // "": no token, counted by ip
+	rng := rand.New(rand.NewPCG(5, 6))
+	var live []proxy.Decision
+	at, limited := t0, 0
+	for range 300 {
+		at = at.Add(time.Duration(rng.IntN(500)) * time.Millisecond)
+		g.now = at
+		r := httptest.NewRequest("GET", "/v1/me", nil)
+		r.Header.Set("X-App-Id", "app-1")
+		if sub := subjects[rng.IntN(len(subjects))]; sub != "" {
+			r.Header.Set("Authorization", "Bearer "+jwttest.SignHS256(t, secret, jwttest.Claims(at, time.Hour, sub)))
+		}
+		g.h.ServeHTTP(httptest.NewRecorder(), r)
+		live = append(live, g.last)
+		if g.last == proxy.DecisionLimited {
+			limited++
+		}
+	}
+	if limited < 30 || limited > 270 {
+		t.Fatalf("the traffic should exercise the limit: %d of 300 limited", limited)
+	}
+	if strings.Contains(logBuf.String(), "alice") || strings.Contains(logBuf.String(), "eyJ") ||
+		!strings.Contains(logBuf.String(), `"key_hash.claim:sub":"`+proxy.KeyHash("alice")+`"`) {
+		t.Fatalf("the access log should carry the subjects' hashes, never the subjects or tokens:\n%.600s", logBuf.String())
+	}
+	seen := 0
+	replayBytes(t, Config{
+		Candidate: compileRules(t, "claims.yaml", rules),
+		OnRequest: func(rr Request) {
+			seen++
+			if want := live[rr.Line-1]; rr.Candidate != want {
+				t.Errorf("line %d: replay %s, live %s", rr.Line, rr.Candidate, want)
+			}
+		},
+	}, logBuf.Bytes())
+	if seen != len(live) {
+		t.Errorf("replayed %d of %d requests", seen, len(live))
 	}
 }

@@ -40,7 +40,8 @@ type replayRecord struct {
 // keyValue is a logged value of a keyed limit: a header or query
 // parameter and what to send in it.
 type keyValue struct {
-	query bool   // a query parameter, else a header
+	query bool   // a query parameter, else a header (or a claim)
+	claim bool   // a verified token's claim
 	name  string // the header's canonical name, or the parameter's
 	val   string
 }
@@ -181,6 +182,8 @@ func (p *lineParser) parse(line []byte, rec *replayRecord) (lineKind, error) {
 				rec.keys = append(rec.keys, keyValue{name: http.CanonicalHeaderKey(p.str(name)), val: p.str(kv[1])})
 			case "query":
 				rec.keys = append(rec.keys, keyValue{query: true, name: p.str(name), val: p.str(kv[1])})
+			case "claim":
+				rec.keys = append(rec.keys, keyValue{claim: true, name: p.str(name), val: p.str(kv[1])})
 			}
 		}
 	}

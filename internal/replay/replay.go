@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
@@ -667,6 +668,9 @@ type replayRun struct {
 	appHdr    string
 	appVal    []string
 	w         discardWriter
+	// claims are the logged claim values of the request being decided,
+	// given to the handler as verified ones.
+	claims map[string]string
 	// keyHdrs are the headers of the last request's keys, removed
 	// before the next.
 	keyHdrs []string
@@ -693,6 +697,13 @@ func newReplayRun(rs *proxy.RuleSet, maxKeys int) (*replayRun, error) {
 		Now:       func() time.Time { return run.now },
 		Logger:    slog.New(slog.DiscardHandler),
 		Observers: []proxy.Observer{run},
+		// The claim values the live gateway verified and logged.
+		ReplayClaims: func(*http.Request) *jwtauth.Claims {
+			if len(run.claims) == 0 {
+				return nil
+			}
+			return jwtauth.ClaimsOf(run.claims)
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -738,6 +749,7 @@ func (run *replayRun) decide(rec *replayRecord) replayOutcome {
 		delete(run.hdr, name)
 	}
 	run.keyHdrs, run.url.RawQuery = run.keyHdrs[:0], ""
+	clear(run.claims)
 	if len(rec.keys) > 0 {
 		run.setKeys(rec.keys)
 	}
@@ -752,6 +764,13 @@ func (run *replayRun) decide(rec *replayRecord) replayOutcome {
 func (run *replayRun) setKeys(keys []keyValue) {
 	var q []string
 	for _, kv := range keys {
+		if kv.claim {
+			if run.claims == nil {
+				run.claims = map[string]string{}
+			}
+			run.claims[kv.name] = kv.val
+			continue
+		}
 		if kv.query {
 			q = append(q, url.QueryEscape(kv.name)+"="+url.QueryEscape(kv.val))
 			continue

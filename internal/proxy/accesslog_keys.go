@@ -49,13 +49,7 @@ func keyLogAttrs(r *http.Request, o *Outcome, raw bool) []slog.Attr {
 				continue
 			}
 			seen = append(seen, p)
-			v, bad := attrValue(r, p)
-			if p.Kind == config.KeyClaim {
-				v, bad = "", ""
-				if o.claims != nil {
-					v, bad = o.claims.Value(p.Name)
-				}
-			}
+			v, bad := attrValue(r, p, o.claimValue)
 			if v == "" || bad != "" {
 				continue
 			}

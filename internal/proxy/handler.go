@@ -239,8 +239,9 @@ type Outcome struct {
 
 	limits [maxLimitsPerRequest]LimitOutcome
 	n      int
-	// claims are the caller's verified claims, for the access log's
-	// claim keys; nil without.
+	// claims are the caller's verified token's claims (replay's logged
+	// ones), read by the app claim, claim keys and the access log; nil
+	// without a token.
 	claims *jwtauth.Claims
 }
 
@@ -262,6 +263,15 @@ type LimitOutcome struct {
 	// It may be as long as the values allowed (see MaxKeyValueLen):
 	// observers bound what they keep.
 	Key string
+}
+
+// claimValue looks up a claim of the caller's verified token: "" without
+// one.
+func (o *Outcome) claimValue(name string) (string, string) {
+	if o.claims == nil {
+		return "", ""
+	}
+	return o.claims.Value(name)
 }
 
 // Limits returns the limits the request was decided against.

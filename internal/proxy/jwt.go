@@ -84,7 +84,7 @@ func (h *Handler) verifyCaller(w http.ResponseWriter, r *http.Request, sc *scrat
 		return false
 	}
 	if err == nil {
-		sc.claims, err = j.v.Verify(tok, sc.o.Start)
+		sc.o.claims, err = j.v.Verify(tok, sc.o.Start)
 	}
 	if err != nil {
 		h.refuseToken(w, sc, err.Error())
@@ -109,7 +109,7 @@ func (h *Handler) appFromToken(w http.ResponseWriter, r *http.Request, sc *scrat
 		return "", false
 	}
 	name := h.jwt.appClaim
-	app, why := sc.claims.Value(name)
+	app, why := sc.o.claimValue(name)
 	switch {
 	case why != "":
 		h.refuseToken(w, sc, "the token's "+name+" claim "+why)
@@ -122,16 +122,6 @@ func (h *Handler) appFromToken(w http.ResponseWriter, r *http.Request, sc *scrat
 		return "", false
 	}
 	return app, true
-}
-
-// claimOf returns the claims lookup of attrKey for the request of sc.
-func claimOf(sc *scratch) func(string) (string, string) {
-	return func(name string) (string, string) {
-		if sc.claims == nil {
-			return "", ""
-		}
-		return sc.claims.Value(name)
-	}
 }
 
 // noClaims is the claims lookup of a request without a verified token.

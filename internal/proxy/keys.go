@@ -67,12 +67,7 @@ func attrKey(r *http.Request, cl *compiledLimit, group func() string, claim func
 			b = appendKeyValue(b, group())
 			continue
 		}
-		var v, err string
-		if p.Kind == config.KeyClaim {
-			v, err = claim(p.Name)
-		} else {
-			v, err = attrValue(r, p)
-		}
+		v, err := attrValue(r, p, claim)
 		switch {
 		case err != "":
 			return "", "invalid_key", "the " + partWhat(p) + " that " + ruleName(cl) + " counts by " + err
@@ -94,10 +89,13 @@ func attrKey(r *http.Request, cl *compiledLimit, group func() string, claim func
 	return string(b), "", ""
 }
 
-// attrValue returns the value of the header or query parameter p names
-// ("" if it is absent or empty), or why it cannot be counted by.
-func attrValue(r *http.Request, p config.KeyPart) (string, string) {
-	if p.Kind == config.KeyHeader {
+// attrValue returns the value of the header, query parameter or claim p
+// names ("" if it is absent or empty), or why it cannot be counted by.
+// claim looks up the caller's verified claims. An address group is not
+// an attribute: its value is "".
+func attrValue(r *http.Request, p config.KeyPart, claim func(string) (string, string)) (string, string) {
+	switch p.Kind {
+	case config.KeyHeader:
 		vs := r.Header[p.Name]
 		switch len(vs) {
 		case 0:
@@ -106,11 +104,12 @@ func attrValue(r *http.Request, p config.KeyPart) (string, string) {
 			return vs[0], ""
 		}
 		return "", "is sent more than once"
-	}
-	if p.Kind == config.KeyQuery {
+	case config.KeyQuery:
 		return queryValue(r.URL.RawQuery, p.Name)
+	case config.KeyClaim:
+		return claim(p.Name)
 	}
-	return "", "" // an address group or a claim: not in the request itself
+	return "", ""
 }
 
 // queryValue returns the value of the query parameter name in raw ("" if

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
-	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/trie"
 )
@@ -26,9 +25,8 @@ type scratch struct {
 	// observed is set once the observers are called, so that a panic
 	// of one of them does not have them called again.
 	observed bool
-	// claims are the caller's verified token's, nil without one;
-	// jwtDone is set once the token was looked at.
-	claims  *jwtauth.Claims
+	// jwtDone is set once the caller's token was looked at; its claims
+	// are the outcome's.
 	jwtDone bool
 }
 
@@ -73,7 +71,6 @@ func (h *Handler) observe(r *http.Request, sc *scratch) {
 	sc.observed = true
 	o := &sc.o
 	o.Status = sc.sw.status
-	o.claims = sc.claims
 	o.Duration = h.now().Sub(o.Start)
 	for _, obs := range h.observers {
 		obs.ObserveRequest(r, o)
@@ -220,7 +217,7 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *section, sc 
 			return false
 		}
 		if cl.claims && h.replayClaims != nil && !sc.jwtDone {
-			sc.claims, sc.jwtDone = h.replayClaims(r), true
+			sc.o.claims, sc.jwtDone = h.replayClaims(r), true
 		}
 		q := &sc.reqs[i]
 		*q = limit.Request{Key: cl.key, Tag: tag, Params: &cl.params, Shadow: cl.shadow}
@@ -229,14 +226,14 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *section, sc 
 			q.Key, q.Overflow = cl.key+"|"+group(), cl.overflow
 			sc.shown[i] = group()
 		case keyAttrs:
-			key, code, msg := attrKey(r, cl, group, claimOf(sc))
+			key, code, msg := attrKey(r, cl, group, sc.o.claimValue)
 			if code != "" {
 				o.Decision = DecisionInvalid
 				WriteError(w, http.StatusBadRequest, code, msg)
 				return false
 			}
 			q.Key, q.Overflow = key, cl.overflow
-			sc.shown[i] = shownKey(r, cl, group, claimOf(sc))
+			sc.shown[i] = shownKey(r, cl, group, sc.o.claimValue)
 		}
 	}
 	return true

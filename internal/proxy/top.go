@@ -19,13 +19,10 @@ func shownKey(r *http.Request, cl *compiledLimit, group func() string, claim fun
 	var vals []string
 	for _, p := range cl.parts {
 		v := ""
-		switch p.Kind {
-		case config.KeyIP:
+		if p.Kind == config.KeyIP {
 			v = group()
-		case config.KeyClaim:
-			v, _ = claim(p.Name)
-		default:
-			v, _ = attrValue(r, p)
+		} else {
+			v, _ = attrValue(r, p, claim)
 		}
 		if p.Kind != config.KeyIP && v == "" && cl.missing != config.MissingShare && cl.missing != config.MissingDeny {
 			return group() // counted as by: ip

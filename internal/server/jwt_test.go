@@ -1,11 +1,9 @@
 package server
 
 import (
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -38,11 +36,7 @@ func TestJWTFlags(t *testing.T) {
 	claimRules := write("claims.yaml", jwtRules)
 	short := write("short-secret", "too short\n")
 	badJWKS := write("bad.json", `{"keys":[]}`)
-	tests := []struct {
-		name string
-		edit func(*Config)
-		want string
-	}{
+	tests := []newRefusal{
 		{name: "claim rules without JWT", edit: func(c *Config) { c.ConfigPath = claimRules }, want: claimRules + ":4: rule /v1/user counts by claim:sub, a claim of a verified JWT, but callers' tokens are not verified: set --jwt-jwks or --jwt-hmac-secret-file"},
 		{name: "app from a claim without JWT", edit: func(c *Config) { c.AppFrom = "claim:azp" }, want: "--app-from claim:azp needs verified tokens"},
 		{name: "app from nowhere", edit: func(c *Config) { c.AppFrom = "cookie" }, want: `--app-from "cookie" is not valid`},
@@ -55,24 +49,7 @@ func TestJWTFlags(t *testing.T) {
 		{name: "short secret", edit: func(c *Config) { c.JWTHMACSecretFile = short }, want: "the HMAC secret has 9 bytes; HS256 needs at least 32"},
 		{name: "missing secret", edit: func(c *Config) { c.JWTHMACSecretFile = filepath.Join(dir, "nope") }, want: "--jwt-hmac-secret-file: open"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			cfg := DefaultConfig()
-			cfg.Upstream = "http://127.0.0.1:1"
-			cfg.ConfigPath = filepath.Join(dir, "no-rules.yaml")
-			cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
-			cfg.Logger = slog.New(slog.DiscardHandler)
-			tt.edit(&cfg)
-			s, err := New(cfg)
-			if err == nil {
-				s.Close()
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("got %v, want an error containing %q", err, tt.want)
-			}
-		})
-	}
+	checkNewRefuses(t, dir, tests)
 }
 
 // TestJWTLive serves a gateway with --jwt-jwks FILE, an HS256 secret,

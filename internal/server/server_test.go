@@ -353,11 +353,7 @@ func TestRunRejectsBadServerFlags(t *testing.T) {
 	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	tests := []struct {
-		name string
-		edit func(*Config)
-		want string
-	}{
+	tests := []newRefusal{
 		{name: "negative read header timeout", edit: func(c *Config) { c.ReadHeaderTimeout = -time.Second }, want: "--read-header-timeout -1s is not positive"},
 		{name: "negative idle timeout", edit: func(c *Config) { c.IdleTimeout = -time.Second }, want: "--idle-timeout -1s is not positive"},
 		{name: "negative max header bytes", edit: func(c *Config) { c.MaxHeaderBytes = -1 }, want: "--max-header-bytes -1 is not positive"},
@@ -369,6 +365,22 @@ func TestRunRejectsBadServerFlags(t *testing.T) {
 		{name: "empty token file", edit: func(c *Config) { c.AdminTokenFile = emptyToken }, want: "--admin-token-file " + emptyToken + " is empty"},
 		{name: "missing token file", edit: func(c *Config) { c.AdminTokenFile = filepath.Join(dir, "nope") }, want: "--admin-token-file: open "},
 	}
+	checkNewRefuses(t, dir, tests)
+}
+
+// newRefusal is a Config edit that New must refuse with an error
+// containing want.
+type newRefusal struct {
+	name string
+	edit func(*Config)
+	want string
+}
+
+// checkNewRefuses runs New on DefaultConfig with each edit, with a rule
+// file in dir that does not exist, and checks that it fails as wanted
+// before anything serves.
+func checkNewRefuses(t *testing.T, dir string, tests []newRefusal) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

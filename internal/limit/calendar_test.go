@@ -58,6 +58,13 @@ func TestCalendarSpan(t *testing.T) {
 			start: local(ber, 2026, 10, 25, 0, 0, 0), end: local(ber, 2026, 10, 26, 0, 0, 0), length: 25 * h},
 		{name: "Berlin midnight is not UTC's", p: calParams(1, CalendarDay, "Europe/Berlin"), at: time.Date(2026, 1, 14, 23, 30, 0, 0, utc),
 			start: time.Date(2026, 1, 14, 23, 0, 0, 0, utc), end: time.Date(2026, 1, 15, 23, 0, 0, 0, utc), length: day},
+		// Chile skips midnight on 2026-09-06 (00:00 -04 is 01:00 -03), and
+		// time.Date puts that midnight at 23:00 -04 the evening before: the
+		// last local hour of the 5th is in the window of the 6th.
+		{name: "a skipped midnight", p: calParams(1, CalendarDay, "America/Santiago"), at: time.Date(2026, 9, 5, 12, 0, 0, 0, utc),
+			start: time.Date(2026, 9, 5, 4, 0, 0, 0, utc), end: time.Date(2026, 9, 6, 3, 0, 0, 0, utc), length: 23 * h},
+		{name: "after a skipped midnight, still the day before locally", p: calParams(1, CalendarDay, "America/Santiago"), at: time.Date(2026, 9, 6, 3, 30, 0, 0, utc),
+			start: time.Date(2026, 9, 6, 3, 0, 0, 0, utc), end: time.Date(2026, 9, 7, 3, 0, 0, 0, utc), length: day},
 		{name: "day in UTC", p: calParams(1, CalendarDay, ""), at: time.Date(2026, 1, 14, 23, 30, 0, 0, utc),
 			start: time.Date(2026, 1, 14, 0, 0, 0, 0, utc), end: time.Date(2026, 1, 15, 0, 0, 0, 0, utc), length: day},
 

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -19,10 +20,10 @@ import (
 // them.
 var (
 	topFields      = []string{"caseSensitive", "caseInsensitive", "defaults", "configs"}
-	settingFields  = []string{"algorithm", "unit", "precision", "burst", "warmup", "lockSeconds"}
+	settingFields  = []string{"algorithm", "unit", "precision", "burst", "warmup", "lockSeconds", "timezone"}
 	defaultsFields = append(slices.Clone(settingFields), "by", "missing")
-	appFields      = []string{"appId", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "limits", "keys", "warmup", "lockSeconds"}
-	ruleFields     = []string{"api", "method", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "shadow", "warmup", "lockSeconds"}
+	appFields      = []string{"appId", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "limits", "keys", "warmup", "lockSeconds", "timezone"}
+	ruleFields     = []string{"api", "method", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "shadow", "warmup", "lockSeconds", "timezone"}
 )
 
 // maxLockSeconds is the longest lockSeconds that a time.Duration holds;
@@ -86,6 +87,7 @@ func (p *parser) rules(root *yaml.Node) *Rules {
 		} else {
 			dfs := p.fields(f.val, "defaults", defaultsFields)
 			p.defaults, _ = p.readSettings(dfs, p.defaults)
+			p.checkDefaultsCalendar(&p.defaults)
 			if f, ok := dfs["by"]; ok {
 				p.defaultBy, _ = p.by(f)
 			}
@@ -124,8 +126,14 @@ type settings struct {
 	burst     int64
 	warmup    time.Duration
 	lock      time.Duration
+	// calendar is the calendar unit, "" when unit is in seconds; zone
+	// the timezone, "" for UTC. The *Written fields report whether the
+	// section itself set the setting.
+	calendar                                   limit.Calendar
+	zone                                       string
+	zoneWritten, algorithmWritten, unitWritten bool
 
-	algorithmLine, unitLine, precisionLine, burstLine, warmupLine, lockLine int
+	algorithmLine, unitLine, precisionLine, burstLine, warmupLine, lockLine, zoneLine int
 
 	// written are the optional settings (those only some algorithms
 	// read) set in the section these settings were read from, and
@@ -150,6 +158,7 @@ func builtinSettings() settings {
 func (p *parser) readSettings(fs map[string]field, base settings) (settings, bool) {
 	s, ok := base, true
 	s.inherited, s.written, s.defaultsAlgorithm = base.written, 0, base.algorithm
+	s.zoneWritten, s.algorithmWritten, s.unitWritten = false, false, false
 	if f, set := fs["algorithm"]; set {
 		if name, good := p.str(f); !good {
 			ok = false
@@ -157,12 +166,12 @@ func (p *parser) readSettings(fs map[string]field, base settings) (settings, boo
 			p.errorf(f.line, "unknown algorithm %q; use one of: %s", name, strings.Join(limit.Algorithms(), ", "))
 			ok = false
 		} else {
-			s.algorithm, s.algorithmLine = name, f.line
+			s.algorithm, s.algorithmLine, s.algorithmWritten = name, f.line, true
 		}
 	}
 	if f, set := fs["unit"]; set {
-		if u, good := p.unit(f); good {
-			s.unit, s.unitLine = u, f.line
+		if u, c, good := p.unitOrCalendar(f); good {
+			s.unit, s.calendar, s.unitLine, s.unitWritten = u, c, f.line, true
 		} else {
 			ok = false
 		}
@@ -210,6 +219,13 @@ func (p *parser) readSettings(fs map[string]field, base settings) (settings, boo
 			s.lock, s.lockLine = time.Duration(v)*time.Second, f.line
 		}
 	}
+	if f, set := fs["timezone"]; set {
+		if z, good := p.timezone(f); good {
+			s.zone, s.zoneLine, s.zoneWritten = z, f.line, true
+		} else {
+			ok = false
+		}
+	}
 	return s, ok
 }
 
@@ -253,19 +269,29 @@ func (p *parser) warmup(f field) (time.Duration, bool) {
 // algorithm, so that defaults setting what their own algorithm does not
 // read are reported.
 func (s *settings) params(n int64) limit.Params {
+	alg := s.algorithm
+	if s.calendar != "" && !s.algorithmWritten && (s.algorithmLine == 0 || s.unitWritten) {
+		// A calendar unit implies the one algorithm that counts it, over
+		// the built-in algorithm and over that of defaults when the
+		// section sets the unit.
+		alg = limit.CalendarAlgorithm
+	}
 	var reads limit.Setting
-	if a, ok := limit.Lookup(s.algorithm); ok {
+	if a, ok := limit.Lookup(alg); ok {
 		reads = a.Reads()
 	}
 	applies := func(opt limit.Setting) bool {
 		return s.written&opt != 0 || reads&opt != 0 ||
-			s.inherited&opt != 0 && s.algorithm == s.defaultsAlgorithm
+			s.inherited&opt != 0 && alg == s.defaultsAlgorithm
 	}
 	p := limit.Params{
-		Algorithm: s.algorithm,
+		Algorithm: alg,
 		Limit:     n,
 		Window:    s.unit,
 		Lock:      s.lock,
+	}
+	if s.calendar != "" {
+		p.Calendar, p.Zone = s.calendar, cmp.Or(s.zone, "UTC")
 	}
 	if applies(limit.SettingPrecision) {
 		p.Precision = s.precision
@@ -283,6 +309,9 @@ func (s *settings) params(n int64) limit.Params {
 // of the setting it is about (limit.SettingError), where that setting was
 // written (in the section itself or in defaults), else on line.
 func (p *parser) validate(params *limit.Params, s *settings, limitLine, line int, prefix string) bool {
+	if !p.checkCalendar(params, s, prefix) {
+		return false
+	}
 	err := params.Validate()
 	if err == nil {
 		return true
@@ -315,6 +344,8 @@ func (s *settings) line(setting string, limitLine int) int {
 		return s.warmupLine
 	case "lockSeconds":
 		return s.lockLine
+	case "timezone":
+		return s.zoneLine
 	}
 	return 0
 }

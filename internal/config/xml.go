@@ -60,7 +60,7 @@ var (
 // The fields whose XML attribute values are always strings, and those that
 // are true or false; the others are numbers when they look like one.
 var (
-	xmlStringFields = []string{"appId", "api", "algorithm", "by", "missing", "method"}
+	xmlStringFields = []string{"appId", "api", "algorithm", "by", "missing", "method", "timezone"}
 	xmlBoolFields   = []string{"caseSensitive", "caseInsensitive", "shadow"}
 	xmlNumber       = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$`)
 )

@@ -11,8 +11,8 @@ func init() {
 
 // fixedWindow is the fixed_window algorithm (the README's "Algorithms"
 // section), the plain counter: one count per window, the windows aligned to multiples of
-// Window since the Unix epoch, so that every gateway and every key agree
-// on where a window starts.
+// Window since the Unix epoch, or to the calendar (Params.Calendar), so
+// that every gateway and every key agree on where a window starts.
 //
 // It never admits more than Limit in one aligned window, but it forgets
 // everything at a window's end: Limit admissions just before a boundary
@@ -28,38 +28,54 @@ func (fixedWindow) Reads() Setting { return 0 }
 func (fixedWindow) NewState(*Params) State { return &fwState{} }
 
 // fwState is the state of one fixed_window counter: count requests were
-// counted in window number win, the window [win·Window, (win+1)·Window).
-// The zero value is a fresh counter. count never exceeds the largest Limit
-// it was checked against, so it fits in 32 bits (MaxLimit).
+// counted in window win (see span). The zero value is a fresh counter.
+// count never exceeds the largest Limit it was checked against, so it
+// fits in 32 bits (MaxLimit).
 type fwState struct {
 	win   int64
 	count uint32
 }
 
-// view returns the window that now falls in and what was counted in it. A
-// now before the counted window (a clock that stepped back) is treated as
-// being in it, as sliding_window does.
-func (s *fwState) view(now int64, w int64) (win int64, count int64) {
+// span returns the window of p that now falls in, and its end: window
+// number win is [win·Window, (win+1)·Window); with a calendar unit, win is
+// the window's start (calendarSpan).
+func span(now int64, p *Params) (win, end int64) {
+	if p.Calendar != "" {
+		return calendarSpan(now, p)
+	}
+	w := window(p)
 	win = floorDiv(now, w)
+	return win, (win + 1) * w
+}
+
+// view returns the window that now falls in, its end, and what was
+// counted in it. A now before the counted window (a clock that stepped
+// back) is treated as being in it, as sliding_window does.
+func (s *fwState) view(now int64, p *Params) (win, end, count int64) {
+	win, end = span(now, p)
 	switch {
 	case s.count == 0 || win > s.win:
-		return win, 0
+		return win, end, 0
 	case win < s.win:
 		win = s.win
+		if p.Calendar != "" {
+			_, end = calendarSpan(win, p)
+		} else {
+			end = (win + 1) * window(p)
+		}
 	}
-	return win, int64(s.count)
+	return win, end, int64(s.count)
 }
 
 func (s *fwState) Decide(now int64, p *Params) Result {
 	if r, ok := fixed(p); ok {
 		return r
 	}
-	w := window(p)
-	win, count := s.view(now, w)
+	_, e, count := s.view(now, p)
 	// The window's end is when the count is forgotten: it is both when the
 	// counter is fully replenished and, for a denied request, the first
 	// instant it would be admitted.
-	end := time.Duration((win+1)*w - now)
+	end := time.Duration(e - now)
 	if count < p.Limit {
 		return Result{Allowed: true, Limit: p.Limit, Remaining: p.Limit - count - 1, Reset: end}
 	}
@@ -70,24 +86,24 @@ func (s *fwState) UncountedReset(now int64, p *Params) time.Duration {
 	if r, ok := fixed(p); ok {
 		return r.Reset
 	}
-	w := window(p)
-	win, count := s.view(now, w)
+	_, end, count := s.view(now, p)
 	if count == 0 {
 		return 0
 	}
-	return time.Duration((win+1)*w - now)
+	return time.Duration(end - now)
 }
 
 func (s *fwState) Commit(now int64, p *Params) {
 	if p.Limit < 0 {
 		return
 	}
-	win, count := s.view(now, window(p))
+	win, _, count := s.view(now, p)
 	s.win, s.count = win, uint32(count)+1
 }
 
 func (s *fwState) Idle(now int64, p *Params) bool {
-	return s.count == 0 || floorDiv(now, window(p)) > s.win
+	win, _ := span(now, p)
+	return s.count == 0 || win > s.win
 }
 
 //go:embed fixed_window.lua

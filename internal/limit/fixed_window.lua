@@ -1,6 +1,6 @@
 -- fixed_window for the Redis store (redis.lua), as fwState in
--- fixed_window.go: fields w (the window number counted in) and c (its
--- count).
+-- fixed_window.go: fields w (the window counted in: its number, or the
+-- start of a calendar window; see span in redis.lua) and c (its count).
 local M = {}
 
 function M.fields()
@@ -11,17 +11,21 @@ function M.decide(key, p, now, v)
   local sw, sc = tonumber(v.w), tonumber(v.c) or 0
   -- The window that now falls in and what was counted in it; a now
   -- before the counted window is treated as being in it.
-  local win, count = fdiv(now, p.window), 0
-  if sc > 0 and win <= sw then
-    win, count = sw, sc
+  local win, stop = span(p, now)
+  local count = 0
+  if sc > 0 and win < sw then
+    win, stop = sw, spanend(p, sw)
   end
-  local e = (win + 1) * p.window - now
+  if sc > 0 and win == sw then
+    count = sc
+  end
+  local e = stop - now
   if count < p.limit then
     local u = 0
     if count > 0 then
       u = e
     end
-    return { ok = true, remaining = p.limit - count - 1, reset = e, retry = 0, uncounted = u, win = win, count = count }
+    return { ok = true, remaining = p.limit - count - 1, reset = e, retry = 0, uncounted = u, win = win, stop = stop, count = count }
   end
   return { ok = false, remaining = 0, reset = e, retry = e }
 end
@@ -29,7 +33,7 @@ end
 function M.commit(key, p, now, r, set)
   put(set, 'w', r.win)
   put(set, 'c', r.count + 1)
-  return (r.win + 1) * p.window
+  return r.stop
 end
 
 return M

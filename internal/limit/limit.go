@@ -57,8 +57,17 @@ type Params struct {
 	// Limit is the number of requests admitted per Window. -1 is
 	// unlimited and 0 blocks every request.
 	Limit int64
-	// Window is the rule's unit. It is positive.
+	// Window is the rule's unit. It is positive. With a Calendar unit it
+	// is the unit's nominal length (Calendar.Nominal).
 	Window time.Duration
+	// Calendar, when set, aligns fixed_window's windows to the calendar
+	// in Zone (a calendar day, week or month) instead of to multiples of
+	// Window since the Unix epoch. "" for none.
+	Calendar Calendar
+	// Zone is the IANA name of the time zone of a Calendar unit
+	// ("Europe/Berlin"); "" is UTC. It is a name, not a *time.Location,
+	// so that Params stay comparable; LoadZone caches the locations.
+	Zone string
 	// Precision is the number of buckets per window of sliding_window;
 	// 0 for the other algorithms.
 	Precision int
@@ -80,14 +89,15 @@ type Params struct {
 // Identity reports whether p and q describe the same counter shape, so
 // that state built for one can serve the other.
 //
-// Algorithm, Window and Precision make the shape: they decide what the
+// Algorithm, Window, Precision, Calendar and Zone make the shape: they decide what the
 // state holds (which buckets, which windows). Limit, Burst, Warmup and
 // Lock may differ: every algorithm's state reads them afresh on each
 // decision, so a reload that changes only them keeps the counts and the
 // new values apply from the next decision. (Lock is not part of the state
 // at all: the store keeps lockouts beside it.)
 func (p *Params) Identity(q *Params) bool {
-	return p.Algorithm == q.Algorithm && p.Window == q.Window && p.Precision == q.Precision
+	return p.Algorithm == q.Algorithm && p.Window == q.Window && p.Precision == q.Precision &&
+		p.Calendar == q.Calendar && p.Zone == q.Zone
 }
 
 // Scaled returns p with Limit and Burst multiplied by share, in (0, 1],
@@ -135,14 +145,17 @@ func (p *Params) Validate() error {
 	if !ok {
 		return settingErrorf("algorithm", "unknown algorithm %q (known: %s)", p.Algorithm, strings.Join(Algorithms(), ", "))
 	}
+	if err := p.validateCalendar(); err != nil {
+		return err
+	}
 	return a.Validate(p)
 }
 
 // SettingError is a problem with one setting of Params.
 type SettingError struct {
 	// Setting is the setting's name in the rule file: "algorithm",
-	// "limit", "unit" (Window), "precision", "burst", "warmup" or
-	// "lockSeconds" (Lock).
+	// "limit", "unit" (Window, Calendar), "precision", "burst", "warmup",
+	// "lockSeconds" (Lock) or "timezone" (Zone).
 	Setting string
 	// Err says what is wrong, in a sentence that starts with the setting
 	// ("limit -2 is below -1 ...") unless it reads better otherwise
@@ -224,7 +237,8 @@ type Store interface {
 	// its lockout. Each Result describes its limit as the decision left
 	// it: a limit that admitted a request that was not counted reports
 	// the Remaining and Reset it has without it. Stores that keep their
-	// own clock (Redis) ignore now.
+	// own clock (Redis) decide on it, and use now only to place calendar
+	// windows (Params.Calendar) near it.
 	Allow(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error)
 }
 

@@ -394,17 +394,20 @@ func (r *Redis) Ping(ctx context.Context) error {
 }
 
 // argsPerLimit is the number of script arguments per limit (redis.lua).
-const argsPerLimit = 8
+const argsPerLimit = 9
 
 // Allow implements Store, with Memory.Allow's semantics, on Redis's clock:
-// now is not used (the deny cache and the breaker use RedisConfig.Now).
+// now, the gateway's clock, only places the calendar windows that the
+// script chooses from (a calendar unit, Params.Calendar), and must be
+// within a window of Redis's clock; the deny cache and the breaker use
+// RedisConfig.Now.
 // It returns ErrCircuitOpen while the breaker is open, and an error when
 // Redis fails or does not answer within the timeout; a caller's own
 // cancellation is returned as such and does not count as a failure.
 //
 // The requests must share a Tag (Request.Tag) and have distinct keys;
 // Overflow is not used, since Redis keys expire on their own.
-func (r *Redis) Allow(ctx context.Context, _ time.Time, reqs []Request, res []Result) (bool, error) {
+func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error) {
 	n := len(reqs)
 	if len(res) < n {
 		return false, fmt.Errorf("limit: %d results for %d requests", len(res), n)
@@ -447,7 +450,7 @@ func (r *Redis) Allow(ctx context.Context, _ time.Time, reqs []Request, res []Re
 			shadow = "1"
 		}
 		args = append(args, p.Algorithm, p.Limit, micros(p.Window), p.Precision, p.Burst,
-			micros(p.Warmup), micros(p.Lock), shadow)
+			micros(p.Warmup), micros(p.Lock), shadow, calendarArg(p, now))
 	}
 
 	start := int64(r.now().Sub(r.epoch))

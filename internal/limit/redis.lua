@@ -16,8 +16,9 @@
 -- fmod, muldiv and put defined here.
 --
 -- ARGV[1] is "" (read TIME) or a fixed instant, for tests. Then for each
--- limit, eight values: algorithm, limit, window (µs), precision, burst,
--- warmup (µs), lock (µs), and "1" for a shadow limit.
+-- limit, nine values: algorithm, limit, window (µs), precision, burst,
+-- warmup (µs), lock (µs), "1" for a shadow limit, and "" or a calendar
+-- unit (see calendar below).
 --
 -- The reply is {allowed, then for each limit: allowed, remaining, reset
 -- (µs), retry after (µs)}, with 1 and 0 for true and false.
@@ -92,6 +93,58 @@ local function ttl(at, now)
   return math.max(math.ceil((at - now) / 1000), 1) + slack
 end
 
+-- calendar returns the calendar window that now falls in, from arg: the
+-- unit and zone ("calendar-day@Europe/Berlin"), then the starts of the
+-- windows before, at and after the gateway's clock and the end of the
+-- last (µs), separated by spaces (calendarArg in calendar.go). It returns
+-- a table {id = the unit and zone, b = the instants, start, stop}, or nil
+-- when now is outside them: the gateway's clock and Redis's are more than
+-- a window apart.
+local function calendar(arg, now)
+  local c = { b = {} }
+  for f in string.gmatch(arg, '[^ ]+') do
+    if c.id == nil then
+      c.id = f
+    else
+      c.b[#c.b + 1] = tonumber(f)
+    end
+  end
+  for i = 1, #c.b - 1 do
+    if c.b[i] <= now and now < c.b[i + 1] then
+      c.start, c.stop = c.b[i], c.b[i + 1]
+      return c
+    end
+  end
+  return nil
+end
+
+-- span returns the window of p that now falls in, and its end: window
+-- number win is [win·window, (win+1)·window); with a calendar unit, win is
+-- the window's start.
+local function span(p, now)
+  if p.cal then
+    return p.cal.start, p.cal.stop
+  end
+  local win = fdiv(now, p.window)
+  return win, (win + 1) * p.window
+end
+
+-- spanend returns the end of window win of p (see span). For a calendar
+-- window that is not among the script's (a clock that stepped back by
+-- more than a window), it returns the end of now's.
+local function spanend(p, win)
+  if p.cal then
+    local b = p.cal.b
+    for i = 1, #b - 1 do
+      if b[i] == win then
+        return b[i + 1]
+      end
+    end
+    return p.cal.stop
+  end
+  return (win + 1) * p.window
+end
+
 -- A maps each algorithm's name to a function that returns its functions
 -- (and, once called, to them):
 --   fields(p, now) returns the names of the fields decide needs first; the
@@ -109,7 +162,8 @@ end
 --     instant from which the state is as good as fresh, so that the key
 --     can expire then.
 -- p holds limit, window, precision, burst and warmup (µs); the functions
--- are called only for limit ≥ 1.
+-- are called only for limit ≥ 1. p.cal is the calendar window (see
+-- calendar) of a limit with a calendar unit, nil otherwise.
 local A = {}
 --ALGORITHMS--
 
@@ -142,7 +196,7 @@ end
 local n = #KEYS
 local P, R, L, X, fresh = {}, {}, {}, {}, {}
 for i = 1, n do
-  local o = 2 + (i - 1) * 8
+  local o = 2 + (i - 1) * 9
   local p = {
     alg = ARGV[o],
     limit = tonumber(ARGV[o + 1]),
@@ -154,6 +208,13 @@ for i = 1, n do
     shadow = ARGV[o + 7] == '1',
   }
   p.id = p.alg .. '/' .. ARGV[o + 2] .. '/' .. ARGV[o + 3]
+  if ARGV[o + 8] ~= '' then
+    p.cal = calendar(ARGV[o + 8], now)
+    if p.cal == nil then
+      return redis.error_reply('ERR gateway script: Redis\'s clock is more than a calendar window away from the gateway\'s')
+    end
+    p.id = p.id .. '/' .. p.cal.id
+  end
   local a = A[p.alg]
   if a == nil then
     return redis.error_reply('ERR gateway script: unknown algorithm ' .. p.alg)

@@ -146,7 +146,7 @@ func limitedBodyPrefix(app, api string, p limit.Params) []byte {
 	var zero int64
 	body, err := json.Marshal(errorBody{
 		Error: "rate_limited", App: &app, API: &api, Limit: &p.Limit,
-		Window: p.Window.String(), RetryAfterSeconds: &zero,
+		Window: p.Unit(), RetryAfterSeconds: &zero,
 	})
 	if err != nil {
 		panic("proxy: marshaling a limited body: " + err.Error())

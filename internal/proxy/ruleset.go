@@ -447,7 +447,10 @@ func describe(cl *compiledLimit) string {
 	case 0:
 		b.WriteString("blocks every request")
 	default:
-		fmt.Fprintf(&b, "%d per %s (%s", p.Limit, p.Window, p.Algorithm)
+		fmt.Fprintf(&b, "%d per %s (%s", p.Limit, p.Unit(), p.Algorithm)
+		if p.Calendar != "" {
+			fmt.Fprintf(&b, ", in %s", p.Zone)
+		}
 		if p.Precision > 0 {
 			fmt.Fprintf(&b, ", precision %d", p.Precision)
 		}

@@ -58,6 +58,7 @@ type limitView struct {
 	Methods   []string `json:"methods,omitempty"`
 	Limit     int64    `json:"limit"`
 	Unit      string   `json:"unit"`
+	Timezone  string   `json:"timezone,omitempty"`
 	Algorithm string   `json:"algorithm"`
 	Precision int      `json:"precision,omitempty"`
 	Burst     int64    `json:"burst,omitempty"`
@@ -72,7 +73,7 @@ type limitView struct {
 }
 
 func newLimitView(p *limit.Params) limitView {
-	v := limitView{Limit: p.Limit, Unit: p.Window.String(), Algorithm: p.Algorithm, Precision: p.Precision, Burst: p.Burst}
+	v := limitView{Limit: p.Limit, Unit: p.Unit(), Timezone: p.Zone, Algorithm: p.Algorithm, Precision: p.Precision, Burst: p.Burst}
 	if p.Warmup > 0 {
 		v.Warmup = p.Warmup.String()
 	}

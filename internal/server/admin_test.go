@@ -309,3 +309,46 @@ configs:
 		t.Errorf("/rules:\ngot  %q\nwant %q", got, want)
 	}
 }
+
+func TestAdminRulesShowCalendarUnits(t *testing.T) {
+	t.Parallel()
+	const rules = `
+configs:
+  - appId: app-1
+    limit: 1000
+    unit: calendar-month
+    limits:
+      - {api: /a, limit: 10, unit: calendar-day, timezone: Europe/Berlin}
+      - {api: /b, limit: 1, unit: 60}
+`
+	g := newGW(t, rules)
+	rl := g.reloader(func() (*config.Rules, error) { return config.Parse("rules.yaml", []byte(rules)) })
+	admin := NewAdmin(AdminConfig{Rules: rl})
+	w := httptest.NewRecorder()
+	admin.ServeHTTP(w, httptest.NewRequest("GET", "/rules", nil))
+	type view struct{ API, Unit, Timezone, Algorithm string }
+	var body struct {
+		Apps []struct {
+			Total  view
+			Limits []view
+		}
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+		t.Fatalf("/rules: %v: %s", err, w.Body)
+	}
+	a := body.Apps[0]
+	got := append([]view{a.Total}, a.Limits...)
+	want := []view{
+		{Unit: "calendar-month", Timezone: "UTC", Algorithm: "fixed_window"},
+		{API: "/a", Unit: "calendar-day", Timezone: "Europe/Berlin", Algorithm: "fixed_window"},
+		{API: "/b", Unit: "1m0s", Algorithm: "sliding_window"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("/rules: got %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("/rules limit %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}

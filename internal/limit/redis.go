@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -106,6 +107,15 @@ type RedisConfig struct {
 	// membership; a membership lapses after three. Default
 	// DefaultFleetHeartbeat (2s).
 	FleetHeartbeat time.Duration
+	// MaxBatch is the most script calls one round trip to a node
+	// carries: while a call to a node is in flight, the next ones queue
+	// and go together when it returns (see batcher). 0 means
+	// DefaultRedisBatch (64); 1 sends every call alone, as many at once
+	// as the pool has connections.
+	MaxBatch int
+	// OnBatch, if not nil, is called with the number of script calls of
+	// every round trip that carried a batch (see MaxBatch).
+	OnBatch func(calls int)
 	// Logger receives go-redis's own log lines (failed dials, at debug
 	// level: the store's errors and breaker report the same trouble).
 	// go-redis logs per process, not per client: the last Redis store
@@ -153,9 +163,15 @@ type Redis struct {
 	fleetID     string
 	heartbeat   time.Duration
 	fleetSize   atomic.Int64
-	// calls counts round trips to Redis for decisions, decisions the
-	// calls of Allow that decided (see Stats).
-	calls, decisions atomic.Int64
+	// calls counts script calls sent to Redis, roundTrips the round
+	// trips that carried them, decisions the calls of Allow that decided
+	// (see Stats).
+	calls, roundTrips, decisions atomic.Int64
+	// maxBatch is RedisConfig.MaxBatch; batchers the batcher of each
+	// node, by its *breaker, when it is above 1.
+	maxBatch int
+	batchers sync.Map
+	onBatch  func(int)
 	// lastWarm is when rewarm last started, since epoch.
 	lastWarm atomic.Int64
 	closed   atomic.Bool
@@ -193,6 +209,8 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		return nil, fmt.Errorf("redis fleet heartbeat %s is negative", cfg.FleetHeartbeat)
 	case cfg.WarmConns < -1:
 		return nil, fmt.Errorf("redis warm connections %d is below -1", cfg.WarmConns)
+	case cfg.MaxBatch < 0:
+		return nil, fmt.Errorf("redis batch size %d is negative", cfg.MaxBatch)
 	}
 	timeout := cmp.Or(cfg.Timeout, DefaultRedisTimeout)
 	dialTimeout := cmp.Or(cfg.DialTimeout, DefaultRedisDialTimeout)
@@ -247,6 +265,8 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		epoch:       now(),
 		fleetID:     cmp.Or(cfg.FleetID, newFleetID()),
 		heartbeat:   cmp.Or(cfg.FleetHeartbeat, DefaultFleetHeartbeat),
+		maxBatch:    cmp.Or(cfg.MaxBatch, DefaultRedisBatch),
+		onBatch:     cfg.OnBatch,
 	}
 	threshold := cmp.Or(cfg.BreakerThreshold, DefaultBreakerThreshold)
 	backoff := cmp.Or(cfg.BreakerBackoff, DefaultBreakerBackoff)
@@ -465,9 +485,19 @@ func (r *Redis) Allow(ctx context.Context, _ time.Time, reqs []Request, res []Re
 	if !ok {
 		return false, ErrCircuitOpen
 	}
-	v, err := r.run(cctx, keys, args)
+	var v []int64
+	var shared bool
+	if r.maxBatch > 1 {
+		v, err, shared = r.batcherFor(b).do(cctx, r, keys, args)
+	} else {
+		v, err = r.run(cctx, keys, args)
+		r.roundTrips.Add(1)
+	}
 	if err != nil {
 		switch {
+		case shared:
+			// Another call of the same round trip told the breaker.
+			b.abandon(probe)
 		case ctx.Err() != nil:
 			// The caller went away: that says nothing about Redis.
 			b.abandon(probe)
@@ -512,11 +542,14 @@ type RedisStats struct {
 	// Calls is the number of script calls sent to Redis, failed ones
 	// included (EVALSHA, and EVAL after NOSCRIPT).
 	Calls int64
+	// RoundTrips is the number of round trips that carried them: fewer
+	// than Calls when calls were batched (RedisConfig.MaxBatch).
+	RoundTrips int64
 }
 
 // Stats returns the store's counts.
 func (r *Redis) Stats() RedisStats {
-	return RedisStats{Decisions: r.decisions.Load(), Calls: r.calls.Load()}
+	return RedisStats{Decisions: r.decisions.Load(), Calls: r.calls.Load(), RoundTrips: r.roundTrips.Load()}
 }
 
 // run runs the script: EVALSHA, and EVAL if the node lost the script (a

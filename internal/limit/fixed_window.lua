@@ -28,8 +28,14 @@ end
 
 function M.commit(key, p, now, r, set)
   put(set, 'w', r.win)
-  put(set, 'c', r.count + 1)
+  put(set, 'c', r.count + r.units)
   return (r.win + 1) * p.window
+end
+
+-- span returns the time from now until the window that decide counts in
+-- ends: a lease's tokens are good until then.
+function M.span(p, now, r)
+  return (r.win + 1) * p.window - now
 end
 
 return M

@@ -107,6 +107,12 @@ type RedisConfig struct {
 	// membership; a membership lapses after three. Default
 	// DefaultFleetHeartbeat (2s).
 	FleetHeartbeat time.Duration
+	// Leases is the most keys the store holds leases for (see leases):
+	// tokens of a window algorithm's limit counted in Redis ahead of the
+	// requests, which the gateway admits without a call. 0 means
+	// DefaultRedisLeases (65536); -1 turns leases off: every request is a
+	// call.
+	Leases int
 	// MaxBatch is the most script calls one round trip to a node
 	// carries: while a call to a node is in flight, the next ones queue
 	// and go together when it returns (see batcher). 0 means
@@ -172,6 +178,8 @@ type Redis struct {
 	maxBatch int
 	batchers sync.Map
 	onBatch  func(int)
+	// leases are the store's leases; nil when off.
+	leases *leases
 	// lastWarm is when rewarm last started, since epoch.
 	lastWarm atomic.Int64
 	closed   atomic.Bool
@@ -209,6 +217,8 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		return nil, fmt.Errorf("redis fleet heartbeat %s is negative", cfg.FleetHeartbeat)
 	case cfg.WarmConns < -1:
 		return nil, fmt.Errorf("redis warm connections %d is below -1", cfg.WarmConns)
+	case cfg.Leases < -1:
+		return nil, fmt.Errorf("redis leases %d is below -1", cfg.Leases)
 	case cfg.MaxBatch < 0:
 		return nil, fmt.Errorf("redis batch size %d is negative", cfg.MaxBatch)
 	}
@@ -285,6 +295,9 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 	}
 	if !opts.IsClusterMode {
 		r.nodes.single = r.nodes.newBreaker(r.nodes.singleName)
+	}
+	if cfg.Leases >= 0 {
+		r.leases = newLeases(cmp.Or(cfg.Leases, DefaultRedisLeases))
 	}
 	if cfg.DenyCacheSize >= 0 {
 		r.deny = newDenyCache(cmp.Or(cfg.DenyCacheSize, DefaultDenyCacheSize))
@@ -413,8 +426,13 @@ func (r *Redis) Ping(ctx context.Context) error {
 	return nil
 }
 
-// argsPerLimit is the number of script arguments per limit (redis.lua).
-const argsPerLimit = 8
+// argsPerLimit is the number of script arguments per limit, and
+// resultsPerLimit the number of values of the reply per limit
+// (redis.lua).
+const (
+	argsPerLimit    = 10
+	resultsPerLimit = 6
+)
 
 // Allow implements Store, with Memory.Allow's semantics, on Redis's clock:
 // now is not used (the deny cache and the breaker use RedisConfig.Now).
@@ -467,13 +485,33 @@ func (r *Redis) Allow(ctx context.Context, _ time.Time, reqs []Request, res []Re
 			shadow = "1"
 		}
 		args = append(args, p.Algorithm, p.Limit, micros(p.Window), p.Precision, p.Burst,
-			micros(p.Warmup), micros(p.Lock), shadow)
+			micros(p.Warmup), micros(p.Lock), shadow, 0, 0)
 	}
 
 	start := int64(r.now().Sub(r.epoch))
+	// Leases first: their tokens are counted already, and a denial
+	// another request met meanwhile must not leave them unspent. They
+	// need the gateway's clock to run with Redis's: not on a test's fixed
+	// decision clock.
+	leased := r.leases != nil && r.fixedNow == nil && leasable(reqs)
+	var rates []int64
+	if leased {
+		rates = make([]int64, n)
+		if r.leases.take(keys, reqs, res, start, rates) {
+			r.decisions.Add(1)
+			return true, nil
+		}
+	}
 	if r.deny != nil && r.deny.lookup(keys, reqs, start, res) {
 		r.decisions.Add(1)
 		return false, nil
+	}
+	if leased {
+		fleet := max(r.fleetSize.Load(), 1)
+		for i, rate := range rates {
+			o := 1 + argsPerLimit*i
+			args[o+8], args[o+9] = rate, fleet
+		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.callTimeout)
 	defer cancel()
@@ -514,11 +552,11 @@ func (r *Redis) Allow(ctx context.Context, _ time.Time, reqs []Request, res []Re
 	}
 	b.success()
 	r.decisions.Add(1)
-	if len(v) != 1+4*n {
+	if len(v) != 1+resultsPerLimit*n {
 		return false, fmt.Errorf("redis: script answered %d values for %d limits", len(v), n)
 	}
 	for i := range reqs {
-		w := v[1+4*i:]
+		w := v[1+resultsPerLimit*i:]
 		res[i] = Result{
 			Allowed:    w[0] == 1,
 			Limit:      reqs[i].Params.Limit,
@@ -528,6 +566,17 @@ func (r *Redis) Allow(ctx context.Context, _ time.Time, reqs []Request, res []Re
 		}
 	}
 	allowed := v[0] == 1
+	if leased && allowed {
+		tokens, spans := make([]int64, n), make([]time.Duration, n)
+		for i := range reqs {
+			w := v[1+resultsPerLimit*i:]
+			tokens[i], spans[i] = w[4], time.Duration(w[5])*time.Microsecond
+		}
+		r.leases.grant(keys, reqs, res, tokens, spans, start)
+	}
+	if leased {
+		r.leases.unspent(keys, reqs, res, start)
+	}
 	if !allowed && r.deny != nil {
 		r.deny.record(keys, reqs, res, start)
 	}
@@ -545,11 +594,19 @@ type RedisStats struct {
 	// RoundTrips is the number of round trips that carried them: fewer
 	// than Calls when calls were batched (RedisConfig.MaxBatch).
 	RoundTrips int64
+	// LeaseGranted is the number of tokens leased beyond the requests
+	// that asked, LeaseSpent the requests admitted from leases, and
+	// LeaseExpired the tokens lost because their bucket ended first.
+	LeaseGranted, LeaseSpent, LeaseExpired int64
 }
 
 // Stats returns the store's counts.
 func (r *Redis) Stats() RedisStats {
-	return RedisStats{Decisions: r.decisions.Load(), Calls: r.calls.Load(), RoundTrips: r.roundTrips.Load()}
+	s := RedisStats{Decisions: r.decisions.Load(), Calls: r.calls.Load(), RoundTrips: r.roundTrips.Load()}
+	if ls := r.leases; ls != nil {
+		s.LeaseGranted, s.LeaseSpent, s.LeaseExpired = ls.granted.Load(), ls.spent.Load(), ls.expired.Load()
+	}
+	return s
 }
 
 // run runs the script: EVALSHA, and EVAL if the node lost the script (a

@@ -52,7 +52,8 @@ func TestRedisBatch(t *testing.T) {
 	srv := redistest.Start(t)
 	var sizes []int
 	var mu sync.Mutex
-	red := newTestRedis(t, RedisConfig{URL: srv.URL(), Timeout: 10 * time.Second, DenyCacheSize: -1,
+	// No leases: every call is a script call.
+	red := newTestRedis(t, RedisConfig{URL: srv.URL(), Timeout: 10 * time.Second, DenyCacheSize: -1, Leases: -1,
 		OnBatch: func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() }})
 	if err := red.Ready(context.Background()); err != nil {
 		t.Fatal(err)
@@ -101,7 +102,7 @@ func TestRedisBatch(t *testing.T) {
 func TestRedisBatchLeft(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	red := newTestRedis(t, RedisConfig{URL: srv.URL(), Timeout: 10 * time.Second, DenyCacheSize: -1})
+	red := newTestRedis(t, RedisConfig{URL: srv.URL(), Timeout: 10 * time.Second, DenyCacheSize: -1, Leases: -1})
 	if err := red.Ready(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +151,7 @@ func TestRedisBatchLeft(t *testing.T) {
 func TestRedisBatchFailsOnce(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	red := newTestRedis(t, RedisConfig{URL: srv.URL(), Timeout: 2 * time.Second, DenyCacheSize: -1, BreakerThreshold: 3})
+	red := newTestRedis(t, RedisConfig{URL: srv.URL(), Timeout: 2 * time.Second, DenyCacheSize: -1, BreakerThreshold: 3, Leases: -1})
 	if err := red.Ready(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +189,7 @@ func BenchmarkRedisBatch(b *testing.B) {
 		max  int
 	}{{"alone", 1}, {"batched", 0}} {
 		b.Run(tt.name, func(b *testing.B) {
-			red := newTestRedis(b, RedisConfig{URL: srv.URL(), Timeout: time.Second, MaxBatch: tt.max})
+			red := newTestRedis(b, RedisConfig{URL: srv.URL(), Timeout: time.Second, MaxBatch: tt.max, Leases: -1})
 			ctx := context.Background()
 			if err := red.Ready(ctx); err != nil {
 				b.Fatal(err)

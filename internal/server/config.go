@@ -131,6 +131,9 @@ type Config struct {
 	// RedisBatch is the most decisions one round trip to a Redis node
 	// carries (limit.RedisConfig.MaxBatch); 1 turns batching off.
 	RedisBatch int
+	// RedisLeases is the most keys the Redis store holds leases for
+	// (limit.RedisConfig.Leases); -1 turns leases off.
+	RedisLeases int
 	// FailMode is what the redis store's failures do to a request.
 	FailMode proxy.FailMode
 	// LocalShare scales each limit under FailMode local, in (0, 1]; 0
@@ -216,6 +219,7 @@ func DefaultConfig() Config {
 		RedisDialTimeout:  limit.DefaultRedisDialTimeout,
 		RedisPoolTimeout:  limit.DefaultRedisPoolTimeout,
 		RedisBatch:        limit.DefaultRedisBatch,
+		RedisLeases:       limit.DefaultRedisLeases,
 		FailMode:          proxy.FailLocal,
 		UpstreamTimeout:   proxy.DefaultUpstreamTimeout,
 		LimitStatus:       http.StatusTooManyRequests,
@@ -270,6 +274,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--redis-pool-timeout %s is not positive", c.RedisPoolTimeout)
 	case c.RedisBatch < 1:
 		return fmt.Errorf("--redis-batch %d is below 1", c.RedisBatch)
+	case c.RedisLeases < -1 || c.RedisLeases == 0:
+		return fmt.Errorf("--redis-leases %d: want a number of keys, or -1 for no leases", c.RedisLeases)
 	case c.UpstreamTimeout <= 0:
 		return fmt.Errorf("--upstream-timeout %s is not positive", c.UpstreamTimeout)
 	case c.ShutdownTimeout <= 0:

@@ -42,7 +42,7 @@ func newStore(cfg Config, onCircuit func(open bool)) (*stores, error) {
 			Buckets: prometheus.ExponentialBuckets(2, 2, 10),
 		})
 		red, err := limit.NewRedis(limit.RedisConfig{
-			MaxBatch: cfg.RedisBatch, OnBatch: func(n int) { st.batches.Observe(float64(n)) },
+			MaxBatch: cfg.RedisBatch, Leases: cfg.RedisLeases, OnBatch: func(n int) { st.batches.Observe(float64(n)) },
 			URL: cfg.RedisURL, Addrs: cfg.RedisAddrs, Cluster: cfg.RedisCluster,
 			SentinelMaster: cfg.RedisSentinelMaster, Username: cfg.RedisUsername,
 			Password: cfg.RedisPassword, TLS: cfg.RedisTLS, Timeout: cfg.RedisTimeout,
@@ -194,6 +194,18 @@ func (st *stores) register(reg prometheus.Registerer) {
 			Help: "Round trips to Redis that carried script calls; fewer than gateway_redis_calls_total when calls were batched (--redis-batch).",
 		}, func() float64 { return float64(red.Stats().RoundTrips) }),
 		st.batches,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_redis_lease_tokens_granted_total",
+			Help: "Tokens Redis counted for this gateway's leases beyond the requests that asked (--redis-leases).",
+		}, func() float64 { return float64(red.Stats().LeaseGranted) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_redis_lease_tokens_spent_total",
+			Help: "Requests admitted from leases, without a call to Redis.",
+		}, func() float64 { return float64(red.Stats().LeaseSpent) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_redis_lease_tokens_expired_total",
+			Help: "Leased tokens lost unspent because the bucket or window they were counted in ended first.",
+		}, func() float64 { return float64(red.Stats().LeaseExpired) }),
 		nodeCircuits{red},
 	)
 }

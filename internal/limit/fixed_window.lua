@@ -32,8 +32,14 @@ end
 
 function M.commit(key, p, now, r, set)
   put(set, 'w', r.win)
-  put(set, 'c', r.count + 1)
+  put(set, 'c', r.count + r.units)
   return r.stop
+end
+
+-- left returns the time from now until the window that decide counts in
+-- ends: a lease's tokens are good until then.
+function M.left(p, now, r)
+  return r.stop - now
 end
 
 return M

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -106,6 +107,21 @@ type RedisConfig struct {
 	// membership; a membership lapses after three. Default
 	// DefaultFleetHeartbeat (2s).
 	FleetHeartbeat time.Duration
+	// Leases is the most keys the store holds leases for (see leases):
+	// tokens of a window algorithm's limit counted in Redis ahead of the
+	// requests, which the gateway admits without a call. 0 means
+	// DefaultRedisLeases (65536); -1 turns leases off: every request is a
+	// call.
+	Leases int
+	// MaxBatch is the most script calls one round trip to a node
+	// carries: while a call to a node is in flight, the next ones queue
+	// and go together when it returns (see batcher). 0 means
+	// DefaultRedisBatch (64); 1 sends every call alone, as many at once
+	// as the pool has connections.
+	MaxBatch int
+	// OnBatch, if not nil, is called with the number of script calls of
+	// every round trip that carried a batch (see MaxBatch).
+	OnBatch func(calls int)
 	// Logger receives go-redis's own log lines (failed dials, at debug
 	// level: the store's errors and breaker report the same trouble).
 	// go-redis logs per process, not per client: the last Redis store
@@ -153,9 +169,17 @@ type Redis struct {
 	fleetID     string
 	heartbeat   time.Duration
 	fleetSize   atomic.Int64
-	// calls counts round trips to Redis for decisions, decisions the
-	// calls of Allow that decided (see Stats).
-	calls, decisions atomic.Int64
+	// calls counts script calls sent to Redis, roundTrips the round
+	// trips that carried them, decisions the calls of Allow that decided
+	// (see Stats).
+	calls, roundTrips, decisions atomic.Int64
+	// maxBatch is RedisConfig.MaxBatch; batchers the batcher of each
+	// node, by its *breaker, when it is above 1.
+	maxBatch int
+	batchers sync.Map
+	onBatch  func(int)
+	// leases are the store's leases; nil when off.
+	leases *leases
 	// lastWarm is when rewarm last started, since epoch.
 	lastWarm atomic.Int64
 	closed   atomic.Bool
@@ -193,6 +217,10 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		return nil, fmt.Errorf("redis fleet heartbeat %s is negative", cfg.FleetHeartbeat)
 	case cfg.WarmConns < -1:
 		return nil, fmt.Errorf("redis warm connections %d is below -1", cfg.WarmConns)
+	case cfg.Leases < -1:
+		return nil, fmt.Errorf("redis leases %d is below -1", cfg.Leases)
+	case cfg.MaxBatch < 0:
+		return nil, fmt.Errorf("redis batch size %d is negative", cfg.MaxBatch)
 	}
 	timeout := cmp.Or(cfg.Timeout, DefaultRedisTimeout)
 	dialTimeout := cmp.Or(cfg.DialTimeout, DefaultRedisDialTimeout)
@@ -247,6 +275,8 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		epoch:       now(),
 		fleetID:     cmp.Or(cfg.FleetID, newFleetID()),
 		heartbeat:   cmp.Or(cfg.FleetHeartbeat, DefaultFleetHeartbeat),
+		maxBatch:    cmp.Or(cfg.MaxBatch, DefaultRedisBatch),
+		onBatch:     cfg.OnBatch,
 	}
 	threshold := cmp.Or(cfg.BreakerThreshold, DefaultBreakerThreshold)
 	backoff := cmp.Or(cfg.BreakerBackoff, DefaultBreakerBackoff)
@@ -265,6 +295,9 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 	}
 	if !opts.IsClusterMode {
 		r.nodes.single = r.nodes.newBreaker(r.nodes.singleName)
+	}
+	if cfg.Leases >= 0 {
+		r.leases = newLeases(cmp.Or(cfg.Leases, DefaultRedisLeases))
 	}
 	if cfg.DenyCacheSize >= 0 {
 		r.deny = newDenyCache(cmp.Or(cfg.DenyCacheSize, DefaultDenyCacheSize))
@@ -393,8 +426,13 @@ func (r *Redis) Ping(ctx context.Context) error {
 	return nil
 }
 
-// argsPerLimit is the number of script arguments per limit (redis.lua).
-const argsPerLimit = 9
+// argsPerLimit is the number of script arguments per limit, and
+// resultsPerLimit the number of values of the reply per limit
+// (redis.lua).
+const (
+	argsPerLimit    = 11
+	resultsPerLimit = 6
+)
 
 // Allow implements Store, with Memory.Allow's semantics, on Redis's clock:
 // now, the gateway's clock, only places the calendar windows that the
@@ -450,13 +488,33 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 			shadow = "1"
 		}
 		args = append(args, p.Algorithm, p.Limit, micros(p.Window), p.Precision, p.Burst,
-			micros(p.Warmup), micros(p.Lock), shadow, calendarArg(p, now))
+			micros(p.Warmup), micros(p.Lock), shadow, calendarArg(p, now), 0, 0)
 	}
 
 	start := int64(r.now().Sub(r.epoch))
+	// Leases first: their tokens are counted already, and a denial
+	// another request met meanwhile must not leave them unspent. They
+	// need the gateway's clock to run with Redis's: not on a test's fixed
+	// decision clock.
+	leased := r.leases != nil && r.fixedNow == nil && leasable(reqs)
+	var rates []int64
+	if leased {
+		rates = make([]int64, n)
+		if r.leases.take(keys, reqs, res, start, rates) {
+			r.decisions.Add(1)
+			return true, nil
+		}
+	}
 	if r.deny != nil && r.deny.lookup(keys, reqs, start, res) {
 		r.decisions.Add(1)
 		return false, nil
+	}
+	if leased {
+		fleet := max(r.fleetSize.Load(), 1)
+		for i, rate := range rates {
+			o := 1 + argsPerLimit*i
+			args[o+9], args[o+10] = rate, fleet
+		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.callTimeout)
 	defer cancel()
@@ -468,9 +526,19 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 	if !ok {
 		return false, ErrCircuitOpen
 	}
-	v, err := r.run(cctx, keys, args)
+	var v []int64
+	var shared bool
+	if r.maxBatch > 1 {
+		v, err, shared = r.batcherFor(b).do(cctx, r, keys, args)
+	} else {
+		v, err = r.run(cctx, keys, args)
+		r.roundTrips.Add(1)
+	}
 	if err != nil {
 		switch {
+		case shared:
+			// Another call of the same round trip told the breaker.
+			b.abandon(probe)
 		case ctx.Err() != nil:
 			// The caller went away: that says nothing about Redis.
 			b.abandon(probe)
@@ -487,11 +555,11 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 	}
 	b.success()
 	r.decisions.Add(1)
-	if len(v) != 1+4*n {
+	if len(v) != 1+resultsPerLimit*n {
 		return false, fmt.Errorf("redis: script answered %d values for %d limits", len(v), n)
 	}
 	for i := range reqs {
-		w := v[1+4*i:]
+		w := v[1+resultsPerLimit*i:]
 		res[i] = Result{
 			Allowed:    w[0] == 1,
 			Limit:      reqs[i].Params.Limit,
@@ -501,6 +569,17 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 		}
 	}
 	allowed := v[0] == 1
+	if leased && allowed {
+		tokens, spans := make([]int64, n), make([]time.Duration, n)
+		for i := range reqs {
+			w := v[1+resultsPerLimit*i:]
+			tokens[i], spans[i] = w[4], time.Duration(w[5])*time.Microsecond
+		}
+		r.leases.grant(keys, reqs, res, tokens, spans, start)
+	}
+	if leased {
+		r.leases.unspent(keys, reqs, res, start)
+	}
 	if !allowed && r.deny != nil {
 		r.deny.record(keys, reqs, res, start)
 	}
@@ -515,11 +594,22 @@ type RedisStats struct {
 	// Calls is the number of script calls sent to Redis, failed ones
 	// included (EVALSHA, and EVAL after NOSCRIPT).
 	Calls int64
+	// RoundTrips is the number of round trips that carried them: fewer
+	// than Calls when calls were batched (RedisConfig.MaxBatch).
+	RoundTrips int64
+	// LeaseGranted is the number of tokens leased beyond the requests
+	// that asked, LeaseSpent the requests admitted from leases, and
+	// LeaseExpired the tokens lost because their bucket ended first.
+	LeaseGranted, LeaseSpent, LeaseExpired int64
 }
 
 // Stats returns the store's counts.
 func (r *Redis) Stats() RedisStats {
-	return RedisStats{Decisions: r.decisions.Load(), Calls: r.calls.Load()}
+	s := RedisStats{Decisions: r.decisions.Load(), Calls: r.calls.Load(), RoundTrips: r.roundTrips.Load()}
+	if ls := r.leases; ls != nil {
+		s.LeaseGranted, s.LeaseSpent, s.LeaseExpired = ls.granted.Load(), ls.spent.Load(), ls.expired.Load()
+	}
+	return s
 }
 
 // run runs the script: EVALSHA, and EVAL if the node lost the script (a

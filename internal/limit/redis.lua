@@ -16,12 +16,23 @@
 -- fmod, muldiv and put defined here.
 --
 -- ARGV[1] is "" (read TIME) or a fixed instant, for tests. Then for each
--- limit, nine values: algorithm, limit, window (µs), precision, burst,
--- warmup (µs), lock (µs), "1" for a shadow limit, and "" or a calendar
--- unit (see calendar below).
+-- limit, eleven values: algorithm, limit, window (µs), precision, burst,
+-- warmup (µs), lock (µs), "1" for a shadow limit, "" or a calendar unit
+-- (see calendar below), and for a lease the rate at which the gateway
+-- sees the key's requests (per second) and the fleet's size, else 0 and
+-- 0.
 --
 -- The reply is {allowed, then for each limit: allowed, remaining, reset
--- (µs), retry after (µs)}, with 1 and 0 for true and false.
+-- (µs), retry after (µs), tokens leased, the time their bucket ends
+-- (µs)}, with 1 and 0 for true and false.
+--
+-- A lease (README, "Leases") counts more than the request into the bucket
+-- or window it counts in, when every limit admits it: as many as the
+-- gateway's rate would use in the next 15ms (and before the bucket ends),
+-- at most the room left
+-- divided by twice the fleet's size, at least the request itself. The
+-- gateway admits that many more locally until the bucket ends, so every
+-- admission falls in the bucket it was counted in.
 
 -- fdiv returns ⌊a/b⌋ for integers a, b > 0 below 2^53, exactly: the
 -- quotient of two doubles can round up to the next integer.
@@ -156,11 +167,15 @@ end
 --     ok, the result also holds uncounted, the reset if the request is
 --     not counted (State.UncountedReset): the time until the limit is
 --     fully replenished as it stands, 0 when it is;
---   commit(key, p, now, r, set) counts one request that decide admitted:
+--   commit(key, p, now, r, set) counts one request that decide admitted
+--     (r.units of them, for an algorithm with left; else r.units is 1):
 --     it appends the fields to write to the list set (name, value, ...),
 --     which the script writes with its own in one HSET, and returns the
 --     instant from which the state is as good as fresh, so that the key
 --     can expire then.
+--   left(p, now, r), for the window algorithms only, returns the time from
+--     now until the bucket or window that decide's r counts in ends: the
+--     script may then count more than the one request (a lease, below).
 -- p holds limit, window, precision, burst and warmup (µs); the functions
 -- are called only for limit ≥ 1. p.cal is the calendar window (see
 -- calendar) of a limit with a calendar unit, nil otherwise.
@@ -196,7 +211,7 @@ end
 local n = #KEYS
 local P, R, L, X, fresh = {}, {}, {}, {}, {}
 for i = 1, n do
-  local o = 2 + (i - 1) * 9
+  local o = 2 + (i - 1) * 11
   local p = {
     alg = ARGV[o],
     limit = tonumber(ARGV[o + 1]),
@@ -206,6 +221,8 @@ for i = 1, n do
     warmup = tonumber(ARGV[o + 5]),
     lock = tonumber(ARGV[o + 6]),
     shadow = ARGV[o + 7] == '1',
+    rate = tonumber(ARGV[o + 9]),
+    fleet = tonumber(ARGV[o + 10]),
   }
   p.id = p.alg .. '/' .. ARGV[o + 2] .. '/' .. ARGV[o + 3]
   if ARGV[o + 8] ~= '' then
@@ -304,6 +321,18 @@ for i = 1, n do
       r = lockout(r, p.lock)
     end
   elseif allowed then
+    r.units = 1
+    if p.limit > 0 and p.rate > 0 and p.a.left then
+      -- A lease: what the rate uses in the next 15ms or until the
+      -- bucket ends, within the room left (r.remaining + 1 with this
+      -- request) / (2 × fleet). Tokens left when the bucket ends are lost
+      -- to the fleet: a short lease loses few.
+      r.span = p.a.left(p, now, r)
+      local room = r.remaining + 1
+      local want = math.ceil(p.rate * math.min(r.span, 15000) / 1000000)
+      r.units = math.max(math.min(want, fdiv(room, 2 * math.max(p.fleet, 1)), room), 1)
+      r.remaining = r.remaining - (r.units - 1)
+    end
     if p.limit > 0 then
       local set = {}
       local idle = p.a.commit(key, p, now, r, set)
@@ -321,5 +350,7 @@ for i = 1, n do
   out[#out + 1] = r.remaining
   out[#out + 1] = r.reset
   out[#out + 1] = r.retry
+  out[#out + 1] = r.span and r.units or 0
+  out[#out + 1] = r.span or 0
 end
 return out

@@ -95,11 +95,11 @@ end
 function M.commit(key, p, now, r, set)
   local width, n = geometry(p)
   local head, total, b = r.head, r.total, r.b
-  local count = 1
+  local count = r.units
   if total == 0 then
     -- Every slot is empty; any bucket may become the head.
   elseif b <= head then
-    count = r.cb + 1
+    count = r.cb + r.units
   elseif b - head >= n then
     for i = 0, n - 1 do
       put(set, i, 0)
@@ -114,8 +114,15 @@ function M.commit(key, p, now, r, set)
   end
   put(set, slot(b, n), count)
   put(set, 'h', b)
-  put(set, 't', total + 1)
+  put(set, 't', total + r.units)
   return (b + n) * width
+end
+
+-- left returns the time from now until the bucket that decide counts in
+-- ends: a lease's tokens are good until then.
+function M.left(p, now, r)
+  local width = geometry(p)
+  return (r.b + 1) * width - now
 end
 
 return M

@@ -128,6 +128,12 @@ type Config struct {
 	RedisDialTimeout time.Duration
 	// RedisPoolTimeout bounds the wait for a free Redis connection.
 	RedisPoolTimeout time.Duration
+	// RedisBatch is the most decisions one round trip to a Redis node
+	// carries (limit.RedisConfig.MaxBatch); 1 turns batching off.
+	RedisBatch int
+	// RedisLeases is the most keys the Redis store holds leases for
+	// (limit.RedisConfig.Leases); -1 turns leases off.
+	RedisLeases int
 	// FailMode is what the redis store's failures do to a request.
 	FailMode proxy.FailMode
 	// LocalShare scales each limit under FailMode local, in (0, 1]; 0
@@ -212,6 +218,8 @@ func DefaultConfig() Config {
 		RedisTimeout:      limit.DefaultRedisTimeout,
 		RedisDialTimeout:  limit.DefaultRedisDialTimeout,
 		RedisPoolTimeout:  limit.DefaultRedisPoolTimeout,
+		RedisBatch:        limit.DefaultRedisBatch,
+		RedisLeases:       limit.DefaultRedisLeases,
 		FailMode:          proxy.FailLocal,
 		UpstreamTimeout:   proxy.DefaultUpstreamTimeout,
 		LimitStatus:       http.StatusTooManyRequests,
@@ -264,6 +272,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--redis-dial-timeout %s is not positive", c.RedisDialTimeout)
 	case c.RedisPoolTimeout <= 0:
 		return fmt.Errorf("--redis-pool-timeout %s is not positive", c.RedisPoolTimeout)
+	case c.RedisBatch < 1:
+		return fmt.Errorf("--redis-batch %d is below 1", c.RedisBatch)
+	case c.RedisLeases < -1 || c.RedisLeases == 0:
+		return fmt.Errorf("--redis-leases %d: want a number of keys, or -1 for no leases", c.RedisLeases)
 	case c.UpstreamTimeout <= 0:
 		return fmt.Errorf("--upstream-timeout %s is not positive", c.UpstreamTimeout)
 	case c.ShutdownTimeout <= 0:

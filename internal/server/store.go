@@ -20,6 +20,8 @@ type stores struct {
 	local    limit.Store   // the handler's Local store (FailLocal only)
 	failMode proxy.FailMode
 	name     StoreKind
+	// batches observes the size of the Redis store's batches.
+	batches prometheus.Histogram
 }
 
 // newStore builds the store of cfg.Store. onCircuit is called when the
@@ -34,7 +36,13 @@ func newStore(cfg Config, onCircuit func(open bool)) (*stores, error) {
 		}
 		st.store, st.mem = mem, mem
 	case StoreRedis:
+		st.batches = prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gateway_redis_batch_size",
+			Help:    "Decisions per round trip to a Redis node that carried more than one (--redis-batch).",
+			Buckets: prometheus.ExponentialBuckets(2, 2, 10),
+		})
 		red, err := limit.NewRedis(limit.RedisConfig{
+			MaxBatch: cfg.RedisBatch, Leases: cfg.RedisLeases, OnBatch: func(n int) { st.batches.Observe(float64(n)) },
 			URL: cfg.RedisURL, Addrs: cfg.RedisAddrs, Cluster: cfg.RedisCluster,
 			SentinelMaster: cfg.RedisSentinelMaster, Username: cfg.RedisUsername,
 			Password: cfg.RedisPassword, TLS: cfg.RedisTLS, Timeout: cfg.RedisTimeout,
@@ -181,6 +189,23 @@ func (st *stores) register(reg prometheus.Registerer) {
 			Name: "gateway_redis_calls_total",
 			Help: "Script calls sent to Redis, failed ones included; / gateway_redis_decisions_total is the calls per decision.",
 		}, func() float64 { return float64(red.Stats().Calls) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_redis_round_trips_total",
+			Help: "Round trips to Redis that carried script calls; fewer than gateway_redis_calls_total when calls were batched (--redis-batch).",
+		}, func() float64 { return float64(red.Stats().RoundTrips) }),
+		st.batches,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_redis_lease_tokens_granted_total",
+			Help: "Tokens Redis counted for this gateway's leases beyond the requests that asked (--redis-leases).",
+		}, func() float64 { return float64(red.Stats().LeaseGranted) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_redis_lease_tokens_spent_total",
+			Help: "Requests admitted from leases, without a call to Redis.",
+		}, func() float64 { return float64(red.Stats().LeaseSpent) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_redis_lease_tokens_expired_total",
+			Help: "Leased tokens lost unspent because the bucket or window they were counted in ended first.",
+		}, func() float64 { return float64(red.Stats().LeaseExpired) }),
 		nodeCircuits{red},
 	)
 }

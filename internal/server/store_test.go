@@ -116,8 +116,12 @@ gateway_redis_fleet_gateways 3
 # HELP gateway_redis_node_circuit_open 1 while the circuit breaker of this Redis node is open: its keys are decided by --fail-mode.
 # TYPE gateway_redis_node_circuit_open gauge
 gateway_redis_node_circuit_open{node="` + srv.Addr + `"} 0
+# HELP gateway_redis_round_trips_total Round trips to Redis that carried script calls; fewer than gateway_redis_calls_total when calls were batched (--redis-batch).
+# TYPE gateway_redis_round_trips_total counter
+gateway_redis_round_trips_total 1
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "gateway_redis_calls_total", "gateway_redis_decisions_total",
+		"gateway_redis_fleet_gateways", "gateway_redis_node_circuit_open", "gateway_redis_round_trips_total"); err != nil {
 		t.Error(err)
 	}
 }

@@ -1,0 +1,200 @@
+package limit
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/redistest"
+)
+
+// TestRedisLeaseHotKey checks that a hot key of a window algorithm is
+// decided mostly from leases: far fewer script calls than requests, and
+// never more admitted than Redis counted.
+func TestRedisLeaseHotKey(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, alg := range []string{"fixed_window", "sliding_window"} {
+		t.Run(alg, func(t *testing.T) {
+			red := newTestRedis(t, RedisConfig{URL: srv.URL(), Timeout: 2 * time.Second, DialTimeout: 10 * time.Second})
+			ctx := context.Background()
+			if err := red.Ready(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// A long window, so that no bucket ends during the test.
+			p := &Params{Algorithm: alg, Limit: MaxLimit, Window: time.Hour}
+			if alg == "sliding_window" {
+				p.Precision = 6 // 10-minute buckets
+			}
+			app := &Params{Algorithm: alg, Limit: MaxLimit, Window: 2 * time.Hour, Precision: p.Precision}
+			reqs := []Request{{Key: "hot-" + alg + "|", Params: app}, {Key: "hot-" + alg + "|/", Params: p}}
+			const workers, each = 8, 500
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for range workers {
+				wg.Go(func() {
+					res := make([]Result, 2)
+					for range each {
+						ok, err := red.Allow(ctx, time.Time{}, reqs, res)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if ok {
+							admitted.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			st := red.Stats()
+			if admitted.Load() != workers*each {
+				t.Fatalf("admitted %d of %d under an unreachable limit", admitted.Load(), workers*each)
+			}
+			perRequest := float64(st.Calls) / float64(admitted.Load())
+			t.Logf("%s: %d script calls for %d requests (%.3f per request), %d tokens leased, %d spent",
+				alg, st.Calls, admitted.Load(), perRequest, st.LeaseGranted, st.LeaseSpent)
+			if perRequest > 0.05 {
+				t.Errorf("script calls per admitted request: got %.3f, want at most 0.05", perRequest)
+			}
+			// Redis counted every admission, and the unspent tokens too.
+			for _, q := range reqs {
+				if counted := redisCount(t, srv, q); counted < admitted.Load() {
+					t.Errorf("%s: Redis counted %d, fewer than the %d admitted", q.Key, counted, admitted.Load())
+				}
+			}
+		})
+	}
+}
+
+// redisCount returns what Redis has counted against q's key, with one
+// more request, asked with leases off.
+func redisCount(t *testing.T, srv *redistest.Server, q Request) int64 {
+	t.Helper()
+	red := newTestRedis(t, RedisConfig{URL: srv.URL(), Timeout: 2 * time.Second, Leases: -1})
+	p := *q.Params
+	p.Limit = MaxLimit
+	res := make([]Result, 1)
+	if _, err := red.Allow(context.Background(), time.Time{}, []Request{{Key: q.Key, Params: &p}}, res); err != nil {
+		t.Fatal(err)
+	}
+	return MaxLimit - res[0].Remaining - 1
+}
+
+// TestRedisLeaseFleet sends a steady stream at twice the limit through
+// three gateways with leases, and checks the two promises of leases: no
+// interval of length unit holds more than the limit, and the fleet admits
+// at least 90% of what one memory store admits of the same stream.
+func TestRedisLeaseFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 3-second stream")
+	}
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	const (
+		gateways = 3
+		limit    = 300
+		unit     = time.Second
+		run      = 3 * time.Second
+	)
+	p := &Params{Algorithm: "sliding_window", Limit: limit, Window: unit, Precision: 10}
+	stores := make([]*Redis, gateways)
+	for i := range stores {
+		stores[i] = newTestRedis(t, RedisConfig{URL: srv.URL(), Timeout: 2 * time.Second, DialTimeout: 10 * time.Second,
+			FleetID: fmt.Sprintf("lease-%d", i)})
+		if err := stores[i].Ready(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 { // the second round sees all three
+		for _, st := range stores {
+			if _, err := st.Heartbeat(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// span is an admission: the request was decided between from and to.
+	type span struct{ from, to time.Time }
+	var (
+		mu       sync.Mutex
+		offered  []time.Time
+		admitted []span
+	)
+	// Each gateway gets two workers that send at limit/3 per second
+	// each: 2 × limit in all.
+	interval := unit * gateways / (2 * limit) * 2
+	start := time.Now()
+	var wg sync.WaitGroup
+	for g := range gateways * 2 {
+		wg.Go(func() {
+			red, res := stores[g%gateways], make([]Result, 1)
+			reqs := []Request{{Key: "lease-fleet|/", Params: p}}
+			tick := time.NewTicker(interval)
+			defer tick.Stop()
+			for time.Since(start) < run {
+				<-tick.C
+				from := time.Now()
+				ok, err := red.Allow(ctx, time.Time{}, reqs, res)
+				to := time.Now()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				offered = append(offered, from)
+				if ok {
+					admitted = append(admitted, span{from, to})
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+
+	// No interval of length unit holds more than the limit: count the
+	// admissions known to lie in [a.from, a.from + unit] for each a.
+	sort.Slice(admitted, func(i, j int) bool { return admitted[i].from.Before(admitted[j].from) })
+	worst := 0
+	for i, a := range admitted {
+		n := 0
+		for _, b := range admitted[i:] {
+			if !b.to.After(a.from.Add(unit)) {
+				n++
+			}
+		}
+		worst = max(worst, n)
+	}
+	if worst > limit {
+		t.Errorf("an interval of %s held %d admissions, above the limit %d", unit, worst, limit)
+	}
+
+	// The same stream through one memory store.
+	sort.Slice(offered, func(i, j int) bool { return offered[i].Before(offered[j]) })
+	mem, err := NewMemory(MemoryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	res := make([]Result, 1)
+	for _, at := range offered {
+		if ok, _ := mem.Allow(ctx, at, []Request{{Key: "lease-fleet|/", Params: p}}, res); ok {
+			want++
+		}
+	}
+	var calls int64
+	for _, st := range stores {
+		s := st.Stats()
+		calls += s.Calls
+		t.Logf("gateway: %+v", s)
+	}
+	t.Logf("offered %d, memory admits %d, the fleet admitted %d with %d script calls; busiest interval %d",
+		len(offered), want, len(admitted), calls, worst)
+	if float64(len(admitted)) < 0.9*float64(want) {
+		t.Errorf("the fleet admitted %d, below 90%% of the %d one memory store admits", len(admitted), want)
+	}
+}

@@ -524,6 +524,7 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 	}
 	ok, probe := b.allow()
 	if !ok {
+		r.reloadSlots()
 		return false, ErrCircuitOpen
 	}
 	var v []int64
@@ -550,6 +551,9 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 			b.abandon(probe)
 		default:
 			b.failure(probe)
+		}
+		if ctx.Err() == nil && !errors.Is(err, redis.ErrPoolTimeout) {
+			r.reloadSlots() // a cluster's master may have moved
 		}
 		return false, fmt.Errorf("redis: %w", err)
 	}
@@ -612,12 +616,17 @@ func (r *Redis) Stats() RedisStats {
 	return s
 }
 
-// run runs the script: EVALSHA, and EVAL if the node lost the script (a
-// restart, a failover, SCRIPT FLUSH), after which the node is warmed up
-// again in the background.
+// run runs the script: EVALSHA, again on another connection if Redis had
+// closed the one it took (isClosedConn), and EVAL if the node lost
+// the script (a restart, a failover, SCRIPT FLUSH), after which the node
+// is warmed up again in the background.
 func (r *Redis) run(ctx context.Context, keys []string, args []any) ([]int64, error) {
 	r.calls.Add(1)
 	v, err := r.client.EvalSha(ctx, r.sha, keys, args...).Int64Slice()
+	for try := 1; err != nil && isClosedConn(err) && try < closedConnTries && ctx.Err() == nil; try++ {
+		r.calls.Add(1)
+		v, err = r.client.EvalSha(ctx, r.sha, keys, args...).Int64Slice()
+	}
 	if err != nil && isNoScript(err) {
 		r.rewarm()
 		r.calls.Add(1)

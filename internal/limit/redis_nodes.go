@@ -2,10 +2,13 @@ package limit
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -31,7 +34,15 @@ type nodes struct {
 	m  atomic.Pointer[map[string]*breaker] // copy on write: read without the lock
 	// open is the number of nodes whose breaker is open.
 	open atomic.Int32
+	// nextReload is the earliest instant (since the store's epoch) of the
+	// next slot map reload; reloads counts those started.
+	nextReload, reloads atomic.Int64
 }
+
+// slotReloadInterval is the least time between two reloads of a
+// cluster's slot map that failing calls ask for: a storm of errors costs
+// each Redis node at most a few CLUSTER SLOTS a second per gateway.
+const slotReloadInterval = 200 * time.Millisecond
 
 // get returns the breaker of node, creating it closed.
 func (ns *nodes) get(node string) *breaker {
@@ -112,6 +123,60 @@ func (r *Redis) breakerFor(ctx context.Context, key string) (*breaker, error) {
 		return nil, fmt.Errorf("redis cluster slots: %w", err)
 	}
 	return r.nodes.get(node.Options().Addr), nil
+}
+
+// reloadSlots reloads a cluster's slot map in the background, at most once
+// per slotReloadInterval, and closes the breaker of every node that no
+// longer serves a slot. A call asks for it when a node failed, timed out,
+// answered MOVED or ASK, or has its breaker open: a master may have been
+// replaced by its replica (a failover), and go-redis by itself reloads the
+// map only on a redirect or once a minute. Without a cluster it does
+// nothing.
+func (r *Redis) reloadSlots() {
+	cc, ok := r.client.(*redis.ClusterClient)
+	if !ok || r.closed.Load() {
+		return
+	}
+	now := int64(r.now().Sub(r.epoch))
+	next := r.nodes.nextReload.Load()
+	if now < next || !r.nodes.nextReload.CompareAndSwap(next, now+int64(slotReloadInterval)) {
+		return
+	}
+	r.nodes.reloads.Add(1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), r.dialTimeout+r.timeout)
+		defer cancel()
+		var mu sync.Mutex
+		masters := map[string]bool{}
+		// ForEachMaster reloads the map (CLUSTER SLOTS from one node that
+		// answers) before it lists the masters; it keeps the old map if
+		// no node answers.
+		err := cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+			mu.Lock()
+			masters[c.Options().Addr] = true
+			mu.Unlock()
+			return nil
+		})
+		if err == nil {
+			r.nodes.retire(masters)
+		}
+	}()
+}
+
+// retire closes the open breaker of every node that is not one of
+// masters: it serves no key now (its replica took over its slots), so
+// that the store does not report a circuit open for a node it will never
+// call again. A node that serves slots again later starts closed.
+func (ns *nodes) retire(masters map[string]bool) {
+	m := ns.m.Load()
+	if m == nil {
+		return
+	}
+	for node, b := range *m {
+		if node != clusterState && !masters[node] && b.isOpen() {
+			b.success()
+		}
+	}
 }
 
 // Ready makes the store ready to decide without setup work on the request
@@ -198,6 +263,24 @@ func (r *Redis) rewarm() {
 // have the script (EVALSHA).
 func isNoScript(err error) bool {
 	return redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// closedConnTries is how many times a call is sent while Redis closes the
+// connection it was sent on: CLIENT KILL closes every client's, one after
+// the other, and a call sent again at once may take one that Redis is
+// about to close.
+const closedConnTries = 5
+
+// isClosedConn reports whether err says that Redis closed the connection
+// the call was sent on (CLIENT KILL, a timeout of idle clients, a
+// restart): the call may go again on another, up to closedConnTries in
+// all. If Redis had run the script before it closed the connection, the
+// request is counted twice, which makes the fleet admit less, never more;
+// a call that timed out is never sent again (see the README's "When Redis
+// fails").
+func isClosedConn(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // isRedirect reports whether err is a cluster's MOVED or ASK: the node

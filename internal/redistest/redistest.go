@@ -294,7 +294,7 @@ func ScriptCalls(t testing.TB, c redis.Cmdable) int64 {
 	return n
 }
 
-// Cluster is a Redis Cluster of masters without replicas.
+// Cluster is a Redis Cluster: its masters and their replicas.
 type Cluster struct {
 	// Nodes are its servers.
 	Nodes []*Server
@@ -302,41 +302,11 @@ type Cluster struct {
 
 // StartCluster starts n ≥ 3 redis-server processes in cluster mode, with
 // extra args for each (e.g. "--cluster-require-full-coverage", "no"),
-// joins them with redis-cli --cluster create, and waits until every node
-// reports the cluster ok.
+// joins them as masters without replicas with redis-cli --cluster create,
+// and waits until every node reports the cluster ok.
 func StartCluster(t testing.TB, n int, args ...string) *Cluster {
 	t.Helper()
-	cli := binary(t, "redis-cli")
-	c := &Cluster{}
-	addrs := make([]string, n)
-	for i := range n {
-		s := Start(t, append([]string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "5000"}, args...)...)
-		c.Nodes = append(c.Nodes, s)
-		addrs[i] = s.Addr
-	}
-	create := append([]string{"--cluster", "create"}, addrs...)
-	create = append(create, "--cluster-replicas", "0", "--cluster-yes")
-	out, err := exec.Command(cli, create...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
-	}
-	deadline := time.Now().Add(readyTimeout)
-	for _, s := range c.Nodes {
-		for {
-			if Info(t, s.Client(), "cluster")["cluster_enabled"] == "1" {
-				txt, err := s.Client().ClusterInfo(context.Background()).Result()
-				if err == nil && strings.Contains(txt, "cluster_state:ok") {
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("redistest: cluster not ok within %s", readyTimeout)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	return c
+	return StartReplicatedCluster(t, n, 0, args...)
 }
 
 // Addrs returns the addresses of the cluster's nodes.

@@ -84,6 +84,14 @@ type RedisConfig struct {
 	// asking Redis. 0 means DefaultDenyCacheSize (65536: 7 MB and the keys); -1
 	// turns the cache off.
 	DenyCacheSize int
+	// MaxKeys is the key budget: the most counters of callers (requests
+	// with an Overflow key) that Redis keeps for the whole fleet. A new
+	// caller's request beyond it is counted against its Overflow key
+	// instead; existing counters are unaffected. Callers tagged by
+	// CallerTag share it, RedisBuckets equal parts rounded up; the
+	// callers of an app's own tag have a budget of MaxKeys of their own.
+	// 0 means DefaultRedisMaxKeys (1,000,000); -1 none.
+	MaxKeys int
 	// OnCircuitChange, if not nil, is called with true when the circuit
 	// breaker of a first node opens (no node's was open) and false when
 	// the last open one closes.
@@ -154,8 +162,11 @@ type Redis struct {
 	heartbeat   time.Duration
 	fleetSize   atomic.Int64
 	// calls counts round trips to Redis for decisions, decisions the
-	// calls of Allow that decided (see Stats).
-	calls, decisions atomic.Int64
+	// calls of Allow that decided, overflowed the requests Redis counted
+	// against their Overflow key (see Stats).
+	calls, decisions, overflowed atomic.Int64
+	// maxKeys is the key budget (RedisConfig.MaxKeys); -1 for none.
+	maxKeys int64
 	// lastWarm is when rewarm last started, since epoch.
 	lastWarm atomic.Int64
 	closed   atomic.Bool
@@ -193,6 +204,8 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		return nil, fmt.Errorf("redis fleet heartbeat %s is negative", cfg.FleetHeartbeat)
 	case cfg.WarmConns < -1:
 		return nil, fmt.Errorf("redis warm connections %d is below -1", cfg.WarmConns)
+	case cfg.MaxKeys < -1:
+		return nil, fmt.Errorf("redis max keys %d is below -1 (-1 for no budget)", cfg.MaxKeys)
 	}
 	timeout := cmp.Or(cfg.Timeout, DefaultRedisTimeout)
 	dialTimeout := cmp.Or(cfg.DialTimeout, DefaultRedisDialTimeout)
@@ -247,6 +260,7 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		epoch:       now(),
 		fleetID:     cmp.Or(cfg.FleetID, newFleetID()),
 		heartbeat:   cmp.Or(cfg.FleetHeartbeat, DefaultFleetHeartbeat),
+		maxKeys:     int64(cmp.Or(cfg.MaxKeys, DefaultRedisMaxKeys)),
 	}
 	threshold := cmp.Or(cfg.BreakerThreshold, DefaultBreakerThreshold)
 	backoff := cmp.Or(cfg.BreakerBackoff, DefaultBreakerBackoff)
@@ -402,8 +416,9 @@ const argsPerLimit = 8
 // Redis fails or does not answer within the timeout; a caller's own
 // cancellation is returned as such and does not count as a failure.
 //
-// The requests must share a Tag (Request.Tag) and have distinct keys;
-// Overflow is not used, since Redis keys expire on their own.
+// The requests must share a Tag (Request.Tag) and have distinct keys. A
+// request with an Overflow key is counted against it when its own key is
+// new and the key budget of its tag is used up (RedisConfig.MaxKeys).
 func (r *Redis) Allow(ctx context.Context, _ time.Time, reqs []Request, res []Result) (bool, error) {
 	n := len(reqs)
 	if len(res) < n {
@@ -413,7 +428,7 @@ func (r *Redis) Allow(ctx context.Context, _ time.Time, reqs []Request, res []Re
 		return true, nil
 	}
 	keys := make([]string, n)
-	args := make([]any, 1, 1+argsPerLimit*n)
+	args := make([]any, 1, 1+argsPerLimit*n+2*n+3)
 	args[0] = ""
 	if r.fixedNow != nil {
 		args[0] = strconv.FormatInt(r.fixedNow(), 10)
@@ -465,7 +480,7 @@ func (r *Redis) Allow(ctx context.Context, _ time.Time, reqs []Request, res []Re
 	if !ok {
 		return false, ErrCircuitOpen
 	}
-	v, err := r.run(cctx, keys, args)
+	v, err := r.run(cctx, keys, r.budgetArgs(args, reqs, tag0))
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
@@ -484,9 +499,10 @@ func (r *Redis) Allow(ctx context.Context, _ time.Time, reqs []Request, res []Re
 	}
 	b.success()
 	r.decisions.Add(1)
-	if len(v) != 1+4*n {
+	if len(v) != 2+4*n {
 		return false, fmt.Errorf("redis: script answered %d values for %d limits", len(v), n)
 	}
+	r.overflowed.Add(v[len(v)-1])
 	for i := range reqs {
 		w := v[1+4*i:]
 		res[i] = Result{
@@ -512,11 +528,15 @@ type RedisStats struct {
 	// Calls is the number of script calls sent to Redis, failed ones
 	// included (EVALSHA, and EVAL after NOSCRIPT).
 	Calls int64
+	// Overflowed is the number of requests of new callers that Redis
+	// counted against their Overflow key because the key budget was used
+	// up (RedisConfig.MaxKeys).
+	Overflowed int64
 }
 
 // Stats returns the store's counts.
 func (r *Redis) Stats() RedisStats {
-	return RedisStats{Decisions: r.decisions.Load(), Calls: r.calls.Load()}
+	return RedisStats{Decisions: r.decisions.Load(), Calls: r.calls.Load(), Overflowed: r.overflowed.Load()}
 }
 
 // run runs the script: EVALSHA, and EVAL if the node lost the script (a

@@ -20,7 +20,8 @@
 -- warmup (µs), lock (µs), and "1" for a shadow limit.
 --
 -- The reply is {allowed, then for each limit: allowed, remaining, reset
--- (µs), retry after (µs)}, with 1 and 0 for true and false.
+-- (µs), retry after (µs), then the number of limits sent to their overflow
+-- counter (redis_budget.lua)}, with 1 and 0 for true and false.
 
 -- fdiv returns ⌊a/b⌋ for integers a, b > 0 below 2^53, exactly: the
 -- quotient of two doubles can round up to the next integer.
@@ -261,4 +262,5 @@ for i = 1, n do
   out[#out + 1] = r.reset
   out[#out + 1] = r.retry
 end
+out[#out + 1] = overflowed
 return out

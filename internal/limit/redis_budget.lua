@@ -23,8 +23,8 @@ do
   local m = tonumber(ARGV[top])
   if m > 0 then
     local set, cap = ARGV[top - 2], tonumber(ARGV[top - 1])
-    local t = redis.call('TIME')
-    local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    -- ms is Redis's clock in ms, read only when a counter is new.
+    local ms
     local pruned = false
     -- prune looks at up to 32 members that are due, drops those whose
     -- counter is gone and moves the others to their counter's expiry.
@@ -59,6 +59,10 @@ do
       local i = tonumber(ARGV[base + 2 * j - 1])
       local key = KEYS[i]
       if redis.call('EXISTS', key) == 0 then
+        if not ms then
+          local t = redis.call('TIME')
+          ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        end
         if room(key) then
           redis.call('ZADD', set, ms, key)
         else

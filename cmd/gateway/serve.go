@@ -88,6 +88,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 	f.DurationVar(&cfg.RedisTimeout, "redis-timeout", cfg.RedisTimeout, "redis store: longest wait for Redis's answer to one command on an open connection before --fail-mode decides")
 	f.DurationVar(&cfg.RedisDialTimeout, "redis-dial-timeout", cfg.RedisDialTimeout, "redis store: longest wait to dial a Redis connection, and for the check at start that opens the connections and loads the script")
 	f.DurationVar(&cfg.RedisPoolTimeout, "redis-pool-timeout", cfg.RedisPoolTimeout, "redis store: longest wait for a free Redis connection when all are busy")
+	f.IntVar(&cfg.RedisMaxKeys, "redis-max-keys", cfg.RedisMaxKeys, "redis store: most counters of callers (per-IP, header, query and claim keys) Redis keeps for the whole fleet; beyond it new callers share their rule's overflow counter; -1 for no budget")
 	f.Var(&cfg.FailMode, "fail-mode", "redis store: when Redis fails, local (limit in memory with limit × --local-share), open (admit) or closed (503)")
 	f.Var((*server.LocalShare)(&cfg.LocalShare), "local-share", "the share of each limit one gateway admits under --fail-mode local: auto (1 / the number of gateways last seen in Redis) or a number in (0, 1]")
 	f.DurationVar(&cfg.UpstreamTimeout, "upstream-timeout", cfg.UpstreamTimeout, "longest wait for the upstream's response headers before 504")

@@ -128,6 +128,9 @@ type Config struct {
 	RedisDialTimeout time.Duration
 	// RedisPoolTimeout bounds the wait for a free Redis connection.
 	RedisPoolTimeout time.Duration
+	// RedisMaxKeys is the fleet's budget of callers' counters in Redis
+	// (limit.RedisConfig.MaxKeys); -1 for none.
+	RedisMaxKeys int
 	// FailMode is what the redis store's failures do to a request.
 	FailMode proxy.FailMode
 	// LocalShare scales each limit under FailMode local, in (0, 1]; 0
@@ -212,6 +215,7 @@ func DefaultConfig() Config {
 		RedisTimeout:      limit.DefaultRedisTimeout,
 		RedisDialTimeout:  limit.DefaultRedisDialTimeout,
 		RedisPoolTimeout:  limit.DefaultRedisPoolTimeout,
+		RedisMaxKeys:      limit.DefaultRedisMaxKeys,
 		FailMode:          proxy.FailLocal,
 		UpstreamTimeout:   proxy.DefaultUpstreamTimeout,
 		LimitStatus:       http.StatusTooManyRequests,
@@ -264,6 +268,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--redis-dial-timeout %s is not positive", c.RedisDialTimeout)
 	case c.RedisPoolTimeout <= 0:
 		return fmt.Errorf("--redis-pool-timeout %s is not positive", c.RedisPoolTimeout)
+	case c.RedisMaxKeys == 0 || c.RedisMaxKeys < -1:
+		return fmt.Errorf("--redis-max-keys %d is not positive (-1 for no budget)", c.RedisMaxKeys)
 	case c.UpstreamTimeout <= 0:
 		return fmt.Errorf("--upstream-timeout %s is not positive", c.UpstreamTimeout)
 	case c.ShutdownTimeout <= 0:

@@ -74,13 +74,13 @@ func TestCallerTag(t *testing.T) {
 func TestRedisBudgetFlood(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	const budget, callers, rules, workers = 6400, 1_000_000, 8, 8
+	const budget, callers, rules, workers = 6400, 1_000_000, 32, 8
 	red := newTestRedis(t, RedisConfig{URL: srv.URL(), Timeout: 5 * time.Second, PoolTimeout: 30 * time.Second, MaxKeys: budget, DenyCacheSize: -1})
 	ctx := context.Background()
 	p := &Params{Algorithm: "fixed_window", Limit: MaxLimit, Window: time.Hour}
 
-	// One call decides the rules r0..r7 of eight callers of one bucket, so
-	// that a million callers take 125,000 calls.
+	// One call decides the rules r0..r31 of 32 callers of one bucket, so
+	// that a million callers take 31,250 calls.
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)

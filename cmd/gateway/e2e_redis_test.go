@@ -71,7 +71,8 @@ func TestEndToEndRedis(t *testing.T) {
 
 // TestEndToEndRedisFull runs a gateway with --fail-mode closed on a Redis
 // at maxmemory with noeviction: Redis refuses the script (OOM), and every
-// request is refused with 503, never admitted; a gateway on a Redis that
+// request is refused with 503, never admitted, an unknown caller's too
+// (whose new counter the key budget would track); a gateway on a Redis that
 // can evict counters warns at start.
 func TestEndToEndRedisFull(t *testing.T) {
 	t.Parallel()
@@ -88,10 +89,13 @@ func TestEndToEndRedisFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := []string{"GATEWAY_UPSTREAM=" + up.URL, "GATEWAY_STORE=redis", "GATEWAY_REDIS_URL=" + srv.URL()}
-	g := startGateway(t, env, "--fail-mode", "closed", "--redis-timeout", "1s", "--config", "configs/demo-rules.yaml")
+	g := startGateway(t, env, "--fail-mode", "closed", "--redis-timeout", "1s", "--redis-max-keys", "64", "--config", "configs/demo-rules.yaml")
 	for i := range 20 {
 		if code, body := send(t, "GET", g.proxy+"/v1/user/1", "X-App-Id", "app-3"); code != 503 || !strings.Contains(body, "limiter_unavailable") {
 			t.Fatalf("request %d on a full Redis, fail closed: got %d %s, want 503 limiter_unavailable", i, code, body)
+		}
+		if code, body := send(t, "GET", g.proxy+"/v1/user/1"); code != 503 || !strings.Contains(body, "limiter_unavailable") {
+			t.Fatalf("unknown caller's request %d on a full Redis, fail closed: got %d %s, want 503 limiter_unavailable", i, code, body)
 		}
 	}
 	if strings.Contains(g.logs.String(), "maxmemory-policy can evict") {

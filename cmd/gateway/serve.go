@@ -90,6 +90,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 	f.DurationVar(&cfg.RedisPoolTimeout, "redis-pool-timeout", cfg.RedisPoolTimeout, "redis store: longest wait for a free Redis connection when all are busy")
 	f.IntVar(&cfg.RedisLeases, "redis-leases", cfg.RedisLeases, "redis store: most keys of fixed_window and sliding_window limits this gateway holds leases for (see README, Leases); -1 turns leases off")
 	f.IntVar(&cfg.RedisBatch, "redis-batch", cfg.RedisBatch, "redis store: most decisions sent to one Redis node in one round trip while another is in flight; 1 sends each alone")
+	f.IntVar(&cfg.RedisMaxKeys, "redis-max-keys", cfg.RedisMaxKeys, "redis store: most counters of callers (per-IP, header, query and claim keys) Redis keeps for the whole fleet; beyond it new callers share their rule's overflow counter; -1 for no budget")
 	f.Var(&cfg.FailMode, "fail-mode", "redis store: when Redis fails, local (limit in memory with limit × --local-share), open (admit) or closed (503)")
 	f.Var((*server.LocalShare)(&cfg.LocalShare), "local-share", "the share of each limit one gateway admits under --fail-mode local: auto (1 / the number of gateways last seen in Redis) or a number in (0, 1]")
 	f.DurationVar(&cfg.UpstreamTimeout, "upstream-timeout", cfg.UpstreamTimeout, "longest wait for the upstream's response headers before 504")

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,6 +86,14 @@ type RedisConfig struct {
 	// asking Redis. 0 means DefaultDenyCacheSize (65536: 7 MB and the keys); -1
 	// turns the cache off.
 	DenyCacheSize int
+	// MaxKeys is the key budget: the most counters of callers (requests
+	// with an Overflow key) that Redis keeps for the whole fleet. A new
+	// caller's request beyond it is counted against its Overflow key
+	// instead; existing counters are unaffected. Callers tagged by
+	// CallerTag share it, RedisBuckets equal parts rounded up; the
+	// callers of an app's own tag have a budget of MaxKeys of their own.
+	// 0 means DefaultRedisMaxKeys (1,000,000); -1 none.
+	MaxKeys int
 	// OnCircuitChange, if not nil, is called with true when the circuit
 	// breaker of a first node opens (no node's was open) and false when
 	// the last open one closes.
@@ -170,9 +179,10 @@ type Redis struct {
 	heartbeat   time.Duration
 	fleetSize   atomic.Int64
 	// calls counts script calls sent to Redis, roundTrips the round
-	// trips that carried them, decisions the calls of Allow that decided
+	// trips that carried them, decisions the calls of Allow that decided,
+	// overflowed the requests Redis counted against their Overflow key
 	// (see Stats).
-	calls, roundTrips, decisions atomic.Int64
+	calls, roundTrips, decisions, overflowed atomic.Int64
 	// maxBatch is RedisConfig.MaxBatch; batchers the batcher of each
 	// node, by its *breaker, when it is above 1.
 	maxBatch int
@@ -180,6 +190,8 @@ type Redis struct {
 	onBatch  func(int)
 	// leases are the store's leases; nil when off.
 	leases *leases
+	// maxKeys is the key budget (RedisConfig.MaxKeys); -1 for none.
+	maxKeys int64
 	// lastWarm is when rewarm last started, since epoch.
 	lastWarm atomic.Int64
 	closed   atomic.Bool
@@ -221,6 +233,8 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		return nil, fmt.Errorf("redis leases %d is below -1", cfg.Leases)
 	case cfg.MaxBatch < 0:
 		return nil, fmt.Errorf("redis batch size %d is negative", cfg.MaxBatch)
+	case cfg.MaxKeys < -1:
+		return nil, fmt.Errorf("redis max keys %d is below -1 (-1 for no budget)", cfg.MaxKeys)
 	}
 	timeout := cmp.Or(cfg.Timeout, DefaultRedisTimeout)
 	dialTimeout := cmp.Or(cfg.DialTimeout, DefaultRedisDialTimeout)
@@ -277,6 +291,7 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		heartbeat:   cmp.Or(cfg.FleetHeartbeat, DefaultFleetHeartbeat),
 		maxBatch:    cmp.Or(cfg.MaxBatch, DefaultRedisBatch),
 		onBatch:     cfg.OnBatch,
+		maxKeys:     int64(cmp.Or(cfg.MaxKeys, DefaultRedisMaxKeys)),
 	}
 	threshold := cmp.Or(cfg.BreakerThreshold, DefaultBreakerThreshold)
 	backoff := cmp.Or(cfg.BreakerBackoff, DefaultBreakerBackoff)
@@ -443,8 +458,9 @@ const (
 // Redis fails or does not answer within the timeout; a caller's own
 // cancellation is returned as such and does not count as a failure.
 //
-// The requests must share a Tag (Request.Tag) and have distinct keys;
-// Overflow is not used, since Redis keys expire on their own.
+// The requests must share a Tag (Request.Tag) and have distinct keys. A
+// request with an Overflow key is counted against it when its own key is
+// new and the key budget of its tag is used up (RedisConfig.MaxKeys).
 func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error) {
 	n := len(reqs)
 	if len(res) < n {
@@ -454,7 +470,7 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 		return true, nil
 	}
 	keys := make([]string, n)
-	args := make([]any, 1, 1+argsPerLimit*n)
+	args := make([]any, 1, 1+argsPerLimit*n+2*n+3)
 	args[0] = ""
 	if r.fixedNow != nil {
 		args[0] = strconv.FormatInt(r.fixedNow(), 10)
@@ -510,8 +526,13 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 		return false, nil
 	}
 	if leased {
+		// Each lease is sized by the slowest of the request's keys: a
+		// request is admitted from leases only when all of them have a
+		// token, so a bigger lease on a busier key (an app total) would
+		// be left unspent.
+		rate := slices.Min(rates)
 		fleet := max(r.fleetSize.Load(), 1)
-		for i, rate := range rates {
+		for i := range rates {
 			o := 1 + argsPerLimit*i
 			args[o+9], args[o+10] = rate, fleet
 		}
@@ -527,6 +548,7 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 		r.reloadSlots()
 		return false, ErrCircuitOpen
 	}
+	args = r.budgetArgs(args, reqs, tag0)
 	var v []int64
 	var shared bool
 	if r.maxBatch > 1 {
@@ -559,9 +581,10 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 	}
 	b.success()
 	r.decisions.Add(1)
-	if len(v) != 1+resultsPerLimit*n {
+	if len(v) != 2+resultsPerLimit*n {
 		return false, fmt.Errorf("redis: script answered %d values for %d limits", len(v), n)
 	}
+	r.overflowed.Add(v[len(v)-1])
 	for i := range reqs {
 		w := v[1+resultsPerLimit*i:]
 		res[i] = Result{
@@ -605,11 +628,16 @@ type RedisStats struct {
 	// that asked, LeaseSpent the requests admitted from leases, and
 	// LeaseExpired the tokens lost because their bucket ended first.
 	LeaseGranted, LeaseSpent, LeaseExpired int64
+	// Overflowed is the number of requests of new callers that Redis
+	// counted against their Overflow key because the key budget was used
+	// up (RedisConfig.MaxKeys).
+	Overflowed int64
 }
 
 // Stats returns the store's counts.
 func (r *Redis) Stats() RedisStats {
-	s := RedisStats{Decisions: r.decisions.Load(), Calls: r.calls.Load(), RoundTrips: r.roundTrips.Load()}
+	s := RedisStats{Decisions: r.decisions.Load(), Calls: r.calls.Load(), RoundTrips: r.roundTrips.Load(),
+		Overflowed: r.overflowed.Load()}
 	if ls := r.leases; ls != nil {
 		s.LeaseGranted, s.LeaseSpent, s.LeaseExpired = ls.granted.Load(), ls.spent.Load(), ls.expired.Load()
 	}

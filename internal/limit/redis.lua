@@ -24,15 +24,15 @@
 --
 -- The reply is {allowed, then for each limit: allowed, remaining, reset
 -- (µs), retry after (µs), tokens leased, the time their bucket ends
--- (µs)}, with 1 and 0 for true and false.
+-- (µs); then the number of limits sent to their overflow counter
+-- (redis_budget.lua)}, with 1 and 0 for true and false.
 --
 -- A lease (README, "Leases") counts more than the request into the bucket
 -- or window it counts in, when every limit admits it: as many as the
 -- gateway's rate would use in the next 15ms (and before the bucket ends),
--- at most the room left
--- divided by twice the fleet's size, at least the request itself. The
--- gateway admits that many more locally until the bucket ends, so every
--- admission falls in the bucket it was counted in.
+-- at most the room left divided by twice the fleet's size, at least the
+-- request itself. The gateway admits that many more locally until the
+-- bucket ends, so every admission falls in the bucket it was counted in.
 
 -- fdiv returns ⌊a/b⌋ for integers a, b > 0 below 2^53, exactly: the
 -- quotient of two doubles can round up to the next integer.
@@ -353,4 +353,5 @@ for i = 1, n do
   out[#out + 1] = r.span and r.units or 0
   out[#out + 1] = r.span or 0
 end
+out[#out + 1] = overflowed
 return out

@@ -168,19 +168,31 @@ func (r *Redis) runBatch(ctx context.Context, batch []*batchCall) {
 		c.v, c.err = r.run(ctx, c.keys, c.args)
 		return
 	}
-	cmds := r.pipeline(ctx, batch, func(p redis.Pipeliner, c *batchCall) *redis.Cmd {
-		return p.EvalSha(ctx, r.sha, c.keys, c.args...)
-	})
+	// As run does: a batch on a connection Redis closed is sent again on
+	// another, a few times (isClosedConn).
+	pending := batch
+	for try := 0; len(pending) > 0 && try < closedConnTries && ctx.Err() == nil; try++ {
+		cmds := r.pipeline(ctx, pending, func(p redis.Pipeliner, c *batchCall) *redis.Cmd {
+			return p.EvalSha(ctx, r.sha, c.keys, c.args...)
+		})
+		again := pending[:0:0]
+		for i, c := range pending {
+			c.v, c.err = cmds[i].Int64Slice()
+			if c.err != nil && isClosedConn(c.err) {
+				again = append(again, c)
+			}
+		}
+		pending = again
+	}
 	var lost []*batchCall
-	for i, c := range batch {
-		c.v, c.err = cmds[i].Int64Slice()
+	for _, c := range batch {
 		if c.err != nil && isNoScript(c.err) {
 			lost = append(lost, c)
 		}
 	}
 	if len(lost) > 0 {
 		r.rewarm()
-		cmds = r.pipeline(ctx, lost, func(p redis.Pipeliner, c *batchCall) *redis.Cmd {
+		cmds := r.pipeline(ctx, lost, func(p redis.Pipeliner, c *batchCall) *redis.Cmd {
 			return p.Eval(ctx, r.src, c.keys, c.args...)
 		})
 		for i, c := range lost {

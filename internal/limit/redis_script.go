@@ -16,8 +16,9 @@ var redisLua string
 // luaPlaceholder is the line of redisLua that redisScript replaces.
 const luaPlaceholder = "--ALGORITHMS--\n"
 
-// redisScript returns the store's script: redis.lua with the Lua of every
-// registered RedisAlgorithm in a table keyed by name. The registry is
+// redisScript returns the store's script: the key budget's
+// (redis_budget.lua), then redis.lua with the Lua of every registered
+// RedisAlgorithm in a table keyed by name. The registry is
 // complete once package initialization is done, so the script is built
 // once.
 var redisScript = sync.OnceValues(func() (string, error) {
@@ -39,5 +40,5 @@ var redisScript = sync.OnceValues(func() (string, error) {
 	if !ok {
 		return "", fmt.Errorf("limit: redis.lua has no %q line", strings.TrimSpace(luaPlaceholder))
 	}
-	return head + b.String() + tail, nil
+	return budgetLua + head + b.String() + tail, nil
 })

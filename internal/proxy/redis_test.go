@@ -173,13 +173,18 @@ func TestRedisFleet(t *testing.T) {
 	}
 	t.Logf("%d requests, %d Redis script calls (the deny cache answered the rest)", sent.Load(), calls)
 
-	// Unknown callers' keys carry their IP in the hash tag, so that they
-	// spread over a cluster's slots.
+	// Unknown callers' keys are tagged with their caller bucket, chosen by
+	// their IP, so that they spread over a cluster's slots; the bucket's
+	// set of caller keys lists them for the key budget.
 	keys, err := srv.Client().Keys(context.Background(), "gw:*").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"gw:{app-1}:", "gw:{app-1}:/v1/a", "gw:{*|203.0.113.1}|*|/|203.0.113.1"} {
+	tag := limit.CallerTag("203.0.113.1")
+	if n, err := srv.Client().ZScore(context.Background(), "gw:{"+tag+"}#callers", "gw:{"+tag+"}|*|/|203.0.113.1").Result(); err != nil || n <= 0 {
+		t.Errorf("the caller's key in its bucket's set: got %v %v, want a score", n, err)
+	}
+	for _, want := range []string{"gw:{app-1}:", "gw:{app-1}:/v1/a", "gw:{" + tag + "}|*|/|203.0.113.1"} {
 		if !slices.Contains(keys, want) {
 			t.Errorf("Redis keys %v lack %q", keys, want)
 		}

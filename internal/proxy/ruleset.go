@@ -39,9 +39,9 @@ type RuleSet struct {
 type section struct {
 	app string
 	// ipTag reports whether every limit of the section is by ip: only
-	// then are its keys tagged with the client address group as well as
-	// the app, spreading unknown callers over a Redis Cluster (a key must
-	// always come with the same tag; see limit.Request.Tag).
+	// then are its keys tagged by the client address group
+	// (limit.CallerTag), spreading unknown callers over a Redis Cluster (a
+	// key must always come with the same tag; see limit.Request.Tag).
 	ipTag bool
 	by    config.By           // the section's own by, for Explain
 	keys  [][sha256.Size]byte // digests of the app's API keys; nil if none

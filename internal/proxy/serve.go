@@ -206,11 +206,12 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *section, sc 
 	}
 	// The tag keeps a request's keys together in one Redis Cluster slot:
 	// the app's, or, when every limit of the section is per client
-	// address, the app's and the caller's, so that unknown callers spread
-	// over the cluster.
+	// address, one of the caller buckets that hold the Redis key budget,
+	// chosen by the caller, so that unknown callers spread over the
+	// cluster and a flood of them is bounded (limit.CallerTag).
 	tag := sec.app
 	if sec.ipTag {
-		tag = sec.app + "|" + group()
+		tag = limit.CallerTag(group())
 	}
 	for i, cl := range sc.lims[:sc.n] {
 		if cl.claims && h.jwt != nil && !h.verifyCaller(w, r, sc, false) {

@@ -134,6 +134,9 @@ type Config struct {
 	// RedisLeases is the most keys the Redis store holds leases for
 	// (limit.RedisConfig.Leases); -1 turns leases off.
 	RedisLeases int
+	// RedisMaxKeys is the fleet's budget of callers' counters in Redis
+	// (limit.RedisConfig.MaxKeys); -1 for none.
+	RedisMaxKeys int
 	// FailMode is what the redis store's failures do to a request.
 	FailMode proxy.FailMode
 	// LocalShare scales each limit under FailMode local, in (0, 1]; 0
@@ -220,6 +223,7 @@ func DefaultConfig() Config {
 		RedisPoolTimeout:  limit.DefaultRedisPoolTimeout,
 		RedisBatch:        limit.DefaultRedisBatch,
 		RedisLeases:       limit.DefaultRedisLeases,
+		RedisMaxKeys:      limit.DefaultRedisMaxKeys,
 		FailMode:          proxy.FailLocal,
 		UpstreamTimeout:   proxy.DefaultUpstreamTimeout,
 		LimitStatus:       http.StatusTooManyRequests,
@@ -276,6 +280,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--redis-batch %d is below 1", c.RedisBatch)
 	case c.RedisLeases < -1 || c.RedisLeases == 0:
 		return fmt.Errorf("--redis-leases %d: want a number of keys, or -1 for no leases", c.RedisLeases)
+	case c.RedisMaxKeys == 0 || c.RedisMaxKeys < -1:
+		return fmt.Errorf("--redis-max-keys %d is not positive (-1 for no budget)", c.RedisMaxKeys)
 	case c.UpstreamTimeout <= 0:
 		return fmt.Errorf("--upstream-timeout %s is not positive", c.UpstreamTimeout)
 	case c.ShutdownTimeout <= 0:

@@ -423,6 +423,8 @@ func TestValidateRefusesZero(t *testing.T) {
 		{name: "demo and upstream", edit: func(c *Config) { c.DemoUpstream = true }, want: "--demo-upstream and --upstream are exclusive"},
 		{name: "limit status", edit: func(c *Config) { c.LimitStatus = 200 }, want: "--limit-status 200 is not a 4xx or 5xx status"},
 		{name: "local share", edit: func(c *Config) { c.LocalShare = 1.5 }, want: "--local-share 1.5 is outside (0, 1]"},
+		{name: "redis max keys", edit: func(c *Config) { c.RedisMaxKeys = 0 }, want: "--redis-max-keys 0 is not positive (-1 for no budget)"},
+		{name: "redis max keys below -1", edit: func(c *Config) { c.RedisMaxKeys = -2 }, want: "--redis-max-keys -2 is not positive (-1 for no budget)"},
 		{name: "trusted proxies", edit: func(c *Config) { c.TrustedProxies = []string{"nope"} }, want: "--trusted-proxies"},
 	}
 	for _, tt := range tests {

@@ -47,6 +47,7 @@ func newStore(cfg Config, onCircuit func(open bool)) (*stores, error) {
 			SentinelMaster: cfg.RedisSentinelMaster, Username: cfg.RedisUsername,
 			Password: cfg.RedisPassword, TLS: cfg.RedisTLS, Timeout: cfg.RedisTimeout,
 			DialTimeout: cfg.RedisDialTimeout, PoolTimeout: cfg.RedisPoolTimeout,
+			MaxKeys:         cfg.RedisMaxKeys,
 			OnCircuitChange: onCircuit, Logger: cfg.Logger,
 			OnNodeCircuitChange: func(node string, open bool) {
 				if open {
@@ -170,7 +171,8 @@ func (st *stores) runFleet(ctx context.Context, log *slog.Logger) {
 }
 
 // register registers the Redis store's metrics with reg: the fleet size,
-// each node's breaker, and the script calls per decision.
+// each node's breaker, the script calls per decision, and the callers
+// past the key budget.
 func (st *stores) register(reg prometheus.Registerer) {
 	red := st.redis
 	if red == nil {
@@ -206,6 +208,10 @@ func (st *stores) register(reg prometheus.Registerer) {
 			Name: "gateway_redis_lease_tokens_expired_total",
 			Help: "Leased tokens lost unspent because the bucket or window they were counted in ended first.",
 		}, func() float64 { return float64(red.Stats().LeaseExpired) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_redis_overflow_total",
+			Help: "Requests of new callers that Redis counted against their rule's overflow counter because --redis-max-keys callers' counters were live.",
+		}, func() float64 { return float64(red.Stats().Overflowed) }),
 		nodeCircuits{red},
 	)
 }

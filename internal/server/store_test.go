@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -47,12 +48,14 @@ func TestLocalShareFlag(t *testing.T) {
 // TestLocalShareAuto checks --local-share auto on a real Redis: with three
 // gateways registered, the local store admits a third of each limit
 // (rounded up), before any heartbeat the default share; and the store's
-// metrics report the fleet, the node's breaker and the calls per decision.
+// metrics report the fleet, the node's breaker, the calls per decision and
+// the callers past --redis-max-keys.
 func TestLocalShareAuto(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	cfg := DefaultConfig()
 	cfg.Store, cfg.RedisURL, cfg.RedisTimeout = StoreRedis, srv.URL(), time.Second
+	cfg.RedisMaxKeys = limit.RedisBuckets // one caller per bucket
 	st, err := newStore(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -103,25 +106,41 @@ func TestLocalShareAuto(t *testing.T) {
 	if _, err := st.redis.Allow(ctx, t0, []limit.Request{{Key: "m|/", Params: p}}, make([]limit.Result, 1)); err != nil {
 		t.Fatal(err)
 	}
+	// Two new callers of one bucket: the second is past the budget.
+	tag, n := limit.CallerTag("10.0.0.0"), 0
+	for i := 0; n < 2; i++ {
+		ip := "10.0.0." + strconv.Itoa(i)
+		if limit.CallerTag(ip) != tag {
+			continue
+		}
+		n++
+		q := limit.Request{Key: "*|/|" + ip, Overflow: "*|/|overflow", Tag: tag, Params: p}
+		if _, err := st.redis.Allow(ctx, t0, []limit.Request{q}, make([]limit.Result, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	want := `
 # HELP gateway_redis_calls_total Script calls sent to Redis, failed ones included; / gateway_redis_decisions_total is the calls per decision.
 # TYPE gateway_redis_calls_total counter
-gateway_redis_calls_total 1
+gateway_redis_calls_total 3
 # HELP gateway_redis_decisions_total Requests the Redis store decided, by Redis or by its deny cache.
 # TYPE gateway_redis_decisions_total counter
-gateway_redis_decisions_total 1
+gateway_redis_decisions_total 3
 # HELP gateway_redis_fleet_gateways Gateways registered in Redis at this gateway's last heartbeat (0 before the first); --local-share auto is 1 / this.
 # TYPE gateway_redis_fleet_gateways gauge
 gateway_redis_fleet_gateways 3
 # HELP gateway_redis_node_circuit_open 1 while the circuit breaker of this Redis node is open: its keys are decided by --fail-mode.
 # TYPE gateway_redis_node_circuit_open gauge
 gateway_redis_node_circuit_open{node="` + srv.Addr + `"} 0
+# HELP gateway_redis_overflow_total Requests of new callers that Redis counted against their rule's overflow counter because --redis-max-keys callers' counters were live.
+# TYPE gateway_redis_overflow_total counter
+gateway_redis_overflow_total 1
 # HELP gateway_redis_round_trips_total Round trips to Redis that carried script calls; fewer than gateway_redis_calls_total when calls were batched (--redis-batch).
 # TYPE gateway_redis_round_trips_total counter
-gateway_redis_round_trips_total 1
+gateway_redis_round_trips_total 3
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "gateway_redis_calls_total", "gateway_redis_decisions_total",
-		"gateway_redis_fleet_gateways", "gateway_redis_node_circuit_open", "gateway_redis_round_trips_total"); err != nil {
+		"gateway_redis_fleet_gateways", "gateway_redis_node_circuit_open", "gateway_redis_round_trips_total", "gateway_redis_overflow_total"); err != nil {
 		t.Error(err)
 	}
 }

@@ -74,7 +74,7 @@ func NewEtcd(cfg Config) (*Etcd, error) {
 		Username: a.Username, Password: a.Password,
 		Logger: zap.NewNop(),
 	}
-	if tlsOn || a.CAFile != "" || a.CertFile != "" {
+	if tlsOn || a.CAFile != "" || a.CertFile != "" || a.KeyFile != "" {
 		if cc.TLS, err = clientTLS("etcd", a.CAFile, a.CertFile, a.KeyFile); err != nil {
 			return nil, err
 		}

@@ -11,9 +11,8 @@ import (
 // PEM files: ca verifies the servers' certificates (the system roots when
 // empty); cert and key, both or neither, are a client certificate for
 // mutual TLS. store names the flags in errors: "etcd" for --etcd-ca,
-// "zk" for --zk-ca. The server name is left empty: crypto/tls takes it
-// from the address dialled, so that each server is verified under its
-// own name.
+// "zk" for --zk-ca. The server name is left empty: each server is
+// verified under the host of its own address.
 func clientTLS(store, ca, cert, key string) (*tls.Config, error) {
 	c := &tls.Config{MinVersion: tls.VersionTLS12}
 	if ca != "" {

@@ -2,12 +2,15 @@ package source_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 
 	"github.com/ratelimit-gateway/gateway/internal/eventually"
 	"github.com/ratelimit-gateway/gateway/internal/source"
@@ -37,8 +40,9 @@ func newZKTLS(t *testing.T, spec string, auth source.ZKAuth, timeout time.Durati
 
 // TestZKTLS checks the source over ZooKeeper's TLS port: it reads the
 // znode, sees another client's write through its watch, and writes with
-// its compare-and-set and history; the same port refuses a client that
-// does not speak TLS, so none of this went in the clear.
+// its compare-and-set and history, with digest credentials too; the
+// same port refuses a client that does not speak TLS, so none of this
+// went in the clear.
 func TestZKTLS(t *testing.T) {
 	srv := zktest.StartTLS(t, zktest.TLS{Cert: tlstest.New(t, 3001)})
 	zkSet(t, srv, "/gateway/rules", rulesA)
@@ -68,6 +72,19 @@ func TestZKTLS(t *testing.T) {
 	data, _, err := srv.Client().Get("/put/rules")
 	if err != nil || len(data) == 0 {
 		t.Errorf("plain read of the znode written over TLS: got %q, %v", data, err)
+	}
+
+	// Digest credentials over TLS: the znode written with them carries
+	// their ACL, which the test's unauthenticated client cannot pass.
+	secure := newZKTLS(t, srv.TLSURL("/secure/rules"), source.ZKAuth{Username: "gateway", Password: "s3cret", CAFile: srv.CAFile}, wait)
+	if _, err := secure.Put(context.Background(), []byte(rulesA), source.Value{Version: source.NoVersion}, 10); err != nil {
+		t.Fatal(err)
+	}
+	if r, _, err := secure.Load(context.Background()); err != nil || r.Apps[0].ID != "a" {
+		t.Errorf("Load with credentials over TLS: got %v, %v; want the rules of a", r, err)
+	}
+	if _, _, err := srv.Client().Get("/secure/rules"); !errors.Is(err, zk.ErrNoAuth) {
+		t.Errorf("unauthenticated read of the znode written with credentials: got %v, want %v", err, zk.ErrNoAuth)
 	}
 
 	plain := newZKTLS(t, "zk://"+srv.TLSAddr+"/gateway/rules", source.ZKAuth{}, 3*time.Second)

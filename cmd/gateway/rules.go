@@ -36,8 +36,8 @@ func newRulesCmd() *cobra.Command {
 		Use:   "rules",
 		Short: "Read, write, list and roll back the rules in a rule store (etcd, ZooKeeper)",
 		Long: `Read, write, list and roll back the rules a fleet of gateways reads from a rule
-store (gateway serve --config etcd://host:2379/key or zk://host:2181/path;
-see the README's "Rules for a fleet").
+store (gateway serve --config etcd://host:2379/key or zk://host:2181/path,
+etcds:// and zks:// over TLS; see the README's "Rules for a fleet").
 
 push checks a file exactly as the gateways would check it as the key's value
 (parse, validate, compile) and writes it only if it is valid, and only if the
@@ -84,6 +84,9 @@ func addStoreFlags(f *pflag.FlagSet, etcd *source.EtcdAuth, etcdPasswordFile *st
 	f.StringVar(&etcd.KeyFile, "etcd-key", etcd.KeyFile, "PEM private key of --etcd-cert")
 	f.StringVar(&zk.Username, "zk-username", zk.Username, "with rules in ZooKeeper: digest user (GATEWAY_ZK_USERNAME); the password comes from "+zkPasswordEnv+" or --zk-password-file, never a flag")
 	f.StringVar(&zk.PasswordFile, "zk-password-file", zk.PasswordFile, "file whose trimmed contents are the ZooKeeper password; exclusive with "+zkPasswordEnv)
+	f.StringVar(&zk.CAFile, "zk-ca", zk.CAFile, "PEM CA file that verifies ZooKeeper's certificate (turns TLS on; zks:// too, with the system roots)")
+	f.StringVar(&zk.CertFile, "zk-cert", zk.CertFile, "PEM client certificate for ZooKeeper (with --zk-key), for a server that requires one")
+	f.StringVar(&zk.KeyFile, "zk-key", zk.KeyFile, "PEM private key of --zk-cert")
 	return func() { zk.Password = os.Getenv(zkPasswordEnv) }
 }
 

@@ -50,7 +50,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.ConfigPath, "config", cfg.ConfigPath, "rule file (YAML, or JSON or XML by extension), or etcd://host:2379[,host:2379]/key or zk://host:2181[,host:2181]/path for rules in a store; if the default file is missing, the built-in example rules are used")
+	f.StringVar(&cfg.ConfigPath, "config", cfg.ConfigPath, "rule file (YAML, or JSON or XML by extension), or etcd://host:2379[,host:2379]/key or zk://host:2181[,host:2181]/path for rules in a store (etcds://, zks:// over TLS); if the default file is missing, the built-in example rules are used")
 	f.StringVar(&cfg.RulesCache, "rules-cache", cfg.RulesCache, "with rules in a store: file written with every good rules value, from which the gateway starts (with a warning) when the store is unreachable at start")
 	zkFromEnv = addStoreFlags(f, &cfg.Etcd, &cfg.EtcdPasswordFile, &cfg.ZK)
 	f.Int64Var(&cfg.MaxRulesBytes, "max-rules-bytes", cfg.MaxRulesBytes, "largest rule file read; a larger one is refused and the rules in force stay")

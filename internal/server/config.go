@@ -23,7 +23,7 @@ import (
 type Config struct {
 	// ConfigPath is the rule file, or the etcd key or ZooKeeper znode of
 	// the rules: etcd://host:2379[,host:2379]/key (etcds:// for TLS),
-	// zk://host:2181[,host:2181]/path.
+	// zk://host:2181[,host:2181]/path (zks:// for TLS).
 	ConfigPath string
 	// RulesCache, with rules in a store, is a file written with every
 	// good value, from which the gateway starts when the store is
@@ -35,7 +35,7 @@ type Config struct {
 	// EtcdPasswordFile, exclusive with Etcd.Password, is a file whose
 	// trimmed contents are the etcd password.
 	EtcdPasswordFile string
-	// ZK are the credentials of a ZooKeeper rule source.
+	// ZK are the credentials and TLS files of a ZooKeeper rule source.
 	ZK source.ZKAuth
 	// SourceProbeInterval is how often a rule store is checked. Default
 	// source.DefaultProbeInterval.

@@ -2,10 +2,7 @@ package source
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -77,8 +74,8 @@ func NewEtcd(cfg Config) (*Etcd, error) {
 		Username: a.Username, Password: a.Password,
 		Logger: zap.NewNop(),
 	}
-	if tlsOn || a.CAFile != "" || a.CertFile != "" {
-		if cc.TLS, err = etcdTLS(a); err != nil {
+	if tlsOn || a.CAFile != "" || a.CertFile != "" || a.KeyFile != "" {
+		if cc.TLS, err = clientTLS("etcd", a.CAFile, a.CertFile, a.KeyFile); err != nil {
 			return nil, err
 		}
 	}
@@ -87,28 +84,6 @@ func NewEtcd(cfg Config) (*Etcd, error) {
 		return nil, fmt.Errorf("%s: %w", cfg.Spec, err)
 	}
 	return &Etcd{remote: newRemote(cfg, key), client: c}, nil
-}
-
-func etcdTLS(a EtcdAuth) (*tls.Config, error) {
-	c := &tls.Config{MinVersion: tls.VersionTLS12}
-	if a.CAFile != "" {
-		pem, err := os.ReadFile(a.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("--etcd-ca: %w", err)
-		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--etcd-ca %s: no PEM certificate in it", a.CAFile)
-		}
-	}
-	if a.CertFile != "" || a.KeyFile != "" {
-		pair, err := tls.LoadX509KeyPair(a.CertFile, a.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("--etcd-cert and --etcd-key: %w", err)
-		}
-		c.Certificates = []tls.Certificate{pair}
-	}
-	return c, nil
 }
 
 // Client returns the etcd client, for `gateway rules`.

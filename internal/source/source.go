@@ -56,7 +56,8 @@ type Status struct {
 // Config configures the source New opens.
 type Config struct {
 	// Spec is --config: a file path, etcd://host:port[,host:port]/key
-	// or zk://host:port[,host:port]/path.
+	// (etcds:// for TLS) or zk://host:port[,host:port]/path (zks:// for
+	// TLS).
 	Spec string
 	// MaxBytes is the largest rules read. Default config.DefaultMaxBytes.
 	MaxBytes int64
@@ -66,7 +67,7 @@ type Config struct {
 	CacheFile string
 	// Etcd holds the credentials and TLS settings of an etcd source.
 	Etcd EtcdAuth
-	// ZK holds the credentials of a ZooKeeper source.
+	// ZK holds the credentials and TLS settings of a ZooKeeper source.
 	ZK ZKAuth
 	// Timeout bounds one request to a store. Default DefaultTimeout.
 	Timeout time.Duration
@@ -79,14 +80,18 @@ type Config struct {
 
 // IsStore reports whether spec names a store rather than a file.
 func IsStore(spec string) bool {
-	return strings.HasPrefix(spec, "etcd://") || strings.HasPrefix(spec, "etcds://") || strings.HasPrefix(spec, "zk://")
+	return strings.HasPrefix(spec, "etcd://") || strings.HasPrefix(spec, "etcds://") || isZK(spec)
+}
+
+func isZK(spec string) bool {
+	return strings.HasPrefix(spec, "zk://") || strings.HasPrefix(spec, "zks://")
 }
 
 // CheckSpec reports what is wrong with the URL of a store, without
 // contacting it.
 func CheckSpec(spec string) error {
-	if strings.HasPrefix(spec, "zk://") {
-		_, _, err := ParseZKURL(spec)
+	if isZK(spec) {
+		_, _, _, err := ParseZKURL(spec)
 		return err
 	}
 	_, _, _, err := ParseEtcdURL(spec)
@@ -103,7 +108,7 @@ func New(cfg Config) (Source, error) {
 		cfg.Logger = slog.Default()
 	}
 	switch {
-	case strings.HasPrefix(cfg.Spec, "zk://"):
+	case isZK(cfg.Spec):
 		return NewZK(cfg)
 	case IsStore(cfg.Spec):
 		return NewEtcd(cfg)

@@ -2,9 +2,11 @@ package source
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -15,10 +17,11 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/config"
 )
 
-// ZKAuth are the credentials of a ZooKeeper source: digest authentication
-// (ZooKeeper's user:password scheme). They come from the environment or
-// from a file, never from the URL or a flag, so that they do not show in
-// ps or in /rules.
+// ZKAuth are the credentials and TLS files of a ZooKeeper source: digest
+// authentication (ZooKeeper's user:password scheme) and the PEM files of
+// a TLS connection. The password comes from the environment or from a
+// file, never from the URL or a flag, so that it does not show in ps or
+// in /rules.
 type ZKAuth struct {
 	// Username and Password, when Username is set, authenticate the
 	// session; the znodes `gateway rules push` creates are then
@@ -27,6 +30,11 @@ type ZKAuth struct {
 	// PasswordFile, exclusive with Password, is a file whose trimmed
 	// contents are the password.
 	PasswordFile string
+	// CAFile verifies the servers' certificates (the system roots when
+	// empty); CertFile and KeyFile are a client certificate, for a
+	// server that requires one. Any of them, or the zks:// scheme,
+	// turns TLS on.
+	CAFile, CertFile, KeyFile string
 }
 
 // zkSessionTimeout is the session timeout the client asks for: the server
@@ -47,6 +55,12 @@ type ZK struct {
 	// checks the znode at once after a reconnection.
 	kick chan struct{}
 
+	dialMu sync.Mutex
+	// dialErr is why the last connection attempt failed, nil once one
+	// succeeded: a request that finds no connection until its deadline
+	// fails with it rather than with a bare timeout.
+	dialErr error
+
 	authMu sync.Mutex
 	// authed reports whether the credentials were added to the
 	// connection, which then adds them again after every reconnection.
@@ -55,43 +69,49 @@ type ZK struct {
 
 var _ Store = (*ZK)(nil)
 
-// ParseZKURL splits zk://host:port[,host:port]/path into its servers and
-// the znode's path.
-func ParseZKURL(spec string) (servers []string, path string, err error) {
+// ParseZKURL splits zk://host:port[,host:port]/path (zks:// for TLS) into
+// its servers and the znode's path.
+func ParseZKURL(spec string) (servers []string, path string, tlsOn bool, err error) {
 	scheme, rest, _ := strings.Cut(spec, "://")
 	hosts, p, _ := strings.Cut(rest, "/")
 	switch {
-	case scheme != "zk":
-		return nil, "", fmt.Errorf("%s: the scheme must be zk://", spec)
+	case scheme != "zk" && scheme != "zks":
+		return nil, "", false, fmt.Errorf("%s: the scheme must be zk:// or zks://", spec)
 	case strings.Contains(hosts, "@"):
-		return nil, "", errors.New("zk://…: put no credentials in the URL; set GATEWAY_ZK_USERNAME and GATEWAY_ZK_PASSWORD (or --zk-password-file)")
+		return nil, "", false, fmt.Errorf("%s: put no credentials in the URL; set GATEWAY_ZK_USERNAME and GATEWAY_ZK_PASSWORD (or --zk-password-file)", scheme+"://…")
 	case hosts == "":
-		return nil, "", fmt.Errorf("%s: no ZooKeeper server; write zk://host:2181/gateway/rules", spec)
+		return nil, "", false, fmt.Errorf("%s: no ZooKeeper server; write %s://host:2181/gateway/rules", spec, scheme)
 	case p == "" || strings.HasSuffix(p, "/"):
-		return nil, "", fmt.Errorf("%s: no znode path; write zk://host:2181/gateway/rules", spec)
+		return nil, "", false, fmt.Errorf("%s: no znode path; write %s://host:2181/gateway/rules", spec, scheme)
 	}
 	for _, seg := range strings.Split(p, "/") {
 		if seg == "" || seg == "." || seg == ".." {
-			return nil, "", fmt.Errorf("%s: the znode path /%s has an empty, . or .. element", spec, p)
+			return nil, "", false, fmt.Errorf("%s: the znode path /%s has an empty, . or .. element", spec, p)
 		}
 	}
 	for _, h := range strings.Split(hosts, ",") {
 		if h == "" || !strings.Contains(h, ":") {
-			return nil, "", fmt.Errorf("%s: server %q is not host:port", spec, h)
+			return nil, "", false, fmt.Errorf("%s: server %q is not host:port", spec, h)
 		}
 		servers = append(servers, h)
 	}
-	return servers, "/" + p, nil
+	return servers, "/" + p, scheme == "zks", nil
 }
 
 // NewZK returns the ZooKeeper source of cfg.Spec. It does not wait for
 // ZooKeeper to answer: the client connects, and reconnects, on its own.
 func NewZK(cfg Config) (*ZK, error) {
-	servers, path, err := ParseZKURL(cfg.Spec)
+	servers, path, tlsOn, err := ParseZKURL(cfg.Spec)
 	if err != nil {
 		return nil, err
 	}
 	a := cfg.ZK
+	var tc *tls.Config
+	if tlsOn || a.CAFile != "" || a.CertFile != "" || a.KeyFile != "" {
+		if tc, err = clientTLS("zk", a.CAFile, a.CertFile, a.KeyFile); err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case a.Password != "" && a.PasswordFile != "":
 		return nil, errors.New("GATEWAY_ZK_PASSWORD and --zk-password-file are exclusive: set one")
@@ -110,7 +130,7 @@ func NewZK(cfg Config) (*ZK, error) {
 		z.digest, z.acl = a.Username+":"+a.Password, zk.AuthACL(zk.PermAll)
 	}
 	z.conn, _, err = zk.Connect(servers, zkSessionTimeout,
-		zk.WithLogInfo(false), zk.WithLogger(zkLogger{z.log}),
+		zk.WithLogInfo(false), zk.WithLogger(zkLogger{z.log}), zk.WithDialer(z.dialer(tc)),
 		zk.WithEventCallback(func(ev zk.Event) {
 			if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {
 				select {
@@ -125,6 +145,60 @@ func NewZK(cfg Config) (*ZK, error) {
 	return z, nil
 }
 
+// dialer returns the ZooKeeper client's dialer: TCP, then, with tc, a TLS
+// handshake that verifies the server's certificate under the host of its
+// address. It records why an attempt failed for the requests that wait
+// meanwhile (see explain).
+func (z *ZK) dialer(tc *tls.Config) zk.Dialer {
+	return func(network, addr string, timeout time.Duration) (net.Conn, error) {
+		c, err := z.dial(network, addr, timeout, tc)
+		z.dialMu.Lock()
+		z.dialErr = err
+		z.dialMu.Unlock()
+		return c, err
+	}
+}
+
+func (z *ZK) dial(network, addr string, timeout time.Duration, tc *tls.Config) (net.Conn, error) {
+	c, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, fmt.Errorf("zk: connecting to %s: %w", addr, err)
+	}
+	if tc == nil {
+		return c, nil
+	}
+	// The handshake gets the request timeout rather than the client's
+	// one-second connect timeout: a JVM's first handshakes are slow.
+	ctx, cancel := context.WithTimeout(context.Background(), z.timeout)
+	defer cancel()
+	host, _, _ := net.SplitHostPort(addr)
+	tc = tc.Clone()
+	tc.ServerName = host
+	tlsConn := tls.Client(c, tc)
+	if err := tlsConn.HandshakeContext(ctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("zk: TLS handshake with %s: %w", addr, err)
+	}
+	return tlsConn, nil
+}
+
+// explain adds to err, a request's failure while the client had no
+// connection (its deadline passed, or zk.ErrNoServer), why the last
+// connection attempt failed: a refused certificate says so rather than
+// timing out. Other errors are returned as they are.
+func (z *ZK) explain(err error) error {
+	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, zk.ErrNoServer) {
+		return err
+	}
+	z.dialMu.Lock()
+	dialErr := z.dialErr
+	z.dialMu.Unlock()
+	if dialErr == nil {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", dialErr, err)
+}
+
 // zkLogger sends the ZooKeeper client's messages (each failed connection
 // attempt) to the debug level: the source's status says what matters.
 type zkLogger struct{ log *slog.Logger }
@@ -133,12 +207,13 @@ func (l zkLogger) Printf(format string, args ...any) {
 	l.log.Debug("zookeeper client: " + fmt.Sprintf(format, args...))
 }
 
-// do runs f, requests of the ZooKeeper client, which take no context,
+// do runs f, requests of z's ZooKeeper client, which take no context,
 // until ctx is done. While the client has no connection it fails a
 // request at once, unsent (zk.ErrNoServer): do tries again until ctx is
 // done, and so does it after a connection lost with the request in
-// flight if idempotent.
-func do[T any](ctx context.Context, idempotent bool, f func() (T, error)) (T, error) {
+// flight if idempotent. A request that found no connection fails with
+// why (z.explain).
+func do[T any](ctx context.Context, z *ZK, idempotent bool, f func() (T, error)) (T, error) {
 	type result struct {
 		v   T
 		err error
@@ -153,11 +228,11 @@ func do[T any](ctx context.Context, idempotent bool, f func() (T, error)) (T, er
 		select {
 		case r = <-ch:
 		case <-ctx.Done():
-			return r.v, ctx.Err()
+			return r.v, z.explain(ctx.Err())
 		}
 		retry := errors.Is(r.err, zk.ErrNoServer) || idempotent && errors.Is(r.err, zk.ErrConnectionClosed)
 		if !retry || !sleep(ctx, delay) {
-			return r.v, r.err
+			return r.v, z.explain(r.err)
 		}
 	}
 }
@@ -172,7 +247,7 @@ func (z *ZK) ready(ctx context.Context) error {
 	if z.authed {
 		return nil
 	}
-	if _, err := do(ctx, true, func() (struct{}, error) { return struct{}{}, z.conn.AddAuth("digest", []byte(z.digest)) }); err != nil {
+	if _, err := do(ctx, z, true, func() (struct{}, error) { return struct{}{}, z.conn.AddAuth("digest", []byte(z.digest)) }); err != nil {
 		return fmt.Errorf("authenticating to ZooKeeper: %w", err)
 	}
 	z.authed = true
@@ -208,7 +283,7 @@ func (z *ZK) get(ctx context.Context) (Value, int64, error) {
 		data []byte
 		stat *zk.Stat
 	}
-	g, err := do(ctx, true, func() (got, error) {
+	g, err := do(ctx, z, true, func() (got, error) {
 		data, stat, err := z.conn.Get(z.key)
 		return got{data, stat}, err
 	})
@@ -228,7 +303,7 @@ func (z *ZK) stamp(ctx context.Context) (int64, error) {
 	if err := z.ready(ctx); err != nil {
 		return 0, err
 	}
-	stat, err := do(ctx, true, func() (*zk.Stat, error) {
+	stat, err := do(ctx, z, true, func() (*zk.Stat, error) {
 		ok, stat, err := z.conn.Exists(z.key)
 		if !ok {
 			stat = nil
@@ -287,7 +362,7 @@ func (z *ZK) watchOnce(ctx context.Context) (<-chan zk.Event, int64, error) {
 		events <-chan zk.Event
 		stat   *zk.Stat
 	}
-	s, err := do(ctx, true, func() (set, error) {
+	s, err := do(ctx, z, true, func() (set, error) {
 		_, stat, events, err := z.conn.GetW(z.key)
 		if errors.Is(err, zk.ErrNoNode) {
 			var ok bool

@@ -38,7 +38,7 @@ func (z *ZK) Get(ctx context.Context) (Value, error) {
 // historyVersions returns the versions the history holds, oldest first,
 // and whether its znode exists.
 func (z *ZK) historyVersions(ctx context.Context) ([]int64, bool, error) {
-	names, err := do(ctx, true, func() ([]string, error) {
+	names, err := do(ctx, z, true, func() ([]string, error) {
 		names, _, err := z.conn.Children(z.HistoryPath())
 		return names, err
 	})
@@ -104,7 +104,7 @@ func (z *ZK) Put(ctx context.Context, data []byte, prev Value, keep int) (int64,
 	for _, v := range versions[:max(len(versions)-max(keep, 0), 0)] {
 		ops = append(ops, &zk.DeleteRequest{Path: z.historyNode(v), Version: -1})
 	}
-	resps, err := do(ctx, false, func() ([]zk.MultiResponse, error) { return z.conn.Multi(ops...) })
+	resps, err := do(ctx, z, false, func() ([]zk.MultiResponse, error) { return z.conn.Multi(ops...) })
 	if err != nil {
 		if len(resps) > 0 && conflicting(resps[0].Error) {
 			cur, _, gerr := z.get(ctx)
@@ -137,7 +137,7 @@ func (z *ZK) createParents(ctx context.Context) error {
 			continue
 		}
 		parent := z.key[:i]
-		_, err := do(ctx, false, func() (string, error) { return z.conn.Create(parent, nil, 0, z.acl) })
+		_, err := do(ctx, z, false, func() (string, error) { return z.conn.Create(parent, nil, 0, z.acl) })
 		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
 			return fmt.Errorf("creating %s in %s: %w", parent, z.name, err)
 		}
@@ -159,7 +159,7 @@ func (z *ZK) History(ctx context.Context) ([]Value, error) {
 	}
 	out := make([]Value, 0, len(versions))
 	for _, v := range slices.Backward(versions) {
-		data, err := do(ctx, true, func() ([]byte, error) {
+		data, err := do(ctx, z, true, func() ([]byte, error) {
 			data, _, err := z.conn.Get(z.historyNode(v))
 			return data, err
 		})

@@ -185,11 +185,15 @@ func TestParseZKURL(t *testing.T) {
 		name, spec string
 		servers    string
 		path       string
+		tls        bool
 		err        string
 	}{
 		{name: "one", spec: "zk://h:2181/gateway/rules", servers: "h:2181", path: "/gateway/rules"},
 		{name: "several", spec: "zk://a:1,b:2/r.yaml", servers: "a:1 b:2", path: "/r.yaml"},
+		{name: "tls", spec: "zks://a:2281,b:2281/gateway/rules", servers: "a:2281 b:2281", path: "/gateway/rules", tls: true},
+		{name: "other scheme", spec: "zkx://h:2181/k", err: "the scheme must be zk:// or zks://"},
 		{name: "credentials", spec: "zk://u:p@h:2181/k", err: "put no credentials in the URL"},
+		{name: "tls credentials", spec: "zks://u:p@h:2281/k", err: "zks://…: put no credentials in the URL"},
 		{name: "no path", spec: "zk://h:2181/", err: "no znode path"},
 		{name: "empty element", spec: "zk://h:2181/a//b", err: "empty, . or .. element"},
 		{name: "no port", spec: "zk://h/k", err: "is not host:port"},
@@ -197,7 +201,7 @@ func TestParseZKURL(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			servers, path, err := source.ParseZKURL(tt.spec)
+			servers, path, tlsOn, err := source.ParseZKURL(tt.spec)
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
 					t.Errorf("got %v, want an error with %q", err, tt.err)
@@ -207,8 +211,8 @@ func TestParseZKURL(t *testing.T) {
 				}
 				return
 			}
-			if got := strings.Join(servers, " "); err != nil || got != tt.servers || path != tt.path {
-				t.Errorf("got %q %q, %v; want %q %q", got, path, err, tt.servers, tt.path)
+			if got := strings.Join(servers, " "); err != nil || got != tt.servers || path != tt.path || tlsOn != tt.tls {
+				t.Errorf("got %q %q TLS %v, %v; want %q %q TLS %v", got, path, tlsOn, err, tt.servers, tt.path, tt.tls)
 			}
 		})
 	}

@@ -18,7 +18,10 @@ import (
 
 // Cert is a self-signed certificate for 127.0.0.1 and localhost, valid for
 // an hour either side of its making, and its own root: add Cert to a
-// client's pool to trust it.
+// client's pool to trust it. It serves as a server's or as a client's
+// certificate (mutual TLS): Java's TLS servers, ZooKeeper's among them,
+// refuse a client certificate whose extended key usage lacks client
+// authentication.
 type Cert struct {
 	Serial int64
 	Cert   *x509.Certificate
@@ -42,7 +45,7 @@ func New(t testing.TB, serial int64) Cert {
 		DNSNames:              []string{"localhost"},
 		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}

@@ -2,6 +2,9 @@
 // free loopback port with their data in the test's temporary directory,
 // and stops them when the test ends.
 //
+// StartTLS starts one that also serves clients over TLS (ZooKeeper's
+// secureClientPort), with certificates from tlstest.
+//
 // With go test -short, every test that asks for a server is skipped: a
 // short run needs no external program. Otherwise a missing ZooKeeper
 // fails the test rather than skipping it, so that CI cannot pass without
@@ -17,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +30,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"github.com/ratelimit-gateway/gateway/internal/servertest"
+	"github.com/ratelimit-gateway/gateway/internal/tlstest"
 )
 
 // readyTimeout bounds the wait for a server to answer: a JVM starts
@@ -37,15 +42,41 @@ const readyTimeout = 60 * time.Second
 // path. ZOOKEEPER_CLASSPATH, if set, replaces them.
 var Jars = []string{"/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-nop.jar"}
 
+// TLSJars are added to Jars for a TLS server. ZooKeeper serves TLS only
+// through Netty, whose TLS handler needs netty-codec; Debian's
+// zookeeper.jar names the other Netty jars in its class path but not
+// that one (without it every handshake fails with NoClassDefFoundError:
+// io/netty/handler/codec/ByteToMessageDecoder). Debian's libnetty-java,
+// which zookeeper depends on, installs it.
+var TLSJars = []string{"/usr/share/java/netty-codec.jar"}
+
+// TLS is the TLS client port of a server StartTLS starts.
+type TLS struct {
+	// Cert is the server's certificate and key.
+	Cert tlstest.Cert
+	// ClientCA, when not nil, makes the server require a client
+	// certificate that it verifies (mutual TLS). Without it the server
+	// asks for none.
+	ClientCA *tlstest.Cert
+}
+
 // Server is one standalone ZooKeeper. Its methods are safe for concurrent
 // use.
 type Server struct {
 	// Addr is its client host:port on loopback.
 	Addr string
+	// TLSAddr is its TLS client host:port on loopback, empty unless
+	// StartTLS started it. Addr still serves plain connections, for the
+	// test's own requests (Client) and the four-letter commands.
+	TLSAddr string
+	// CAFile is a PEM file that verifies the TLS port's certificate,
+	// empty unless StartTLS started it.
+	CAFile string
 
 	t         testing.TB
 	java, cp  string
 	dir, conf string
+	tls       *TLS
 
 	proc servertest.Process
 
@@ -58,20 +89,39 @@ type Server struct {
 // server does not come up.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return start(t, nil)
+}
+
+// StartTLS starts a ZooKeeper that also serves clients over TLS on
+// TLSAddr, as tc says, and waits until it answers, as Start does.
+func StartTLS(t testing.TB, tc TLS) *Server {
+	t.Helper()
+	return start(t, &tc)
+}
+
+func start(t testing.TB, tc *TLS) *Server {
+	t.Helper()
 	java := servertest.Program(t, "zktest", "java", "zookeeper")
 	cp := os.Getenv("ZOOKEEPER_CLASSPATH")
 	if cp == "" {
-		for _, j := range Jars {
+		jars := Jars
+		if tc != nil {
+			jars = append(slices.Clone(Jars), TLSJars...)
+		}
+		for _, j := range jars {
 			if _, err := os.Stat(j); err != nil {
 				t.Fatalf("zktest: %v: install ZooKeeper (Debian: apt-get install zookeeper), as .ci/deps does, or set ZOOKEEPER_CLASSPATH", err)
 			}
 		}
-		cp = strings.Join(Jars, ":")
+		cp = strings.Join(jars, ":")
 	}
 	var last error
 	for range 3 {
-		s := &Server{t: t, java: java, cp: cp, dir: t.TempDir()}
+		s := &Server{t: t, java: java, cp: cp, dir: t.TempDir(), tls: tc}
 		s.Addr = freeAddr(t)
+		if tc != nil {
+			s.TLSAddr = freeAddr(t)
+		}
 		if last = s.configure(); last == nil {
 			if last = s.start(); last == nil {
 				t.Cleanup(s.Stop)
@@ -92,11 +142,15 @@ func freeAddr(t testing.TB) string {
 }
 
 // configure writes the server's configuration: standalone, on Addr, no
-// admin server, and the srvr command for start and Zxid.
+// admin server, and the srvr command for start and Zxid; with TLS, a
+// secure client port on TLSAddr served by Netty, with PEM key and trust
+// stores (ZooKeeper's Administrator's Guide, "Communication using the
+// Netty framework" and "Encryption, Authentication, Authorization
+// Options").
 func (s *Server) configure() error {
 	host, port, _ := net.SplitHostPort(s.Addr)
 	s.conf = filepath.Join(s.dir, "zoo.cfg")
-	return os.WriteFile(s.conf, []byte(strings.Join([]string{
+	lines := []string{
 		"tickTime=500",
 		"dataDir=" + filepath.Join(s.dir, "data"),
 		"clientPort=" + port,
@@ -104,8 +158,39 @@ func (s *Server) configure() error {
 		"admin.enableServer=false",
 		"4lw.commands.whitelist=srvr",
 		"maxSessionTimeout=60000",
-		"",
-	}, "\n")), 0o644)
+	}
+	if s.tls != nil {
+		keyStore := filepath.Join(s.dir, "server.pem")
+		s.CAFile = filepath.Join(s.dir, "ca.pem")
+		if err := os.WriteFile(keyStore, slices.Concat(s.tls.Cert.KeyPEM, s.tls.Cert.CertPEM), 0o600); err != nil {
+			return err
+		}
+		if err := os.WriteFile(s.CAFile, s.tls.Cert.CertPEM, 0o644); err != nil {
+			return err
+		}
+		host, port, _ := net.SplitHostPort(s.TLSAddr)
+		lines = append(lines,
+			"serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+			"secureClientPort="+port,
+			"secureClientPortAddress="+host,
+			"ssl.keyStore.location="+keyStore,
+			"ssl.keyStore.type=PEM",
+		)
+		if ca := s.tls.ClientCA; ca != nil {
+			trustStore := filepath.Join(s.dir, "client-ca.pem")
+			if err := os.WriteFile(trustStore, ca.CertPEM, 0o644); err != nil {
+				return err
+			}
+			lines = append(lines,
+				"ssl.clientAuth=need",
+				"ssl.trustStore.location="+trustStore,
+				"ssl.trustStore.type=PEM",
+			)
+		} else {
+			lines = append(lines, "ssl.clientAuth=none")
+		}
+	}
+	return os.WriteFile(s.conf, []byte(strings.Join(append(lines, ""), "\n")), 0o644)
 }
 
 func (s *Server) start() error {
@@ -179,6 +264,9 @@ func (s *Server) Zxid() int64 {
 
 // URL returns zk://addr/path.
 func (s *Server) URL(path string) string { return "zk://" + s.Addr + path }
+
+// TLSURL returns zks://tls-addr/path, for a server StartTLS started.
+func (s *Server) TLSURL(path string) string { return "zks://" + s.TLSAddr + path }
 
 // Client returns a connection for the test's own requests, closed when
 // the test ends.

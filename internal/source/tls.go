@@ -1,0 +1,41 @@
+package source
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+)
+
+// clientTLS returns the TLS configuration of a store's client from its
+// PEM files: ca verifies the servers' certificates (the system roots when
+// empty); cert and key, both or neither, are a client certificate for
+// mutual TLS. store names the flags in errors: "etcd" for --etcd-ca,
+// "zk" for --zk-ca. The server name is left empty: each server is
+// verified under the host of its own address.
+func clientTLS(store, ca, cert, key string) (*tls.Config, error) {
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("--%s-ca: %w", store, err)
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--%s-ca %s: no PEM certificate in it", store, ca)
+		}
+	}
+	switch {
+	case cert != "" && key == "":
+		return nil, fmt.Errorf("--%s-cert without --%s-key: pass the client certificate's private key too", store, store)
+	case cert == "" && key != "":
+		return nil, fmt.Errorf("--%s-key without --%s-cert: pass the client certificate too", store, store)
+	case cert != "":
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("--%s-cert and --%s-key: %w", store, store, err)
+		}
+		c.Certificates = []tls.Certificate{pair}
+	}
+	return c, nil
+}

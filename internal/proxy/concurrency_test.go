@@ -527,3 +527,39 @@ configs:
 		})
 	}
 }
+
+// TestConcurrencyExplain checks that gateway match shows each
+// concurrency and the key it counts by.
+func TestConcurrencyExplain(t *testing.T) {
+	t.Parallel()
+	const rules = `
+configs:
+  - appId: app-1
+    concurrency: 20
+    limits:
+      - api: /up
+        concurrency: 2
+        by: header:X-User-Id
+`
+	parsed, err := config.Parse("rules.yaml", []byte(rules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := Compile(parsed, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := rs.ExplainRequest(ExplainRequest{App: "app-1", Method: "POST", Target: "/up", Header: http.Header{"X-User-Id": {"42"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"applies: app concurrency: at most 20 in flight",
+		"applies: rule /up no rate limit, at most 2 in flight",
+		"counted by header:X-User-Id (missing: ip): key app-1|/up|=42",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("explain: got\n%s\nwant it to contain %q", got, want)
+		}
+	}
+}

@@ -60,6 +60,9 @@ type App struct {
 	Keys [][sha256.Size]byte
 	// Total is the app's limit across all its APIs, nil if none.
 	Total *limit.Params
+	// Concurrency is the most requests of the app in flight at once
+	// across all its APIs, per counter of By; 0 for no such cap.
+	Concurrency int64
 	// Limits are the per-API rules in file order.
 	Limits []Rule
 	// Line is where the section starts in the file.
@@ -73,8 +76,12 @@ type Rule struct {
 	// Methods restricts the rule to these upper-case HTTP methods; empty
 	// means every method.
 	Methods []string
-	// Params are the limit's settings with defaults applied.
+	// Params are the limit's settings with defaults applied. Limit is
+	// limit.Unlimited for a rule that sets only concurrency.
 	Params limit.Params
+	// Concurrency is the most requests matching the rule in flight at
+	// once, per counter of By; 0 for no such cap.
+	Concurrency int64
 	// Shadow reports whether the rule only records what it would do and
 	// never blocks (dry run).
 	Shadow bool

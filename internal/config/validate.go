@@ -22,8 +22,8 @@ var (
 	topFields      = []string{"caseSensitive", "caseInsensitive", "defaults", "configs"}
 	settingFields  = []string{"algorithm", "unit", "precision", "burst", "warmup", "lockSeconds", "timezone"}
 	defaultsFields = append(slices.Clone(settingFields), "by", "missing")
-	appFields      = []string{"appId", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "limits", "keys", "warmup", "lockSeconds", "timezone"}
-	ruleFields     = []string{"api", "method", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "shadow", "warmup", "lockSeconds", "timezone"}
+	appFields      = []string{"appId", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "limits", "keys", "warmup", "lockSeconds", "timezone", "concurrency"}
+	ruleFields     = []string{"api", "method", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "shadow", "warmup", "lockSeconds", "timezone", "concurrency"}
 )
 
 // maxLockSeconds is the longest lockSeconds that a time.Duration holds;
@@ -350,6 +350,20 @@ func (s *settings) line(setting string, limitLine int) int {
 	return 0
 }
 
+// concurrency returns the value of a concurrency field: the most requests
+// in flight, 1..limit.MaxConcurrency.
+func (p *parser) concurrency(f field) (int64, bool) {
+	v, ok := p.integer(f)
+	switch {
+	case !ok:
+		return 0, false
+	case v < 1 || v > limit.MaxConcurrency:
+		p.errorf(f.line, "concurrency %d is outside 1..%d; it is the most requests in flight at once (remove it for no cap, or set limit: 0 to block every request)", v, limit.MaxConcurrency)
+		return 0, false
+	}
+	return v, true
+}
+
 // limitValue returns the value of a limit field.
 func (p *parser) limitValue(f field) (int64, bool) {
 	v, ok := p.integer(f)
@@ -446,7 +460,11 @@ func (p *parser) app(item *yaml.Node, ids map[string]int) (App, bool) {
 	if hasLimits {
 		app.Limits = p.limits(f)
 	}
-	if !hasTotal && !hasLimits {
+	conc, hasConc := fs["concurrency"]
+	if hasConc {
+		app.Concurrency, _ = p.concurrency(conc)
+	}
+	if !hasTotal && !hasLimits && !hasConc {
 		p.errorf(app.Line, "this app section has neither limit nor limits, so it would do nothing; add limits, or set limit: -1 to exempt the app from the \"*\" section explicitly")
 	}
 	return app, true
@@ -637,8 +655,30 @@ func (p *parser) buildRule(n *yaml.Node) *ruleResult {
 	s, settingsOK := p.readSettings(fs, p.defaults)
 	ok = ok && settingsOK
 	f, has := fs["limit"]
+	if cf, hasConc := fs["concurrency"]; hasConc {
+		c, good := p.concurrency(cf)
+		if good && res.rule.Shadow {
+			p.errorf(cf.line, "concurrency cannot be set on a shadow rule: a shadow rule never refuses; remove shadow or concurrency")
+			good = false
+		}
+		ok = ok && good
+		res.rule.Concurrency = c
+		if !has {
+			// Only an in-flight cap: the settings of a rate would do
+			// nothing.
+			for _, name := range settingFields {
+				if sf, set := fs[name]; set {
+					p.errorf(sf.line, "%s applies to a rule's limit, but this rule sets only concurrency; set limit too, or remove %s", name, name)
+					ok = false
+				}
+			}
+			res.rule.Params = s.params(limit.Unlimited)
+			res.ok = ok
+			return res
+		}
+	}
 	if !has {
-		p.errorf(n.Line, "this rule has no limit; set limit to the number of requests allowed per unit (-1 for unlimited, 0 to block every request)")
+		p.errorf(n.Line, "this rule has no limit; set limit to the number of requests allowed per unit (-1 for unlimited, 0 to block every request), or concurrency to cap the requests in flight")
 		return res
 	}
 	v, good := p.limitValue(f)

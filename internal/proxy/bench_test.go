@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/redistest"
 )
 
 // stubTransport answers every request in memory, so the benchmark measures
@@ -117,6 +118,64 @@ configs:
 					r.URL.Path = "/v1/user/42"
 					r.Header["X-App-Id"] = app
 					h.ServeHTTP(w, r)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkHandlerConcurrency is the handler with a concurrency limit
+// beside a rate limit, on each store: every request takes a slot of the
+// app's and of the rule's count (by header) and gives them back. The
+// Redis case runs against a local redis-server (two round trips more per
+// request: take and release).
+func BenchmarkHandlerConcurrency(b *testing.B) {
+	const rules = `
+configs:
+  - appId: app-1
+    concurrency: 1000000
+    limit: 1000000000
+    limits:
+      - api: /v1/user/{id}
+        by: header:X-User-Id
+        limit: 1000000000
+        concurrency: 1000000
+`
+	for _, store := range []string{"memory", "redis"} {
+		b.Run(store, func(b *testing.B) {
+			var opt func(*HandlerConfig)
+			if store == "redis" {
+				srv := redistest.Start(b)
+				red, err := limit.NewRedis(limit.RedisConfig{URL: srv.URL(), Timeout: 5 * time.Second})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { red.Close() })
+				slots, err := limit.NewRedisSlots(red, limit.RedisSlotsConfig{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(slots.Close)
+				opt = func(h *HandlerConfig) { h.Store, h.Slots, h.FailMode = red, slots, FailClosed }
+			}
+			h := benchHandler(b, rules, func(h *HandlerConfig) {
+				if opt != nil {
+					opt(h)
+				}
+			})
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				r := httptest.NewRequest("GET", "/v1/user/42", nil)
+				r.Header.Set("X-User-Id", "user-42")
+				app := []string{"app-1"}
+				for pb.Next() {
+					w := httptest.NewRecorder()
+					r.URL.Path = "/v1/user/42"
+					r.Header["X-App-Id"] = app
+					h.ServeHTTP(w, r)
+					if w.Code != http.StatusOK {
+						b.Fatalf("got %d %s", w.Code, w.Body)
+					}
 				}
 			})
 		})

@@ -52,6 +52,9 @@ type Handler struct {
 	v4Bits        int
 	v6Bits        int
 	local         limit.Store
+	slots         limit.Slots
+	localSlots    limit.Slots
+	inFlight      inFlightCounts
 	jwt           *jwtCaller // nil without JWT verification
 	replayClaims  func(*http.Request) *jwtauth.Claims
 	// lastErrLog is when a store error was last logged (Unix ns): an
@@ -117,6 +120,13 @@ type HandlerConfig struct {
 	// Local decides requests under FailLocal, with the limits scaled by
 	// the rule set's local share. Required for FailLocal.
 	Local limit.Store
+	// Slots keeps the in-flight counts of concurrency limits. Default:
+	// a new limit.MemorySlots.
+	Slots limit.Slots
+	// LocalSlots takes the slots under FailLocal when Slots fails, with
+	// each concurrency scaled by the rule set's local share. Default: a
+	// new limit.MemorySlots.
+	LocalSlots limit.Slots
 	// JWT, when not nil, verifies callers' bearer tokens: for AppClaim,
 	// and for limits keyed on claims (see the README's "Verified callers
 	// (JWT)").
@@ -157,6 +167,14 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		v6Bits:        cmp.Or(cfg.IPv6Prefix, DefaultIPv6Prefix),
 		failMode:      cfg.FailMode,
 		local:         cfg.Local,
+		slots:         cfg.Slots,
+		localSlots:    cfg.LocalSlots,
+	}
+	if h.slots == nil {
+		h.slots = limit.NewMemorySlots()
+	}
+	if h.localSlots == nil {
+		h.localSlots = limit.NewMemorySlots()
 	}
 	if h.appHeader == "" {
 		h.appHeader = DefaultAppHeader

@@ -22,12 +22,17 @@ const (
 	// with keys named without one of them (401), or an unknown caller
 	// under --unknown-callers reject (403).
 	DecisionUnauthorized
+	// DecisionConcurrencyLimited is a request refused because its
+	// caller had as many requests in flight as a concurrency limit
+	// allows (429 too_many_in_flight).
+	DecisionConcurrencyLimited
 	numDecisions
 )
 
 var decisionNames = [numDecisions]string{
 	"allowed", "limited", "shadow_limited", "unmatched",
 	"invalid", "fail_open", "fail_closed", "unauthorized",
+	"concurrency_limited",
 }
 
 // String returns the decision's label, e.g. "shadow_limited".

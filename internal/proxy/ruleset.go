@@ -46,7 +46,10 @@ type section struct {
 	by    config.By           // the section's own by, for Explain
 	keys  [][sha256.Size]byte // digests of the app's API keys; nil if none
 	total *compiledLimit      // nil when the app has no total
-	trie  *trie.Trie[*compiledLimit]
+	// conc is the limit of the app's concurrency: total when the app has
+	// both, nil when it has no concurrency.
+	conc *compiledLimit
+	trie *trie.Trie[*compiledLimit]
 }
 
 // compiledLimit is one limit with what the request path writes about it.
@@ -76,6 +79,9 @@ type compiledLimit struct {
 	missing config.Missing
 	// claims reports whether by names a claim of the caller's token.
 	claims bool
+	// conc is the most requests in flight per key, 0 for no cap;
+	// concLocal the same scaled by the local share (--fail-mode local).
+	conc, concLocal int64
 	// policy is the RateLimit-Policy item for this limit.
 	policy string
 	// name is the quoted policy name used in the RateLimit header.
@@ -141,6 +147,12 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 			sec.total.keyBy(app.By, app.Missing)
 			rs.keys[sec.total.key] = sec.total.params.Window
 		}
+		if app.Concurrency > 0 {
+			if opts.NoJWT && app.By.Claims() {
+				return nil, noJWTError(rules.Path, app.Line, "app "+app.ID+"'s concurrency", app.By)
+			}
+			sec.conc = appConcurrency(sec.total, app, opts)
+		}
 		for j := range app.Limits {
 			r := &app.Limits[j]
 			if by := cmp.Or(r.By, app.By); opts.NoJWT && by.Claims() {
@@ -150,6 +162,7 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 			cl.keyBy(cmp.Or(r.By, app.By), cmp.Or(r.Missing, app.Missing))
 			sec.ipTag = sec.ipTag && cl.kind == keyIP
 			cl.head = slices.Contains(r.Methods, http.MethodHead)
+			cl.setConcurrency(r.Concurrency, opts)
 			rs.keys[cl.key] = cl.params.Window
 			if t := sec.total; t != nil && !t.shadow && !cl.shadow {
 				cl.pairPolicy = []string{t.policy + ", " + cl.policy}
@@ -350,6 +363,12 @@ func (rs *RuleSet) ExplainRequest(q ExplainRequest) (string, error) {
 	} else {
 		b.WriteString("  no app total\n")
 	}
+	if c := sec.conc; c != nil && c != sec.total {
+		fmt.Fprintf(&b, "  applies: app concurrency: at most %d in flight\n", c.conc)
+		line, bad := explainKey(c, q, rawQuery)
+		b.WriteString(line)
+		refused = refused || bad
+	}
 	explainMethod := method
 	if cl, _, ok := sec.trie.Match(method, clean); method == http.MethodHead && !(ok && cl.head) {
 		explainMethod = http.MethodGet
@@ -366,7 +385,7 @@ func (rs *RuleSet) ExplainRequest(q ExplainRequest) (string, error) {
 			mark = "  skipped:"
 		}
 		fmt.Fprintf(&b, "%s rule %s %s — %s\n", mark, c.Pattern, describe(c.Value), c.Reason)
-		if c.Chosen && c.Value.params.Limit != limit.Unlimited {
+		if c.Chosen && (c.Value.params.Limit != limit.Unlimited || c.Value.conc > 0) {
 			line, bad := explainKey(c.Value, q, rawQuery)
 			b.WriteString(line)
 			refused = refused || bad
@@ -378,7 +397,7 @@ func (rs *RuleSet) ExplainRequest(q ExplainRequest) (string, error) {
 	switch {
 	case refused:
 		b.WriteString("decision: refused with 400 (see above)\n")
-	case sec.total == nil && !chosen:
+	case sec.total == nil && sec.conc == nil && !chosen:
 		b.WriteString("decision: forwarded without a limit (unmatched)\n")
 	case blocked:
 		b.WriteString("decision: never admitted (blocked by a limit of 0)\n")
@@ -443,7 +462,11 @@ func describe(cl *compiledLimit) string {
 	var b strings.Builder
 	switch p.Limit {
 	case limit.Unlimited:
-		b.WriteString("unlimited")
+		if cl.conc > 0 {
+			b.WriteString("no rate limit")
+		} else {
+			b.WriteString("unlimited")
+		}
 	case 0:
 		b.WriteString("blocks every request")
 	default:
@@ -464,6 +487,9 @@ func describe(cl *compiledLimit) string {
 		if p.Lock > 0 {
 			fmt.Fprintf(&b, ", lockSeconds %s: once limited, denied for that long", strconv.FormatFloat(p.Lock.Seconds(), 'f', -1, 64))
 		}
+	}
+	if cl.conc > 0 {
+		fmt.Fprintf(&b, ", at most %d in flight", cl.conc)
 	}
 	if cl.shadow {
 		b.WriteString(" [shadow: never blocks]")

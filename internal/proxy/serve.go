@@ -28,6 +28,15 @@ type scratch struct {
 	// jwtDone is set once the caller's token was looked at; its claims
 	// are the outcome's.
 	jwtDone bool
+	// The concurrency limits that apply (concurrency.go), their slot
+	// requests, the lease of the slots taken and their in-flight
+	// counts; concFailOpen is set when the request went on without them.
+	conc         [maxLimitsPerRequest]*compiledLimit
+	nc           int
+	slots        [maxLimitsPerRequest]limit.SlotRequest
+	lease        limit.Lease
+	inFlight     [maxLimitsPerRequest]*inFlightCount
+	concFailOpen bool
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
@@ -38,6 +47,7 @@ var scratches = sync.Pool{New: func() any { return new(scratch) }}
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sc := scratches.Get().(*scratch)
 	defer func() {
+		h.release(sc)
 		*sc = scratch{}
 		scratches.Put(sc)
 	}()
@@ -50,18 +60,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// with the status its client was sent, and the panic goes on to
 		// net/http.
 		if p := recover(); p != nil {
+			h.release(sc)
 			if !sc.observed { // not a panic of an observer
 				h.observe(r, sc)
 			}
 			panic(p)
 		}
 	}()
-	if sec, ok := h.identify(&sc.sw, r, sc); ok && h.match(&sc.sw, r, sec, sc) && h.keys(&sc.sw, r, sec, sc) {
+	if sec, ok := h.identify(&sc.sw, r, sc); ok && h.match(&sc.sw, r, sec, sc) && h.keys(&sc.sw, r, sec, sc) &&
+		h.acquire(&sc.sw, r, sec, sc) {
 		if sc.n > 0 {
 			h.decide(r, sc)
 		}
+		h.settle(sc)
 		h.respond(&sc.sw, r, sc)
 	}
+	h.release(sc)
 	h.observe(r, sc)
 }
 
@@ -172,14 +186,18 @@ func (h *Handler) match(w http.ResponseWriter, r *http.Request, sec *section, sc
 			sc.lims[sc.n] = sec.total
 			sc.n++
 		}
-		if cl, pattern, ok := sec.match(method, clean); ok {
+		cl, pattern, ok := sec.match(method, clean)
+		if ok {
 			o.API = pattern
 			o.Decision = DecisionAllowed
 			if cl.params.Limit != limit.Unlimited {
 				sc.lims[sc.n] = cl
 				sc.n++
 			}
+		} else {
+			cl = nil
 		}
+		sc.addConcurrency(sec, cl)
 	}
 	r.URL.Path, r.URL.RawPath = clean, ""
 	return true

@@ -48,9 +48,12 @@ type appView struct {
 	// gets; shown only when By names one.
 	Missing config.Missing `json:"missing,omitempty"`
 	// Keys is how many API keys the app has; the digests are not shown.
-	Keys   int         `json:"keys,omitempty"`
-	Total  *limitView  `json:"total,omitempty"`
-	Limits []limitView `json:"limits"`
+	Keys  int        `json:"keys,omitempty"`
+	Total *limitView `json:"total,omitempty"`
+	// Concurrency is the most requests of the app in flight at once
+	// (per counter of By); 0, and not shown, for none.
+	Concurrency int64       `json:"concurrency,omitempty"`
+	Limits      []limitView `json:"limits"`
 }
 
 type limitView struct {
@@ -65,6 +68,9 @@ type limitView struct {
 	Warmup    string   `json:"warmup,omitempty"`
 	Lock      string   `json:"lock,omitempty"`
 	Shadow    bool     `json:"shadow,omitempty"`
+	// Concurrency is the most requests in flight at once; a rule with
+	// only concurrency has limit -1.
+	Concurrency int64 `json:"concurrency,omitempty"`
 	// By and Missing are the rule's own, or its app's; Missing only
 	// when By names a header or query parameter.
 	By      config.By      `json:"by,omitempty"`
@@ -103,7 +109,7 @@ func (r *Reloader) view() rulesView {
 		Apps:            make([]appView, 0, len(src.Apps)),
 	}
 	for _, a := range src.Apps {
-		av := appView{AppID: a.ID, By: a.By, Missing: missingOf(a.By, a.Missing), Keys: len(a.Keys), Limits: make([]limitView, 0, len(a.Limits))}
+		av := appView{AppID: a.ID, By: a.By, Missing: missingOf(a.By, a.Missing), Keys: len(a.Keys), Concurrency: a.Concurrency, Limits: make([]limitView, 0, len(a.Limits))}
 		if a.Total != nil {
 			lv := newLimitView(a.Total)
 			lv.Line = a.Line
@@ -111,7 +117,7 @@ func (r *Reloader) view() rulesView {
 		}
 		for _, l := range a.Limits {
 			lv := newLimitView(&l.Params)
-			lv.API, lv.Methods, lv.Shadow, lv.Line = l.API, l.Methods, l.Shadow, l.Line
+			lv.API, lv.Methods, lv.Shadow, lv.Line, lv.Concurrency = l.API, l.Methods, l.Shadow, l.Line, l.Concurrency
 			lv.By = cmp.Or(l.By, a.By)
 			lv.Missing = missingOf(lv.By, cmp.Or(l.Missing, a.Missing))
 			av.Limits = append(av.Limits, lv)

@@ -163,6 +163,7 @@ func New(cfg Config) (_ *Server, err error) {
 		RejectUnknown:  cfg.UnknownCallers == RejectUnknown,
 		TrustedProxies: trusted, LimitStatus: cfg.LimitStatus, Headers: cfg.RateLimitHeaders, Logger: log,
 		Observers: observers, FailMode: s.st.failMode, Local: s.st.local,
+		Slots: s.st.slots, LocalSlots: s.st.localSlots,
 		MethodOverride: cfg.MethodOverride, AllowUpgrade: cfg.AllowUpgrade,
 		IPv4Prefix: cfg.IPv4Prefix, IPv6Prefix: cfg.IPv6Prefix,
 		JWT: jwtv, JWTHeader: cfg.JWTHeader, AppClaim: cfg.AppClaim(),
@@ -170,6 +171,7 @@ func New(cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	reg.MustRegister(s.handler.InFlightCollector())
 	load := func() (*config.Rules, error) { return config.LoadMax(cfg.ConfigPath, cfg.MaxRulesBytes) }
 	if s.src != nil {
 		load = nil // the source's

@@ -14,12 +14,16 @@ import (
 
 // stores are the stores New built from Config.
 type stores struct {
-	store    limit.Store   // what the handler asks
-	mem      *limit.Memory // the memory store, or the local fallback; nil if none
-	redis    *limit.Redis  // the redis store, if it is the one
-	local    limit.Store   // the handler's Local store (FailLocal only)
-	failMode proxy.FailMode
-	name     StoreKind
+	store limit.Store   // what the handler asks
+	mem   *limit.Memory // the memory store, or the local fallback; nil if none
+	redis *limit.Redis  // the redis store, if it is the one
+	local limit.Store   // the handler's Local store (FailLocal only)
+	// slots and localSlots are the handler's Slots and LocalSlots
+	// (concurrency.go); nil for the handler's defaults.
+	slots, localSlots limit.Slots
+	redisSlots        *limit.RedisSlots
+	failMode          proxy.FailMode
+	name              StoreKind
 	// batches observes the size of the Redis store's batches.
 	batches prometheus.Histogram
 }
@@ -61,6 +65,10 @@ func newStore(cfg Config, onCircuit func(open bool)) (*stores, error) {
 			return nil, fmt.Errorf("--store redis: %w", err)
 		}
 		st.store, st.redis, st.failMode = red, red, cfg.FailMode
+		if err := st.newRedisSlots(cfg); err != nil {
+			red.Close()
+			return nil, err
+		}
 		if cfg.FailMode == proxy.FailLocal {
 			mem, err := limit.NewMemory(limit.MemoryConfig{MaxKeys: cfg.MaxKeys})
 			if err != nil {
@@ -285,6 +293,9 @@ func (st *stores) health(ctx context.Context) StoreHealth {
 }
 
 func (st *stores) close() error {
+	if st.redisSlots != nil {
+		st.redisSlots.Close()
+	}
 	if st.redis != nil {
 		return st.redis.Close()
 	}

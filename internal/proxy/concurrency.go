@@ -1,0 +1,259 @@
+package proxy
+
+import (
+	"math"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+)
+
+// Concurrency limits (concurrency in the README's "Concurrency: requests
+// in flight") take their slots after the keys are built and before the
+// rate limits are asked: a request refused for concurrency is counted
+// against no rate limit, and one that a rate limit (or a fail mode)
+// refuses gives its slots back at once. The slots are released when the
+// request leaves ServeHTTP, however it leaves: the response completed,
+// the client gone, the upstream failed or timed out, a WebSocket tunnel
+// closed (ReverseProxy serves it inside ServeHTTP), or a panic.
+
+// setConcurrency sets cl's in-flight cap, and its local share.
+func (cl *compiledLimit) setConcurrency(n int64, opts CompileOptions) {
+	if n <= 0 {
+		return
+	}
+	cl.conc = n
+	cl.concLocal = min(max(int64(math.Ceil(float64(n)*opts.LocalShare-1e-9)), 1), n)
+}
+
+// appConcurrency returns the limit of an app's concurrency: its total's,
+// when it has one, so that both count by the same key.
+func appConcurrency(total *compiledLimit, app *config.App, opts CompileOptions) *compiledLimit {
+	cl := total
+	if cl == nil {
+		cl = newCompiledLimit(app.ID, "", nil, limit.Params{Limit: limit.Unlimited}, false, opts)
+		cl.keyBy(app.By, app.Missing)
+	}
+	cl.setConcurrency(app.Concurrency, opts)
+	return cl
+}
+
+// addConcurrency adds the concurrency limits of a request's section and
+// matched rule (nil for none) to sc.
+func (sc *scratch) addConcurrency(sec *section, rule *compiledLimit) {
+	if sec.conc != nil {
+		sc.conc[sc.nc] = sec.conc
+		sc.nc++
+	}
+	if rule != nil && rule.conc > 0 {
+		sc.conc[sc.nc] = rule
+		sc.nc++
+	}
+}
+
+// acquire takes a slot of each concurrency limit in sc. It answers a
+// request that one of them refuses (429 too_many_in_flight), or that
+// --fail-mode closed refuses when the store fails (503), and reports
+// false; a claim key that needs a token the request lacks a valid one of
+// gets its 401. Under --fail-mode local the slots are taken in memory,
+// with each limit's local share; under open the request goes on without
+// a slot.
+func (h *Handler) acquire(w http.ResponseWriter, r *http.Request, sec *section, sc *scratch) bool {
+	if sc.nc == 0 {
+		return true
+	}
+	o := &sc.o
+	var grp string
+	group := func() string {
+		if grp == "" {
+			grp = h.addrGroup(o.ClientIP)
+		}
+		return grp
+	}
+	tag := sec.app
+	if sec.ipTag {
+		tag = sec.app + "|" + group()
+	}
+	reqs := sc.slots[:sc.nc]
+next:
+	for i, cl := range sc.conc[:sc.nc] {
+		reqs[i] = limit.SlotRequest{Key: cl.key, Tag: tag, Limit: cl.conc}
+		for j, rl := range sc.lims[:sc.n] {
+			if rl == cl { // keys built it already
+				reqs[i].Key = sc.reqs[j].Key
+				continue next
+			}
+		}
+		if cl.claims && h.jwt != nil && !h.verifyCaller(w, r, sc, false) {
+			return false
+		}
+		if cl.claims && h.replayClaims != nil && !sc.jwtDone {
+			sc.o.claims, sc.jwtDone = h.replayClaims(r), true
+		}
+		switch cl.kind {
+		case keyIP:
+			reqs[i].Key = cl.key + "|" + group()
+		case keyAttrs:
+			key, code, msg := attrKey(r, cl, group, sc.o.claimValue)
+			if code != "" {
+				o.Decision = DecisionInvalid
+				WriteError(w, http.StatusBadRequest, code, msg)
+				return false
+			}
+			reqs[i].Key = key
+		}
+	}
+	lease, full, err := h.slots.Acquire(r.Context(), reqs)
+	if err != nil {
+		o.StoreError = true
+		h.logStoreError(r, err)
+		switch h.failMode {
+		case FailClosed:
+			o.Decision = DecisionFailClosed
+			w.Header()["Retry-After"] = smallInts[1]
+			if r.ContentLength != 0 {
+				w.Header()["Connection"] = hdrClose
+			}
+			WriteError(w, http.StatusServiceUnavailable, "limiter_unavailable",
+				"the rate limiter cannot decide right now; retry shortly")
+			return false
+		case FailLocal:
+			for i, cl := range sc.conc[:sc.nc] {
+				reqs[i].Limit = cl.concLocal
+			}
+			lease, full, err = h.localSlots.Acquire(r.Context(), reqs)
+		}
+		if err != nil {
+			// Fail open: forwarded without a slot.
+			sc.concFailOpen = true
+			return true
+		}
+	}
+	if lease == nil {
+		cl := sc.conc[full]
+		o.Decision = DecisionConcurrencyLimited
+		h.inFlight.of(cl.app, cl.api).refused.Add(1)
+		w.Header()["Retry-After"] = smallInts[1]
+		if r.ContentLength != 0 {
+			// Do not read the body of a refused request: a slow-body
+			// flood would hold the connection while net/http drains it.
+			w.Header()["Connection"] = hdrClose
+		}
+		WriteJSON(w, h.limitStatus, inFlightBody{
+			Error: "too_many_in_flight", App: cl.app, API: cl.api, Concurrency: reqs[full].Limit,
+			RetryAfterSeconds: 1,
+			Message:           "too many requests of this caller are in flight; retry when one has completed",
+		})
+		return false
+	}
+	sc.lease = lease
+	for i, cl := range sc.conc[:sc.nc] {
+		c := h.inFlight.of(cl.app, cl.api)
+		c.cur.Add(1)
+		sc.inFlight[i] = c
+	}
+	return true
+}
+
+var hdrClose = []string{"close"}
+
+// inFlightBody is the body of a request refused by a concurrency limit.
+type inFlightBody struct {
+	Error             string `json:"error"`
+	App               string `json:"app"`
+	API               string `json:"api"`
+	Concurrency       int64  `json:"concurrency"`
+	RetryAfterSeconds int    `json:"retryAfterSeconds"`
+	Message           string `json:"message"`
+}
+
+// settle releases the slots of a request the rate limits (or a fail
+// mode) refused, so that a refused request holds nothing, and labels a
+// request that went on without a slot fail_open.
+func (h *Handler) settle(sc *scratch) {
+	switch sc.o.Decision {
+	case DecisionLimited, DecisionFailClosed:
+		h.release(sc)
+	case DecisionAllowed, DecisionShadowLimited:
+		if sc.concFailOpen {
+			sc.o.Decision = DecisionFailOpen
+		}
+	}
+}
+
+// release gives back the slots sc holds, once.
+func (h *Handler) release(sc *scratch) {
+	if sc.lease == nil {
+		return
+	}
+	l := sc.lease
+	sc.lease = nil
+	for i, c := range sc.inFlight[:sc.nc] {
+		if c != nil {
+			c.cur.Add(-1)
+			sc.inFlight[i] = nil
+		}
+	}
+	l.Release()
+}
+
+// inFlightCount is what this gateway holds and refused of one
+// concurrency limit.
+type inFlightCount struct {
+	cur, refused atomic.Int64
+}
+
+// inFlightCounts are the inFlightCounts by (app, api): label values
+// bounded by the rule files loaded. A request keeps its count, so that
+// a reload releases its slots where it took them.
+type inFlightCounts struct {
+	m sync.Map // ruleLabels → *inFlightCount
+}
+
+func (f *inFlightCounts) of(app, api string) *inFlightCount {
+	k := ruleLabels{app, api}
+	if c, ok := f.m.Load(k); ok {
+		return c.(*inFlightCount)
+	}
+	c, _ := f.m.LoadOrStore(k, new(inFlightCount))
+	return c.(*inFlightCount)
+}
+
+var (
+	inFlightDesc = prometheus.NewDesc("gateway_in_flight",
+		"Requests holding a slot of a concurrency limit in this gateway, by app and rule (api \"\" is the app's concurrency).",
+		[]string{"app", "api"}, nil)
+	inFlightRefusedDesc = prometheus.NewDesc("gateway_in_flight_refused_total",
+		"Requests refused by a concurrency limit (too_many_in_flight), by app and rule (api \"\" is the app's concurrency).",
+		[]string{"app", "api"}, nil)
+)
+
+// InFlightCollector returns the collector of the handler's concurrency
+// metrics, gateway_in_flight and gateway_in_flight_refused_total, for
+// the registry of NewMetrics. A limit's series appear once it has been
+// used.
+func (h *Handler) InFlightCollector() prometheus.Collector { return inFlightCollector{h} }
+
+type inFlightCollector struct{ h *Handler }
+
+func (inFlightCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- inFlightDesc
+	ch <- inFlightRefusedDesc
+}
+
+func (c inFlightCollector) Collect(ch chan<- prometheus.Metric) {
+	c.h.inFlight.m.Range(func(k, v any) bool {
+		l, n := k.(ruleLabels), v.(*inFlightCount)
+		ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, float64(n.cur.Load()), l.app, l.api)
+		ch <- prometheus.MustNewConstMetric(inFlightRefusedDesc, prometheus.CounterValue, float64(n.refused.Load()), l.app, l.api)
+		return true
+	})
+}
+
+// InFlight returns the requests holding a slot of the concurrency limit
+// of app and api ("" for the app's) in this gateway.
+func (h *Handler) InFlight(app, api string) int64 { return h.inFlight.of(app, api).cur.Load() }

@@ -1,0 +1,58 @@
+package server
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
+)
+
+// minSlotTTL bounds the life of a Redis slot below: an --upstream-timeout
+// shorter than this would have the slots renewed more often than a
+// second's fraction.
+const minSlotTTL = time.Second
+
+// newRedisSlots builds the Redis store's Slots, whose slots expire
+// --upstream-timeout (at least minSlotTTL) after they were taken or last
+// renewed, and, for --fail-mode local, the memory Slots with the local
+// share of each concurrency (see the README's "Concurrency: requests in
+// flight").
+func (st *stores) newRedisSlots(cfg Config) error {
+	rs, err := limit.NewRedisSlots(st.redis, limit.RedisSlotsConfig{
+		TTL: max(cfg.UpstreamTimeout, minSlotTTL),
+		OnError: func(err error) {
+			cfg.Logger.Warn("renewing the slots of requests in flight failed; they expire unless a later renewal succeeds", "err", err)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	st.redisSlots, st.slots = rs, rs
+	if cfg.FailMode == proxy.FailLocal && cfg.LocalShare == 0 {
+		st.localSlots = &fleetSlots{mem: limit.NewMemorySlots(), red: st.redis}
+	}
+	return nil
+}
+
+// fleetSlots is the local Slots of --local-share auto: memory slots,
+// each concurrency × 1 / the fleet size last seen in Redis, rounded up
+// (fleetShare's share).
+type fleetSlots struct {
+	mem *limit.MemorySlots
+	red *limit.Redis
+}
+
+var _ limit.Slots = (*fleetSlots)(nil)
+
+// Acquire takes the slots in memory with their limits scaled.
+func (f *fleetSlots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Lease, int, error) {
+	share := (&fleetShare{red: f.red}).share()
+	scaled := make([]limit.SlotRequest, len(reqs))
+	for i, q := range reqs {
+		q.Limit = min(max(int64(math.Ceil(float64(q.Limit)*share-1e-9)), 1), q.Limit)
+		scaled[i] = q
+	}
+	return f.mem.Acquire(ctx, scaled)
+}

@@ -394,7 +394,7 @@ func (r *Redis) Ping(ctx context.Context) error {
 }
 
 // argsPerLimit is the number of script arguments per limit (redis.lua).
-const argsPerLimit = 8
+const argsPerLimit = 10
 
 // Allow implements Store, with Memory.Allow's semantics, on Redis's clock:
 // now is not used (the deny cache and the breaker use RedisConfig.Now).
@@ -419,6 +419,7 @@ func (r *Redis) Allow(ctx context.Context, _ time.Time, reqs []Request, res []Re
 		args[0] = strconv.FormatInt(r.fixedNow(), 10)
 	}
 	var tag0 string
+	charges := false
 	for i := range reqs {
 		q := &reqs[i]
 		p := q.Params
@@ -446,12 +447,20 @@ func (r *Redis) Allow(ctx context.Context, _ time.Time, reqs []Request, res []Re
 		if q.Shadow {
 			shadow = "1"
 		}
+		mode := ""
+		switch {
+		case q.Charge:
+			mode, charges = "c", true
+		case q.Defer:
+			mode = "d"
+		}
 		args = append(args, p.Algorithm, p.Limit, micros(p.Window), p.Precision, p.Burst,
-			micros(p.Warmup), micros(p.Lock), shadow)
+			micros(p.Warmup), micros(p.Lock), shadow, q.units(), mode)
 	}
 
 	start := int64(r.now().Sub(r.epoch))
-	if r.deny != nil && r.deny.lookup(keys, reqs, start, res) {
+	// A charge must reach Redis: it counts whatever the limit says.
+	if r.deny != nil && !charges && r.deny.lookup(keys, reqs, start, res) {
 		r.decisions.Add(1)
 		return false, nil
 	}

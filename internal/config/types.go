@@ -60,6 +60,10 @@ type App struct {
 	Keys [][sha256.Size]byte
 	// Total is the app's limit across all its APIs, nil if none.
 	Total *limit.Params
+	// TotalCost and TotalCount are the cost and count of the app's
+	// total (the README's "Request cost").
+	TotalCost  Cost
+	TotalCount *Count
 	// Limits are the per-API rules in file order.
 	Limits []Rule
 	// Line is where the section starts in the file.
@@ -75,6 +79,11 @@ type Rule struct {
 	Methods []string
 	// Params are the limit's settings with defaults applied.
 	Params limit.Params
+	// Cost is what a request costs the rule; the zero value is one unit.
+	Cost Cost
+	// Count, when not nil, counts only the requests whose response
+	// status it matches.
+	Count *Count
 	// Shadow reports whether the rule only records what it would do and
 	// never blocks (dry run).
 	Shadow bool

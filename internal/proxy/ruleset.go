@@ -467,6 +467,15 @@ func describe(cl *compiledLimit) string {
 		if p.Lock > 0 {
 			fmt.Fprintf(&b, ", lockSeconds %s: once limited, denied for that long", strconv.FormatFloat(p.Lock.Seconds(), 'f', -1, 64))
 		}
+		switch {
+		case cl.cost.Header != "":
+			fmt.Fprintf(&b, ", cost from the response's %s", cl.cost)
+		case cl.cost.Units > 1:
+			fmt.Fprintf(&b, ", cost %d units a request", cl.cost.Units)
+		}
+		if cl.count != nil {
+			fmt.Fprintf(&b, ", counts only responses with status %s", cl.count)
+		}
 	}
 	if cl.shadow {
 		b.WriteString(" [shadow: never blocks]")

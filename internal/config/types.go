@@ -63,6 +63,10 @@ type App struct {
 	// Concurrency is the most requests of the app in flight at once
 	// across all its APIs, per counter of By; 0 for no such cap.
 	Concurrency int64
+	// TotalCost and TotalCount are the cost and count of the app's
+	// total (the README's "Request cost").
+	TotalCost  Cost
+	TotalCount *Count
 	// Limits are the per-API rules in file order.
 	Limits []Rule
 	// Line is where the section starts in the file.
@@ -82,6 +86,11 @@ type Rule struct {
 	// Concurrency is the most requests matching the rule in flight at
 	// once, per counter of By; 0 for no such cap.
 	Concurrency int64
+	// Cost is what a request costs the rule; the zero value is one unit.
+	Cost Cost
+	// Count, when not nil, counts only the requests whose response
+	// status it matches.
+	Count *Count
 	// Shadow reports whether the rule only records what it would do and
 	// never blocks (dry run).
 	Shadow bool

@@ -22,8 +22,8 @@ var (
 	topFields      = []string{"caseSensitive", "caseInsensitive", "defaults", "configs"}
 	settingFields  = []string{"algorithm", "unit", "precision", "burst", "warmup", "lockSeconds", "timezone"}
 	defaultsFields = append(slices.Clone(settingFields), "by", "missing")
-	appFields      = []string{"appId", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "limits", "keys", "warmup", "lockSeconds", "timezone", "concurrency"}
-	ruleFields     = []string{"api", "method", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "shadow", "warmup", "lockSeconds", "timezone", "concurrency"}
+	appFields      = []string{"appId", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "limits", "keys", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count"}
+	ruleFields     = []string{"api", "method", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "shadow", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count"}
 )
 
 // maxLockSeconds is the longest lockSeconds that a time.Duration holds;
@@ -442,14 +442,16 @@ func (p *parser) app(item *yaml.Node, ids map[string]int) (App, bool) {
 		if v, ok := p.limitValue(total); ok && settingsOK && v != limit.Unlimited {
 			params := s.params(v)
 			if p.validate(&params, &s, total.line, app.Line, "the app's total limit: ") {
-				app.Total = &params
+				if c, n, ok := p.costAndCount(fs, &params); ok {
+					app.Total, app.TotalCost, app.TotalCount = &params, c, n
+				}
 			}
 		}
 	} else {
 		// The settings of an app apply to its total only; without a
 		// total they would be silently ignored, though they look like
 		// they set the unit of every rule below.
-		for _, name := range settingFields {
+		for _, name := range slices.Concat(settingFields, []string{"cost", "count"}) {
 			if f, ok := fs[name]; ok {
 				p.errorf(f.line, "%s on an app section applies to the app's total limit, but the section has no limit; set limit here, or move %s to each rule or to defaults", name, name)
 			}
@@ -687,6 +689,9 @@ func (p *parser) buildRule(n *yaml.Node) *ruleResult {
 	}
 	res.rule.Params = s.params(v)
 	res.ok = p.validate(&res.rule.Params, &s, f.line, n.Line, "")
+	if res.ok {
+		res.rule.Cost, res.rule.Count, res.ok = p.costAndCount(fs, &res.rule.Params)
+	}
 	return res
 }
 

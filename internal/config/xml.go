@@ -44,12 +44,22 @@ type xmlChild struct {
 
 var (
 	xmlText = &xmlElement{text: true}
+	// A fixed cost is an attribute (cost="5"), a reported one an element
+	// (<cost header="X-RateLimit-Cost" max="1000"/>).
+	xmlCost  = &xmlElement{name: "cost"}
+	xmlCount = &xmlElement{name: "count", children: []xmlChild{
+		{name: "status", field: "status", list: true, attr: true, elem: xmlText},
+	}}
 	xmlRule = &xmlElement{name: "limit", children: []xmlChild{
 		{name: "method", field: "method", list: true, attr: true, elem: xmlText},
+		{name: "cost", field: "cost", attr: true, elem: xmlCost},
+		{name: "count", field: "count", elem: xmlCount},
 	}}
 	xmlApp = &xmlElement{name: "config", children: []xmlChild{
 		{name: "limit", field: "limits", list: true, elem: xmlRule},
 		{name: "key", field: "keys", list: true, elem: xmlText},
+		{name: "cost", field: "cost", attr: true, elem: xmlCost},
+		{name: "count", field: "count", elem: xmlCount},
 	}}
 	xmlRoot = &xmlElement{name: "rules", children: []xmlChild{
 		{name: "defaults", field: "defaults", elem: &xmlElement{name: "defaults"}},
@@ -60,8 +70,8 @@ var (
 // The fields whose XML attribute values are always strings, and those that
 // are true or false; the others are numbers when they look like one.
 var (
-	xmlStringFields = []string{"appId", "api", "algorithm", "by", "missing", "method", "timezone"}
-	xmlBoolFields   = []string{"caseSensitive", "caseInsensitive", "shadow"}
+	xmlStringFields = []string{"appId", "api", "algorithm", "by", "missing", "method", "timezone", "header"}
+	xmlBoolFields   = []string{"caseSensitive", "caseInsensitive", "shadow", "keep"}
 	xmlNumber       = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$`)
 )
 

@@ -102,8 +102,8 @@ func TestNewStateUnvalidated(t *testing.T) {
 			}
 			st := a.NewState(&p)
 			for _, now := range []int64{0, -1, 1 << 61, -(1 << 61), 5, 5} {
-				if st.Decide(now, &p).Allowed {
-					st.Commit(now, &p)
+				if st.Decide(now, &p, 1).Allowed {
+					st.Commit(now, &p, 1)
 				}
 				st.UncountedReset(now, &p)
 				st.Idle(now, &p)
@@ -279,7 +279,7 @@ func offer(t *testing.T, p *Params, arrivals []int64, checkReset bool) (log []de
 	for len(queue) > 0 {
 		now := queue[0]
 		queue = queue[1:]
-		r := st.Decide(now, p)
+		r := st.Decide(now, p, 1)
 		log = append(log, decision{at: now, allowed: r.Allowed})
 		if r.Limit != p.Limit {
 			fail("at %d: limit %d, want %d", now, r.Limit, p.Limit)
@@ -303,10 +303,10 @@ func offer(t *testing.T, p *Params, arrivals []int64, checkReset bool) (log []de
 				fail("at %d: retry after %v is not positive", now, r.RetryAfter)
 				continue
 			}
-			if !st.Decide(now+int64(r.RetryAfter), p).Allowed {
+			if !st.Decide(now+int64(r.RetryAfter), p, 1).Allowed {
 				fail("at %d: denied after waiting retry after %v", now, r.RetryAfter)
 			}
-			if st.Decide(now+int64(r.RetryAfter)-1, p).Allowed {
+			if st.Decide(now+int64(r.RetryAfter)-1, p, 1).Allowed {
 				fail("at %d: admitted 1ns before retry after %v", now, r.RetryAfter)
 			}
 			if r.Reset < r.RetryAfter {
@@ -323,7 +323,7 @@ func offer(t *testing.T, p *Params, arrivals []int64, checkReset bool) (log []de
 		if r.RetryAfter != 0 {
 			fail("at %d: admitted with retry after %v", now, r.RetryAfter)
 		}
-		st.Commit(now, p)
+		st.Commit(now, p, 1)
 		admitted = append(admitted, now)
 		if checkReset && (st.Idle(now+int64(r.Reset)-1, p) || !st.Idle(now+int64(r.Reset), p)) {
 			fail("at %d: reset %v is not when the state becomes idle", now, r.Reset)
@@ -549,10 +549,10 @@ func TestIdle(t *testing.T) {
 			st := newState(t, tt.p)
 			for _, at := range tt.counts {
 				now := t0.Add(at).UnixNano()
-				if !st.Decide(now, tt.p).Allowed {
+				if !st.Decide(now, tt.p, 1).Allowed {
 					t.Fatalf("count at t0%+v: denied", at)
 				}
-				st.Commit(now, tt.p)
+				st.Commit(now, tt.p, 1)
 			}
 			if got := st.Idle(t0.Add(tt.at).UnixNano(), tt.p); got != tt.want {
 				t.Errorf("Idle(t0%+v): got %v, want %v", tt.at, got, tt.want)
@@ -627,13 +627,13 @@ func TestUncountedReset(t *testing.T) {
 			st := newState(t, tt.p)
 			for _, at := range tt.counts {
 				now := t0.Add(at).UnixNano()
-				if !st.Decide(now, tt.p).Allowed {
+				if !st.Decide(now, tt.p, 1).Allowed {
 					t.Fatalf("count at t0%+v: denied", at)
 				}
-				st.Commit(now, tt.p)
+				st.Commit(now, tt.p, 1)
 			}
 			now := t0.Add(tt.at).UnixNano()
-			if r := st.Decide(now, tt.p); r.Allowed != tt.allow || r.Reset != tt.reset {
+			if r := st.Decide(now, tt.p, 1); r.Allowed != tt.allow || r.Reset != tt.reset {
 				t.Errorf("Decide(t0%+v): got allowed %v, reset %v; want %v, %v", tt.at, r.Allowed, r.Reset, tt.allow, tt.reset)
 			}
 			if got := st.UncountedReset(now, tt.p); got != tt.uncounted {
@@ -664,7 +664,7 @@ func TestUncountedResetIsWhenIdle(t *testing.T) {
 				st := newState(t, p)
 				start := t0.UnixNano() + rng.Int64N(int64(p.Window))
 				for _, now := range arrivals(rng, p, start, time.Nanosecond) {
-					r := st.Decide(now, p)
+					r := st.Decide(now, p, 1)
 					u := st.UncountedReset(now, p)
 					msg := ""
 					switch {
@@ -685,7 +685,7 @@ func TestUncountedResetIsWhenIdle(t *testing.T) {
 						}
 					}
 					if r.Allowed {
-						st.Commit(now, p)
+						st.Commit(now, p, 1)
 					}
 				}
 			}

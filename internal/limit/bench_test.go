@@ -27,12 +27,12 @@ func BenchmarkSlidingWindow(b *testing.B) {
 			p := swParams(tt.limit, time.Second, tt.precision)
 			st := slidingWindow{}.NewState(p)
 			now := t0.UnixNano()
-			st.Commit(now, p)
+			st.Commit(now, p, 1)
 			b.ReportAllocs()
 			for b.Loop() {
 				now += int64(time.Microsecond)
-				if st.Decide(now, p).Allowed {
-					st.Commit(now, p)
+				if st.Decide(now, p, 1).Allowed {
+					st.Commit(now, p, 1)
 				}
 			}
 		})
@@ -251,15 +251,15 @@ func BenchmarkAlgorithms(b *testing.B) {
 				st := newState(b, p)
 				now := t0.UnixNano()
 				for range 200 {
-					if st.Decide(now, p).Allowed {
-						st.Commit(now, p)
+					if st.Decide(now, p, 1).Allowed {
+						st.Commit(now, p, 1)
 					}
 				}
 				b.ReportAllocs()
 				for b.Loop() {
 					now += int64(time.Microsecond)
-					if st.Decide(now, p).Allowed {
-						st.Commit(now, p)
+					if st.Decide(now, p, 1).Allowed {
+						st.Commit(now, p, 1)
 					}
 				}
 			})

@@ -2,6 +2,7 @@ package limit
 
 import (
 	_ "embed"
+	"math"
 	"time"
 )
 
@@ -29,8 +30,8 @@ func (fixedWindow) NewState(*Params) State { return &fwState{} }
 
 // fwState is the state of one fixed_window counter: count requests were
 // counted in window win (see span). The zero value is a fresh counter.
-// count never exceeds the largest Limit it was checked against, so it
-// fits in 32 bits (MaxLimit).
+// count exceeds the Limit only by charges (State.Commit), and saturates
+// at the largest uint32.
 type fwState struct {
 	win   int64
 	count uint32
@@ -67,7 +68,7 @@ func (s *fwState) view(now int64, p *Params) (win, end, count int64) {
 	return win, end, int64(s.count)
 }
 
-func (s *fwState) Decide(now int64, p *Params) Result {
+func (s *fwState) Decide(now int64, p *Params, n int64) Result {
 	if r, ok := fixed(p); ok {
 		return r
 	}
@@ -76,8 +77,8 @@ func (s *fwState) Decide(now int64, p *Params) Result {
 	// counter is fully replenished and, for a denied request, the first
 	// instant it would be admitted.
 	end := time.Duration(e - now)
-	if count < p.Limit {
-		return Result{Allowed: true, Limit: p.Limit, Remaining: p.Limit - count - 1, Reset: end}
+	if count+n <= p.Limit {
+		return Result{Allowed: true, Limit: p.Limit, Remaining: p.Limit - count - n, Reset: end}
 	}
 	return Result{Limit: p.Limit, Reset: end, RetryAfter: end}
 }
@@ -93,12 +94,12 @@ func (s *fwState) UncountedReset(now int64, p *Params) time.Duration {
 	return time.Duration(end - now)
 }
 
-func (s *fwState) Commit(now int64, p *Params) {
+func (s *fwState) Commit(now int64, p *Params, n int64) {
 	if p.Limit < 0 {
 		return
 	}
 	win, _, count := s.view(now, p)
-	s.win, s.count = win, uint32(count)+1
+	s.win, s.count = win, uint32(min(count+n, math.MaxUint32))
 }
 
 func (s *fwState) Idle(now int64, p *Params) bool {

@@ -20,19 +20,19 @@ function M.decide(key, p, now, v)
     count = sc
   end
   local e = stop - now
-  if count < p.limit then
+  if count + p.cost <= p.limit then
     local u = 0
     if count > 0 then
       u = e
     end
-    return { ok = true, remaining = p.limit - count - 1, reset = e, retry = 0, uncounted = u, win = win, stop = stop, count = count }
+    return { ok = true, remaining = p.limit - count - p.cost, reset = e, retry = 0, uncounted = u, win = win, stop = stop, count = count }
   end
-  return { ok = false, remaining = 0, reset = e, retry = e }
+  return { ok = false, remaining = 0, reset = e, retry = e, win = win, stop = stop, count = count }
 end
 
 function M.commit(key, p, now, r, set)
   put(set, 'w', r.win)
-  put(set, 'c', r.count + r.units)
+  put(set, 'c', r.count + p.cost)
   return r.stop
 end
 

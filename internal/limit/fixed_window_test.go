@@ -164,8 +164,8 @@ func TestFixedWindowBoundaryBurst(t *testing.T) {
 		var admitted []int64
 		for _, at := range []int64{edge - 1, edge} {
 			for range p.Limit + 1 {
-				if st.Decide(at, p).Allowed {
-					st.Commit(at, p)
+				if st.Decide(at, p, 1).Allowed {
+					st.Commit(at, p, 1)
 					admitted = append(admitted, at)
 				}
 			}

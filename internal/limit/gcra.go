@@ -129,15 +129,17 @@ func rescale(ns int64, f, from uint32, to int64) rat {
 	return rat{ns, n}
 }
 
-// gcraCheck decides a request at now against a bucket whose debt runs
-// until due. It reports whether the bucket admits it, and the Result of
-// a denial when it does not. fresh is a bucket that was never used.
-func gcraCheck(due rat, fresh bool, now int64, p *Params) (Result, bool) {
+// gcraCheck decides a request of n units (1 ≤ n ≤ capacity) at now
+// against a bucket whose debt runs until due: it is admitted while due -
+// (b-n)·T ≤ now, when n tokens are left (x/time/rate's AllowN). It
+// reports whether the bucket admits it, and the Result of a denial when
+// it does not. fresh is a bucket that was never used.
+func gcraCheck(due rat, fresh bool, now int64, p *Params, n int64) (Result, bool) {
 	if fresh {
 		return Result{}, true
 	}
-	// tolerance is (b-1)·T, within intervals' range once p is valid.
-	tolerance, _ := intervals(capacity(p)-1, p)
+	// tolerance is (b-n)·T, within intervals' range once p is valid.
+	tolerance, _ := intervals(capacity(p)-n, p)
 	if due.cmp(rat{now + tolerance.ns, tolerance.frac}) <= 0 {
 		return Result{}, true
 	}

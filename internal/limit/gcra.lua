@@ -91,11 +91,12 @@ local function untildue(dn, df, now)
   return rceil(dn, df) - now
 end
 
--- gcracheck decides a request at now against a used bucket whose debt
--- runs until due = dn + df/limit. It returns true, or false and the
--- result of a denial.
+-- gcracheck decides a request of p.cost units at now against a used
+-- bucket whose debt runs until due = dn + df/limit: it is admitted while
+-- due - (b-cost)·T ≤ now. It returns true, or false and the result of a
+-- denial.
 local function gcracheck(dn, df, now, p)
-  local tn, tf = intervals(capacity(p) - 1, p)
+  local tn, tf = intervals(capacity(p) - p.cost, p)
   if rcmp(dn, df, now + tn, tf) <= 0 then
     return true
   end

@@ -54,26 +54,27 @@ func (s *lbState) empty(p *Params) (rat, bool) {
 	return rescale(s.due, s.dueF, s.den, p.Limit), false
 }
 
-// next returns when the bucket is empty after one more request at now.
-func (s *lbState) next(now int64, p *Params) rat {
+// next returns when the bucket is empty after a request of k units at
+// now: k intervals later than when it is empty now.
+func (s *lbState) next(now int64, p *Params, k int64) rat {
 	due, _ := s.empty(p)
-	t, _ := intervals(1, p)
+	t, _ := intervals(k, p)
 	return ratMax(due, rat{now, 0}).add(t, p.Limit)
 }
 
-func (s *lbState) Decide(now int64, p *Params) Result {
+func (s *lbState) Decide(now int64, p *Params, n int64) Result {
 	if r, ok := fixed(p); ok {
 		return r
 	}
 	due, fresh := s.empty(p)
-	if r, ok := gcraCheck(due, fresh, now, p); !ok {
+	if r, ok := gcraCheck(due, fresh, now, p, n); !ok {
 		return r
 	}
-	d := s.next(now, p).sub(rat{now, 0}, p.Limit)
+	d := s.next(now, p, n).sub(rat{now, 0}, p.Limit)
 	return Result{
 		Allowed:   true,
 		Limit:     p.Limit,
-		Remaining: capacity(p) - spans(d, p),
+		Remaining: max(capacity(p)-spans(d, p), 0),
 		Reset:     time.Duration(d.ceil()),
 	}
 }
@@ -86,11 +87,11 @@ func (s *lbState) UncountedReset(now int64, p *Params) time.Duration {
 	return untilDue(due, fresh, now)
 }
 
-func (s *lbState) Commit(now int64, p *Params) {
+func (s *lbState) Commit(now int64, p *Params, n int64) {
 	if p.Limit <= 0 {
 		return
 	}
-	due := s.next(now, p)
+	due := s.next(now, p, n)
 	s.due, s.dueF, s.den = due.ns, uint32(due.frac), uint32(p.Limit)
 }
 

@@ -7,6 +7,16 @@ function M.fields()
   return { 'd', 'f', 'n' }
 end
 
+-- nxt returns when the bucket is empty after a request of p.cost units
+-- at now, given when it is empty now (dn, df; nil for a fresh bucket).
+local function nxt(dn, df, now, p)
+  if dn == nil or rcmp(dn, df, now, 0) < 0 then
+    dn, df = now, 0
+  end
+  local tn, tf = intervals(p.cost, p)
+  return radd(dn, df, tn, tf, p.limit)
+end
+
 function M.decide(key, p, now, v)
   -- When the bucket is empty, in p's denominator; nil for a fresh one.
   local dn, df
@@ -17,24 +27,24 @@ function M.decide(key, p, now, v)
   if dn ~= nil then
     local ok, r = gcracheck(dn, df, now, p)
     if not ok then
+      r.dn, r.df = dn, df
       return r
     end
   end
   local u = untildue(dn, df, now)
-  if dn == nil or rcmp(dn, df, now, 0) < 0 then
-    dn, df = now, 0
-  end
-  local tn, tf = intervals(1, p)
-  local nn, nf = radd(dn, df, tn, tf, p.limit)
+  local nn, nf = nxt(dn, df, now, p)
   local d, f = rsub(nn, nf, now, 0, p.limit)
-  return { ok = true, remaining = capacity(p) - spans(d, f, p), reset = rceil(d, f), retry = 0, uncounted = u, n = nn, f = nf }
+  return { ok = true, remaining = capacity(p) - spans(d, f, p), reset = rceil(d, f), retry = 0, uncounted = u, dn = dn, df = df }
 end
 
+-- commit counts p.cost units, which decide may have decided for another
+-- cost (a charge), from the bucket as decide found it.
 function M.commit(key, p, now, r, set)
-  put(set, 'd', r.n)
-  put(set, 'f', r.f)
+  local nn, nf = nxt(r.dn, r.df, now, p)
+  put(set, 'd', nn)
+  put(set, 'f', nf)
   put(set, 'n', p.limit)
-  return rceil(r.n, r.f)
+  return rceil(nn, nf)
 end
 
 return M

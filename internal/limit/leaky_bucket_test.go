@@ -104,11 +104,11 @@ func TestLeakyBucketGuarantee(t *testing.T) {
 			tb.Algorithm = "token_bucket"
 			st := newState(t, &tb)
 			for i, d := range log {
-				if got := st.Decide(d.at, &tb).Allowed; got != d.allowed {
+				if got := st.Decide(d.at, &tb, 1).Allowed; got != d.allowed {
 					t.Fatalf("decision %d at %d: token bucket allowed %v, leaky bucket %v", i, d.at, got, d.allowed)
 				}
 				if d.allowed {
-					st.Commit(d.at, &tb)
+					st.Commit(d.at, &tb, 1)
 				}
 			}
 			if !slices.IsSorted(admitted) {

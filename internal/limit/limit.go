@@ -203,6 +203,52 @@ type Request struct {
 	// part of Key before its first "|" (the app ID of the proxy's keys).
 	// The memory store ignores it.
 	Tag string
+	// Cost is the number of units the request takes from the limit, all
+	// or none: the limit admits it only if it has room for Cost units,
+	// and counts Cost units when the request is admitted. A Cost above
+	// the limit's Capacity is never admitted. 0 means 1, so that the zero
+	// value asks for one request's worth.
+	Cost int64
+	// Defer reports whether the request is admitted when the limit has
+	// room for Cost units but counted for none of them: what it costs is
+	// known only later (from the upstream's response), and is counted
+	// then with a Charge. Its Result reads as for a request that was not
+	// counted.
+	Defer bool
+	// Charge reports whether the request counts Cost units after the
+	// fact rather than asks for a decision: they are counted whatever the
+	// limit and the call's other requests decide, even past the limit,
+	// which then denies until it has drained that far. A charge neither
+	// denies the call nor starts a lockout. Its Result describes the limit
+	// as the charge left it, for a next request of one unit: Allowed
+	// reports whether one would be admitted, and Remaining is never below
+	// 0.
+	Charge bool
+}
+
+// units returns the number of units of r: Cost, or 1 when it is 0.
+func (r *Request) units() int64 {
+	if r.Cost > 0 {
+		return r.Cost
+	}
+	return 1
+}
+
+// Capacity returns the largest Cost a request can ever be admitted with
+// under p: the bucket's Burst for token_bucket and leaky_bucket when set,
+// else Limit. It is not meaningful for an unlimited limit (-1).
+func (p *Params) Capacity() int64 {
+	return capacity(p)
+}
+
+// tooCostly returns the Result of a request of n units that p can never
+// admit (n above its Capacity), and whether it is one. Like a limit of 0,
+// it gives one window as the conventional wait.
+func tooCostly(p *Params, n int64) (Result, bool) {
+	if p.Limit <= 0 || n <= capacity(p) {
+		return Result{}, false
+	}
+	return Result{Limit: p.Limit, Reset: p.Window, RetryAfter: p.Window}, true
 }
 
 // Result is the outcome of one Request.
@@ -232,7 +278,9 @@ type Store interface {
 	// Request into res, which must be at least as long as reqs. It reports
 	// whether every non-shadow request was admitted; only then is the
 	// request counted, against every limit that admitted it (shadow limits
-	// that denied are not counted). When it reports false nothing is
+	// that denied are not counted), for its Cost (none for Defer). Charge
+	// requests are counted whatever the others decide and do not take
+	// part in the decision. When it reports false nothing is
 	// counted, but a non-shadow limit with Params.Lock that denied starts
 	// its lockout. Each Result describes its limit as the decision left
 	// it: a limit that admitted a request that was not counted reports
@@ -292,11 +340,14 @@ type RedisAlgorithm interface {
 // State is the per-key state of an Algorithm. The store serializes calls.
 // now is nanoseconds since the Unix epoch; a State never reads the clock.
 type State interface {
-	// Decide reports what admitting one request at now would give,
-	// without changing the state: a store decides all of a request's
-	// limits before it counts the request against any of them. When it
-	// admits, Remaining and Reset are those after counting the request.
-	Decide(now int64, p *Params) Result
+	// Decide reports what admitting a request of n units (1 ≤ n ≤ the
+	// capacity of p) at now would give, without changing the state: a
+	// store decides all of a request's limits before it counts the
+	// request against any of them. It admits only if the limit has room
+	// for all n units. When it admits, Remaining and Reset are those after
+	// counting them. The state may have been counted past the limit
+	// (Commit); Remaining is never negative.
+	Decide(now int64, p *Params, n int64) Result
 	// UncountedReset returns the time from now until the limit is fully
 	// replenished with nothing more counted: the Reset of a request
 	// decided at now that is not counted, 0 when the limit is full. It
@@ -305,9 +356,11 @@ type State interface {
 	// limit denied it, or the key is locked out), since Decide's Reset
 	// counts the request.
 	UncountedReset(now int64, p *Params) time.Duration
-	// Commit counts one admitted request at now. It is called only after
-	// Decide at the same now admitted it.
-	Commit(now int64, p *Params)
+	// Commit counts n ≥ 1 units at now. It is called after Decide at the
+	// same now admitted a request of n units, and for a charge
+	// (Request.Charge), which is counted even past the limit: the state
+	// then denies until it has drained that far.
+	Commit(now int64, p *Params, n int64)
 	// Idle reports whether the state at now is indistinguishable from a
 	// fresh one, so that the store may evict it.
 	Idle(now int64, p *Params) bool

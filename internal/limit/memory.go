@@ -384,21 +384,31 @@ func (m *Memory) Allow(_ context.Context, now time.Time, reqs []Request, res []R
 			return false, err
 		}
 		ents[i] = e
-		e.decide(ns, r.Params, &res[i])
+		if r.Charge {
+			continue
+		}
+		e.decide(ns, r.Params, r.units(), &res[i])
 		if !res[i].Allowed && !r.Shadow {
 			allowed = false
 		}
 	}
 	for i, e := range ents {
+		if reqs[i].Charge {
+			e.charge(ns, &reqs[i], &res[i])
+			continue
+		}
 		e.settle(ns, &reqs[i], &res[i], allowed)
 	}
 	return allowed, nil
 }
 
-// decide writes the entry's Result for one more request at ns, lockout
-// included, to res. Its shard is locked.
-func (e *entry) decide(ns int64, p *Params, res *Result) {
-	*res = e.state.Decide(ns, p)
+// decide writes the entry's Result for a request of n units at ns,
+// lockout included, to res. Its shard is locked.
+func (e *entry) decide(ns int64, p *Params, n int64, res *Result) {
+	var ok bool
+	if *res, ok = tooCostly(p, n); !ok {
+		*res = e.state.Decide(ns, p, n)
+	}
 	if e.lockedUntil > ns {
 		if res.Allowed {
 			res.Reset = e.state.UncountedReset(ns, p)
@@ -420,10 +430,26 @@ func (e *entry) settle(ns int64, r *Request, res *Result, allowed bool) {
 		}
 		return
 	}
-	if allowed {
-		e.state.Commit(ns, r.Params)
+	if allowed && !r.Defer {
+		if r.Params.Limit > 0 {
+			e.state.Commit(ns, r.Params, r.units())
+		}
 	} else if res.Remaining >= 0 {
 		// Decided as if counted; it was not.
+		res.Remaining += r.units()
+		res.Reset = e.state.UncountedReset(ns, r.Params)
+	}
+}
+
+// charge counts a charge (Request.Charge) and writes to res the Result
+// of the limit it leaves, for a next request of one unit, lockout
+// included. Its shard is locked.
+func (e *entry) charge(ns int64, r *Request, res *Result) {
+	if r.Params.Limit > 0 {
+		e.state.Commit(ns, r.Params, r.units())
+	}
+	e.decide(ns, r.Params, 1, res)
+	if res.Allowed && res.Remaining >= 0 {
 		res.Remaining++
 		res.Reset = e.state.UncountedReset(ns, r.Params)
 	}

@@ -445,7 +445,7 @@ func (r *Redis) Ping(ctx context.Context) error {
 // resultsPerLimit the number of values of the reply per limit
 // (redis.lua).
 const (
-	argsPerLimit    = 11
+	argsPerLimit    = 13
 	resultsPerLimit = 6
 )
 
@@ -476,6 +476,7 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 		args[0] = strconv.FormatInt(r.fixedNow(), 10)
 	}
 	var tag0 string
+	charges := false
 	for i := range reqs {
 		q := &reqs[i]
 		p := q.Params
@@ -503,8 +504,15 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 		if q.Shadow {
 			shadow = "1"
 		}
+		mode := ""
+		switch {
+		case q.Charge:
+			mode, charges = "c", true
+		case q.Defer:
+			mode = "d"
+		}
 		args = append(args, p.Algorithm, p.Limit, micros(p.Window), p.Precision, p.Burst,
-			micros(p.Warmup), micros(p.Lock), shadow, calendarArg(p, now), 0, 0)
+			micros(p.Warmup), micros(p.Lock), shadow, calendarArg(p, now), q.units(), mode, 0, 0)
 	}
 
 	start := int64(r.now().Sub(r.epoch))
@@ -521,7 +529,8 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 			return true, nil
 		}
 	}
-	if r.deny != nil && r.deny.lookup(keys, reqs, start, res) {
+	// A charge must reach Redis: it counts whatever the limit says.
+	if r.deny != nil && !charges && r.deny.lookup(keys, reqs, start, res) {
 		r.decisions.Add(1)
 		return false, nil
 	}
@@ -534,7 +543,7 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 		fleet := max(r.fleetSize.Load(), 1)
 		for i := range rates {
 			o := 1 + argsPerLimit*i
-			args[o+9], args[o+10] = rate, fleet
+			args[o+11], args[o+12] = rate, fleet
 		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.callTimeout)

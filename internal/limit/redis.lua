@@ -16,11 +16,13 @@
 -- fmod, muldiv and put defined here.
 --
 -- ARGV[1] is "" (read TIME) or a fixed instant, for tests. Then for each
--- limit, eleven values: algorithm, limit, window (µs), precision, burst,
+-- limit, thirteen values: algorithm, limit, window (µs), precision, burst,
 -- warmup (µs), lock (µs), "1" for a shadow limit, "" or a calendar unit
--- (see calendar below), and for a lease the rate at which the gateway
--- sees the key's requests (per second) and the fleet's size, else 0 and
--- 0.
+-- (see calendar below), the cost in units, the mode: "" to decide and
+-- count, "d" to decide and count nothing (Request.Defer), "c" to count
+-- without deciding (Request.Charge); and for a lease the rate at which the
+-- gateway sees the key's requests (per second) and the fleet's size, else
+-- 0 and 0.
 --
 -- The reply is {allowed, then for each limit: allowed, remaining, reset
 -- (µs), retry after (µs), tokens leased, the time their bucket ends
@@ -89,6 +91,15 @@ end
 local function put(set, field, value)
   set[#set + 1] = field
   set[#set + 1] = value
+end
+
+-- capacity returns the largest cost a request can be admitted with
+-- (Params.Capacity): burst, or limit when burst is 0.
+local function capacity(p)
+  if p.burst > 0 then
+    return p.burst
+  end
+  return p.limit
 end
 
 -- slack is added to every expiry: none on Redis's clock; an hour on a
@@ -161,15 +172,17 @@ end
 --   fields(p, now) returns the names of the fields decide needs first; the
 --     script reads them with its own in one HMGET;
 --   decide(key, p, now, v) returns a result {ok, remaining, reset, retry}
---     (and whatever else commit needs) without writing anything; v maps
+--     for a request of p.cost units (1 ≤ cost ≤ capacity), and whatever
+--     else commit needs, also when not ok, without writing anything; v maps
 --     the names of fields to their values (false when absent, as HMGET
 --     gives them to Lua), and decide may read more fields itself; when
 --     ok, the result also holds uncounted, the reset if the request is
 --     not counted (State.UncountedReset): the time until the limit is
 --     fully replenished as it stands, 0 when it is;
---   commit(key, p, now, r, set) counts one request that decide admitted
---     (r.units of them, for an algorithm with left; else r.units is 1):
---     it appends the fields to write to the list set (name, value, ...),
+--   commit(key, p, now, r, set) counts p.cost units, after decide gave
+--     r for the same state (for a charge, with another cost; for a lease,
+--     with a cost of 1, which the lease raises): it appends the fields to
+--     write to the list set (name, value, ...),
 --     which the script writes with its own in one HSET, and returns the
 --     instant from which the state is as good as fresh, so that the key
 --     can expire then.
@@ -209,9 +222,9 @@ local function expiry(at, p)
 end
 
 local n = #KEYS
-local P, R, L, X, fresh = {}, {}, {}, {}, {}
+local P, R, L, X, fresh, names = {}, {}, {}, {}, {}, {}
 for i = 1, n do
-  local o = 2 + (i - 1) * 11
+  local o = 2 + (i - 1) * 13
   local p = {
     alg = ARGV[o],
     limit = tonumber(ARGV[o + 1]),
@@ -221,9 +234,18 @@ for i = 1, n do
     warmup = tonumber(ARGV[o + 5]),
     lock = tonumber(ARGV[o + 6]),
     shadow = ARGV[o + 7] == '1',
-    rate = tonumber(ARGV[o + 9]),
-    fleet = tonumber(ARGV[o + 10]),
+    cost = tonumber(ARGV[o + 9]),
+    defer = ARGV[o + 10] == 'd',
+    charge = ARGV[o + 10] == 'c',
+    rate = tonumber(ARGV[o + 11]),
+    fleet = tonumber(ARGV[o + 12]),
   }
+  -- A charge is counted whatever it costs; what it reports is the limit
+  -- it leaves, for a next request of one unit.
+  local units = p.cost
+  if p.charge then
+    p.cost = 1
+  end
   p.id = p.alg .. '/' .. ARGV[o + 2] .. '/' .. ARGV[o + 3]
   if ARGV[o + 8] ~= '' then
     p.cal = calendar(ARGV[o + 8], now)
@@ -244,15 +266,16 @@ for i = 1, n do
   local key = KEYS[i]
   -- The store's fields: the shape, the end of a lockout, and the instant
   -- the key expires (µs).
-  local names = { '_id', '_lk', '_x' }
+  local names_i = { '_id', '_lk', '_x' }
   local own = {}
   if p.limit > 0 then
     own = a.fields(p, now)
     for _, f in ipairs(own) do
-      names[#names + 1] = f
+      names_i[#names_i + 1] = f
     end
   end
-  local v = redis.call('HMGET', key, unpack(names))
+  names[i] = names_i
+  local v = redis.call('HMGET', key, unpack(names_i))
   local lk, x = tonumber(v[2]) or 0, tonumber(v[3]) or 0
   local st = {}
   for j, f in ipairs(own) do
@@ -280,20 +303,22 @@ for i = 1, n do
   local r
   if p.limit < 0 then
     r = { ok = true, remaining = -1, reset = 0, retry = 0, uncounted = 0 }
-  elseif p.limit == 0 then
+  elseif p.limit == 0 or p.cost > capacity(p) then
+    -- Blocked, or a cost it can never admit (Params.Capacity).
     r = { ok = false, remaining = 0, reset = p.window, retry = p.window }
   else
     r = a.decide(key, p, now, st)
   end
-  if lk > now then
+  if lk > now and not p.charge then
     r = lockout(r, lk - now)
   end
+  p.units = units
   P[i], R[i], L[i], X[i] = p, r, lk, x
 end
 
 local allowed = true
 for i = 1, n do
-  if not R[i].ok and not P[i].shadow then
+  if not R[i].ok and not P[i].shadow and not P[i].charge then
     allowed = false
   end
 end
@@ -311,18 +336,51 @@ local function write(key, p, set, upto, x, now)
   end
 end
 
+-- charge counts a charge against limit i and returns the result of the
+-- limit it leaves, for a next request of one unit, as Memory's
+-- entry.charge.
+local function charge(i)
+  local p, r, key = P[i], R[i], KEYS[i]
+  if p.limit > 0 then
+    local set = {}
+    p.cost = p.units
+    local idle = p.a.commit(key, p, now, r, set)
+    p.cost = 1
+    if fresh[i] then
+      put(set, '_id', p.id)
+    end
+    write(key, p, set, math.max(idle, L[i]), X[i], now)
+    -- Decide afresh on what was written.
+    local v = redis.call('HMGET', key, unpack(names[i]))
+    local st = {}
+    for j = 4, #names[i] do
+      st[names[i][j]] = v[j]
+    end
+    r = p.a.decide(key, p, now, st)
+  end
+  if L[i] > now then
+    r = lockout(r, L[i] - now)
+  end
+  if r.ok and r.remaining >= 0 then
+    r.remaining = r.remaining + 1
+    r.reset = r.uncounted
+  end
+  return r
+end
+
 local out = { allowed and 1 or 0 }
 for i = 1, n do
   local p, r, key = P[i], R[i], KEYS[i]
-  if not r.ok then
+  if p.charge then
+    r = charge(i)
+  elseif not r.ok then
     if p.lock > 0 and not p.shadow and L[i] <= now then
       local lk = now + p.lock
       write(key, p, { '_id', p.id, '_lk', lk }, lk, X[i], now)
       r = lockout(r, p.lock)
     end
-  elseif allowed then
-    r.units = 1
-    if p.limit > 0 and p.rate > 0 and p.a.left then
+  elseif allowed and not p.defer then
+    if p.limit > 0 and p.rate > 0 and p.cost == 1 and p.a.left then
       -- A lease: what the rate uses in the next 15ms or until the
       -- bucket ends, within the room left (r.remaining + 1 with this
       -- request) / (2 × fleet). Tokens left when the bucket ends are lost
@@ -330,8 +388,8 @@ for i = 1, n do
       r.span = p.a.left(p, now, r)
       local room = r.remaining + 1
       local want = math.ceil(p.rate * math.min(r.span, 15000) / 1000000)
-      r.units = math.max(math.min(want, fdiv(room, 2 * math.max(p.fleet, 1)), room), 1)
-      r.remaining = r.remaining - (r.units - 1)
+      p.cost = math.max(math.min(want, fdiv(room, 2 * math.max(p.fleet, 1)), room), 1)
+      r.remaining = r.remaining - (p.cost - 1)
     end
     if p.limit > 0 then
       local set = {}
@@ -343,14 +401,14 @@ for i = 1, n do
     end
   elseif r.remaining >= 0 then
     -- Decided as if counted; it was not.
-    r.remaining = r.remaining + 1
+    r.remaining = r.remaining + p.cost
     r.reset = r.uncounted
   end
   out[#out + 1] = r.ok and 1 or 0
   out[#out + 1] = r.remaining
   out[#out + 1] = r.reset
   out[#out + 1] = r.retry
-  out[#out + 1] = r.span and r.units or 0
+  out[#out + 1] = r.span and p.cost or 0
   out[#out + 1] = r.span or 0
 end
 out[#out + 1] = overflowed

@@ -66,12 +66,13 @@ func newLeases(max int) *leases {
 }
 
 // leasable reports whether reqs may be decided with leases: every limit
-// is a counted window limit, not a dry run and without a lockout (a lease
-// never denies, so it could not start one).
+// is a counted window limit of one unit (not deferred, not a charge), not
+// a dry run and without a lockout (a lease never denies, so it could not
+// start one).
 func leasable(reqs []Request) bool {
 	for i := range reqs {
 		p := reqs[i].Params
-		if reqs[i].Shadow || p.Lock > 0 || p.Limit <= 0 ||
+		if reqs[i].Shadow || p.Lock > 0 || p.Limit <= 0 || reqs[i].units() != 1 || reqs[i].Defer || reqs[i].Charge ||
 			(p.Algorithm != "fixed_window" && p.Algorithm != "sliding_window") {
 			return false
 		}

@@ -211,7 +211,26 @@ func TestRedisMatchesMemory(t *testing.T) {
 			}
 			for seed := range redisSeeds {
 				rng := rand.New(rand.NewPCG(uint64(seed), uint64(len(alg))))
-				compareStores(t, red, clock, rng, alg, fmt.Sprintf("%s-%d", alg, seed))
+				compareStores(t, red, clock, rng, alg, fmt.Sprintf("%s-%d", alg, seed), false)
+			}
+		})
+	}
+}
+
+// TestRedisMatchesMemoryCosts is TestRedisMatchesMemory with costs:
+// requests of several units up to the limit's capacity, deferred ones
+// (Request.Defer) and charges (Request.Charge) of up to twice the
+// capacity, which take limits past their limit.
+func TestRedisMatchesMemoryCosts(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, alg := range Algorithms() {
+		t.Run(alg, func(t *testing.T) {
+			t.Parallel()
+			red, clock := newFixedRedis(t, srv)
+			for seed := range redisSeeds {
+				rng := rand.New(rand.NewPCG(uint64(seed), uint64(len(alg))+100))
+				compareStores(t, red, clock, rng, alg, fmt.Sprintf("%s-cost-%d", alg, seed), true)
 			}
 		})
 	}
@@ -227,7 +246,9 @@ func renameApp(reqs []Request, app string) []Request {
 	return out
 }
 
-func compareStores(t *testing.T, red *Redis, clock *fixedClock, rng *rand.Rand, alg, app string) {
+// compareStores runs one random sequence through both stores; with
+// costs, its requests have costs and some are deferred or charges.
+func compareStores(t *testing.T, red *Redis, clock *fixedClock, rng *rand.Rand, alg, app string, costs bool) {
 	t.Helper()
 	pair := newStorePair(t, red, clock)
 	keys := []string{app + "|", app + "|/a", app + "|/b"}
@@ -275,6 +296,17 @@ func compareStores(t *testing.T, red *Redis, clock *fixedClock, rng *rand.Rand, 
 		reqs := make([]Request, len(shape))
 		for j, i := range shape {
 			reqs[j] = Request{Key: keys[i], Params: params[i], Shadow: shadow[i]}
+			if costs {
+				c := max(params[i].Capacity(), 1)
+				switch rng.IntN(10) {
+				case 0, 1, 2:
+					reqs[j].Charge, reqs[j].Cost = true, 1+rng.Int64N(2*c)
+				case 3, 4:
+					reqs[j].Defer, reqs[j].Cost = true, 1+rng.Int64N(c)
+				default:
+					reqs[j].Cost = 1 + rng.Int64N(c)
+				}
+			}
 		}
 		pair.allow(now, reqs, func() string { return fmt.Sprintf("%s step %d (reload: %q)", app, step, what) })
 	}
@@ -311,6 +343,9 @@ type pairKey struct {
 	memFull, redFull int64
 	// lockedUntil is the end of the key's lockout in µs, 0 for none.
 	lockedUntil int64
+	// unknown reports whether memFull and redFull are not known: a charge
+	// during a lockout reports the lockout's end, not the state's.
+	unknown bool
 }
 
 func newStorePair(t *testing.T, red *Redis, clock *fixedClock) *storePair {
@@ -337,7 +372,8 @@ func (sp *storePair) allow(now int64, reqs []Request, where func() string) {
 		var b strings.Builder
 		fmt.Fprintf(&b, "%s at +%dµs:", where(), now-us0)
 		for j := range reqs {
-			fmt.Fprintf(&b, "\n  %s %+v shadow=%v\n    memory %+v\n    redis  %+v", reqs[j].Key, *reqs[j].Params, reqs[j].Shadow, mres[j], rres[j])
+			fmt.Fprintf(&b, "\n  %s %+v shadow=%v cost=%d defer=%v charge=%v\n    memory %+v\n    redis  %+v",
+				reqs[j].Key, *reqs[j].Params, reqs[j].Shadow, reqs[j].Cost, reqs[j].Defer, reqs[j].Charge, mres[j], rres[j])
 		}
 		return b.String()
 	}
@@ -357,7 +393,7 @@ func (sp *storePair) allow(now int64, reqs []Request, where func() string) {
 		case k.params.Identity(p):
 			k.rescaled++
 		default:
-			k.rescaled, k.memFull, k.redFull = 0, 0, 0
+			k.rescaled, k.memFull, k.redFull, k.unknown = 0, 0, 0, false
 		}
 		k.params = *p
 		if p.Lock == 0 {
@@ -368,14 +404,24 @@ func (sp *storePair) allow(now int64, reqs []Request, where func() string) {
 			t.Fatalf("results differ\n%s", describe())
 		}
 		sp.retry = max(sp.retry, int64(r.RetryAfter/time.Microsecond))
-		if !r.Allowed && !q.Shadow && p.Lock > 0 && k.lockedUntil <= now {
+		if !r.Allowed && !q.Shadow && !q.Charge && p.Lock > 0 && k.lockedUntil <= now {
 			k.lockedUntil = now + int64(p.Lock/time.Microsecond)
 		}
 		if p.Limit <= 0 {
 			continue // no state: Reset is 0, or a window for a blocked limit
 		}
-		if mok && r.Allowed {
+		if q.Charge {
+			// Counted: the Reset is the state's time to full, unless a
+			// lockout's end hides it.
+			k.unknown = k.lockedUntil > now
 			k.memFull, k.redFull = now*1000+int64(m.Reset), now+int64(r.Reset/time.Microsecond)
+			continue
+		}
+		if mok && r.Allowed && !q.Defer {
+			k.memFull, k.redFull, k.unknown = now*1000+int64(m.Reset), now+int64(r.Reset/time.Microsecond), false
+			continue
+		}
+		if k.unknown {
 			continue
 		}
 		// Not counted: the state's own time to full, or the lockout's.

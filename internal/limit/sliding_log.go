@@ -86,27 +86,30 @@ func (s *slState) view(now, limit, w int64) (at int64, first int) {
 	return at, lo
 }
 
-func (s *slState) Decide(now int64, p *Params) Result {
+func (s *slState) Decide(now int64, p *Params, n int64) Result {
 	if r, ok := fixed(p); ok {
 		return r
 	}
 	w := window(p)
 	at, first := s.view(now, p.Limit, w)
 	counted := int64(int(s.n) - first)
-	if counted < p.Limit {
+	if counted+n <= p.Limit {
 		// Counted at at, this request is the newest: everything has aged
 		// out when it has.
 		return Result{
 			Allowed:   true,
 			Limit:     p.Limit,
-			Remaining: p.Limit - counted - 1,
+			Remaining: p.Limit - counted - n,
 			Reset:     time.Duration(at + w + 1 - now),
 		}
 	}
+	// Denied: counted > Limit - n ≥ 0. The request fits once the oldest
+	// counted+n-Limit of the counted admissions have aged out.
+	oldest := first + int(min(counted+n-p.Limit, counted)) - 1
 	return Result{
 		Limit:      p.Limit,
 		Reset:      time.Duration(s.at(int(s.n)-1) + w + 1 - now),
-		RetryAfter: time.Duration(s.at(first) + w + 1 - now),
+		RetryAfter: time.Duration(s.at(oldest) + w + 1 - now),
 	}
 }
 
@@ -121,7 +124,11 @@ func (s *slState) UncountedReset(now int64, p *Params) time.Duration {
 	return time.Duration(max(s.at(int(s.n)-1)+window(p)+1-now, 0))
 }
 
-func (s *slState) Commit(now int64, p *Params) {
+// Commit logs n admissions at the same instant. The ring keeps the last
+// len(ts) of them: a charge past the limit shows as a full log of its
+// instant, which denies until the instant has aged out, exactly as the
+// whole charge would.
+func (s *slState) Commit(now int64, p *Params, n int64) {
 	if p.Limit < 0 {
 		return
 	}
@@ -129,19 +136,21 @@ func (s *slState) Commit(now int64, p *Params) {
 	if int64(len(s.ts)) < p.Limit {
 		s.grow(int(min(p.Limit, MaxLogLimit)))
 	}
-	if int(s.n) < len(s.ts) {
-		s.n++
-	} else {
-		s.head++
-		if int(s.head) == len(s.ts) {
-			s.head = 0
+	for range min(n, int64(len(s.ts))) {
+		if int(s.n) < len(s.ts) {
+			s.n++
+		} else {
+			s.head++
+			if int(s.head) == len(s.ts) {
+				s.head = 0
+			}
 		}
+		j := int(s.head) + int(s.n) - 1
+		if j >= len(s.ts) {
+			j -= len(s.ts)
+		}
+		s.ts[j] = at
 	}
-	j := int(s.head) + int(s.n) - 1
-	if j >= len(s.ts) {
-		j -= len(s.ts)
-	}
-	s.ts[j] = at
 }
 
 // grow resizes the ring to size, keeping the admissions in order. It runs

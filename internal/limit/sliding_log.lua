@@ -43,14 +43,17 @@ function M.decide(key, p, now, v)
   local w = p.window
   local t, first, newest = view(key, st, now, p.limit, w)
   local counted = st.n - first
-  if counted < p.limit then
+  if counted + p.cost <= p.limit then
     local u = 0
     if newest ~= nil then
       u = math.max(newest + w + 1 - now, 0)
     end
-    return { ok = true, remaining = p.limit - counted - 1, reset = t + w + 1 - now, retry = 0, uncounted = u, st = st, t = t }
+    return { ok = true, remaining = p.limit - counted - p.cost, reset = t + w + 1 - now, retry = 0, uncounted = u, st = st, t = t }
   end
-  return { ok = false, remaining = 0, reset = newest + w + 1 - now, retry = at(key, st, first) + w + 1 - now }
+  -- Denied: the request fits once the oldest counted+cost-limit of the
+  -- counted admissions have aged out.
+  local oldest = first + math.min(counted + p.cost - p.limit, counted) - 1
+  return { ok = false, remaining = 0, reset = newest + w + 1 - now, retry = at(key, st, oldest) + w + 1 - now, st = st, t = t }
 end
 
 -- grow resizes the ring to size, keeping the admissions in order, in set.
@@ -74,19 +77,22 @@ function M.commit(key, p, now, r, set)
   if st.z < p.limit then
     grow(key, st, p.limit, set)
   end
-  if st.n < st.z then
-    st.n = st.n + 1
-  else
-    st.h = st.h + 1
-    if st.h == st.z then
-      st.h = 0
+  -- The ring keeps the last z of the cost admissions, all at r.t.
+  for _ = 1, math.min(p.cost, st.z) do
+    if st.n < st.z then
+      st.n = st.n + 1
+    else
+      st.h = st.h + 1
+      if st.h == st.z then
+        st.h = 0
+      end
     end
+    local j = st.h + st.n - 1
+    if j >= st.z then
+      j = j - st.z
+    end
+    put(set, j, r.t)
   end
-  local j = st.h + st.n - 1
-  if j >= st.z then
-    j = j - st.z
-  end
-  put(set, j, r.t)
   put(set, 'h', st.h)
   put(set, 'n', st.n)
   put(set, 'z', st.z)

@@ -2,6 +2,7 @@ package limit
 
 import (
 	_ "embed"
+	"math"
 	"time"
 )
 
@@ -73,8 +74,8 @@ func swWidth(p *Params) int64 {
 // Invariants: total is the sum of the P+1 bucket counts; when total > 0,
 // the head slot holds the count of bucket head, which is not zero, and
 // older slot j mod P holds the count of bucket j for head-P ≤ j < head.
-// total never exceeds the largest Limit it was checked against, so it fits
-// in 32 bits (MaxLimit).
+// total exceeds the Limit only by charges (State.Commit), and saturates at
+// the largest uint32.
 type swState struct {
 	// head is the newest bucket that was counted into.
 	head   int64
@@ -121,7 +122,7 @@ func (s *swState) view(now, width int64) (b int64, sum uint32) {
 	return b, sum
 }
 
-func (s *swState) Decide(now int64, p *Params) Result {
+func (s *swState) Decide(now int64, p *Params, cost int64) Result {
 	if r, ok := fixed(p); ok {
 		return r
 	}
@@ -131,13 +132,13 @@ func (s *swState) Decide(now int64, p *Params) Result {
 	old := s.older()
 	np := int64(len(old))
 	n := np + 1
-	if int64(sum) < limit {
+	if int64(sum)+cost <= limit {
 		// Counted in bucket b, this request is the last to age out, at
 		// the start of bucket b+n.
-		return Result{Allowed: true, Limit: limit, Remaining: limit - int64(sum) - 1, Reset: time.Duration((b+n)*width - now)}
+		return Result{Allowed: true, Limit: limit, Remaining: limit - int64(sum) - cost, Reset: time.Duration((b+n)*width - now)}
 	}
 
-	// Denied: sum ≥ limit ≥ 1, so the ring is not empty and
+	// Denied: sum > limit - cost ≥ 0, so the ring is not empty and
 	// head ≤ b ≤ head+P. With no other traffic, moving to bucket b+k
 	// retires bucket j = b+k-n, from b-P on; buckets after head hold
 	// nothing. The request fits once enough have aged out. The head
@@ -145,7 +146,7 @@ func (s *swState) Decide(now int64, p *Params) Result {
 	// newest requests: once it ages out, at head+n, everything has.
 	reset := time.Duration((s.head+n)*width - now)
 	res := Result{Limit: limit, Reset: reset, RetryAfter: reset}
-	if int64(s.counts[swHead]) >= limit {
+	if int64(s.counts[swHead]) > limit-cost {
 		// Only the head bucket aging out makes room: the common case of
 		// a key denied in a burst.
 		return res
@@ -154,7 +155,7 @@ func (s *swState) Decide(now int64, p *Params) Result {
 	slot := mod(b-np, np) // of bucket b-P
 	for j := b - np; j < s.head; j++ {
 		left -= int64(old[slot])
-		if left < limit {
+		if left+cost <= limit {
 			res.RetryAfter = time.Duration((j+n)*width - now)
 			return res
 		}
@@ -178,7 +179,7 @@ func (s *swState) UncountedReset(now int64, p *Params) time.Duration {
 	return time.Duration((s.head+int64(len(s.older()))+1)*width - now)
 }
 
-func (s *swState) Commit(now int64, p *Params) {
+func (s *swState) Commit(now int64, p *Params, cost int64) {
 	if p.Limit < 0 {
 		// Unlimited requests are not counted: nothing reads the counts,
 		// and they could overflow 32 bits.
@@ -212,8 +213,9 @@ func (s *swState) Commit(now int64, p *Params) {
 		c[swHead] = 0
 	}
 	s.head = b
-	c[swHead]++
-	*total++
+	add := uint32(min(cost, int64(math.MaxUint32-*total)))
+	c[swHead] += add
+	*total += add
 }
 
 func (s *swState) Idle(now int64, p *Params) bool {

@@ -64,8 +64,8 @@ function M.decide(key, p, now, v)
       end
     end
   end
-  if sum < p.limit then
-    r.ok, r.remaining, r.reset, r.retry = true, p.limit - sum - 1, (b + n) * width - now, 0
+  if sum + p.cost <= p.limit then
+    r.ok, r.remaining, r.reset, r.retry = true, p.limit - sum - p.cost, (b + n) * width - now, 0
     -- Without this request, everything has aged out once the head
     -- bucket, which is never empty, has.
     r.uncounted = 0
@@ -77,29 +77,29 @@ function M.decide(key, p, now, v)
   -- Denied: walk forward bucket by bucket until enough old buckets have
   -- aged out for one more request to fit.
   local all = counts(key, head - n + 1, head, n)
-  local res = { ok = false, remaining = 0, reset = (head + n) * width - now, retry = 0 }
+  r.ok, r.remaining, r.reset, r.retry = false, 0, (head + n) * width - now, 0
   local left = sum
   for k = 1, n do
     local j = b + k - n
     if j <= head then
       left = left - all[j]
     end
-    if left < p.limit then
-      res.retry = (b + k) * width - now
+    if left + p.cost <= p.limit then
+      r.retry = (b + k) * width - now
       break
     end
   end
-  return res
+  return r
 end
 
 function M.commit(key, p, now, r, set)
   local width, n = geometry(p)
   local head, total, b = r.head, r.total, r.b
-  local count = r.units
+  local count = p.cost
   if total == 0 then
     -- Every slot is empty; any bucket may become the head.
   elseif b <= head then
-    count = r.cb + r.units
+    count = r.cb + p.cost
   elseif b - head >= n then
     for i = 0, n - 1 do
       put(set, i, 0)
@@ -114,7 +114,7 @@ function M.commit(key, p, now, r, set)
   end
   put(set, slot(b, n), count)
   put(set, 'h', b)
-  put(set, 't', total + r.units)
+  put(set, 't', total + p.cost)
   return (b + n) * width
 end
 

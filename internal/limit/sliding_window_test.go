@@ -36,7 +36,7 @@ func runSteps(t *testing.T, st State, p *Params, steps []step) {
 			pp = s.params
 		}
 		now := t0.Add(s.at).UnixNano()
-		got := st.Decide(now, pp)
+		got := st.Decide(now, pp, 1)
 		want := Result{Allowed: s.allow, Limit: pp.Limit, Remaining: s.remaining, RetryAfter: s.retryAfter, Reset: s.reset}
 		if got != want {
 			t.Errorf("step %d (t0%+v, limit %d): got %+v, want %+v", i, s.at, pp.Limit, got, want)
@@ -46,7 +46,7 @@ func runSteps(t *testing.T, st State, p *Params, steps []step) {
 			t.Errorf("step %d (t0%+v, limit %d): uncounted reset: got %v, want the denial's %v", i, s.at, pp.Limit, u, got.Reset)
 		}
 		if got.Allowed {
-			st.Commit(now, pp)
+			st.Commit(now, pp, 1)
 		}
 	}
 }
@@ -193,8 +193,8 @@ func TestSlidingWindowNewStateUnvalidated(t *testing.T) {
 	} {
 		st := slidingWindow{}.NewState(p)
 		for _, now := range []int64{0, -1, 1 << 62, -(1 << 62), 5} {
-			if st.Decide(now, p).Allowed {
-				st.Commit(now, p)
+			if st.Decide(now, p, 1).Allowed {
+				st.Commit(now, p, 1)
 			}
 			st.Idle(now, p)
 		}
@@ -248,7 +248,7 @@ func feed(t *testing.T, p *Params, arrivals []int64) []int64 {
 			now = arrivals[i]
 			i++
 		}
-		r := st.Decide(now, p)
+		r := st.Decide(now, p, 1)
 		if r.Remaining < 0 || r.Remaining >= p.Limit {
 			fail("at %d: remaining %d outside 0..%d", now, r.Remaining, p.Limit-1)
 		}
@@ -259,15 +259,15 @@ func feed(t *testing.T, p *Params, arrivals []int64) []int64 {
 				fail("at %d: retry after %v outside (0, (precision+1)·bucket]", now, r.RetryAfter)
 				continue
 			}
-			if !st.Decide(now+int64(r.RetryAfter), p).Allowed {
+			if !st.Decide(now+int64(r.RetryAfter), p, 1).Allowed {
 				fail("at %d: denied after waiting retry after %v", now, r.RetryAfter)
 			}
-			if st.Decide(now+int64(r.RetryAfter)-1, p).Allowed {
+			if st.Decide(now+int64(r.RetryAfter)-1, p, 1).Allowed {
 				fail("at %d: admitted 1ns before retry after %v", now, r.RetryAfter)
 			}
 			continue
 		}
-		st.Commit(now, p)
+		st.Commit(now, p, 1)
 		admitted = append(admitted, now)
 		if now+win <= end && len(admitted)%2 == 0 {
 			echoes = append(echoes, now+win)
@@ -353,8 +353,8 @@ func TestSlidingWindowSteadyStream(t *testing.T) {
 			var arrivals, admitted []int64
 			for now := start; now < end; now += s {
 				arrivals = append(arrivals, now)
-				if st.Decide(now, p).Allowed {
-					st.Commit(now, p)
+				if st.Decide(now, p, 1).Allowed {
+					st.Commit(now, p, 1)
 					admitted = append(admitted, now)
 				}
 			}

@@ -84,8 +84,11 @@ func (s *tbState) view(p *Params) (due, cold rat, fresh bool) {
 	return rescale(s.due, s.dueF, s.den, p.Limit), rescale(s.cold, s.coldF, s.den, p.Limit), false
 }
 
-// next returns due and the coldness after one more request at now.
-func (s *tbState) next(now int64, p *Params) (due, cold rat) {
+// next returns due and the coldness after a request of k units at now:
+// due moves k intervals on, and with a warm-up, spending k intervals of
+// coldness from x0 costs G(x0) - G(x1) more (the extra costs of one unit
+// at a time telescope).
+func (s *tbState) next(now int64, p *Params, k int64) (due, cold rat) {
 	due, cold, fresh := s.view(p)
 	l, w := p.Limit, rat{int64(p.Warmup), 0}
 	n := rat{now, 0}
@@ -96,7 +99,7 @@ func (s *tbState) next(now int64, p *Params) (due, cold rat) {
 		}
 		due = n
 	}
-	cost, _ := intervals(1, p)
+	cost, _ := intervals(k, p)
 	if w.ns > 0 {
 		x0 := cold
 		if x0.cmp(w) > 0 {
@@ -125,15 +128,15 @@ func warmCost(x rat, l, w int64) int64 {
 	return int64(math.Ceil(2 * d * d / float64(w)))
 }
 
-func (s *tbState) Decide(now int64, p *Params) Result {
+func (s *tbState) Decide(now int64, p *Params, n int64) Result {
 	if r, ok := fixed(p); ok {
 		return r
 	}
 	due, _, fresh := s.view(p)
-	if r, ok := gcraCheck(due, fresh, now, p); !ok {
+	if r, ok := gcraCheck(due, fresh, now, p, n); !ok {
 		return r
 	}
-	next, cold := s.next(now, p)
+	next, cold := s.next(now, p, n)
 	d := next.sub(rat{now, 0}, p.Limit)
 	// A warm-up cost can leave the bucket more than Burst intervals from
 	// full: nothing is left then.
@@ -191,11 +194,11 @@ func (s *tbState) UncountedReset(now int64, p *Params) time.Duration {
 	return untilDue(due, fresh, now)
 }
 
-func (s *tbState) Commit(now int64, p *Params) {
+func (s *tbState) Commit(now int64, p *Params, n int64) {
 	if p.Limit <= 0 {
 		return
 	}
-	due, cold := s.next(now, p)
+	due, cold := s.next(now, p, n)
 	s.due, s.dueF = due.ns, uint32(due.frac)
 	s.cold, s.coldF = cold.ns, uint32(cold.frac)
 	s.den = uint32(p.Limit)

@@ -30,7 +30,7 @@ local function warmcost(xn, xf, l, w)
   return math.ceil(2 * d * d / w)
 end
 
--- nxt returns due and the coldness after one more request at now.
+-- nxt returns due and the coldness after a request of p.cost units at now.
 local function nxt(st, now, p)
   local l, w = p.limit, p.warmup
   local dn, df, cn, cf
@@ -47,7 +47,7 @@ local function nxt(st, now, p)
     end
     dn, df = now, 0
   end
-  local tn, tf = intervals(1, p)
+  local tn, tf = intervals(p.cost, p)
   if w > 0 then
     local xn, xf = cn, cf
     if rcmp(xn, xf, w, 0) > 0 then
@@ -98,6 +98,7 @@ function M.decide(key, p, now, v)
   if st ~= nil then
     local ok, r = gcracheck(st.dn, st.df, now, p)
     if not ok then
+      r.st = st
       return r
     end
     u = untildue(st.dn, st.df, now)
@@ -108,17 +109,20 @@ function M.decide(key, p, now, v)
   if p.warmup > 0 and remaining > 0 then
     remaining = warmremaining(d, f, cn, cf, remaining, p)
   end
-  return { ok = true, remaining = remaining, reset = rceil(d, f), retry = 0, uncounted = u, dn = nn, df = nf, cn = cn, cf = cf }
+  return { ok = true, remaining = remaining, reset = rceil(d, f), retry = 0, uncounted = u, st = st }
 end
 
+-- commit counts p.cost units, which decide may have decided for another
+-- cost (a charge), from the bucket as decide found it.
 function M.commit(key, p, now, r, set)
-  put(set, 'd', r.dn)
-  put(set, 'df', r.df)
-  put(set, 'c', r.cn)
-  put(set, 'cf', r.cf)
+  local dn, df, cn, cf = nxt(r.st, now, p)
+  put(set, 'd', dn)
+  put(set, 'df', df)
+  put(set, 'c', cn)
+  put(set, 'cf', cf)
   put(set, 'n', p.limit)
   -- Idle once full and, with a warm-up, fully cold again.
-  return rceil(r.dn, r.df) + math.max(p.warmup - r.cn, 0)
+  return rceil(dn, df) + math.max(p.warmup - cn, 0)
 end
 
 return M

@@ -274,12 +274,12 @@ func TestTokenBucketWarmupRamp(t *testing.T) {
 			saturate := func(start, end int64) []int64 {
 				var got []int64
 				for now := start; now < end; {
-					r := st.Decide(now, p)
+					r := st.Decide(now, p, 1)
 					if !r.Allowed {
 						now += int64(r.RetryAfter)
 						continue
 					}
-					st.Commit(now, p)
+					st.Commit(now, p, 1)
 					got = append(got, now)
 				}
 				return got

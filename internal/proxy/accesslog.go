@@ -80,6 +80,14 @@ func (a *AccessLog) ObserveRequest(r *http.Request, o *Outcome) {
 	if o.n > 0 {
 		rec.AddAttrs(keyLogAttrs(r, o, a.rawKeys)...)
 	}
+	// The README's "Request cost": the units counted against the rule,
+	// and the cost the upstream reported, which replay charges again.
+	if c := o.Cost(); c > 0 {
+		rec.AddAttrs(slog.Int64("cost", c))
+	}
+	if o.HasUpstreamCost {
+		rec.AddAttrs(slog.Int64("upstream_cost", o.UpstreamCost))
+	}
 	a.h.Handle(context.Background(), rec)
 }
 

@@ -4,7 +4,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -179,5 +181,74 @@ configs:
 				}
 			})
 		})
+	}
+}
+
+// costTransport is stubTransport with a status and cost header of choice.
+type costTransport struct {
+	status int
+	cost   string
+}
+
+func (c costTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	return &http.Response{
+		StatusCode: c.status, ProtoMajor: 1, ProtoMinor: 1, Request: r,
+		Header:        http.Header{"Content-Type": {"application/json"}, "X-Ratelimit-Cost": {c.cost}},
+		Body:          io.NopCloser(strings.NewReader(`{"ok":true}`)),
+		ContentLength: 11,
+	}, nil
+}
+
+// BenchmarkHandlerCost runs admitted requests through rules with a fixed
+// cost, a cost from the response and a count of some statuses (see
+// "Request cost" in the README), on the memory store and on Redis, where
+// the last two take a second script call after the response.
+func BenchmarkHandlerCost(b *testing.B) {
+	const rules = `
+configs:
+  - appId: app-1
+    limits:
+      - api: /fixed
+        limit: 1000000000
+        cost: 5
+      - api: /header
+        limit: 1000000000
+        cost: {header: X-RateLimit-Cost, max: 100}
+      - api: /count
+        limit: 1000000000
+        count: {status: [401, "5xx"]}
+`
+	for _, store := range []string{"memory", "redis"} {
+		for _, bc := range []struct {
+			path   string
+			status int
+		}{{"/fixed", 200}, {"/header", 200}, {"/count", 401}, {"/count", 200}} {
+			b.Run(store+bc.path+"-"+strconv.Itoa(bc.status), func(b *testing.B) {
+				if store == "redis" && testing.Short() {
+					b.Skip("-short: no redis-server")
+				}
+				h := benchHandler(b, rules, func(c *HandlerConfig) {
+					if store == "redis" {
+						red, err := limit.NewRedis(limit.RedisConfig{URL: redistest.Start(b).URL(), Timeout: 5 * time.Second})
+						if err != nil {
+							b.Fatal(err)
+						}
+						b.Cleanup(func() { red.Close() })
+						c.Store = red
+					}
+					c.Upstream.(*httputil.ReverseProxy).Transport = costTransport{status: bc.status, cost: "3"}
+				})
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					r := httptest.NewRequest("GET", bc.path, nil)
+					app := []string{"app-1"}
+					for pb.Next() {
+						r.URL.Path = bc.path
+						r.Header["X-App-Id"] = app
+						h.ServeHTTP(httptest.NewRecorder(), r)
+					}
+				})
+			})
+		}
 	}
 }

@@ -60,6 +60,8 @@ type Handler struct {
 	// lastErrLog is when a store error was last logged (Unix ns): an
 	// outage fails every request, and one line a second tells as much.
 	lastErrLog atomic.Int64
+	// lastChargeLog is when a failed charge was last logged (Unix ns).
+	lastChargeLog atomic.Int64
 }
 
 // HandlerConfig configures a Handler.
@@ -254,6 +256,13 @@ type Outcome struct {
 	StoreError bool
 	// UpstreamDuration is the time spent forwarding (0 if not forwarded).
 	UpstreamDuration time.Duration
+	// UpstreamCost is the cost the upstream reported in a limit's cost
+	// header (the README's "Request cost"), as it sent it, before any
+	// cap; valid when HasUpstreamCost.
+	UpstreamCost    int64
+	HasUpstreamCost bool
+	// ChargeError reports whether charging the response's cost failed.
+	ChargeError bool
 
 	limits [maxLimitsPerRequest]LimitOutcome
 	n      int
@@ -281,6 +290,25 @@ type LimitOutcome struct {
 	// It may be as long as the values allowed (see MaxKeyValueLen):
 	// observers bound what they keep.
 	Key string
+	// Charged is the number of units counted against a limit that sets
+	// cost or count (the README's "Request cost"): its fixed cost when
+	// the request was admitted, or what its response was charged; 0 when
+	// nothing was counted, and for limits without cost or count.
+	Charged int64
+	// CostMissing reports whether the limit's cost header was missing
+	// from the response or not a whole number ≥ 0, so that its min was
+	// charged.
+	CostMissing bool
+}
+
+// Cost returns the units counted for the request against its most
+// specific limit (its rule, else its app's total), 0 when none counted
+// it.
+func (o *Outcome) Cost() int64 {
+	if o.n == 0 {
+		return 0
+	}
+	return o.limits[o.n-1].Charged
 }
 
 // claimValue looks up a claim of the caller's verified token: "" without

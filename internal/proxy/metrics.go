@@ -47,6 +47,9 @@ type Metrics struct {
 	upstreamResponses *prometheus.CounterVec
 	upstreamErrors    *prometheus.CounterVec
 	storeErrors       prometheus.Counter
+	chargeErrors      prometheus.Counter
+	costUnits         *prometheus.CounterVec
+	costMissing       *prometheus.CounterVec
 	circuitOpen       prometheus.Gauge
 	reloads           *prometheus.CounterVec
 	lastReload        prometheus.Gauge
@@ -103,6 +106,14 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 			Name: "gateway_upstream_errors_total",
 			Help: "Forwarded requests that got no upstream response, by kind (timeout, refused, failed, client_closed).",
 		}, []string{"kind"}),
+		costUnits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_cost_units_total",
+			Help: "Units counted against limits, by app and rule (api \"\" is the app total): costs at decision and charges of responses.",
+		}, []string{"app", "api"}),
+		costMissing: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_cost_header_missing_total",
+			Help: "Responses whose cost header was missing or not a whole number ≥ 0, so that the limit's min was charged, by app and rule.",
+		}, []string{"app", "api"}),
 		circuitOpen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gateway_store_circuit_open",
 			Help: "1 while the store's circuit breaker skips the store, else 0.",
@@ -131,6 +142,11 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 		Help: "Store calls that failed.",
 	}, []string{"store"})
 	m.storeErrors = storeErrors.With(storeLabel)
+	chargeErrors := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_charge_errors_total",
+		Help: "Charges of a response's cost that the store failed to count.",
+	}, []string{"store"})
+	m.chargeErrors = chargeErrors.With(storeLabel)
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "gateway_build_info",
 		Help: "Always 1; the labels say which build is running.",
@@ -153,6 +169,9 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 	f(m.upstreamResponses)
 	f(m.upstreamErrors)
 	f(storeErrors)
+	f(chargeErrors)
+	f(m.costUnits)
+	f(m.costMissing)
 	f(m.circuitOpen)
 	f(m.reloads)
 	f(m.lastReload)
@@ -180,6 +199,19 @@ func (m *Metrics) Handler() http.Handler { return m.handler }
 type ruleMetrics struct {
 	requests [numDecisions]prometheus.Counter
 	near     prometheus.Counter
+	// units and missing are the cost metrics, resolved on first use:
+	// most rules have no cost.
+	units, missing atomic.Pointer[prometheus.Counter]
+}
+
+// child returns the child of vec that c caches, resolving it once.
+func (rm *ruleMetrics) child(c *atomic.Pointer[prometheus.Counter], vec *prometheus.CounterVec, app, api string) prometheus.Counter {
+	if p := c.Load(); p != nil {
+		return *p
+	}
+	child := vec.WithLabelValues(app, api)
+	c.Store(&child)
+	return child
 }
 
 // ruleLabels are the labels of one ruleMetrics.
@@ -210,8 +242,23 @@ func (m *Metrics) ObserveRequest(_ *http.Request, o *Outcome) {
 	if o.StoreError {
 		m.storeErrors.Inc()
 	}
+	if o.ChargeError {
+		m.chargeErrors.Inc()
+	}
 	if o.Decision == DecisionLimited {
 		return
+	}
+	for _, l := range o.Limits() {
+		if l.Charged == 0 && !l.CostMissing {
+			continue
+		}
+		rm := m.rule(l.App, l.API)
+		if l.Charged > 0 {
+			rm.child(&rm.units, m.costUnits, l.App, l.API).Add(float64(l.Charged))
+		}
+		if l.CostMissing {
+			rm.child(&rm.missing, m.costMissing, l.App, l.API).Inc()
+		}
 	}
 	for _, l := range o.Limits() {
 		if l.Allowed && l.Limit > 0 && float64(l.Limit-l.Remaining) >= NearLimitRatio*float64(l.Limit) {

@@ -94,6 +94,10 @@ type compiledLimit struct {
 	body429    []byte   // the limited body up to retryAfterSeconds' value
 	// bodyBlocked is the whole body of a limit of 0; nil for others.
 	bodyBlocked []byte
+	// cost and count are what a request costs and which responses count
+	// (the README's "Request cost").
+	cost  config.Cost
+	count *config.Count
 }
 
 // DefaultLocalShare is the share of each limit that one gateway admits on
@@ -144,6 +148,7 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 		}
 		if app.Total != nil && app.Total.Limit != limit.Unlimited {
 			sec.total = newCompiledLimit(app.ID, "", nil, *app.Total, false, opts)
+			sec.total.cost, sec.total.count = app.TotalCost, app.TotalCount
 			sec.total.keyBy(app.By, app.Missing)
 			rs.keys[sec.total.key] = sec.total.params.Window
 		}
@@ -159,6 +164,7 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 				return nil, noJWTError(rules.Path, r.Line, "rule "+r.API, by)
 			}
 			cl := newCompiledLimit(app.ID, r.API, r.Methods, r.Params, r.Shadow, opts)
+			cl.cost, cl.count = r.Cost, r.Count
 			cl.keyBy(cmp.Or(r.By, app.By), cmp.Or(r.Missing, app.Missing))
 			sec.ipTag = sec.ipTag && cl.kind == keyIP
 			cl.head = slices.Contains(r.Methods, http.MethodHead)
@@ -486,6 +492,15 @@ func describe(cl *compiledLimit) string {
 		b.WriteString(")")
 		if p.Lock > 0 {
 			fmt.Fprintf(&b, ", lockSeconds %s: once limited, denied for that long", strconv.FormatFloat(p.Lock.Seconds(), 'f', -1, 64))
+		}
+		switch {
+		case cl.cost.Header != "":
+			fmt.Fprintf(&b, ", cost from the response's %s", cl.cost)
+		case cl.cost.Units > 1:
+			fmt.Fprintf(&b, ", cost %d units a request", cl.cost.Units)
+		}
+		if cl.count != nil {
+			fmt.Fprintf(&b, ", counts only responses with status %s", cl.count)
 		}
 	}
 	if cl.conc > 0 {

@@ -37,6 +37,9 @@ type scratch struct {
 	lease        limit.Lease
 	inFlight     [maxLimitsPerRequest]*inFlightCount
 	concFailOpen bool
+	// local is set when the memory store decided under --fail-mode
+	// local, which then also takes the response's charges.
+	local bool
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
@@ -239,7 +242,7 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *section, sc 
 			sc.o.claims, sc.jwtDone = h.replayClaims(r), true
 		}
 		q := &sc.reqs[i]
-		*q = limit.Request{Key: cl.key, Tag: tag, Params: &cl.params, Shadow: cl.shadow}
+		*q = limit.Request{Key: cl.key, Tag: tag, Params: &cl.params, Shadow: cl.shadow, Cost: cl.cost.Need(), Defer: cl.deferred()}
 		switch cl.kind {
 		case keyIP:
 			q.Key, q.Overflow = cl.key+"|"+group(), cl.overflow
@@ -282,6 +285,7 @@ func (h *Handler) decide(r *http.Request, sc *scratch) {
 				reqs[i].Params = &lims[i].local
 			}
 			allowed, err = h.local.Allow(r.Context(), o.Start, reqs, res)
+			sc.local = true
 		}
 	}
 	o.LimiterDuration = time.Since(t0)
@@ -326,6 +330,16 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 		return
 	}
 	h.writeHeaders(w.Header(), sc.lims[:o.n], sc.res[:o.n])
+	chargeFixed(sc)
+	if h.startCharging(r, sc) {
+		// A status never written through the writer (499 for a client
+		// that went away, 101 for a protocol switch) is charged here.
+		defer func() {
+			if sc.sw.charge != nil && sc.sw.status != 0 {
+				sc.sw.charge(sc.sw.status)
+			}
+		}()
+	}
 	t0 := time.Now()
 	// Deferred: ReverseProxy panics to abort a response broken mid-body.
 	defer func() { o.UpstreamDuration = time.Since(t0) }()

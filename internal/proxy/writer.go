@@ -13,11 +13,17 @@ import (
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	// charge, when not nil, is called once with the final status before
+	// the response's headers are written (the README's "Request cost").
+	charge func(code int)
 }
 
 func (s *statusWriter) WriteHeader(code int) {
 	if s.status == 0 && code >= 200 {
 		s.status = code
+		if s.charge != nil {
+			s.charge(code)
+		}
 	}
 	s.ResponseWriter.WriteHeader(code)
 }
@@ -25,6 +31,9 @@ func (s *statusWriter) WriteHeader(code int) {
 func (s *statusWriter) Write(b []byte) (int, error) {
 	if s.status == 0 {
 		s.status = http.StatusOK
+		if s.charge != nil {
+			s.charge(http.StatusOK)
+		}
 	}
 	return s.ResponseWriter.Write(b)
 }

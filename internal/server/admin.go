@@ -71,6 +71,11 @@ type limitView struct {
 	// Concurrency is the most requests in flight at once; a rule with
 	// only concurrency has limit -1.
 	Concurrency int64 `json:"concurrency,omitempty"`
+	// Cost and Count are the limit's cost and counted statuses (the
+	// README's "Request cost"): "100", "header X-RateLimit-Cost (min 1,
+	// max 8000)"; "401,403,5xx". Empty for one unit per request.
+	Cost  string `json:"cost,omitempty"`
+	Count string `json:"count,omitempty"`
 	// By and Missing are the rule's own, or its app's; Missing only
 	// when By names a header or query parameter.
 	By      config.By      `json:"by,omitempty"`
@@ -87,6 +92,14 @@ func newLimitView(p *limit.Params) limitView {
 		v.Lock = p.Lock.String()
 	}
 	return v
+}
+
+// costView returns c as /rules shows it: "" for the default of one unit.
+func costView(c config.Cost) string {
+	if c.Header == "" && c.Units <= 1 {
+		return ""
+	}
+	return c.String()
 }
 
 // missingOf returns what a request lacking a value of by gets: m, or the
@@ -113,11 +126,13 @@ func (r *Reloader) view() rulesView {
 		if a.Total != nil {
 			lv := newLimitView(a.Total)
 			lv.Line = a.Line
+			lv.Cost, lv.Count = costView(a.TotalCost), a.TotalCount.String()
 			av.Total = &lv
 		}
 		for _, l := range a.Limits {
 			lv := newLimitView(&l.Params)
 			lv.API, lv.Methods, lv.Shadow, lv.Line, lv.Concurrency = l.API, l.Methods, l.Shadow, l.Line, l.Concurrency
+			lv.Cost, lv.Count = costView(l.Cost), l.Count.String()
 			lv.By = cmp.Or(l.By, a.By)
 			lv.Missing = missingOf(lv.By, cmp.Or(l.Missing, a.Missing))
 			av.Limits = append(av.Limits, lv)

@@ -1,0 +1,334 @@
+package config
+
+import (
+	"fmt"
+	"net/textproto"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+)
+
+// DefaultCostHeader is the response header a cost: {header: ...} rule
+// usually names (the README's "Request cost").
+const DefaultCostHeader = "X-RateLimit-Cost"
+
+// Cost is what one request costs a limit, in the limit's units (the
+// README's "Request cost"). The zero value is a cost of one unit, known
+// when the request is decided.
+type Cost struct {
+	// Units is the fixed cost of a request, known when it is decided; 0
+	// means 1. It is 0 when Header is set.
+	Units int64
+	// Header, when not empty, is the canonical name of the upstream
+	// response header that reports the cost: the request is admitted when
+	// the limit has room for Min units and charged the reported cost when
+	// the response's headers arrive.
+	Header string
+	// Min is the room a request with a Header cost needs to be admitted,
+	// and what it is charged when the header is missing or not a whole
+	// number ≥ 0. 1 unless the file sets it.
+	Min int64
+	// Max caps the reported cost. The limit's capacity unless the file
+	// sets it.
+	Max int64
+	// Keep reports whether the header is passed on to the client; it is
+	// removed otherwise.
+	Keep bool
+	// Line is where cost is set, 0 when it is not.
+	Line int
+}
+
+// Need returns the units a request must have room for: Units (at least
+// 1) for a fixed cost, Min for a Header cost.
+func (c *Cost) Need() int64 {
+	switch {
+	case c.Header != "":
+		return c.Min
+	case c.Units > 0:
+		return c.Units
+	}
+	return 1
+}
+
+// String returns the cost as the README writes it: "1", "100", or
+// "header X-RateLimit-Cost (min 1, max 1000)".
+func (c Cost) String() string {
+	if c.Header == "" {
+		return strconv.FormatInt(c.Need(), 10)
+	}
+	s := fmt.Sprintf("header %s (min %d, max %d", c.Header, c.Min, c.Max)
+	if c.Keep {
+		s += ", kept"
+	}
+	return s + ")"
+}
+
+// Count says which requests a limit counts: only those whose response
+// status is in Status, once the response's headers arrive (the README's
+// "Counting only some responses"). A nil *Count counts every admitted
+// request when it is decided.
+type Count struct {
+	// Status are the ranges of statuses that count, in file order.
+	Status []StatusRange
+	// Line is where count is set.
+	Line int
+}
+
+// StatusRange is the statuses Lo through Hi.
+type StatusRange struct{ Lo, Hi int }
+
+// String writes r as the rule file may: 401, 5xx or 400-499.
+func (r StatusRange) String() string {
+	switch {
+	case r.Lo == r.Hi:
+		return strconv.Itoa(r.Lo)
+	case r.Lo%100 == 0 && r.Hi == r.Lo+99:
+		return strconv.Itoa(r.Lo/100) + "xx"
+	}
+	return strconv.Itoa(r.Lo) + "-" + strconv.Itoa(r.Hi)
+}
+
+// Matches reports whether a response with status code counts. A nil
+// Count matches every status.
+func (c *Count) Matches(code int) bool {
+	if c == nil {
+		return true
+	}
+	for _, r := range c.Status {
+		if code >= r.Lo && code <= r.Hi {
+			return true
+		}
+	}
+	return false
+}
+
+// String returns the statuses as a comma-separated list.
+func (c *Count) String() string {
+	if c == nil {
+		return ""
+	}
+	s := make([]string, len(c.Status))
+	for i, r := range c.Status {
+		s[i] = r.String()
+	}
+	return strings.Join(s, ",")
+}
+
+var (
+	costFields  = []string{"header", "max", "min", "keep"}
+	countFields = []string{"status"}
+)
+
+// costNeeds says what a cost must be, for messages.
+const costNeeds = "a whole number of units ≥ 1, or a mapping like {header: X-RateLimit-Cost, max: 1000}"
+
+// cost returns the Cost of a cost field for a limit with params, which
+// are valid.
+func (p *parser) cost(f field, params *limit.Params) (Cost, bool) {
+	c := Cost{Line: f.line}
+	capacity := int64(limit.MaxLimit)
+	if params.Limit > 0 {
+		capacity = params.Capacity()
+	}
+	if f.val.Kind != yaml.MappingNode {
+		if _, _, kind := number(f.val); kind == notNumber {
+			p.errorf(f.line, "cost must be %s, not %s", costNeeds, p.describe(f.val))
+			return c, false
+		}
+		v, ok := p.integer(f)
+		switch {
+		case !ok:
+			return c, false
+		case v < 1:
+			p.errorf(f.line, "cost %d is below 1; a request costs at least one unit (to count only some responses, use count)", v)
+			return c, false
+		case v > capacity:
+			p.errorf(f.line, "cost %d is above the limit's capacity %d, so no request could ever pass; lower the cost or raise the limit", v, capacity)
+			return c, false
+		}
+		c.Units = v
+		return c, true
+	}
+	fs := p.fields(f.val, "cost", costFields)
+	ok := true
+	h, has := fs["header"]
+	if !has {
+		p.errorf(f.line, "cost has no header; name the response header that reports the cost, like header: %s, or write a fixed cost as a number", DefaultCostHeader)
+		ok = false
+	} else if name, good := p.str(h); !good {
+		ok = false
+	} else if !validHeaderName(name) {
+		p.errorf(h.line, "cost header %q is not a valid header name; use letters, digits and - like %s", name, DefaultCostHeader)
+		ok = false
+	} else {
+		c.Header = textproto.CanonicalMIMEHeaderKey(name)
+	}
+	c.Min, c.Max = 1, capacity
+	if m, has := fs["min"]; has {
+		v, good := p.integer(m)
+		switch {
+		case !good:
+			ok = false
+		case v < 1:
+			p.errorf(m.line, "cost min %d is below 1; it is the room a request needs to be admitted, and what a response without the header is charged", v)
+			ok = false
+		case v > capacity:
+			p.errorf(m.line, "cost min %d is above the limit's capacity %d, so no request could ever pass", v, capacity)
+			ok = false
+		default:
+			c.Min = v
+		}
+	}
+	if m, has := fs["max"]; has {
+		v, good := p.integer(m)
+		switch {
+		case !good:
+			ok = false
+		case v < 1 || v > limit.MaxLimit:
+			p.errorf(m.line, "cost max %d is outside 1..%d; it caps the cost the upstream may report", v, int64(limit.MaxLimit))
+			ok = false
+		default:
+			c.Max = v
+		}
+	}
+	if ok && c.Min > c.Max {
+		line := f.line
+		if m, has := fs["min"]; has {
+			line = m.line
+		}
+		p.errorf(line, "cost min %d is above cost max %d; lower min or raise max", c.Min, c.Max)
+		ok = false
+	}
+	if k, has := fs["keep"]; has {
+		v, good := p.boolean(k)
+		c.Keep, ok = v, ok && good
+	}
+	return c, ok
+}
+
+// validHeaderName reports whether s is an HTTP field name (RFC 9110's
+// token).
+func validHeaderName(s string) bool {
+	if s == "" || len(s) > 256 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// countNeeds says what count must be, for messages.
+const countNeeds = `a mapping like {status: [401, 403, "5xx", "400-499"]}`
+
+// count returns the Count of a count field.
+func (p *parser) count(f field) (*Count, bool) {
+	if f.val.Kind != yaml.MappingNode {
+		p.errorf(f.line, "count must be %s, not %s", countNeeds, p.describe(f.val))
+		return nil, false
+	}
+	fs := p.fields(f.val, "count", countFields)
+	s, has := fs["status"]
+	if !has {
+		p.errorf(f.line, "count has no status; list the response statuses that count, like status: [401, 403]")
+		return nil, false
+	}
+	type item struct {
+		node *yaml.Node
+		line int
+	}
+	var items []item
+	switch s.val.Kind {
+	case yaml.ScalarNode:
+		items = []item{{s.val, s.line}}
+	case yaml.SequenceNode:
+		if len(s.val.Content) == 0 {
+			p.errorf(s.line, "count status is an empty list, so nothing would ever count; list the statuses that count, like [401, 403]")
+			return nil, false
+		}
+		for _, n := range s.val.Content {
+			items = append(items, item{deref(n), n.Line})
+		}
+	default:
+		p.errorf(s.line, "count status must be a status, a class like \"5xx\", a range like \"400-499\", or a list of them, not %s", p.describe(s.val))
+		return nil, false
+	}
+	c := &Count{Line: f.line}
+	ok := true
+	for _, it := range items {
+		r, err := parseStatus(it.node)
+		if err != "" {
+			p.errorf(it.line, "count status %s %s", p.describe(it.node), err)
+			ok = false
+			continue
+		}
+		c.Status = append(c.Status, r)
+	}
+	return c, ok
+}
+
+// parseStatus reads one entry of a count status list: a status (401, or
+// "401" as XML writes it), a class ("5xx") or a range ("400-499"). It
+// returns what is wrong otherwise.
+func parseStatus(n *yaml.Node) (StatusRange, string) {
+	const want = "is not a status (100-599), a class like \"5xx\" or a range like \"400-499\""
+	status := func(s string) (int, bool) {
+		v, err := strconv.Atoi(strings.TrimSpace(s))
+		return v, err == nil && v >= 100 && v <= 599
+	}
+	if n.Kind != yaml.ScalarNode {
+		return StatusRange{}, want
+	}
+	if i, _, kind := number(n); kind != notNumber {
+		if kind != wholeNumber || i < 100 || i > 599 {
+			return StatusRange{}, want
+		}
+		return StatusRange{int(i), int(i)}, ""
+	}
+	if n.ShortTag() != "!!str" {
+		return StatusRange{}, want
+	}
+	v := strings.TrimSpace(n.Value)
+	if len(v) == 3 && strings.HasSuffix(strings.ToLower(v), "xx") && v[0] >= '1' && v[0] <= '5' {
+		lo := int(v[0]-'0') * 100
+		return StatusRange{lo, lo + 99}, ""
+	}
+	if a, b, dash := strings.Cut(v, "-"); dash {
+		lo, ok1 := status(a)
+		hi, ok2 := status(b)
+		switch {
+		case !ok1 || !ok2:
+			return StatusRange{}, want
+		case lo > hi:
+			return StatusRange{}, "is a range that ends before it starts; write the lower status first"
+		}
+		return StatusRange{lo, hi}, ""
+	}
+	if s, ok := status(v); ok {
+		return StatusRange{s, s}, ""
+	}
+	return StatusRange{}, want
+}
+
+// costAndCount reads the cost and count fields of a limit with params
+// (the app's total or a rule) from fs.
+func (p *parser) costAndCount(fs map[string]field, params *limit.Params) (Cost, *Count, bool) {
+	var c Cost
+	var n *Count
+	ok := true
+	if f, has := fs["cost"]; has {
+		c, ok = p.cost(f, params)
+	}
+	if f, has := fs["count"]; has {
+		var good bool
+		n, good = p.count(f)
+		ok = ok && good
+	}
+	return c, n, ok
+}

@@ -1,0 +1,139 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+)
+
+// This file charges what a request costs once its response is known (the
+// README's "Request cost" and "Counting only some responses"): a limit
+// whose cost the upstream reports in a header, or that counts only some
+// response statuses, admits a request when it has room for its need
+// (limit.Request.Defer) and is charged (limit.Request.Charge) when the
+// response's headers are written, by the upstream or by the gateway
+// itself (a 502 or 504), so that the status counted is the one the client
+// got and the one the access log records.
+
+// deferred reports whether cl counts a request only once its response is
+// known.
+func (cl *compiledLimit) deferred() bool {
+	return cl.cost.Header != "" || cl.count != nil
+}
+
+// startCharging arms sc's response writer to charge the deferred limits
+// of an admitted request when the response's headers are written. It
+// reports whether there is any to charge.
+func (h *Handler) startCharging(r *http.Request, sc *scratch) bool {
+	any := false
+	for _, cl := range sc.lims[:sc.n] {
+		if cl.deferred() {
+			any = true
+			break
+		}
+	}
+	if !any {
+		return false
+	}
+	sc.sw.charge = func(code int) { h.chargeResponse(r, sc, code) }
+	return true
+}
+
+// chargeResponse charges the deferred limits of sc for a response with
+// status code, whose headers are those of sc's writer, and removes the
+// cost headers that are not kept. It runs once, before the headers are
+// sent.
+func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
+	sc.sw.charge = nil
+	o := &sc.o
+	hdr := sc.sw.Header()
+	var charges [maxLimitsPerRequest]limit.Request
+	var idx [maxLimitsPerRequest]int
+	n := 0
+	for i, cl := range sc.lims[:sc.n] {
+		// Only a limit that admitted the request counts it: not a
+		// shadow limit that denied it, nor any when the store failed
+		// open (o.n is 0).
+		if !cl.deferred() || i >= o.n || !o.limits[i].Allowed {
+			continue
+		}
+		units := cl.cost.Need()
+		if name := cl.cost.Header; name != "" {
+			v, ok := reportedCost(hdr[name])
+			if ok {
+				units = min(v, cl.cost.Max)
+				o.UpstreamCost, o.HasUpstreamCost = v, true
+			} else {
+				units = cl.cost.Min
+				o.limits[i].CostMissing = true
+			}
+		}
+		if !cl.count.Matches(code) || units == 0 {
+			continue
+		}
+		q := sc.reqs[i]
+		q.Cost, q.Defer, q.Charge = units, false, true
+		charges[n], idx[n] = q, i
+		n++
+	}
+	for _, cl := range sc.lims[:sc.n] {
+		if cl.cost.Header != "" && !cl.cost.Keep {
+			delete(hdr, cl.cost.Header)
+		}
+	}
+	if n == 0 {
+		return
+	}
+	store := h.store
+	if sc.local {
+		store = h.local
+	}
+	var res [maxLimitsPerRequest]limit.Result
+	// The charge is owed whether or not the client is still there.
+	ctx := context.WithoutCancel(r.Context())
+	if _, err := store.Allow(ctx, h.now(), charges[:n], res[:n]); err != nil {
+		o.ChargeError = true
+		h.logChargeError(err)
+		return
+	}
+	for j := range n {
+		o.limits[idx[j]].Charged = charges[j].Cost
+	}
+}
+
+// reportedCost reads a cost header's values: one whole number ≥ 0.
+func reportedCost(vals []string) (int64, bool) {
+	if len(vals) != 1 {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(vals[0]), 10, 64)
+	if err != nil || v < 0 {
+		return 0, false
+	}
+	return v, true
+}
+
+// chargeFixed records the units counted at decision for the limits of an
+// admitted request that set a fixed cost; those without cost or count are
+// left out of the cost metrics and the access log's cost.
+func chargeFixed(sc *scratch) {
+	o := &sc.o
+	for i, cl := range sc.lims[:o.n] {
+		if cl.cost.Units > 0 && !cl.deferred() && o.limits[i].Allowed {
+			o.limits[i].Charged = cl.cost.Units
+		}
+	}
+}
+
+// logChargeError logs a failed charge, at most once a second.
+func (h *Handler) logChargeError(err error) {
+	now, last := time.Now().UnixNano(), h.lastChargeLog.Load()
+	if now-last < int64(time.Second) || !h.lastChargeLog.CompareAndSwap(last, now) {
+		return
+	}
+	h.log.Error("charging a response's cost failed; the request stays uncounted (logged at most once a second)", "err", err)
+}

@@ -10,6 +10,16 @@
 #
 #   (a) admitted: every request under its limit (app "bench")
 #   (b) limited:  every request over its limit (app "blocked"), answered 429
+#   (c) cold:     every request with another key (app "mix", by a header
+#                 that bench/cold.lua draws at random from 100,000 values)
+#
+# Besides the memory store, two gateways run on a Redis (redis-server on the
+# load's core, its CPU time measured apart): gateway-redis with the defaults
+# (batching and leases, see the README's "Redis" section) and
+# gateway-redis-exact with --redis-batch 1 --redis-leases -1 (one script
+# call per request, in a round trip of its own, as before them). For these
+# the table also gives the script calls per request (from /metrics) and
+# Redis's CPU time per 1,000 requests.
 #
 # Besides requests/s, each run measures the proxy's CPU time per request:
 # the user+sys clock ticks of the contender's process (nginx: its master
@@ -53,7 +63,7 @@ if [ -n "$BASE_REF" ]; then
 fi
 
 need=()
-for cmd in nginx haproxy wrk taskset pgrep; do
+for cmd in nginx haproxy wrk taskset pgrep redis-server curl; do
 	command -v "$cmd" >/dev/null || need+=("$cmd")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -62,6 +72,7 @@ if [ ${#need[@]} -gt 0 ]; then
 		case $cmd in
 		taskset) pkgs+=(util-linux) ;;
 		pgrep) pkgs+=(procps) ;;
+		redis-server) pkgs+=(redis-server) ;;
 		*) pkgs+=("$cmd") ;;
 		esac
 	done
@@ -87,7 +98,11 @@ if [ -n "$BASE_REF" ]; then
 fi
 
 UPSTREAM=127.0.0.1:18081
-declare -A PORT=([direct]=18081 [bare]=18090 [gateway]=18091 [nginx]=18092 [haproxy]=18093 [gateway-noheaders]=18094)
+declare -A PORT=([direct]=18081 [bare]=18090 [gateway]=18091 [nginx]=18092 [haproxy]=18093 [gateway-noheaders]=18094
+	[gateway-redis]=18096 [gateway-redis-exact]=18097)
+# The admin port of the Redis contenders, for their script calls.
+declare -A ADMIN=([gateway-redis]=19096 [gateway-redis-exact]=19097)
+REDIS_PORT=18379
 [ -z "$BASE_REF" ] || PORT[gateway-base]=18095
 declare -A PID # contender -> the process whose CPU time is measured
 
@@ -100,6 +115,9 @@ start() { # start NAME CPU CMD... — run pinned in the background
 }
 
 start upstream "$LOAD_CPU" "$WORK/upstream" -listen "$UPSTREAM"
+start redis "$LOAD_CPU" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
+	--dir "$WORK" --maxmemory 512mb --maxmemory-policy noeviction
+wait_port "$REDIS_PORT"
 start bare "$PROXY_CPU" "$WORK/bareproxy" -listen "127.0.0.1:${PORT[bare]}" -upstream "http://$UPSTREAM"
 start gateway "$PROXY_CPU" "$WORK/gateway" serve --config bench/rules.yaml --upstream "http://$UPSTREAM" \
 	--listen "127.0.0.1:${PORT[gateway]}" --admin-listen 127.0.0.1:19091 --log-level warn --watch=false
@@ -108,6 +126,13 @@ start gateway "$PROXY_CPU" "$WORK/gateway" serve --config bench/rules.yaml --ups
 start gateway-noheaders "$PROXY_CPU" "$WORK/gateway" serve --config bench/rules.yaml --upstream "http://$UPSTREAM" \
 	--listen "127.0.0.1:${PORT[gateway-noheaders]}" --admin-listen 127.0.0.1:19094 --log-level warn --watch=false \
 	--ratelimit-headers none
+for c in gateway-redis gateway-redis-exact; do
+	extra=()
+	[ "$c" = gateway-redis ] || extra=(--redis-batch 1 --redis-leases -1)
+	start "$c" "$PROXY_CPU" "$WORK/gateway" serve --config bench/rules.yaml --upstream "http://$UPSTREAM" \
+		--listen "127.0.0.1:${PORT[$c]}" --admin-listen "127.0.0.1:${ADMIN[$c]}" --log-level warn --watch=false \
+		--store redis --redis-url "redis://127.0.0.1:$REDIS_PORT/0" "${extra[@]}"
+done
 if [ -n "$BASE_REF" ]; then
 	start gateway-base "$PROXY_CPU" "$WORK/gateway-base" serve --config bench/rules.yaml --upstream "http://$UPSTREAM" \
 		--listen "127.0.0.1:${PORT[gateway-base]}" --admin-listen 127.0.0.1:19095 --log-level warn --watch=false
@@ -151,18 +176,37 @@ wait_quiet() {
 	return 0
 }
 
-# run_wrk CONTENDER APP -> "rps p50ms p99ms non2xx cpu_us_per_request other%"
+# script_calls CONTENDER: the Redis contender's gateway_redis_calls_total.
+script_calls() {
+	curl -fsS "http://127.0.0.1:${ADMIN[$1]}/metrics" | awk '$1 == "gateway_redis_calls_total" { printf "%d", $2 }'
+}
+
+# wrk_args PATH: the arguments of wrk that make PATH's requests.
+wrk_args() {
+	case $1 in
+	cold) echo "-s bench/cold.lua" ;;
+	*) echo "-H X-App-Id:${APP[$1]}" ;;
+	esac
+}
+
+# run_wrk CONTENDER PATH -> "rps p50ms p99ms non2xx cpu_us_per_request other% calls/request redis_ms/1000"
 # cpu is "-" for direct, which has no proxy process; other% is how much of
-# the proxy's core other processes took during the run.
+# the proxy's core other processes took during the run; the last two are
+# "-" but for the Redis contenders.
 run_wrk() {
-	local out t0=0 t1=0 pid=${PID[$1]:-} b0 n0 b1 n1
+	local out t0=0 t1=0 pid=${PID[$1]:-} b0 n0 b1 n1 r0=0 r1=0 c0=0 c1=0 redis=
+	[ -z "${ADMIN[$1]:-}" ] || redis=1
 	read -r b0 n0 < <(stat_ticks "cpu$PROXY_CPU")
 	[ -z "$pid" ] || t0=$(cpu_ticks "$pid")
+	[ -z "$redis" ] || { r0=$(cpu_ticks "${PID[redis]}"); c0=$(script_calls "$1"); }
+	# shellcheck disable=SC2046 # wrk_args is words
 	out=$(taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" --latency \
-		-H "X-App-Id: $2" "http://127.0.0.1:${PORT[$1]}/v1/user/42")
+		$(wrk_args "$2") "http://127.0.0.1:${PORT[$1]}/v1/user/42")
 	[ -z "$pid" ] || t1=$(cpu_ticks "$pid")
+	[ -z "$redis" ] || { r1=$(cpu_ticks "${PID[redis]}"); c1=$(script_calls "$1"); }
 	read -r b1 n1 < <(stat_ticks "cpu$PROXY_CPU")
-	awk -v ticks=$((t1 - t0)) -v hz="$HZ" -v measured="${pid:+1}" \
+	awk -v ticks=$((t1 - t0)) -v hz="$HZ" -v measured="${pid:+1}" -v redis="$redis" \
+		-v rticks=$((r1 - r0)) -v calls=$((c1 - c0)) \
 		-v other=$(((b1 - b0 - (t1 - t0)) * 100 / (n1 - n0 + 1))) '
 		function ms(v) {
 			if (v ~ /us$/) return substr(v, 1, length(v)-2) / 1000
@@ -177,20 +221,24 @@ run_wrk() {
 		/Non-2xx or 3xx responses:/ { bad = $5 }
 		END {
 			cpu = (measured && n > 0) ? sprintf("%.2f", ticks * 1e6 / hz / n) : "-"
-			printf "%.0f %.3f %.3f %d %s %d\n", rps, p50, p99, bad, cpu, (other < 0 ? 0 : other)
+			cpr = (redis && n > 0) ? sprintf("%.4f", calls / n) : "-"
+			rcpu = (redis && n > 0) ? sprintf("%.1f", rticks * 1e3 / hz / n * 1000) : "-"
+			printf "%.0f %.3f %.3f %d %s %d %s %s\n", rps, p50, p99, bad, cpu, (other < 0 ? 0 : other), cpr, rcpu
 		}
 	' <<<"$out"
 }
 
 declare -A RESULTS
-paths=(admitted limited)
-declare -A CONTENDERS=([admitted]="direct nginx haproxy bare gateway gateway-noheaders" [limited]="nginx haproxy gateway gateway-noheaders")
+paths=(admitted limited cold)
+declare -A CONTENDERS=([admitted]="direct nginx haproxy bare gateway gateway-noheaders gateway-redis gateway-redis-exact"
+	[limited]="nginx haproxy gateway gateway-noheaders gateway-redis gateway-redis-exact"
+	[cold]="gateway gateway-redis gateway-redis-exact")
 if [ -n "$BASE_REF" ]; then
 	for path in "${paths[@]}"; do
 		CONTENDERS[$path]=${CONTENDERS[$path]/gateway gateway-noheaders/gateway gateway-base gateway-noheaders}
 	done
 fi
-declare -A APP=([admitted]=bench [limited]=blocked)
+declare -A APP=([admitted]=bench [limited]=blocked [cold]=mix)
 
 for round in $(seq "$ROUNDS"); do
 	for path in "${paths[@]}"; do
@@ -202,9 +250,10 @@ for round in $(seq "$ROUNDS"); do
 		fi
 		for c in "${order[@]}"; do
 			wait_quiet
-			taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d1s -H "X-App-Id: ${APP[$path]}" \
+			# shellcheck disable=SC2046 # wrk_args is words
+			taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d1s $(wrk_args "$path") \
 				"http://127.0.0.1:${PORT[$c]}/v1/user/42" >/dev/null # warm up
-			r=$(run_wrk "$c" "${APP[$path]}")
+			r=$(run_wrk "$c" "$path")
 			echo "round $round $path $c: $r" >&2
 			RESULTS[$path/$c]+="$r"$'\n'
 		done
@@ -239,11 +288,16 @@ file="$OUT/$stamp.md"
 	bare_cpu=$(field admitted bare 5)
 	for path in "${paths[@]}"; do
 		echo
-		echo "## ${path^}: every request $( [ "$path" = admitted ] && echo under || echo over ) its limit"
+		case $path in
+		admitted) echo "## Admitted: every request under its limit" ;;
+		limited) echo "## Limited: every request over its limit" ;;
+		cold) echo "## Cold keys: every request under its limit, with a key drawn from 100,000" ;;
+		esac
 		echo
 		echo "| contender | requests/s | CPU µs/request | CPU / bare | p50 ms | p99 ms | ratio to nginx | non-2xx |"
 		echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 		nginx_rps=$(field "$path" nginx 1)
+		[ "$path" != cold ] || nginx_rps=-
 		for c in ${CONTENDERS[$path]}; do
 			rps=$(field "$path" "$c" 1)
 			cpu=-
@@ -256,6 +310,20 @@ file="$OUT/$stamp.md"
 	echo "gateway-noheaders = the gateway with --ratelimit-headers none."
 	echo "CPU µs/request = user+sys time of the proxy's process (nginx: master and worker) during the wrk run / requests completed;"
 	echo "CPU / bare divides by bare's admitted median on both paths (bare forwards every request: it does not limit)."
+	echo
+	echo "## The Redis store against the memory store"
+	echo
+	echo "| path | contender | requests/s | / gateway (memory) | CPU µs/request | script calls/request | Redis CPU ms / 1,000 requests |"
+	echo "|---|---|---:|---:|---:|---:|---:|"
+	for path in "${paths[@]}"; do
+		mem=$(field "$path" gateway 1)
+		for c in gateway-redis gateway-redis-exact; do
+			echo "| $path | $c | $(field "$path" "$c" 1) | $(ratio "$(field "$path" "$c" 1)" "$mem" %.3f) | $(field "$path" "$c" 5) | $(field "$path" "$c" 7) | $(field "$path" "$c" 8) |"
+		done
+	done
+	echo
+	echo "gateway-redis = --store redis with its defaults (batching, leases); gateway-redis-exact = --redis-batch 1 --redis-leases -1."
+	echo "redis-server runs on core $LOAD_CPU; its CPU time is measured apart from the proxy's."
 	gateways="gateway${BASE_REF:+ gateway-base} gateway-noheaders"
 	bare=$(field admitted bare 1)
 	for c in $gateways; do

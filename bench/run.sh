@@ -181,11 +181,12 @@ script_calls() {
 	curl -fsS "http://127.0.0.1:${ADMIN[$1]}/metrics" | awk '$1 == "gateway_redis_calls_total" { printf "%d", $2 }'
 }
 
-# wrk_args PATH: the arguments of wrk that make PATH's requests.
+# wrk_args PATH: sets args to the arguments of wrk that make PATH's
+# requests.
 wrk_args() {
 	case $1 in
-	cold) echo "-s bench/cold.lua" ;;
-	*) echo "-H X-App-Id:${APP[$1]}" ;;
+	cold) args=(-s bench/cold.lua) ;;
+	*) args=(-H "X-App-Id: ${APP[$1]}") ;;
 	esac
 }
 
@@ -194,14 +195,14 @@ wrk_args() {
 # the proxy's core other processes took during the run; the last two are
 # "-" but for the Redis contenders.
 run_wrk() {
-	local out t0=0 t1=0 pid=${PID[$1]:-} b0 n0 b1 n1 r0=0 r1=0 c0=0 c1=0 redis=
+	local out t0=0 t1=0 pid=${PID[$1]:-} b0 n0 b1 n1 r0=0 r1=0 c0=0 c1=0 redis='' args
 	[ -z "${ADMIN[$1]:-}" ] || redis=1
 	read -r b0 n0 < <(stat_ticks "cpu$PROXY_CPU")
 	[ -z "$pid" ] || t0=$(cpu_ticks "$pid")
 	[ -z "$redis" ] || { r0=$(cpu_ticks "${PID[redis]}"); c0=$(script_calls "$1"); }
-	# shellcheck disable=SC2046 # wrk_args is words
+	wrk_args "$2"
 	out=$(taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" --latency \
-		$(wrk_args "$2") "http://127.0.0.1:${PORT[$1]}/v1/user/42")
+		"${args[@]}" "http://127.0.0.1:${PORT[$1]}/v1/user/42")
 	[ -z "$pid" ] || t1=$(cpu_ticks "$pid")
 	[ -z "$redis" ] || { r1=$(cpu_ticks "${PID[redis]}"); c1=$(script_calls "$1"); }
 	read -r b1 n1 < <(stat_ticks "cpu$PROXY_CPU")
@@ -250,8 +251,8 @@ for round in $(seq "$ROUNDS"); do
 		fi
 		for c in "${order[@]}"; do
 			wait_quiet
-			# shellcheck disable=SC2046 # wrk_args is words
-			taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d1s $(wrk_args "$path") \
+			wrk_args "$path"
+			taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d1s "${args[@]}" \
 				"http://127.0.0.1:${PORT[$c]}/v1/user/42" >/dev/null # warm up
 			r=$(run_wrk "$c" "$path")
 			echo "round $round $path $c: $r" >&2

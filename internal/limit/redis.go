@@ -524,9 +524,24 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 	var rates []int64
 	if leased {
 		rates = make([]int64, n)
-		if r.leases.take(keys, reqs, res, start, rates) {
+		ok, claim, wait := r.leases.take(keys, reqs, res, start, rates)
+		if wait != nil {
+			// Another request is asking for the lease this one needs:
+			// its answer comes no later than this one's own would.
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return false, fmt.Errorf("redis: %w", ctx.Err())
+			}
+			start = int64(r.now().Sub(r.epoch))
+			ok, claim, _ = r.leases.take(keys, reqs, res, start, rates)
+		}
+		if ok {
 			r.decisions.Add(1)
 			return true, nil
+		}
+		if claim != nil {
+			defer r.leases.release(claim)
 		}
 	}
 	// A charge must reach Redis: it counts whatever the limit says.

@@ -54,6 +54,11 @@ type lease struct {
 	remaining int64
 	reset     time.Duration
 	granted   int64 // when, ns since the epoch
+	// last is the number of tokens last granted; pending is set while a
+	// request is asking Redis for the next lease.
+	last    int64
+	pending bool
+	ready   chan struct{} // closed when the pending request's answer is in
 	// seen counts the key's requests since since (ns since the epoch):
 	// the rate of the next lease.
 	seen  int64
@@ -114,21 +119,34 @@ func (ls *leases) sweep(now int64) {
 // take admits a request from the leases of keys, writing each limit's
 // Result into res, if every limit has a token left in its bucket at now
 // (ns since the epoch); it takes one from each. Otherwise it takes none,
-// and returns the rate each limit's next lease should cover (0 when a
-// key has no lease room), for the call's arguments, in rates.
-func (ls *leases) take(keys []string, reqs []Request, res []Result, now int64, rates []int64) bool {
-	all := true
+// and the request goes to Redis: with a lease, when no other request's
+// lease is on its way for these keys (claim holds the leases it asks
+// for, which the caller releases after the call), rates then holding the
+// rate each limit's lease should cover; else as one request (rates 0).
+//
+// A lease is asked for before it runs out: the request that finds a
+// lease down to a quarter of what it was granted goes to Redis for the
+// next, while the others go on spending what is left, so that a busy key
+// is rarely without tokens. One request at a time asks for a key's lease:
+// the requests that find it empty meanwhile go to Redis as themselves,
+// rather than each take a lease that the key's rate would not spend.
+//
+// A request that finds a lease empty while another asks for it gets that
+// request's wait, closed when its answer is in: the caller may wait for
+// it and take again, rather than call Redis for itself.
+func (ls *leases) take(keys []string, reqs []Request, res []Result, now int64, rates []int64) (ok bool, claim []*lease, wait <-chan struct{}) {
 	ls.mu.Lock()
 	held := make([]*lease, len(keys))
 	for i, k := range keys {
 		held[i] = ls.m[k]
 	}
 	ls.mu.Unlock()
+	var empty, low, pending, missing bool
 	for i, k := range keys {
 		l := held[i]
 		if l == nil {
 			if l = ls.get(k, now); l == nil {
-				all = false
+				missing = true
 				continue
 			}
 			held[i] = l
@@ -141,49 +159,40 @@ func (ls *leases) take(keys []string, reqs []Request, res []Result, now int64, r
 			ls.expired.Add(l.tokens)
 			l.tokens = 0
 		}
-		if l.tokens == 0 {
-			all = false
+		switch {
+		case l.tokens == 0:
+			empty = true
+		case 4*l.tokens <= l.last:
+			low = true
+		}
+		pending = pending || l.pending
+		l.mu.Unlock()
+	}
+	if missing {
+		// No room for a lease of some key: one request, as without.
+		clear(rates)
+		return false, nil, nil
+	}
+	if !empty && (!low || pending) && ls.spend(held, res, now) {
+		return true, nil, nil
+	}
+	claim = held
+	for _, l := range held {
+		l.mu.Lock()
+		if l.pending {
+			claim, wait = nil, l.ready
 		}
 		l.mu.Unlock()
 	}
-	if all {
-		for i := range held {
-			l := held[i]
-			l.mu.Lock()
-			if l.tokens == 0 || now >= l.end {
-				// Another request took the last one meanwhile: give
-				// back what this one took.
-				l.mu.Unlock()
-				for _, g := range held[:i] {
-					g.mu.Lock()
-					if now < g.end {
-						g.tokens++
-					}
-					g.mu.Unlock()
-				}
-				all = false
-				break
-			}
-			l.tokens--
-			res[i] = Result{
-				Allowed:   true,
-				Limit:     l.params.Limit,
-				Remaining: l.remaining + l.tokens,
-				Reset:     max(l.reset-time.Duration(now-l.granted), 0),
-			}
-			l.mu.Unlock()
-		}
-		if all {
-			ls.spent.Add(1)
-			return true
-		}
+	var ready chan struct{}
+	if claim != nil {
+		ready = make(chan struct{})
 	}
 	for i, l := range held {
-		rates[i] = 0
-		if l == nil {
-			continue
-		}
 		l.mu.Lock()
+		if claim != nil {
+			l.pending, l.ready = true, ready
+		}
 		// The rate since since, once there is something to measure;
 		// since moves on every leaseHorizon.
 		if d := now - l.since; d >= int64(leaseHorizon) || (l.seen > 1 && d >= int64(time.Millisecond)) {
@@ -192,10 +201,57 @@ func (ls *leases) take(keys []string, reqs []Request, res []Result, now int64, r
 				l.seen, l.since = 0, now
 			}
 		}
-		rates[i] = int64(l.rate + 0.5)
+		rates[i] = 0
+		if claim != nil {
+			rates[i] = int64(l.rate + 0.5)
+		}
 		l.mu.Unlock()
 	}
-	return false
+	return false, claim, wait
+}
+
+// spend takes a token from each of held, writing each limit's Result
+// into res, and reports whether it could; when one has none left (taken
+// meanwhile), it gives back what it took.
+func (ls *leases) spend(held []*lease, res []Result, now int64) bool {
+	for i, l := range held {
+		l.mu.Lock()
+		if l.tokens == 0 || now >= l.end {
+			l.mu.Unlock()
+			for _, g := range held[:i] {
+				g.mu.Lock()
+				if now < g.end {
+					g.tokens++
+				}
+				g.mu.Unlock()
+			}
+			return false
+		}
+		l.tokens--
+		res[i] = Result{
+			Allowed:   true,
+			Limit:     l.params.Limit,
+			Remaining: l.remaining + l.tokens,
+			Reset:     max(l.reset-time.Duration(now-l.granted), 0),
+		}
+		l.mu.Unlock()
+	}
+	ls.spent.Add(1)
+	return true
+}
+
+// release ends the claim of a request that asked for leases: their next
+// may be asked for again.
+func (ls *leases) release(claim []*lease) {
+	var ready chan struct{}
+	for _, l := range claim {
+		l.mu.Lock()
+		l.pending, ready, l.ready = false, l.ready, nil
+		l.mu.Unlock()
+	}
+	if ready != nil {
+		close(ready)
+	}
 }
 
 // unspent adds to each Result of a call the tokens this gateway holds for
@@ -240,11 +296,13 @@ func (ls *leases) grant(keys []string, reqs []Request, res []Result, n []int64, 
 			// first): keep both, until the earlier end.
 			l.tokens += n[i] - 1
 			l.end = min(l.end, end)
+			l.last = l.tokens
 		default:
 			ls.expired.Add(l.tokens)
 			l.params = *reqs[i].Params
 			l.tokens = n[i] - 1
 			l.end = end
+			l.last = l.tokens
 		}
 		l.remaining, l.reset, l.granted = res[i].Remaining, res[i].Reset, start
 		l.mu.Unlock()

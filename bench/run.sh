@@ -297,8 +297,8 @@ file="$OUT/$stamp.md"
 		echo
 		echo "| contender | requests/s | CPU µs/request | CPU / bare | p50 ms | p99 ms | ratio to nginx | non-2xx |"
 		echo "|---|---:|---:|---:|---:|---:|---:|---:|"
-		nginx_rps=$(field "$path" nginx 1)
-		[ "$path" != cold ] || nginx_rps=-
+		nginx_rps=-
+		[ "$path" = cold ] || nginx_rps=$(field "$path" nginx 1)
 		for c in ${CONTENDERS[$path]}; do
 			rps=$(field "$path" "$c" 1)
 			cpu=-

@@ -37,13 +37,8 @@ local function rceil(n, f)
   return n
 end
 
--- capacity returns the bucket capacity: burst, or limit when burst is 0.
-local function capacity(p)
-  if p.burst > 0 then
-    return p.burst
-  end
-  return p.limit
-end
+-- capacity (redis.lua) is the bucket's capacity: burst, or limit when
+-- burst is 0.
 
 -- intervals returns k·window/limit: the time k requests take to refill or
 -- drain.

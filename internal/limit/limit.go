@@ -126,7 +126,9 @@ func (p Params) Scaled(share float64) Params {
 // naming that setting, so that a rule-file parser can put it on that
 // setting's line.
 func (p *Params) Validate() error {
-	lock := strconv.FormatFloat(p.Lock.Seconds(), 'f', -1, 64)
+	// lock formats Lock for a message: only for one, since Validate is on
+	// the Redis store's request path.
+	lock := func() string { return strconv.FormatFloat(p.Lock.Seconds(), 'f', -1, 64) }
 	switch {
 	case p.Limit < Unlimited:
 		return settingErrorf("limit", "limit %d is below -1 (use -1 for unlimited, 0 to block)", p.Limit)
@@ -137,9 +139,9 @@ func (p *Params) Validate() error {
 	case p.Window > maxSpan:
 		return settingErrorf("unit", "unit %s is longer than 100 years", p.Window)
 	case p.Lock < 0:
-		return settingErrorf("lockSeconds", "lockSeconds %s is negative", lock)
+		return settingErrorf("lockSeconds", "lockSeconds %s is negative", lock())
 	case p.Lock > maxSpan:
-		return settingErrorf("lockSeconds", "lockSeconds %s is longer than 100 years", lock)
+		return settingErrorf("lockSeconds", "lockSeconds %s is longer than 100 years", lock())
 	}
 	a, ok := Lookup(p.Algorithm)
 	if !ok {

@@ -470,11 +470,6 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 		return true, nil
 	}
 	keys := make([]string, n)
-	args := make([]any, 1, 1+argsPerLimit*n+2*n+3)
-	args[0] = ""
-	if r.fixedNow != nil {
-		args[0] = strconv.FormatInt(r.fixedNow(), 10)
-	}
 	var tag0 string
 	charges := false
 	for i := range reqs {
@@ -500,19 +495,7 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 			return false, fmt.Errorf("limit: keys %q and %q of one call have different tags %q and %q", reqs[0].Key, q.Key, tag0, tag)
 		}
 		keys[i] = redisKey(tag, q.Key)
-		shadow := "0"
-		if q.Shadow {
-			shadow = "1"
-		}
-		mode := ""
-		switch {
-		case q.Charge:
-			mode, charges = "c", true
-		case q.Defer:
-			mode = "d"
-		}
-		args = append(args, p.Algorithm, p.Limit, micros(p.Window), p.Precision, p.Burst,
-			micros(p.Warmup), micros(p.Lock), shadow, calendarArg(p, now), q.units(), mode, 0, 0)
+		charges = charges || q.Charge
 	}
 
 	start := int64(r.now().Sub(r.epoch))
@@ -523,7 +506,12 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 	leased := r.leases != nil && r.fixedNow == nil && leasable(reqs)
 	var rates []int64
 	if leased {
-		rates = make([]int64, n)
+		var buf [maxLeasedLimits]int64
+		rates = buf[:0]
+		if n > len(buf) {
+			rates = make([]int64, 0, n)
+		}
+		rates = rates[:n]
 		ok, claim, wait := r.leases.take(keys, reqs, res, start, rates)
 		if wait != nil {
 			// Another request is asking for the lease this one needs:
@@ -548,6 +536,28 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 	if r.deny != nil && !charges && r.deny.lookup(keys, reqs, start, res) {
 		r.decisions.Add(1)
 		return false, nil
+	}
+	args := make([]any, 1, 1+argsPerLimit*n+2*n+3)
+	args[0] = ""
+	if r.fixedNow != nil {
+		args[0] = strconv.FormatInt(r.fixedNow(), 10)
+	}
+	for i := range reqs {
+		q := &reqs[i]
+		p := q.Params
+		shadow := "0"
+		if q.Shadow {
+			shadow = "1"
+		}
+		mode := ""
+		switch {
+		case q.Charge:
+			mode = "c"
+		case q.Defer:
+			mode = "d"
+		}
+		args = append(args, p.Algorithm, p.Limit, micros(p.Window), p.Precision, p.Burst,
+			micros(p.Warmup), micros(p.Lock), shadow, calendarArg(p, now), q.units(), mode, 0, 0)
 	}
 	if leased {
 		// Each lease is sized by the slowest of the request's keys: a

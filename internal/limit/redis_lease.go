@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -9,6 +10,10 @@ import (
 // DefaultRedisLeases is the most keys a Redis store holds leases for
 // (RedisConfig.Leases).
 const DefaultRedisLeases = 1 << 16
+
+// maxLeasedLimits is how many limits of one request the lease path holds
+// without allocating.
+const maxLeasedLimits = 8
 
 // leaseHorizon is the shortest interval over which a lease measures the
 // rate of its key's requests.
@@ -134,9 +139,14 @@ func (ls *leases) sweep(now int64) {
 // A request that finds a lease empty while another asks for it gets that
 // request's wait, closed when its answer is in: the caller may wait for
 // it and take again, rather than call Redis for itself.
-func (ls *leases) take(keys []string, reqs []Request, res []Result, now int64, rates []int64) (ok bool, claim []*lease, wait <-chan struct{}) {
+func (ls *leases) take(keys []string, reqs []Request, res []Result, now int64, rates []int64) (ok bool, claim *leaseClaim, wait <-chan struct{}) {
+	var buf [maxLeasedLimits]*lease
+	held := buf[:0]
+	if len(keys) > len(buf) {
+		held = make([]*lease, 0, len(keys))
+	}
+	held = held[:len(keys)]
 	ls.mu.Lock()
-	held := make([]*lease, len(keys))
 	for i, k := range keys {
 		held[i] = ls.m[k]
 	}
@@ -176,23 +186,31 @@ func (ls *leases) take(keys []string, reqs []Request, res []Result, now int64, r
 	if !empty && (!low || pending) && ls.spend(held, res, now) {
 		return true, nil, nil
 	}
-	claim = held
-	for _, l := range held {
+	// Claim every lease, each in one step, or none: a lease another
+	// request claimed meanwhile makes this one give back its own and
+	// wait for that one's answer.
+	ready := make(chan struct{})
+	for i, l := range held {
 		l.mu.Lock()
 		if l.pending {
-			claim, wait = nil, l.ready
+			wait = l.ready
+			l.mu.Unlock()
+			for _, g := range held[:i] {
+				g.mu.Lock()
+				g.pending, g.ready = false, nil
+				g.mu.Unlock()
+			}
+			close(ready)
+			break
 		}
+		l.pending, l.ready = true, ready
 		l.mu.Unlock()
 	}
-	var ready chan struct{}
-	if claim != nil {
-		ready = make(chan struct{})
+	if wait == nil {
+		claim = &leaseClaim{leases: slices.Clone(held), ready: ready}
 	}
 	for i, l := range held {
 		l.mu.Lock()
-		if claim != nil {
-			l.pending, l.ready = true, ready
-		}
 		// The rate since since, once there is something to measure;
 		// since moves on every leaseHorizon.
 		if d := now - l.since; d >= int64(leaseHorizon) || (l.seen > 1 && d >= int64(time.Millisecond)) {
@@ -240,18 +258,24 @@ func (ls *leases) spend(held []*lease, res []Result, now int64) bool {
 	return true
 }
 
+// leaseClaim is a request's claim on the leases of its keys: it is the
+// one asking Redis for their next tokens; ready is closed when it has
+// its answer.
+type leaseClaim struct {
+	leases []*lease
+	ready  chan struct{}
+}
+
 // release ends the claim of a request that asked for leases: their next
-// may be asked for again.
-func (ls *leases) release(claim []*lease) {
-	var ready chan struct{}
-	for _, l := range claim {
+// may be asked for again, and the requests waiting for this one's answer
+// take again.
+func (ls *leases) release(c *leaseClaim) {
+	for _, l := range c.leases {
 		l.mu.Lock()
-		l.pending, ready, l.ready = false, l.ready, nil
+		l.pending, l.ready = false, nil
 		l.mu.Unlock()
 	}
-	if ready != nil {
-		close(ready)
-	}
+	close(c.ready)
 }
 
 // unspent adds to each Result of a call the tokens this gateway holds for

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -29,6 +30,13 @@ type replayRecord struct {
 	invalid bool
 	file    int   // index of the file in the replay's inputs
 	line    int64 // 1-based line number in that file
+	// status is the status the live gateway answered a forwarded request
+	// with, and cost the cost its upstream reported (upstream_cost), for
+	// rules that count only some responses or charge a reported cost
+	// (the README's "Request cost"); status is 0 for a request the live
+	// gateway did not forward, and cost "" when none was logged.
+	status int
+	cost   string
 	// keys are the header and query values the live gateway's keyed
 	// limits counted by, as logged: hashes, or the values with
 	// --access-log-keys. Either way a replayed request carries them as
@@ -59,11 +67,13 @@ const (
 	fieldPath
 	fieldClientIP
 	fieldDecision
+	fieldStatus
+	fieldUpstreamCost
 	numFields = iota
 )
 
 // fieldNames are the JSON keys of the fields, in bit order.
-var fieldNames = [numFields]string{"time", "msg", "app_id", "method", "path", "client_ip", "decision"}
+var fieldNames = [numFields]string{"time", "msg", "app_id", "method", "path", "client_ip", "decision", "status", "upstream_cost"}
 
 // requiredFields are the keys every access line must carry.
 const requiredFields = fieldTime | fieldAppID | fieldMethod | fieldPath | fieldClientIP
@@ -72,8 +82,9 @@ const requiredFields = fieldTime | fieldAppID | fieldMethod | fieldPath | fieldC
 // They alias the line (fast path) or the fallback's decoded strings.
 type rawLine struct {
 	vals      [numFields][]byte
-	have      uint8 // fields present
-	nonString uint8 // fields present with a value that is not a string
+	have      uint16 // fields present
+	nonString uint16 // fields present with a value that is not a string
+	// (its raw JSON is in vals: status and upstream_cost are numbers)
 	// keys are the string fields named proxy.KeyHashField or
 	// proxy.KeyValueField and a key part: name (without the prefix) and
 	// value.
@@ -173,6 +184,23 @@ func (p *lineParser) parse(line []byte, rec *replayRecord) (lineKind, error) {
 		}
 	}
 	rec.method, rec.path, rec.appID = p.str(method), p.str(path), p.str(app)
+	// What the upstream answered a request the live gateway forwarded:
+	// its status, and the cost it reported. A request the live gateway
+	// answered itself (429, 503) tells nothing of what the upstream
+	// would have answered.
+	switch d := string(f.vals[6]); d {
+	case proxy.DecisionAllowed.String(), proxy.DecisionShadowLimited.String(), proxy.DecisionFailOpen.String(), proxy.DecisionUnmatched.String():
+		if f.have&fieldStatus != 0 && f.nonString&fieldStatus != 0 {
+			if n, err := strconv.Atoi(string(f.vals[7])); err == nil && n >= 100 && n <= 999 {
+				rec.status = n
+			}
+		}
+		if f.have&fieldUpstreamCost != 0 && f.nonString&fieldUpstreamCost != 0 {
+			if n, err := strconv.ParseInt(string(f.vals[8]), 10, 64); err == nil && n >= 0 {
+				rec.cost = p.str(f.vals[8])
+			}
+		}
+	}
 	if f.nkeys > 0 {
 		rec.keys = make([]keyValue, 0, f.nkeys)
 		for _, kv := range f.keys[:f.nkeys] {
@@ -220,7 +248,7 @@ func (p *lineParser) str(b []byte) string {
 }
 
 // fieldList names the fields in bits: `"time", "path"`.
-func fieldList(bits uint8) string {
+func fieldList(bits uint16) string {
 	var names []string
 	for i, n := range fieldNames {
 		if bits&(1<<i) != 0 {
@@ -290,7 +318,7 @@ func scanFast(b []byte, f *rawLine) bool {
 				return false
 			}
 			if idx >= 0 {
-				f.vals[idx] = nil
+				f.vals[idx] = b[i:j]
 				f.have |= 1 << idx
 				f.nonString |= 1 << idx
 			}
@@ -425,6 +453,7 @@ func scanSlow(b []byte, f *rawLine) error {
 		f.have |= 1 << i
 		var s string
 		if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+			f.vals[i] = raw
 			f.nonString |= 1 << i
 			continue
 		}

@@ -657,17 +657,22 @@ type replayOutcome struct {
 // request, response writer and header it reuses for every line. It is not
 // safe for concurrent use.
 type replayRun struct {
-	h         *proxy.Handler
-	store     *limit.Memory
-	nextSweep time.Time // when, in log time, to evict idle keys next
-	now       time.Time
-	out       replayOutcome
-	req       http.Request
-	url       url.URL
-	hdr       http.Header
-	appHdr    string
-	appVal    []string
-	w         discardWriter
+	h *proxy.Handler
+	// rec is the record being decided, which the upstream answers as
+	// the live one did; costHeaders are the rules' cost headers, which
+	// it sets to the logged cost.
+	rec         *replayRecord
+	costHeaders []string
+	store       *limit.Memory
+	nextSweep   time.Time // when, in log time, to evict idle keys next
+	now         time.Time
+	out         replayOutcome
+	req         http.Request
+	url         url.URL
+	hdr         http.Header
+	appHdr      string
+	appVal      []string
+	w           discardWriter
 	// claims are the logged claim values of the request being decided,
 	// given to the handler as verified ones.
 	claims map[string]string
@@ -683,10 +688,11 @@ func newReplayRun(rs *proxy.RuleSet, maxKeys int) (*replayRun, error) {
 	}
 	run := &replayRun{store: store, appHdr: "X-App-Id", appVal: make([]string, 1), hdr: make(http.Header, 1)}
 	run.w.h = make(http.Header, 8)
+	run.costHeaders = costHeaders(rs.Source)
 	run.h, err = proxy.NewHandler(proxy.HandlerConfig{
 		Rules:     rs,
 		Store:     store,
-		Upstream:  answerOK{},
+		Upstream:  http.HandlerFunc(run.answer),
 		AppHeader: run.appHdr,
 		// The request is reused: the handler must leave its header be.
 		ForwardAppHeader: true,
@@ -755,7 +761,9 @@ func (run *replayRun) decide(rec *replayRecord) replayOutcome {
 	}
 	clear(run.w.h)
 	run.out = replayOutcome{}
+	run.rec = rec
 	run.h.ServeHTTP(&run.w, &run.req)
+	run.rec = nil
 	return run.out
 }
 
@@ -790,10 +798,47 @@ func (run *replayRun) ObserveRequest(_ *http.Request, o *proxy.Outcome) {
 	run.out = replayOutcome{app: o.App, api: o.API, decision: o.Decision}
 }
 
-// answerOK is the replay's upstream: it answers 200 and forwards nothing.
-type answerOK struct{}
+// answer is the replay's upstream: it forwards nothing and answers as
+// the live upstream did, as far as the log says: the logged status (200
+// for a request the live gateway did not forward), and the logged
+// upstream cost in every cost header of the rules. So rules that count
+// only some statuses or charge a reported cost (the README's "Request
+// cost") replay what happened live.
+func (run *replayRun) answer(w http.ResponseWriter, _ *http.Request) {
+	status := http.StatusOK
+	if rec := run.rec; rec != nil {
+		if rec.status != 0 {
+			status = rec.status
+		}
+		if rec.cost != "" {
+			for _, name := range run.costHeaders {
+				w.Header()[name] = []string{rec.cost}
+			}
+		}
+	}
+	w.WriteHeader(status)
+}
 
-func (answerOK) ServeHTTP(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }
+// costHeaders returns the response headers that rules read a cost from,
+// each once.
+func costHeaders(src *config.Rules) []string {
+	var names []string
+	add := func(c config.Cost) {
+		if c.Header != "" && !slices.Contains(names, c.Header) {
+			names = append(names, c.Header)
+		}
+	}
+	if src == nil {
+		return nil
+	}
+	for _, app := range src.Apps {
+		add(app.TotalCost)
+		for _, r := range app.Limits {
+			add(r.Cost)
+		}
+	}
+	return names
+}
 
 // discardWriter is a ResponseWriter that keeps nothing but its header map,
 // which the replay clears before each request.

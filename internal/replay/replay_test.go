@@ -669,3 +669,62 @@ func TestReplayLongLines(t *testing.T) {
 		t.Errorf("malformed: got %s, want %s", got, want)
 	}
 }
+
+// TestReplayResponses checks that rules that count only some statuses or
+// charge a cost the upstream reports (the README's "Request cost")
+// replay what the live upstream answered, as the access log has it: the
+// status and upstream_cost of the requests the live gateway forwarded.
+func TestReplayResponses(t *testing.T) {
+	t.Parallel()
+	rules := compileRules(t, "responses.yaml", `
+configs:
+  - appId: app-1
+    limits:
+      - api: /login
+        limit: 3
+        unit: 1h
+        count: {status: [401]}
+      - api: /llm
+        limit: 100
+        unit: 1h
+        cost: {header: X-RateLimit-Cost}
+`)
+	var log bytes.Buffer
+	line := func(i int, path, decision string, status int, cost string) {
+		fmt.Fprintf(&log, `{"time":%q,"level":"INFO","msg":"access","app_id":"app-1","method":"POST","path":%q,"client_ip":"192.0.2.1","decision":%q,"status":%d`,
+			t0.Add(time.Duration(i)*time.Second).Format(time.RFC3339Nano), path, decision, status)
+		if cost != "" {
+			fmt.Fprintf(&log, `,"upstream_cost":%s`, cost)
+		}
+		log.WriteString("}\n")
+	}
+	// Three failed logins among successes: the next login is refused;
+	// a 429 answered live counts nothing, whatever its status.
+	for i, status := range []int{200, 401, 429, 401, 200, 401, 200} {
+		decision := "allowed"
+		if status == 429 {
+			decision = "limited"
+		}
+		line(i, "/login", decision, status, "")
+	}
+	// 40 units reported each: the fourth call finds 120 of 100 spent.
+	for i := range 4 {
+		line(10+i, "/llm", "allowed", 200, "40")
+	}
+	res := replayBytes(t, Config{Candidate: rules}, log.Bytes())
+	if res.Malformed != 0 {
+		t.Fatalf("malformed lines: %d", res.Malformed)
+	}
+	for _, tt := range []struct {
+		rule              string
+		admitted, limited int64
+	}{
+		{"/login", 6, 1},
+		{"/llm", 3, 1},
+	} {
+		c := groupOf(t, res, "app-1", tt.rule).Candidate
+		if c.Admitted != tt.admitted || c.Limited != tt.limited {
+			t.Errorf("%s: admitted %d, limited %d; want %d and %d", tt.rule, c.Admitted, c.Limited, tt.admitted, tt.limited)
+		}
+	}
+}

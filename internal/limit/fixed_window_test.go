@@ -39,7 +39,7 @@ func TestFixedWindowSteps(t *testing.T) {
 			},
 		},
 		{
-			// Seed 003's 临界问题: the limit just before a boundary and
+			// The boundary problem of fixed windows: the limit just before a boundary and
 			// again just after it, 2× the limit within a nanosecond.
 			name: "twice the limit across a boundary",
 			p:    fwParams(3, sec),

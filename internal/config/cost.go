@@ -239,24 +239,13 @@ func (p *parser) count(f field) (*Count, bool) {
 		p.errorf(f.line, "count has no status; list the response statuses that count, like status: [401, 403]")
 		return nil, false
 	}
-	type item struct {
-		node *yaml.Node
-		line int
-	}
-	var items []item
-	switch s.val.Kind {
-	case yaml.ScalarNode:
-		items = []item{{s.val, s.line}}
-	case yaml.SequenceNode:
-		if len(s.val.Content) == 0 {
-			p.errorf(s.line, "count status is an empty list, so nothing would ever count; list the statuses that count, like [401, 403]")
-			return nil, false
-		}
-		for _, n := range s.val.Content {
-			items = append(items, item{deref(n), n.Line})
-		}
-	default:
+	items, isList := oneOrList(s)
+	switch {
+	case !isList:
 		p.errorf(s.line, "count status must be a status, a class like \"5xx\", a range like \"400-499\", or a list of them, not %s", p.describe(s.val))
+		return nil, false
+	case len(items) == 0:
+		p.errorf(s.line, "count status is an empty list, so nothing would ever count; list the statuses that count, like [401, 403]")
 		return nil, false
 	}
 	c := &Count{Line: f.line}

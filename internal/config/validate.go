@@ -697,25 +697,38 @@ func (p *parser) buildRule(n *yaml.Node) *ruleResult {
 
 // methods returns the methods of a method field, a string or a list of
 // them, upper-cased and sorted.
-func (p *parser) methods(f field) ([]string, bool) {
-	type item struct {
-		node *yaml.Node
-		line int
-	}
-	var items []item
+// listItem is one value of a setting that takes a value or a list of
+// them, with its line.
+type listItem struct {
+	node *yaml.Node
+	line int
+}
+
+// oneOrList returns the values of f: itself when it is a scalar, its
+// items (aliases followed) when it is a sequence, which may be empty. ok
+// is false when f is neither.
+func oneOrList(f field) (items []listItem, ok bool) {
 	switch f.val.Kind {
 	case yaml.ScalarNode:
-		items = []item{{f.val, f.line}}
+		return []listItem{{f.val, f.line}}, true
 	case yaml.SequenceNode:
-		if len(f.val.Content) == 0 {
-			p.errorf(f.line, "method is an empty list; remove method to limit every method, or list the methods to limit")
-			return nil, false
-		}
+		items = make([]listItem, 0, len(f.val.Content))
 		for _, c := range f.val.Content {
-			items = append(items, item{deref(c), c.Line})
+			items = append(items, listItem{deref(c), c.Line})
 		}
-	default:
+		return items, true
+	}
+	return nil, false
+}
+
+func (p *parser) methods(f field) ([]string, bool) {
+	items, isList := oneOrList(f)
+	switch {
+	case !isList:
 		p.wrongType(f, "a method or a list of methods")
+		return nil, false
+	case len(items) == 0:
+		p.errorf(f.line, "method is an empty list; remove method to limit every method, or list the methods to limit")
 		return nil, false
 	}
 	ok := true

@@ -67,13 +67,7 @@ func (h *Handler) acquire(w http.ResponseWriter, r *http.Request, sec *section, 
 		return true
 	}
 	o := &sc.o
-	var grp string
-	group := func() string {
-		if grp == "" {
-			grp = h.addrGroup(o.ClientIP)
-		}
-		return grp
-	}
+	group := func() string { return h.group(sc) }
 	tag := sec.app
 	if sec.ipTag {
 		tag = sec.app + "|" + group()
@@ -88,24 +82,11 @@ next:
 				continue next
 			}
 		}
-		if cl.claims && h.jwt != nil && !h.verifyCaller(w, r, sc, false) {
+		key, ok := h.counterKey(w, r, cl, sc, group)
+		if !ok {
 			return false
 		}
-		if cl.claims && h.replayClaims != nil && !sc.jwtDone {
-			sc.o.claims, sc.jwtDone = h.replayClaims(r), true
-		}
-		switch cl.kind {
-		case keyIP:
-			reqs[i].Key = cl.key + "|" + group()
-		case keyAttrs:
-			key, code, msg := attrKey(r, cl, group, sc.o.claimValue)
-			if code != "" {
-				o.Decision = DecisionInvalid
-				WriteError(w, http.StatusBadRequest, code, msg)
-				return false
-			}
-			reqs[i].Key = key
-		}
+		reqs[i].Key = key
 	}
 	lease, full, err := h.slots.Acquire(r.Context(), reqs)
 	if err != nil {

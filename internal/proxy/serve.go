@@ -28,6 +28,8 @@ type scratch struct {
 	// jwtDone is set once the caller's token was looked at; its claims
 	// are the outcome's.
 	jwtDone bool
+	// grp is the client's address group once a key needed it (group).
+	grp string
 	// The concurrency limits that apply (concurrency.go), their slot
 	// requests, the lease of the slots taken and their in-flight
 	// counts; concFailOpen is set when the request went on without them.
@@ -215,16 +217,7 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *section, sc 
 	if sc.n == 0 {
 		return true
 	}
-	o := &sc.o
-	// The client address group, computed once and only if a key needs
-	// it.
-	var grp string
-	group := func() string {
-		if grp == "" {
-			grp = h.addrGroup(o.ClientIP)
-		}
-		return grp
-	}
+	group := func() string { return h.group(sc) }
 	// The tag keeps a request's keys together in one Redis Cluster slot:
 	// the app's, or, when every limit of the section is per client
 	// address, one of the caller buckets that hold the Redis key budget,
@@ -235,30 +228,57 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *section, sc 
 		tag = limit.CallerTag(group())
 	}
 	for i, cl := range sc.lims[:sc.n] {
-		if cl.claims && h.jwt != nil && !h.verifyCaller(w, r, sc, false) {
+		key, ok := h.counterKey(w, r, cl, sc, group)
+		if !ok {
 			return false
 		}
-		if cl.claims && h.replayClaims != nil && !sc.jwtDone {
-			sc.o.claims, sc.jwtDone = h.replayClaims(r), true
-		}
 		q := &sc.reqs[i]
-		*q = limit.Request{Key: cl.key, Tag: tag, Params: &cl.params, Shadow: cl.shadow, Cost: cl.cost.Need(), Defer: cl.deferred()}
+		*q = limit.Request{Key: key, Tag: tag, Params: &cl.params, Shadow: cl.shadow, Cost: cl.cost.Need(), Defer: cl.deferred()}
 		switch cl.kind {
 		case keyIP:
-			q.Key, q.Overflow = cl.key+"|"+group(), cl.overflow
-			sc.shown[i] = group()
+			q.Overflow, sc.shown[i] = cl.overflow, group()
 		case keyAttrs:
-			key, code, msg := attrKey(r, cl, group, sc.o.claimValue)
-			if code != "" {
-				o.Decision = DecisionInvalid
-				WriteError(w, http.StatusBadRequest, code, msg)
-				return false
-			}
-			q.Key, q.Overflow = key, cl.overflow
-			sc.shown[i] = shownKey(r, cl, group, sc.o.claimValue)
+			q.Overflow, sc.shown[i] = cl.overflow, shownKey(r, cl, group, sc.o.claimValue)
 		}
 	}
 	return true
+}
+
+// group returns the client's address group, computed once per request
+// and only if a key needs it.
+func (h *Handler) group(sc *scratch) string {
+	if sc.grp == "" {
+		sc.grp = h.addrGroup(sc.o.ClientIP)
+	}
+	return sc.grp
+}
+
+// counterKey returns cl's counter key for r: its own for by app or
+// global, with the client's address group for by ip, with the values it
+// counts by for the others; a claim's value only once the caller's token
+// is verified. It answers a request whose key cannot be built (a missing
+// value under missing: deny, a value too long or sent twice, a token that
+// does not verify) and reports false.
+func (h *Handler) counterKey(w http.ResponseWriter, r *http.Request, cl *compiledLimit, sc *scratch, group func() string) (string, bool) {
+	if cl.claims && h.jwt != nil && !h.verifyCaller(w, r, sc, false) {
+		return "", false
+	}
+	if cl.claims && h.replayClaims != nil && !sc.jwtDone {
+		sc.o.claims, sc.jwtDone = h.replayClaims(r), true
+	}
+	switch cl.kind {
+	case keyIP:
+		return cl.key + "|" + group(), true
+	case keyAttrs:
+		key, code, msg := attrKey(r, cl, group, sc.o.claimValue)
+		if code != "" {
+			sc.o.Decision = DecisionInvalid
+			WriteError(w, http.StatusBadRequest, code, msg)
+			return "", false
+		}
+		return key, true
+	}
+	return cl.key, true
 }
 
 // decide asks the store about the limits in sc and sets the outcome's

@@ -40,10 +40,15 @@ type denySlot struct {
 	params Params
 	// until is when the entry stops holding.
 	until int64
-	// denied reports whether the key denies until until (= retry); else
-	// the entry describes a limit that admitted a request that another
-	// limit denied.
-	denied    bool
+	// denied reports whether the key denies a request of cost units or
+	// more until until (= retry); else the entry describes a limit that
+	// admitted a request that another limit denied.
+	denied bool
+	// cost is the cost of the denied request. A limit that denies a cost
+	// until some instant denies every greater cost at least as long (the
+	// room of a limit only grows with time, for every algorithm), but a
+	// smaller cost may fit: the cache does not answer for it.
+	cost      int64
 	remaining int64
 	reset     int64 // when the limit is fully replenished
 }
@@ -58,13 +63,14 @@ func (c *denyCache) slot(key string) (*denySlot, *sync.Mutex) {
 	return &c.slots[i], &c.locks[i%denyLocks].Mutex
 }
 
-// get returns key's entry if it holds at now for p.
-func (c *denyCache) get(key string, p *Params, now int64) (denySlot, bool) {
+// get returns key's entry if it holds at now for a request of cost units
+// under p.
+func (c *denyCache) get(key string, p *Params, cost, now int64) (denySlot, bool) {
 	s, mu := c.slot(key)
 	mu.Lock()
 	e := *s
 	mu.Unlock()
-	if e.key != key || e.until <= now || e.params != *p {
+	if e.key != key || e.until <= now || e.params != *p || (e.denied && cost < e.cost) {
 		return denySlot{}, false
 	}
 	return e, true
@@ -80,13 +86,13 @@ func (c *denyCache) put(key string, e denySlot) {
 
 // lookup answers reqs (whose store keys are keys) at now from the cache
 // and reports whether it could: only when a non-shadow limit of the
-// request is known to deny at now and the cache knows what Redis last
-// said about every other one. It then writes res as Redis would have.
+// request is known to deny its cost at now and the cache knows what Redis
+// last said about every other one. It then writes res as Redis would have.
 func (c *denyCache) lookup(keys []string, reqs []Request, now int64, res []Result) bool {
 	hit := false
 	for i := range reqs {
 		p := reqs[i].Params
-		e, ok := c.get(keys[i], p, now)
+		e, ok := c.get(keys[i], p, reqs[i].units(), now)
 		if !ok {
 			return false
 		}
@@ -124,7 +130,7 @@ func (c *denyCache) record(keys []string, reqs []Request, res []Result, start in
 		e := denySlot{params: *reqs[i].Params, reset: start + int64(r.Reset)}
 		switch {
 		case !r.Allowed && r.RetryAfter > 0:
-			e.denied, e.until = true, start+int64(r.RetryAfter)
+			e.denied, e.until, e.cost = true, start+int64(r.RetryAfter), reqs[i].units()
 		case r.Allowed:
 			e.until, e.remaining = until, r.Remaining
 		default:

@@ -1,9 +1,12 @@
 package limit
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/redistest"
 )
 
 func TestDenyCache(t *testing.T) {
@@ -104,5 +107,47 @@ func TestDenyCacheIsBounded(t *testing.T) {
 	}
 	if hits == 0 || hits > 128 {
 		t.Errorf("hits after a flood of 10000 keys: got %d, want 1..128", hits)
+	}
+}
+
+// TestRedisDenyCacheCost checks that the deny cache answers only for
+// costs at least as great as the one Redis denied: a smaller cost that
+// fits is decided by Redis and admitted, as one exact store admits it,
+// and a cost above the limit's capacity does not block the key.
+func TestRedisDenyCacheCost(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red := newTestRedis(t, RedisConfig{URL: srv.URL(), Timeout: 5 * time.Second, DialTimeout: 10 * time.Second, Leases: -1})
+	p := &Params{Algorithm: "fixed_window", Limit: 10, Window: 1000 * time.Hour}
+	steps := []struct {
+		cost  int64
+		allow bool
+	}{
+		{cost: 5, allow: true},
+		{cost: 6, allow: false},
+		{cost: 7, allow: false},
+		{cost: 5, allow: true}, // 5 of 10 left
+		{cost: 11, allow: false},
+		{cost: 1, allow: false},
+		{cost: 11, allow: false},
+	}
+	for _, key := range []string{"dc-cost|/a", "dc-cost|/b"} {
+		for i, s := range steps {
+			if key == "dc-cost|/b" && i < 4 {
+				continue // a fresh key meets a cost above capacity first
+			}
+			want := s.allow
+			if key == "dc-cost|/b" && s.cost == 1 {
+				want = true
+			}
+			res := make([]Result, 1)
+			got, err := red.Allow(context.Background(), time.Time{}, []Request{{Key: key, Params: p, Cost: s.cost}}, res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Errorf("%s step %d, cost %d: allowed %v, want %v (%+v)", key, i, s.cost, got, want, res[0])
+			}
+		}
 	}
 }

@@ -42,4 +42,10 @@ function M.left(p, now, r)
   return r.stop - now
 end
 
+-- bucket returns the window that decide's r counts in: its number, or
+-- its start for a calendar unit.
+function M.bucket(p, r)
+  return r.win
+end
+
 return M

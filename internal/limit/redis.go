@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/url"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -188,8 +187,10 @@ type Redis struct {
 	maxBatch int
 	batchers sync.Map
 	onBatch  func(int)
-	// leases are the store's leases; nil when off.
-	leases *leases
+	// leases are the store's leases; nil when off. leaseWait is
+	// LeaseWait, or a test's.
+	leases    *leases
+	leaseWait time.Duration
 	// maxKeys is the key budget (RedisConfig.MaxKeys); -1 for none.
 	maxKeys int64
 	// lastWarm is when rewarm last started, since epoch.
@@ -312,7 +313,9 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		r.nodes.single = r.nodes.newBreaker(r.nodes.singleName)
 	}
 	if cfg.Leases >= 0 {
-		r.leases = newLeases(cmp.Or(cfg.Leases, DefaultRedisLeases))
+		r.leases = newLeases(cmp.Or(cfg.Leases, DefaultRedisLeases), r.clock)
+		r.leases.giveBack = r.giveBack
+		r.leaseWait = LeaseWait
 	}
 	if cfg.DenyCacheSize >= 0 {
 		r.deny = newDenyCache(cmp.Or(cfg.DenyCacheSize, DefaultDenyCacheSize))
@@ -420,9 +423,18 @@ func (r *Redis) circuitChanged(cfg *RedisConfig, node string, open bool) {
 	}
 }
 
-// Close closes the connections to Redis.
+// Close gives the tokens of its leases back to Redis and closes the
+// connections.
 func (r *Redis) Close() error {
-	r.closed.Store(true)
+	if r.closed.Swap(true) {
+		return nil
+	}
+	if ls := r.leases; ls != nil {
+		if back := ls.close(); len(back) > 0 {
+			r.giveBack(back)
+		}
+		ls.bg.Wait()
+	}
 	return r.client.Close()
 }
 
@@ -441,212 +453,6 @@ func (r *Redis) Ping(ctx context.Context) error {
 	return nil
 }
 
-// argsPerLimit is the number of script arguments per limit, and
-// resultsPerLimit the number of values of the reply per limit
-// (redis.lua).
-const (
-	argsPerLimit    = 13
-	resultsPerLimit = 6
-)
-
-// Allow implements Store, with Memory.Allow's semantics, on Redis's clock:
-// now, the gateway's clock, only places the calendar windows that the
-// script chooses from (a calendar unit, Params.Calendar), and must be
-// within a window of Redis's clock; the deny cache and the breaker use
-// RedisConfig.Now.
-// It returns ErrCircuitOpen while the breaker is open, and an error when
-// Redis fails or does not answer within the timeout; a caller's own
-// cancellation is returned as such and does not count as a failure.
-//
-// The requests must share a Tag (Request.Tag) and have distinct keys. A
-// request with an Overflow key is counted against it when its own key is
-// new and the key budget of its tag is used up (RedisConfig.MaxKeys).
-func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error) {
-	n := len(reqs)
-	if len(res) < n {
-		return false, fmt.Errorf("limit: %d results for %d requests", len(res), n)
-	}
-	if n == 0 {
-		return true, nil
-	}
-	keys := make([]string, n)
-	var tag0 string
-	charges := false
-	for i := range reqs {
-		q := &reqs[i]
-		p := q.Params
-		if p == nil {
-			return false, fmt.Errorf("limit: request for %q has no params", q.Key)
-		}
-		if err := p.Validate(); err != nil {
-			if _, ok := Lookup(p.Algorithm); !ok {
-				return false, fmt.Errorf("%w %q", ErrUnknownAlgorithm, p.Algorithm)
-			}
-			return false, fmt.Errorf("limit: key %q: %w", q.Key, err)
-		}
-		a, _ := Lookup(p.Algorithm)
-		if _, ok := a.(RedisAlgorithm); !ok {
-			return false, fmt.Errorf("limit: algorithm %q has no Redis implementation", p.Algorithm)
-		}
-		tag := redisTag(q)
-		if i == 0 {
-			tag0 = tag
-		} else if tag != tag0 {
-			return false, fmt.Errorf("limit: keys %q and %q of one call have different tags %q and %q", reqs[0].Key, q.Key, tag0, tag)
-		}
-		keys[i] = redisKey(tag, q.Key)
-		charges = charges || q.Charge
-	}
-
-	start := int64(r.now().Sub(r.epoch))
-	// Leases first: their tokens are counted already, and a denial
-	// another request met meanwhile must not leave them unspent. They
-	// need the gateway's clock to run with Redis's: not on a test's fixed
-	// decision clock.
-	leased := r.leases != nil && r.fixedNow == nil && leasable(reqs)
-	var rates []int64
-	if leased {
-		var buf [maxLeasedLimits]int64
-		rates = buf[:0]
-		if n > len(buf) {
-			rates = make([]int64, 0, n)
-		}
-		rates = rates[:n]
-		ok, claim, wait := r.leases.take(keys, reqs, res, start, rates)
-		if wait != nil {
-			// Another request is asking for the lease this one needs:
-			// its answer comes no later than this one's own would.
-			select {
-			case <-wait:
-			case <-ctx.Done():
-				return false, fmt.Errorf("redis: %w", ctx.Err())
-			}
-			start = int64(r.now().Sub(r.epoch))
-			ok, claim, _ = r.leases.take(keys, reqs, res, start, rates)
-		}
-		if ok {
-			r.decisions.Add(1)
-			return true, nil
-		}
-		if claim != nil {
-			defer r.leases.release(claim)
-		}
-	}
-	// A charge must reach Redis: it counts whatever the limit says.
-	if r.deny != nil && !charges && r.deny.lookup(keys, reqs, start, res) {
-		r.decisions.Add(1)
-		return false, nil
-	}
-	args := make([]any, 1, 1+argsPerLimit*n+2*n+3)
-	args[0] = ""
-	if r.fixedNow != nil {
-		args[0] = strconv.FormatInt(r.fixedNow(), 10)
-	}
-	for i := range reqs {
-		q := &reqs[i]
-		p := q.Params
-		shadow := "0"
-		if q.Shadow {
-			shadow = "1"
-		}
-		mode := ""
-		switch {
-		case q.Charge:
-			mode = "c"
-		case q.Defer:
-			mode = "d"
-		}
-		args = append(args, p.Algorithm, p.Limit, micros(p.Window), p.Precision, p.Burst,
-			micros(p.Warmup), micros(p.Lock), shadow, calendarArg(p, now), q.units(), mode, 0, 0)
-	}
-	if leased {
-		// Each lease is sized by the slowest of the request's keys: a
-		// request is admitted from leases only when all of them have a
-		// token, so a bigger lease on a busier key (an app total) would
-		// be left unspent.
-		rate := slices.Min(rates)
-		fleet := max(r.fleetSize.Load(), 1)
-		for i := range rates {
-			o := 1 + argsPerLimit*i
-			args[o+11], args[o+12] = rate, fleet
-		}
-	}
-	cctx, cancel := context.WithTimeout(ctx, r.callTimeout)
-	defer cancel()
-	b, err := r.breakerFor(cctx, keys[0])
-	if err != nil {
-		return false, err
-	}
-	ok, probe := b.allow()
-	if !ok {
-		r.reloadSlots()
-		return false, ErrCircuitOpen
-	}
-	args = r.budgetArgs(args, reqs, tag0)
-	var v []int64
-	var shared bool
-	if r.maxBatch > 1 {
-		v, err, shared = r.batcherFor(b).do(cctx, r, keys, args)
-	} else {
-		v, err = r.run(cctx, keys, args)
-		r.roundTrips.Add(1)
-	}
-	if err != nil {
-		switch {
-		case shared:
-			// Another call of the same round trip told the breaker.
-			b.abandon(probe)
-		case ctx.Err() != nil:
-			// The caller went away: that says nothing about Redis.
-			b.abandon(probe)
-			return false, fmt.Errorf("redis: %w", ctx.Err())
-		case errors.Is(err, redis.ErrPoolTimeout), isRedirect(err):
-			// Every connection is busy (this process is short of
-			// connections), or the key's slot has moved: the node is not
-			// known to fail.
-			b.abandon(probe)
-		default:
-			b.failure(probe)
-		}
-		if ctx.Err() == nil && !errors.Is(err, redis.ErrPoolTimeout) {
-			r.reloadSlots() // a cluster's master may have moved
-		}
-		return false, fmt.Errorf("redis: %w", err)
-	}
-	b.success()
-	r.decisions.Add(1)
-	if len(v) != 2+resultsPerLimit*n {
-		return false, fmt.Errorf("redis: script answered %d values for %d limits", len(v), n)
-	}
-	r.overflowed.Add(v[len(v)-1])
-	for i := range reqs {
-		w := v[1+resultsPerLimit*i:]
-		res[i] = Result{
-			Allowed:    w[0] == 1,
-			Limit:      reqs[i].Params.Limit,
-			Remaining:  w[1],
-			Reset:      time.Duration(w[2]) * time.Microsecond,
-			RetryAfter: time.Duration(w[3]) * time.Microsecond,
-		}
-	}
-	allowed := v[0] == 1
-	if leased && allowed {
-		tokens, spans := make([]int64, n), make([]time.Duration, n)
-		for i := range reqs {
-			w := v[1+resultsPerLimit*i:]
-			tokens[i], spans[i] = w[4], time.Duration(w[5])*time.Microsecond
-		}
-		r.leases.grant(keys, reqs, res, tokens, spans, start)
-	}
-	if leased {
-		r.leases.unspent(keys, reqs, res, start)
-	}
-	if !allowed && r.deny != nil {
-		r.deny.record(keys, reqs, res, start)
-	}
-	return allowed, nil
-}
-
 // RedisStats are counts of a Redis store's work since it was created.
 type RedisStats struct {
 	// Decisions is the number of requests the store decided: by Redis,
@@ -659,9 +465,10 @@ type RedisStats struct {
 	// than Calls when calls were batched (RedisConfig.MaxBatch).
 	RoundTrips int64
 	// LeaseGranted is the number of tokens leased beyond the requests
-	// that asked, LeaseSpent the requests admitted from leases, and
-	// LeaseExpired the tokens lost because their bucket ended first.
-	LeaseGranted, LeaseSpent, LeaseExpired int64
+	// that asked, LeaseSpent the requests admitted from leases,
+	// LeaseExpired the tokens lost because their bucket ended first, and
+	// LeaseReturned those given back to Redis unspent.
+	LeaseGranted, LeaseSpent, LeaseExpired, LeaseReturned int64
 	// Overflowed is the number of requests of new callers that Redis
 	// counted against their Overflow key because the key budget was used
 	// up (RedisConfig.MaxKeys).
@@ -674,6 +481,7 @@ func (r *Redis) Stats() RedisStats {
 		Overflowed: r.overflowed.Load()}
 	if ls := r.leases; ls != nil {
 		s.LeaseGranted, s.LeaseSpent, s.LeaseExpired = ls.granted.Load(), ls.spent.Load(), ls.expired.Load()
+		s.LeaseReturned = ls.returned.Load()
 	}
 	return s
 }

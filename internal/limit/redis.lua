@@ -16,23 +16,25 @@
 -- fmod, muldiv and put defined here.
 --
 -- ARGV[1] is "" (read TIME) or a fixed instant, for tests. Then for each
--- limit, thirteen values: algorithm, limit, window (µs), precision, burst,
+-- limit, fourteen values: algorithm, limit, window (µs), precision, burst,
 -- warmup (µs), lock (µs), "1" for a shadow limit, "" or a calendar unit
 -- (see calendar below), the cost in units, the mode: "" to decide and
 -- count, "d" to decide and count nothing (Request.Defer), "c" to count
 -- without deciding (Request.Charge); and for a lease the rate at which the
--- gateway sees the key's requests (per second) and the fleet's size, else
--- 0 and 0.
+-- gateway sees the key's requests (per second), the fleet's size and the
+-- tokens the gateway still holds for the key, else 0, 0 and 0.
 --
 -- The reply is {allowed, then for each limit: allowed, remaining, reset
 -- (µs), retry after (µs), tokens leased, the time their bucket ends
--- (µs); then the number of limits sent to their overflow counter
--- (redis_budget.lua)}, with 1 and 0 for true and false.
+-- (µs), the bucket's number (left and bucket below), and the time since
+-- the key's last lease of more than one token (µs; -1 for none: no
+-- gateway may hold tokens of it to give back); then the number of limits
+-- sent to their overflow counter (redis_budget.lua)}, with 1 and 0 for true and false.
 --
 -- A lease (README, "Leases") counts more than the request into the bucket
 -- or window it counts in, when every limit admits it: as many as the
--- gateway's rate would use in the next 15ms (and before the bucket ends),
--- at most the room left divided by twice the fleet's size, at least the
+-- gateway's rate would use in the next 15ms (and before the bucket ends)
+-- beyond the tokens it still holds, at most the room left divided by twice the fleet's size, at least the
 -- request itself. The gateway admits that many more locally until the
 -- bucket ends, so every admission falls in the bucket it was counted in.
 
@@ -188,7 +190,10 @@ end
 --     can expire then.
 --   left(p, now, r), for the window algorithms only, returns the time from
 --     now until the bucket or window that decide's r counts in ends: the
---     script may then count more than the one request (a lease, below).
+--     script may then count more than the one request (a lease, below);
+--     bucket(p, r) returns that bucket's number, which names it among the
+--     buckets of the key's shape (a gateway that holds a lease of it
+--     tells a later lease of the same bucket by it).
 -- p holds limit, window, precision, burst and warmup (µs); the functions
 -- are called only for limit ≥ 1. p.cal is the calendar window (see
 -- calendar) of a limit with a calendar unit, nil otherwise.
@@ -222,9 +227,9 @@ local function expiry(at, p)
 end
 
 local n = #KEYS
-local P, R, L, X, fresh, names = {}, {}, {}, {}, {}, {}
+local P, R, L, X, LT, fresh, names = {}, {}, {}, {}, {}, {}, {}
 for i = 1, n do
-  local o = 2 + (i - 1) * 13
+  local o = 2 + (i - 1) * 14
   local p = {
     alg = ARGV[o],
     limit = tonumber(ARGV[o + 1]),
@@ -239,6 +244,7 @@ for i = 1, n do
     charge = ARGV[o + 10] == 'c',
     rate = tonumber(ARGV[o + 11]),
     fleet = tonumber(ARGV[o + 12]),
+    have = tonumber(ARGV[o + 13]),
   }
   -- A charge is counted whatever it costs; what it reports is the limit
   -- it leaves, for a next request of one unit.
@@ -264,9 +270,10 @@ for i = 1, n do
   end
   p.a = a
   local key = KEYS[i]
-  -- The store's fields: the shape, the end of a lockout, and the instant
-  -- the key expires (µs).
-  local names_i = { '_id', '_lk', '_x' }
+  -- The store's fields: the shape, the end of a lockout, the instant
+  -- the key expires, and when a lease of more than one token was last
+  -- granted (µs).
+  local names_i = { '_id', '_lk', '_x', '_lt' }
   local own = {}
   if p.limit > 0 then
     own = a.fields(p, now)
@@ -277,9 +284,10 @@ for i = 1, n do
   names[i] = names_i
   local v = redis.call('HMGET', key, unpack(names_i))
   local lk, x = tonumber(v[2]) or 0, tonumber(v[3]) or 0
+  LT[i] = tonumber(v[4])
   local st = {}
   for j, f in ipairs(own) do
-    st[f] = v[3 + j]
+    st[f] = v[4 + j]
   end
   fresh[i] = v[1] ~= p.id
   if v[1] and v[1] ~= p.id then
@@ -287,7 +295,7 @@ for i = 1, n do
     -- or precision): start afresh, keeping the lockout (in progress, or
     -- ended but in force again if the clock steps back, as in memory).
     redis.call('DEL', key)
-    st, x = {}, 0
+    st, x, LT[i] = {}, 0, nil
     if p.lock > 0 and lk > 0 then
       x = expiry(math.max(lk, now), p)
       redis.call('HSET', key, '_id', p.id, '_lk', lk, '_x', x)
@@ -353,7 +361,7 @@ local function charge(i)
     -- Decide afresh on what was written.
     local v = redis.call('HMGET', key, unpack(names[i]))
     local st = {}
-    for j = 4, #names[i] do
+    for j = 5, #names[i] do
       st[names[i][j]] = v[j]
     end
     r = p.a.decide(key, p, now, st)
@@ -382,18 +390,22 @@ for i = 1, n do
   elseif allowed and not p.defer then
     if p.limit > 0 and p.rate > 0 and p.cost == 1 and p.a.left then
       -- A lease: what the rate uses in the next 15ms or until the
-      -- bucket ends, within the room left (r.remaining + 1 with this
-      -- request) / (2 × fleet). Tokens left when the bucket ends are lost
-      -- to the fleet: a short lease loses few.
+      -- bucket ends, beyond what the gateway holds, within the room left
+      -- (r.remaining + 1 with this request) / (2 × fleet). Tokens the
+      -- gateway stops using come back (lease_return.lua).
       r.span = p.a.left(p, now, r)
       local room = r.remaining + 1
-      local want = math.ceil(p.rate * math.min(r.span, 15000) / 1000000)
+      local want = math.ceil(p.rate * math.min(r.span, 15000) / 1000000) - p.have
       p.cost = math.max(math.min(want, fdiv(room, 2 * math.max(p.fleet, 1)), room), 1)
       r.remaining = r.remaining - (p.cost - 1)
     end
     if p.limit > 0 then
       local set = {}
       local idle = p.a.commit(key, p, now, r, set)
+      if r.span and p.cost > 1 then
+        put(set, '_lt', now)
+        LT[i] = now
+      end
       if fresh[i] then
         put(set, '_id', p.id)
       end
@@ -410,6 +422,8 @@ for i = 1, n do
   out[#out + 1] = r.retry
   out[#out + 1] = r.span and p.cost or 0
   out[#out + 1] = r.span or 0
+  out[#out + 1] = r.span and p.a.bucket(p, r) or 0
+  out[#out + 1] = LT[i] and now - LT[i] or -1
 end
 out[#out + 1] = overflowed
 return out

@@ -38,8 +38,9 @@ type denyCache struct {
 type denySlot struct {
 	key    string
 	params Params
-	// until is when the entry stops holding.
-	until int64
+	// until is when the denial ends; stop when the entry stops holding,
+	// no later.
+	until, stop int64
 	// denied reports whether the key denies a request of cost units or
 	// more until until (= retry); else the entry describes a limit that
 	// admitted a request that another limit denied.
@@ -70,7 +71,7 @@ func (c *denyCache) get(key string, p *Params, cost, now int64) (denySlot, bool)
 	mu.Lock()
 	e := *s
 	mu.Unlock()
-	if e.key != key || e.until <= now || e.params != *p || (e.denied && cost < e.cost) {
+	if e.key != key || e.stop <= now || e.params != *p || (e.denied && cost < e.cost) {
 		return denySlot{}, false
 	}
 	return e, true
@@ -114,23 +115,28 @@ func (c *denyCache) lookup(keys []string, reqs []Request, now int64, res []Resul
 // start: each denying limit denies until start + RetryAfter (Redis's
 // instant was no earlier than start, so the local denial never outlasts
 // Redis's), and the others are remembered for as long as the longest
-// enforced denial.
-func (c *denyCache) record(keys []string, reqs []Request, res []Result, start int64) {
+// enforced denial; none beyond upto, unless it is 0.
+func (c *denyCache) record(keys []string, reqs []Request, res []Result, start, upto int64) {
 	var until int64
 	for i := range reqs {
 		if !res[i].Allowed && !reqs[i].Shadow && res[i].RetryAfter > 0 {
 			until = max(until, start+int64(res[i].RetryAfter))
 		}
 	}
+	stop := until
+	if upto > 0 {
+		stop = min(until, upto)
+	}
 	if until == 0 {
 		return
 	}
 	for i := range reqs {
 		r := &res[i]
-		e := denySlot{params: *reqs[i].Params, reset: start + int64(r.Reset)}
+		e := denySlot{params: *reqs[i].Params, reset: start + int64(r.Reset), stop: stop}
 		switch {
 		case !r.Allowed && r.RetryAfter > 0:
 			e.denied, e.until, e.cost = true, start+int64(r.RetryAfter), reqs[i].units()
+			e.stop = min(e.stop, e.until)
 		case r.Allowed:
 			e.until, e.remaining = until, r.Remaining
 		default:

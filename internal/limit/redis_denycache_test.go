@@ -39,7 +39,7 @@ func TestDenyCache(t *testing.T) {
 	c.record(keys, reqs, []Result{
 		{Allowed: true, Limit: 100, Remaining: 42, Reset: 50 * time.Second},
 		{Limit: 10, Reset: 40 * time.Second, RetryAfter: 30 * time.Second},
-	}, 0)
+	}, 0, 0)
 	tests := []struct {
 		name    string
 		keys    []string
@@ -94,7 +94,7 @@ func TestDenyCacheIsBounded(t *testing.T) {
 	for i := range 10_000 {
 		key := fmt.Sprintf("gw:{*|10.0.%d.%d}|*|/", i/256, i%256)
 		reqs := []Request{{Key: key, Params: p}}
-		c.record([]string{key}, reqs, []Result{{Limit: 1, Reset: time.Minute, RetryAfter: time.Minute}}, 0)
+		c.record([]string{key}, reqs, []Result{{Limit: 1, Reset: time.Minute, RetryAfter: time.Minute}}, 0, 0)
 	}
 	for i := range 10_000 {
 		key := fmt.Sprintf("gw:{*|10.0.%d.%d}|*|/", i/256, i%256)

@@ -2,6 +2,7 @@ package limit
 
 import (
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,19 +20,30 @@ const maxLeasedLimits = 8
 // rate of its key's requests.
 const leaseHorizon = 20 * time.Millisecond
 
+// LeaseIdle is how long a lease's tokens may go unused before the
+// gateway gives them back to Redis, and LeaseWait the longest a request
+// that Redis denied waits for tokens that other gateways may give back
+// (README, "Leases").
+const (
+	LeaseIdle = 20 * time.Millisecond
+	LeaseWait = 50 * time.Millisecond
+)
+
 // leases are a Redis store's leases (README, "Leases"): for a limit of a
 // window algorithm (fixed_window, sliding_window), the script counts
 // more than the request into the bucket or window it counts in, and the
 // gateway admits that many more requests locally, without a call, until
 // they are spent or that bucket ends. Every admission falls in the bucket
 // it was counted in, so each limit holds for the fleet exactly as it does
-// in one memory store; the tokens a gateway does not spend before the
-// bucket ends are lost to the fleet.
+// in one memory store. Tokens the gateway stops using go back to Redis:
+// after LeaseIdle without a request, when the limit is reloaded, when a
+// sliding window's bucket ends, and when the store closes.
 //
 // The script sizes a lease from the rate at which this gateway sees the
-// key's requests (so that it lasts about until the bucket ends), at most
-// the room left divided by twice the fleet's size, and at least the
-// request itself: near the limit, every request is a call.
+// key's requests (so that it lasts about until the bucket ends), less
+// what the gateway still holds, at most the room left divided by twice
+// the fleet's size, and at least the request itself: near the limit,
+// every request is a call.
 //
 // A request is admitted from leases only if every limit of it has one
 // with a token; it then takes one from each. It is safe for concurrent
@@ -42,17 +54,30 @@ type leases struct {
 	m   map[string]*lease
 	// granted counts the tokens leased beyond the requests that asked,
 	// spent those admitted from leases, expired those lost when their
-	// bucket ended.
-	granted, spent, expired atomic.Int64
+	// bucket ended, returned those given back to Redis.
+	granted, spent, expired, returned atomic.Int64
+	// idle is LeaseIdle, or a test's.
+	idle time.Duration
+	// now is the store's clock, in ns since its epoch.
+	now func() int64
+	// giveBack gives tokens back to Redis; nil drops them (tests).
+	giveBack func([]leaseReturn)
+	// bg tracks the goroutines that give tokens back or ask for the next
+	// lease, so that Close can wait for them.
+	bg sync.WaitGroup
+	// closed is set by close: no lease is granted after it.
+	closed bool
 }
 
-// lease is one key's lease: tokens counted in Redis in a bucket that
-// ends at end, for limits with params.
+// lease is one key's lease: tokens counted in Redis in bucket, which ends
+// at end, for limits with params.
 type lease struct {
+	key    string
 	mu     sync.Mutex
 	params Params
 	tokens int64
 	end    int64 // ns since the store's epoch; no token is used from then
+	bucket int64 // the script's number of the bucket (redis.lua)
 	// remaining and reset are Redis's answer when the lease was granted:
 	// the room left beside the tokens, and the time to the limit's full
 	// replenishment from granted.
@@ -69,10 +94,38 @@ type lease struct {
 	seen  int64
 	since int64
 	rate  float64 // requests per second, as last measured
+	// used is when a request last asked for the lease; timer gives the
+	// tokens back once it is idle.
+	used  int64
+	timer *time.Timer
 }
 
-func newLeases(max int) *leases {
-	return &leases{max: max, m: make(map[string]*lease)}
+// leaseReturn is tokens given back to Redis: n counted in bucket of the
+// key under params.
+type leaseReturn struct {
+	key    string
+	params Params
+	bucket int64
+	n      int64
+}
+
+// shape returns the counter's shape as the script names it (the "_id"
+// field, redis.lua): a return applies only to a counter of that shape.
+func (t *leaseReturn) shape() string {
+	p := &t.params
+	s := p.Algorithm + "/" + strconv.FormatInt(micros(p.Window), 10) + "/" + strconv.Itoa(p.Precision)
+	if p.Calendar != "" {
+		zone := p.Zone
+		if zone == "" {
+			zone = "UTC"
+		}
+		s += "/" + string(p.Calendar) + "@" + zone
+	}
+	return s
+}
+
+func newLeases(max int, now func() int64) *leases {
+	return &leases{max: max, m: make(map[string]*lease), idle: LeaseIdle, now: now}
 }
 
 // leasable reports whether reqs may be decided with leases: every limit
@@ -103,22 +156,56 @@ func (ls *leases) get(key string, now int64) *lease {
 			return nil
 		}
 	}
-	l := &lease{since: now}
+	l := &lease{key: key, since: now}
 	ls.m[key] = l
 	return l
 }
 
-// sweep drops the leases that have no tokens left to use and no recent
-// rate. ls.mu is held.
+// sweep drops the leases that have no tokens left to use and no request
+// waiting for one. ls.mu is held.
 func (ls *leases) sweep(now int64) {
+	var back []leaseReturn
 	for k, l := range ls.m {
 		l.mu.Lock()
-		if now >= l.end || l.tokens == 0 {
-			ls.expired.Add(l.tokens)
+		if !l.pending && (now >= l.end || l.tokens == 0) {
+			back = ls.drop(l, now, back)
 			delete(ls.m, k)
 		}
 		l.mu.Unlock()
 	}
+	ls.async(back)
+}
+
+// drop takes l's tokens away, appending them to back when they can go
+// back to Redis: a bucket that has not ended, or a sliding window's that
+// may still be in its window (the script checks). l.mu is held.
+func (ls *leases) drop(l *lease, now int64, back []leaseReturn) []leaseReturn {
+	if l.tokens == 0 {
+		return back
+	}
+	if ls.giveBack != nil && (now < l.end || l.params.Algorithm == "sliding_window") {
+		back = append(back, leaseReturn{key: l.key, params: l.params, bucket: l.bucket, n: l.tokens})
+	} else {
+		ls.expired.Add(l.tokens)
+	}
+	l.tokens = 0
+	return back
+}
+
+// idleOr0 returns ls.idle, or 0 when there are no leases.
+func (ls *leases) idleOr0() time.Duration {
+	if ls == nil {
+		return 0
+	}
+	return ls.idle
+}
+
+// async gives back in the background.
+func (ls *leases) async(back []leaseReturn) {
+	if len(back) == 0 {
+		return
+	}
+	ls.bg.Go(func() { ls.giveBack(back) })
 }
 
 // take admits a request from the leases of keys, writing each limit's
@@ -126,20 +213,20 @@ func (ls *leases) sweep(now int64) {
 // (ns since the epoch); it takes one from each. Otherwise it takes none,
 // and the request goes to Redis: with a lease, when no other request's
 // lease is on its way for these keys (claim holds the leases it asks
-// for, which the caller releases after the call), rates then holding the
-// rate each limit's lease should cover; else as one request (rates 0).
+// for, which the caller releases after the call), rates and have then
+// holding the rate each limit's lease should cover and the tokens the
+// gateway holds for it; else as one request (rates 0).
 //
 // A lease is asked for before it runs out: the request that finds a
-// lease down to a quarter of what it was granted goes to Redis for the
-// next, while the others go on spending what is left, so that a busy key
-// is rarely without tokens. One request at a time asks for a key's lease:
-// the requests that find it empty meanwhile go to Redis as themselves,
-// rather than each take a lease that the key's rate would not spend.
-//
-// A request that finds a lease empty while another asks for it gets that
-// request's wait, closed when its answer is in: the caller may wait for
-// it and take again, rather than call Redis for itself.
-func (ls *leases) take(keys []string, reqs []Request, res []Result, now int64, rates []int64) (ok bool, claim *leaseClaim, wait <-chan struct{}) {
+// lease down to a quarter of what it was granted spends a token and
+// claims the leases (ok and claim not nil): the caller asks for the next
+// lease alongside, while the others go on spending what is left, so that
+// a busy key is rarely without tokens and a held token is never left
+// unspent for want of Redis's room. One request at a time asks for a
+// key's lease: the requests that find it empty meanwhile wait for that
+// request's answer (wait, closed when it is in) and take again, rather
+// than call Redis for themselves.
+func (ls *leases) take(keys []string, reqs []Request, res []Result, now int64, rates, have []int64) (ok bool, claim *leaseClaim, wait <-chan struct{}) {
 	var buf [maxLeasedLimits]*lease
 	held := buf[:0]
 	if len(keys) > len(buf) {
@@ -152,6 +239,7 @@ func (ls *leases) take(keys []string, reqs []Request, res []Result, now int64, r
 	}
 	ls.mu.Unlock()
 	var empty, low, pending, missing bool
+	var back []leaseReturn
 	for i, k := range keys {
 		l := held[i]
 		if l == nil {
@@ -163,11 +251,10 @@ func (ls *leases) take(keys []string, reqs []Request, res []Result, now int64, r
 		}
 		l.mu.Lock()
 		l.seen++
+		l.used = now
 		if l.tokens > 0 && (now >= l.end || l.params != *reqs[i].Params) {
-			// The bucket ended, or a reload changed the limit: the tokens
-			// are lost.
-			ls.expired.Add(l.tokens)
-			l.tokens = 0
+			// The bucket ended, or a reload changed the limit.
+			back = ls.drop(l, now, back)
 		}
 		switch {
 		case l.tokens == 0:
@@ -178,6 +265,7 @@ func (ls *leases) take(keys []string, reqs []Request, res []Result, now int64, r
 		pending = pending || l.pending
 		l.mu.Unlock()
 	}
+	ls.async(back)
 	if missing {
 		// No room for a lease of some key: one request, as without.
 		clear(rates)
@@ -219,11 +307,18 @@ func (ls *leases) take(keys []string, reqs []Request, res []Result, now int64, r
 				l.seen, l.since = 0, now
 			}
 		}
-		rates[i] = 0
+		rates[i], have[i] = 0, 0
 		if claim != nil {
-			rates[i] = int64(l.rate + 0.5)
+			rates[i], have[i] = int64(l.rate+0.5), l.tokens
 		}
 		l.mu.Unlock()
+	}
+	if claim != nil && !empty && ls.spend(held, res, now) {
+		// Admitted from what is left; the caller asks for the next lease.
+		for i := range have {
+			have[i] = max(have[i]-1, 0)
+		}
+		return true, claim, nil
 	}
 	return false, claim, wait
 }
@@ -297,39 +392,104 @@ func (ls *leases) unspent(keys []string, reqs []Request, res []Result, now int64
 	}
 }
 
-// grant records the tokens the script leased for keys beyond the request
-// it admitted: n[i] counted in a bucket that ends span[i] after start (ns
-// since the epoch, taken before the call: the bucket ends no sooner in
-// this gateway's time).
-func (ls *leases) grant(keys []string, reqs []Request, res []Result, n []int64, span []time.Duration, start int64) {
+// leaseGrant is what the script leased for one limit: n tokens counted in
+// bucket, which ends span after the call's start.
+type leaseGrant struct {
+	n      int64
+	span   time.Duration
+	bucket int64
+}
+
+// grant records the tokens the script leased for keys: g[i].n, of which
+// own (1, or 0 for a call that only asked for the next lease) went to the
+// request that asked. start is the call's start (ns since the epoch,
+// taken before the call: the bucket ends no sooner in this gateway's
+// time). Tokens of the bucket the lease already holds are added to it;
+// those of another bucket replace it.
+func (ls *leases) grant(keys []string, reqs []Request, res []Result, g []leaseGrant, start, own int64) {
+	var back []leaseReturn
 	for i, k := range keys {
-		if n[i] <= 1 {
+		n := g[i].n - own
+		if n <= 0 {
 			continue
 		}
 		ls.mu.Lock()
 		l := ls.m[k]
+		closed := ls.closed
 		ls.mu.Unlock()
-		if l == nil {
+		if l == nil || closed {
+			if closed && ls.giveBack != nil {
+				back = append(back, leaseReturn{key: k, params: *reqs[i].Params, bucket: g[i].bucket, n: n})
+			}
 			continue
 		}
 		l.mu.Lock()
-		end := start + int64(span[i])
-		switch {
-		case l.tokens > 0 && start < l.end && l.params == *reqs[i].Params && end-l.end < int64(time.Millisecond):
+		end := start + int64(g[i].span)
+		if l.tokens > 0 && start < l.end && l.params == *reqs[i].Params && l.bucket == g[i].bucket {
 			// Tokens of the same bucket (another request's lease came
-			// first): keep both, until the earlier end.
-			l.tokens += n[i] - 1
-			l.end = min(l.end, end)
-			l.last = l.tokens
-		default:
-			ls.expired.Add(l.tokens)
-			l.params = *reqs[i].Params
-			l.tokens = n[i] - 1
-			l.end = end
-			l.last = l.tokens
+			// first): keep both. Each end is no later than the bucket's
+			// true one: the later is the closer.
+			l.tokens += n
+			l.end = max(l.end, end)
+		} else {
+			back = ls.drop(l, start, back)
+			l.params, l.tokens, l.end, l.bucket = *reqs[i].Params, n, end, g[i].bucket
 		}
+		l.last = l.tokens
 		l.remaining, l.reset, l.granted = res[i].Remaining, res[i].Reset, start
+		if ls.giveBack != nil {
+			if l.timer == nil {
+				l.timer = time.AfterFunc(ls.idle, func() { ls.idleCheck(l) })
+			} else {
+				l.timer.Reset(ls.idle)
+			}
+		}
 		l.mu.Unlock()
-		ls.granted.Add(n[i] - 1)
+		ls.granted.Add(n)
 	}
+	ls.async(back)
+}
+
+// idleCheck gives l's tokens back to Redis when no request asked for them
+// for ls.idle, or checks again when that will be so.
+func (ls *leases) idleCheck(l *lease) {
+	l.mu.Lock()
+	if l.tokens == 0 {
+		l.mu.Unlock()
+		return
+	}
+	now := ls.now()
+	if d := now - l.used; d < int64(ls.idle) && l.timer != nil {
+		l.timer.Reset(ls.idle - time.Duration(d))
+		l.mu.Unlock()
+		return
+	}
+	back := ls.drop(l, now, nil)
+	l.mu.Unlock()
+	if len(back) > 0 {
+		ls.giveBack(back)
+	}
+}
+
+// close stops granting leases and returns every token held, for the
+// caller to give back.
+func (ls *leases) close() []leaseReturn {
+	ls.mu.Lock()
+	ls.closed = true
+	all := make([]*lease, 0, len(ls.m))
+	for _, l := range ls.m {
+		all = append(all, l)
+	}
+	ls.mu.Unlock()
+	now := ls.now()
+	var back []leaseReturn
+	for _, l := range all {
+		l.mu.Lock()
+		if l.timer != nil {
+			l.timer.Stop()
+		}
+		back = ls.drop(l, now, back)
+		l.mu.Unlock()
+	}
+	return back
 }

@@ -198,3 +198,149 @@ func TestRedisLeaseFleet(t *testing.T) {
 		t.Errorf("the fleet admitted %d, below 90%% of the %d one memory store admits", len(admitted), want)
 	}
 }
+
+// TestRedisLeaseSpendsEveryToken sends more requests than the limit,
+// one after the other, through one store with leases: exactly the limit
+// is admitted, as by one exact store. A request that finds its lease low
+// spends a held token and asks for the next lease alongside; Redis
+// denying the next lease must not deny the request.
+func TestRedisLeaseSpendsEveryToken(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, alg := range []string{"fixed_window", "sliding_window"} {
+		t.Run(alg, func(t *testing.T) {
+			t.Parallel()
+			red := newTestRedis(t, RedisConfig{URL: srv.URL(), Timeout: 5 * time.Second, DialTimeout: 10 * time.Second})
+			ctx := context.Background()
+			if err := red.Ready(ctx); err != nil {
+				t.Fatal(err)
+			}
+			const limit = 100
+			// A window no test outlives: no bucket ends.
+			p := &Params{Algorithm: alg, Limit: limit, Window: 1000 * time.Hour}
+			if alg == "sliding_window" {
+				p.Precision = 10
+			}
+			reqs := []Request{{Key: "spend-" + alg + "|/", Params: p}}
+			res := make([]Result, 1)
+			admitted := 0
+			for i := range 150 {
+				ok, err := red.Allow(ctx, time.Time{}, reqs, res)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ok {
+					admitted++
+				} else if res[0].Remaining > 0 {
+					t.Errorf("request %d denied with %d remaining", i, res[0].Remaining)
+				}
+			}
+			st := red.Stats()
+			t.Logf("%+v", st)
+			if admitted != limit {
+				t.Errorf("admitted %d of 150, want exactly %d", admitted, limit)
+			}
+		})
+	}
+}
+
+// TestRedisLeaseSameBucketLate checks that a lease of the bucket the
+// gateway already holds adds to it, however late the call that brought
+// it reached Redis: the gateway's estimate of the bucket's end moves by
+// the call's latency, the bucket does not. Here every call before the
+// first lease starts 3ms late on the gateway's clock (its end looks 3ms
+// earlier), and the requests after the limit find no token lost.
+func TestRedisLeaseSameBucketLate(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, alg := range []string{"fixed_window", "sliding_window"} {
+		t.Run(alg, func(t *testing.T) {
+			t.Parallel()
+			var late atomic.Bool
+			late.Store(true)
+			clock := func() time.Time {
+				if late.Load() {
+					return time.Now().Add(-3 * time.Millisecond)
+				}
+				return time.Now()
+			}
+			red := newTestRedis(t, RedisConfig{URL: srv.URL(), Timeout: 5 * time.Second, DialTimeout: 10 * time.Second, Now: clock})
+			ctx := context.Background()
+			if err := red.Ready(ctx); err != nil {
+				t.Fatal(err)
+			}
+			const limit = 1000
+			p := &Params{Algorithm: alg, Limit: limit, Window: 1000 * time.Hour}
+			if alg == "sliding_window" {
+				p.Precision = 10
+			}
+			reqs := []Request{{Key: "late-" + alg + "|/", Params: p}}
+			admitted := 0
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			for range 4 {
+				wg.Go(func() {
+					res := make([]Result, 1)
+					for range (limit + 100) / 4 {
+						ok, err := red.Allow(ctx, time.Time{}, reqs, res)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if red.Stats().LeaseGranted > 0 {
+							late.Store(false)
+						}
+						if ok {
+							mu.Lock()
+							admitted++
+							mu.Unlock()
+						}
+					}
+				})
+			}
+			wg.Wait()
+			st := red.Stats()
+			t.Logf("%+v", st)
+			if st.LeaseGranted == 0 {
+				t.Errorf("no lease granted: the test tests nothing")
+			}
+			if admitted != limit {
+				t.Errorf("admitted %d of %d, want exactly %d (tokens expired: %d)", admitted, limit+100, limit, st.LeaseExpired)
+			}
+		})
+	}
+}
+
+// TestLeaseGrantSameBucket checks that a grant of the bucket a lease
+// holds adds to it whatever its estimate of the bucket's end, and that a
+// grant of another bucket replaces it.
+func TestLeaseGrantSameBucket(t *testing.T) {
+	t.Parallel()
+	ms := int64(time.Millisecond)
+	ls := newLeases(8, func() int64 { return 0 })
+	p := &Params{Algorithm: "fixed_window", Limit: 1000, Window: time.Hour}
+	keys, reqs := []string{"k"}, []Request{{Key: "k", Params: p}}
+	res := []Result{{Allowed: true, Limit: 1000, Remaining: 500}}
+	ls.get("k", 0)
+	steps := []struct {
+		name       string
+		start      int64
+		g          leaseGrant
+		wantTokens int64
+	}{
+		{name: "first", start: 0, g: leaseGrant{n: 11, span: time.Minute, bucket: 7}, wantTokens: 10},
+		{name: "same bucket, end 3ms later", start: 3 * ms, g: leaseGrant{n: 11, span: time.Minute, bucket: 7}, wantTokens: 20},
+		{name: "same bucket, end 5ms earlier", start: 4 * ms, g: leaseGrant{n: 6, span: time.Minute - 6*time.Millisecond, bucket: 7}, wantTokens: 25},
+		{name: "next bucket", start: 5 * ms, g: leaseGrant{n: 4, span: time.Hour, bucket: 8}, wantTokens: 3},
+	}
+	for _, s := range steps {
+		ls.grant(keys, reqs, res, []leaseGrant{s.g}, s.start, 1)
+		l := ls.m["k"]
+		if l.tokens != s.wantTokens {
+			t.Errorf("%s: tokens %d, want %d", s.name, l.tokens, s.wantTokens)
+		}
+	}
+	if got := ls.expired.Load(); got != 25 {
+		t.Errorf("expired: got %d, want the 25 of the bucket replaced (no giveBack)", got)
+	}
+}

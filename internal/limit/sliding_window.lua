@@ -125,4 +125,9 @@ function M.left(p, now, r)
   return (r.b + 1) * width - now
 end
 
+-- bucket returns the number of the bucket that decide's r counts in.
+function M.bucket(p, r)
+  return r.b
+end
+
 return M

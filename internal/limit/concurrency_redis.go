@@ -216,7 +216,7 @@ func (s *RedisSlots) Acquire(ctx context.Context, reqs []SlotRequest) (Lease, in
 		return nil, -1, ErrCircuitOpen
 	}
 	s.r.calls.Add(1)
-	v, err := slotAcquireScript.Run(cctx, s.r.client, l.keys[:n], args...).Int64()
+	v, err := slotAcquireScript.Run(cctx, s.r.short, l.keys[:n], args...).Int64()
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
@@ -272,7 +272,7 @@ func (l *redisLease) Release() {
 		return
 	}
 	s.r.calls.Add(1)
-	if err := slotReleaseScript.Run(ctx, s.r.client, l.keys[:l.n], l.member).Err(); err != nil {
+	if err := slotReleaseScript.Run(ctx, s.r.short, l.keys[:l.n], l.member).Err(); err != nil {
 		if errors.Is(err, redis.ErrPoolTimeout) || isRedirect(err) {
 			b.abandon(probe)
 		} else {
@@ -328,7 +328,7 @@ func (s *RedisSlots) RenewNow(ctx context.Context) error {
 	now := s.nowArg()
 	ctx, cancel := context.WithTimeout(ctx, s.r.callTimeout)
 	defer cancel()
-	_, err := s.r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := s.r.short.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, args := range byKey {
 			args[0] = now
 			p.Eval(ctx, slotRenewLua, []string{k}, args...)
@@ -350,11 +350,11 @@ func (s *RedisSlots) SlotCount(ctx context.Context, tag, key string) (int64, err
 	if s.r.fixedNow != nil {
 		min = "(" + strconv.FormatInt(s.r.fixedNow(), 10)
 	} else {
-		t, err := s.r.client.Time(ctx).Result()
+		t, err := s.r.short.Time(ctx).Result()
 		if err != nil {
 			return 0, err
 		}
 		min = "(" + strconv.FormatInt(t.UnixMicro(), 10)
 	}
-	return s.r.client.ZCount(ctx, k, min, "+inf").Result()
+	return s.r.short.ZCount(ctx, k, min, "+inf").Result()
 }

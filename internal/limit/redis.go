@@ -193,6 +193,18 @@ type Redis struct {
 	leaseWait time.Duration
 	// maxKeys is the key budget (RedisConfig.MaxKeys); -1 for none.
 	maxKeys int64
+	// writeBacks are the local admissions waiting to be counted in Redis
+	// (lateCall), at most maxWriteBacks; wbBusy is set while a flush
+	// runs, in wbGroup. writtenBack and writeBacksDropped count them.
+	wbMu                           sync.Mutex
+	writeBacks                     []*lateCall
+	wbBusy, wbAgain                atomic.Bool
+	wbGroup                        sync.WaitGroup
+	writtenBack, writeBacksDropped atomic.Int64
+	// short is a client on the same servers whose commands time out
+	// after Timeout, for the concurrency slots; the decisions' client
+	// waits for late answers (lateCall) and bounds its callers itself.
+	short redis.UniversalClient
 	// lastWarm is when rewarm last started, since epoch.
 	lastWarm atomic.Int64
 	closed   atomic.Bool
@@ -263,10 +275,22 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 	// Each stage of a call has its own bound: the command's reads and
 	// writes Timeout, the wait for a connection PoolTimeout, a dial
 	// DialTimeout. The call's context bounds their sum (callTimeout), and
-	// go-redis takes the earlier of it and Timeout for a command.
+	// go-redis takes the earlier of it and Timeout for a command. The
+	// decisions' client of one server (or a Sentinel's master) lets a
+	// command run to the call's bound: its callers stop waiting after
+	// Timeout (batcher.do), and the round trip learns what Redis did with
+	// a call whose caller decided locally meanwhile (lateCall). A
+	// cluster client's own commands (the slot map, command info) would
+	// then wait as long on a hung node, holding up the calls to the
+	// others: there every command times out after Timeout.
+	callTimeout := poolTimeout + dialTimeout + 3*timeout
 	opts.ContextTimeoutEnabled = true
-	opts.ReadTimeout, opts.WriteTimeout = timeout, timeout
 	opts.PoolTimeout, opts.DialTimeout = poolTimeout, dialTimeout
+	opts.ReadTimeout, opts.WriteTimeout = timeout, timeout
+	shortOpts := *opts
+	if !opts.IsClusterMode {
+		opts.ReadTimeout, opts.WriteTimeout = callTimeout, callTimeout
+	}
 	// A refused dial should fail at once, not retry.
 	opts.DialerRetries = 1
 	if warm > 0 {
@@ -279,12 +303,13 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 	}
 
 	r := &Redis{
-		client:      redis.NewUniversalClient(opts),
+		client: redis.NewUniversalClient(opts),
+
 		src:         src,
 		sha:         redis.NewScript(src).Hash(),
 		timeout:     timeout,
 		dialTimeout: dialTimeout,
-		callTimeout: poolTimeout + dialTimeout + 3*timeout,
+		callTimeout: callTimeout,
 		warmConns:   max(warm, 1),
 		now:         now,
 		epoch:       now(),
@@ -311,6 +336,10 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 	}
 	if !opts.IsClusterMode {
 		r.nodes.single = r.nodes.newBreaker(r.nodes.singleName)
+	}
+	r.short = r.client
+	if !opts.IsClusterMode {
+		r.short = redis.NewUniversalClient(&shortOpts)
 	}
 	if cfg.Leases >= 0 {
 		r.leases = newLeases(cmp.Or(cfg.Leases, DefaultRedisLeases), r.clock)
@@ -417,6 +446,7 @@ func (r *Redis) circuitChanged(cfg *RedisConfig, node string, open bool) {
 	} else {
 		last = r.nodes.open.Add(-1) == 0
 		r.rewarm()
+		r.flushWriteBacks()
 	}
 	if cfg.OnCircuitChange != nil && (first || last) {
 		cfg.OnCircuitChange(open)
@@ -435,7 +465,15 @@ func (r *Redis) Close() error {
 		}
 		ls.bg.Wait()
 	}
-	return r.client.Close()
+	r.wbMu.Lock() // no flush starts after this (flushWriteBacks)
+	r.wbMu.Unlock()
+	r.wbGroup.Wait()
+	r.flushOnce()
+	err := r.client.Close()
+	if r.short != r.client {
+		err = errors.Join(err, r.short.Close())
+	}
+	return err
 }
 
 // CircuitOpen reports whether the circuit breaker of any node is open: it
@@ -469,6 +507,10 @@ type RedisStats struct {
 	// LeaseExpired the tokens lost because their bucket ended first, and
 	// LeaseReturned those given back to Redis unspent.
 	LeaseGranted, LeaseSpent, LeaseExpired, LeaseReturned int64
+	// WrittenBack is the number of local admissions counted in Redis
+	// after a call it did not answer in time (AdmittedLocally), and
+	// WriteBacksDropped those dropped because their bucket had ended.
+	WrittenBack, WriteBacksDropped int64
 	// Overflowed is the number of requests of new callers that Redis
 	// counted against their Overflow key because the key budget was used
 	// up (RedisConfig.MaxKeys).
@@ -478,7 +520,7 @@ type RedisStats struct {
 // Stats returns the store's counts.
 func (r *Redis) Stats() RedisStats {
 	s := RedisStats{Decisions: r.decisions.Load(), Calls: r.calls.Load(), RoundTrips: r.roundTrips.Load(),
-		Overflowed: r.overflowed.Load()}
+		Overflowed: r.overflowed.Load(), WrittenBack: r.writtenBack.Load(), WriteBacksDropped: r.writeBacksDropped.Load()}
 	if ls := r.leases; ls != nil {
 		s.LeaseGranted, s.LeaseSpent, s.LeaseExpired = ls.granted.Load(), ls.spent.Load(), ls.expired.Load()
 		s.LeaseReturned = ls.returned.Load()

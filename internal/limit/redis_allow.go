@@ -35,7 +35,7 @@ const (
 // A request that Redis denies while other gateways may hold leased tokens
 // of its limits waits up to LeaseWait for them to come back (README,
 // "Leases") and is decided again.
-func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error) {
+func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []Result) (allowed bool, err error) {
 	n := len(reqs)
 	if len(res) < n {
 		return false, fmt.Errorf("limit: %d results for %d requests", len(res), n)
@@ -63,6 +63,30 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 			defer r.leases.release(ask.claim)
 		}
 	}
+	// The limits whose leases have a token spend it, and only the others
+	// go to Redis: a token held for one limit of a request is never left
+	// unspent because another's lease is empty. When Redis denies the
+	// request, the tokens go back to their leases.
+	full, fullReqs := res, reqs
+	var taken []*lease
+	if ask != nil {
+		var rest []int
+		if taken, rest = r.leases.takeSome(keys, reqs, res, start); taken != nil {
+			if len(rest) == 0 {
+				r.decisions.Add(1)
+				return true, nil
+			}
+			keys, reqs, res, ask = pick(keys, rest), pick(reqs, rest), make([]Result, len(rest)), ask.pick(rest)
+			defer func() {
+				for j, i := range rest {
+					full[i] = res[j]
+				}
+				if !allowed {
+					r.leases.putBack(taken, fullReqs, full, start)
+				}
+			}()
+		}
+	}
 	// A charge must reach Redis: it counts whatever the limit says.
 	if r.deny != nil && !charges && r.deny.lookup(keys, reqs, start, res) {
 		r.decisions.Add(1)
@@ -71,7 +95,7 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 	args := r.scriptArgs(now, reqs, tag, ask)
 	d, err := r.decide(ctx, keys, reqs, args, res)
 	if err != nil {
-		return false, err
+		return false, r.late(err, now, fullReqs)
 	}
 	r.decisions.Add(1)
 	r.overflowed.Add(d.overflowed)
@@ -87,7 +111,7 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 			return false, fmt.Errorf("redis: %w", ctx.Err())
 		}
 		if d, err = r.decide(ctx, keys, reqs, args, res); err != nil {
-			return false, err
+			return false, r.late(err, now, fullReqs)
 		}
 		back = d.tokensMayComeBack(reqs, res, r.leaseWait+r.leases.idleOr0())
 	}
@@ -107,6 +131,30 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 		r.deny.record(keys, reqs, res, start, until)
 	}
 	return d.allowed, nil
+}
+
+// pick returns the elements of s at idx.
+func pick[T any](s []T, idx []int) []T {
+	out := make([]T, len(idx))
+	for j, i := range idx {
+		out[j] = s[i]
+	}
+	return out
+}
+
+// pick returns what ask asks for the limits at idx.
+func (ask *leaseAsk) pick(idx []int) *leaseAsk {
+	return &leaseAsk{rates: pick(ask.rates, idx), have: pick(ask.have, idx), claim: ask.claim}
+}
+
+// late returns err, an error of decide for reqs at now, ready for
+// AdmittedLocally.
+func (r *Redis) late(err error, now time.Time, reqs []Request) error {
+	var le *lateError
+	if !errors.As(err, &le) {
+		return err
+	}
+	return lateFor(le.err, le.call, now, reqs)
 }
 
 // clock returns the store's clock: ns since its epoch.
@@ -271,29 +319,43 @@ func (d *scriptAnswer) tokensMayComeBack(reqs []Request, res []Result, hold time
 }
 
 // decide runs the script for keys and args on their node, through its
-// breaker and batcher, and writes each limit's Result into res.
+// breaker and batcher, and writes each limit's Result into res. When
+// Redis does not decide, the error is a lateError if what became of the
+// call is known or may become known (see lateCall).
 func (r *Redis) decide(ctx context.Context, keys []string, reqs []Request, args []any, res []Result) (scriptAnswer, error) {
+	d, late, err := r.decideOnce(ctx, keys, reqs, args, res)
+	if err != nil && late != nil {
+		err = &lateError{err: err, call: late}
+	}
+	return d, err
+}
+
+func (r *Redis) decideOnce(ctx context.Context, keys []string, reqs []Request, args []any, res []Result) (scriptAnswer, *lateCall, error) {
 	n := len(reqs)
 	cctx, cancel := context.WithTimeout(ctx, r.callTimeout)
 	defer cancel()
 	b, err := r.breakerFor(cctx, keys[0])
 	if err != nil {
-		return scriptAnswer{}, err
+		return scriptAnswer{}, &lateCall{r: r, outcome: lateNotCounted}, err
 	}
 	ok, probe := b.allow()
 	if !ok {
 		r.reloadSlots()
-		return scriptAnswer{}, ErrCircuitOpen
+		return scriptAnswer{}, &lateCall{r: r, outcome: lateNotCounted}, ErrCircuitOpen
 	}
 	var v []int64
 	var shared bool
+	var late *lateCall
 	if r.maxBatch > 1 {
-		v, err, shared = r.batcherFor(b).do(cctx, r, keys, args)
+		v, err, shared, late = r.batcherFor(b).do(cctx, r, keys, args)
 	} else {
-		v, err = r.run(cctx, keys, args)
-		r.roundTrips.Add(1)
+		v, err, shared, late = r.alone(cctx, keys, args)
 	}
 	if err != nil {
+		if late == nil && (isScriptError(err) || isRedirect(err) || errors.Is(err, redis.ErrPoolTimeout)) {
+			// Redis refused the call, or it was never sent.
+			late = &lateCall{r: r, outcome: lateNotCounted}
+		}
 		switch {
 		case shared:
 			// Another call of the same round trip told the breaker.
@@ -301,7 +363,7 @@ func (r *Redis) decide(ctx context.Context, keys []string, reqs []Request, args 
 		case ctx.Err() != nil:
 			// The caller went away: that says nothing about Redis.
 			b.abandon(probe)
-			return scriptAnswer{}, fmt.Errorf("redis: %w", ctx.Err())
+			return scriptAnswer{}, late, fmt.Errorf("redis: %w", ctx.Err())
 		case errors.Is(err, redis.ErrPoolTimeout), isRedirect(err):
 			// Every connection is busy (this process is short of
 			// connections), or the key's slot has moved: the node is not
@@ -313,11 +375,11 @@ func (r *Redis) decide(ctx context.Context, keys []string, reqs []Request, args 
 		if ctx.Err() == nil && !errors.Is(err, redis.ErrPoolTimeout) {
 			r.reloadSlots() // a cluster's master may have moved
 		}
-		return scriptAnswer{}, fmt.Errorf("redis: %w", err)
+		return scriptAnswer{}, late, fmt.Errorf("redis: %w", err)
 	}
 	b.success()
 	if len(v) != 2+resultsPerLimit*n {
-		return scriptAnswer{}, fmt.Errorf("redis: script answered %d values for %d limits", len(v), n)
+		return scriptAnswer{}, nil, fmt.Errorf("redis: script answered %d values for %d limits", len(v), n)
 	}
 	d := scriptAnswer{allowed: v[0] == 1, overflowed: v[len(v)-1],
 		grants: make([]leaseGrant, n), ages: make([]time.Duration, n)}
@@ -336,5 +398,5 @@ func (r *Redis) decide(ctx context.Context, keys []string, reqs []Request, args 
 			d.ages[i] = time.Duration(w[7]) * time.Microsecond
 		}
 	}
-	return d, nil
+	return d, nil, nil
 }

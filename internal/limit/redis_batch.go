@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -29,9 +30,10 @@ const DefaultRedisBatch = 64
 type batcher struct {
 	max int
 
-	mu    sync.Mutex
-	busy  bool         // a round trip is in flight
-	queue []*batchCall // the calls waiting for the next one
+	mu       sync.Mutex
+	busy     bool         // a round trip is in flight
+	inflight *roundTrip   // it
+	queue    []*batchCall // the calls waiting for the next one
 }
 
 // batchCall is one script call waiting in a batcher's queue.
@@ -39,20 +41,52 @@ type batchCall struct {
 	keys []string
 	args []any
 	// state is waiting until either the call's caller stops waiting
-	// (left: its context ended; the call is never sent) or a batch takes
-	// it (taken: it will be answered, or lead the batch).
+	// (left: its bound passed or its context ended; the call is never
+	// sent) or a batch takes it (taken: it will be sent and answered).
 	state atomic.Int32
-	// done receives once the call is taken: from the round trip that
-	// answered it, or to make it the one that sends the next batch
-	// (lead).
+	// rt is the round trip that carries it, once taken; q its batcher
+	// (nil when it goes alone).
+	rt atomic.Pointer[roundTrip]
+	q  *batcher
+	// done receives once the call is answered.
 	done chan struct{}
-	lead bool
 	v    []int64
 	err  error
 	// shared reports that err is the failure of a round trip that
 	// carried other calls too, and that another of them reported it
 	// to the node's breaker.
 	shared bool
+	// mu guards answered and late: a caller that stops waiting for a
+	// call in flight leaves late, which gets the answer when it comes.
+	mu       sync.Mutex
+	answered bool
+	late     *lateCall
+}
+
+// roundTrip is one round trip to a node, from when it started (ns since
+// the store's epoch). Its callers that stop waiting for it, and the
+// callers that stop waiting behind it in the queue, tell the node's
+// breaker one failure per Timeout it has been in flight, as many as
+// round trips that each time out would: periods counts those told.
+type roundTrip struct {
+	sent    int64
+	periods atomic.Int64
+}
+
+// failure reports whether a caller that stops waiting at now (ns since
+// the epoch) tells the breaker a failure: the first for each Timeout the
+// round trip has been in flight.
+func (rt *roundTrip) failure(now int64, timeout time.Duration) bool {
+	p := (now - rt.sent) / int64(max(timeout, 1))
+	for {
+		old := rt.periods.Load()
+		if p <= old {
+			return false
+		}
+		if rt.periods.CompareAndSwap(old, p) {
+			return true
+		}
+	}
 }
 
 // The states of a call.
@@ -65,6 +99,20 @@ const (
 // take claims c for a batch, unless its caller left.
 func (c *batchCall) take() bool { return c.state.CompareAndSwap(callWaiting, callTaken) }
 
+// finish answers c: its caller, or, if the caller stopped waiting, the
+// late call it left.
+func (c *batchCall) finish() {
+	c.mu.Lock()
+	c.answered = true
+	late := c.late
+	c.mu.Unlock()
+	if late != nil {
+		late.answered(c.v, c.err)
+		return
+	}
+	c.done <- struct{}{}
+}
+
 // batcherFor returns the batcher of b's node.
 func (r *Redis) batcherFor(b *breaker) *batcher {
 	if q, ok := r.batchers.Load(b); ok {
@@ -75,87 +123,155 @@ func (r *Redis) batcherFor(b *breaker) *batcher {
 }
 
 // do runs the script for keys and args on the batcher's node: alone
-// when nothing is in flight, else in the next batch. shared reports that
-// err was a batch's failure already reported by another of its calls, so
-// that the node's breaker counts one failure per round trip, not one per
-// call.
-func (q *batcher) do(ctx context.Context, r *Redis, keys []string, args []any) (v []int64, err error, shared bool) {
+// when nothing is in flight, else in the next batch. The round trips run
+// in a goroutine of their own, bounded by the store's call timeout; the
+// caller waits for its call at most the store's Timeout in the queue and
+// Timeout once it is sent (await). shared reports that err was a batch's
+// failure already reported by another of its calls, so that the node's
+// breaker counts one failure per round trip, not one per call.
+func (q *batcher) do(ctx context.Context, r *Redis, keys []string, args []any) (v []int64, err error, shared bool, late *lateCall) {
+	c := &batchCall{keys: keys, args: args, done: make(chan struct{}, 1), q: q}
 	q.mu.Lock()
 	if !q.busy {
 		q.busy = true
+		c.state.Store(callTaken)
+		rt := &roundTrip{sent: r.clock()}
+		c.rt.Store(rt)
+		q.inflight = rt
 		q.mu.Unlock()
-		v, err = r.run(ctx, keys, args)
-		r.roundTrips.Add(1)
-		q.next()
-		return v, err, false
+		go q.send(r, []*batchCall{c})
+	} else {
+		q.queue = append(q.queue, c)
+		q.mu.Unlock()
 	}
-	c := &batchCall{keys: keys, args: args, done: make(chan struct{}, 1)}
-	q.queue = append(q.queue, c)
-	q.mu.Unlock()
-	select {
-	case <-c.done:
-	case <-ctx.Done():
+	return r.await(ctx, c)
+}
+
+// await waits for c's answer: at most the store's Timeout while c waits
+// in a queue (then it leaves it, never sent), and Timeout from when the
+// round trip that carries it started. A call the caller stops waiting for
+// while it is in flight returns a lateCall, which gets Redis's answer
+// when it comes. shared reports that the node's breaker is not to hear
+// of the failure: another caller told it of the same round trip's
+// Timeout, or the caller went away.
+func (r *Redis) await(ctx context.Context, c *batchCall) ([]int64, error, bool, *lateCall) {
+	t := time.NewTimer(r.timeout)
+	defer t.Stop()
+	for {
+		var err error
+		select {
+		case <-c.done:
+			return c.v, c.err, c.shared, nil
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-t.C:
+			if rt := c.rt.Load(); rt != nil {
+				if left := int64(r.timeout) - (r.clock() - rt.sent); left > 0 {
+					t.Reset(time.Duration(left))
+					continue
+				}
+			}
+			err = errCallTimeout
+		}
 		if c.state.CompareAndSwap(callWaiting, callLeft) {
-			return nil, ctx.Err(), false
+			// Never sent: the breaker hears of it only if the round trip
+			// it waited behind has been in flight for a Timeout.
+			shared := true
+			if c.q != nil && err == errCallTimeout {
+				c.q.mu.Lock()
+				rt := c.q.inflight
+				c.q.mu.Unlock()
+				shared = rt == nil || !rt.failure(r.clock(), r.timeout)
+			}
+			return nil, err, shared, &lateCall{r: r, outcome: lateNotCounted}
 		}
-		<-c.done // taken meanwhile: answered or made the leader soon
+		c.mu.Lock()
+		if c.answered {
+			c.mu.Unlock()
+			<-c.done
+			return c.v, c.err, c.shared, nil
+		}
+		c.late = &lateCall{r: r}
+		late := c.late
+		c.mu.Unlock()
+		shared := true
+		if rt := c.rt.Load(); rt != nil && err == errCallTimeout {
+			shared = !rt.failure(r.clock(), r.timeout)
+		}
+		return nil, err, shared, late
 	}
-	if c.lead {
-		q.send(r, c)
-	}
-	return c.v, c.err, c.shared
 }
 
-// next hands the queue on after a round trip: to its first call whose
-// caller still waits, which sends it, or, when there is none, marks the
-// node idle.
-func (q *batcher) next() {
-	q.mu.Lock()
-	for len(q.queue) > 0 {
-		c := q.queue[0]
-		if c.take() {
-			q.mu.Unlock()
-			c.lead = true
-			c.done <- struct{}{}
-			return
+// errCallTimeout is the error of a call that Redis did not answer within
+// the store's Timeout. It is a net.Error whose Timeout is true, as a
+// command's read timeout is.
+var errCallTimeout error = callTimeoutError{}
+
+type callTimeoutError struct{}
+
+func (callTimeoutError) Error() string   { return "no answer within the timeout" }
+func (callTimeoutError) Timeout() bool   { return true }
+func (callTimeoutError) Temporary() bool { return true }
+
+// send runs batch, answers its calls, and then the queue's next batches
+// until the queue is empty. Each round trip's context is its own, bounded
+// like a call: no one caller's going away cancels the others' decisions,
+// and a round trip whose callers stopped waiting still learns what Redis
+// did.
+func (q *batcher) send(r *Redis, batch []*batchCall) {
+	for first := true; len(batch) > 0; first = false {
+		ctx, cancel := context.WithTimeout(context.Background(), r.callTimeout)
+		r.runBatch(ctx, batch)
+		cancel()
+		r.roundTrips.Add(1)
+		if r.onBatch != nil && !first {
+			r.onBatch(len(batch))
 		}
-		q.queue[0] = nil
-		q.queue = q.queue[1:]
+		for _, c := range batch {
+			c.finish()
+		}
+		batch = q.next(r)
 	}
-	q.busy = false
-	q.mu.Unlock()
 }
 
-// send runs the next batch, which starts with lead, answers its calls,
-// and hands the queue on. The batch's context is its own, bounded like a
-// call: no one caller's going away cancels the others' decisions.
-func (q *batcher) send(r *Redis, lead *batchCall) {
+// next takes the next batch from the queue: up to max calls whose
+// callers still wait, in the order they came; none marks the node idle.
+func (q *batcher) next(r *Redis) []*batchCall {
 	q.mu.Lock()
-	n := min(len(q.queue), q.max)
-	batch := make([]*batchCall, 0, n)
-	for _, c := range q.queue[:n] {
-		if c == lead || c.take() {
+	defer q.mu.Unlock()
+	var batch []*batchCall
+	rt := &roundTrip{sent: r.clock()}
+	i := 0
+	for ; i < len(q.queue) && len(batch) < q.max; i++ {
+		if c := q.queue[i]; c.take() {
+			c.rt.Store(rt)
 			batch = append(batch, c)
 		}
 	}
-	rest := copy(q.queue, q.queue[n:])
+	rest := copy(q.queue, q.queue[i:])
 	clear(q.queue[rest:])
 	q.queue = q.queue[:rest]
-	q.mu.Unlock()
+	q.inflight = rt
+	if len(batch) == 0 {
+		q.busy, q.inflight = false, nil
+	}
+	return batch
+}
 
-	ctx, cancel := context.WithTimeout(context.Background(), r.callTimeout)
-	r.runBatch(ctx, batch)
-	cancel()
-	r.roundTrips.Add(1)
-	if r.onBatch != nil {
-		r.onBatch(len(batch))
-	}
-	for _, c := range batch {
-		if c != lead {
-			c.done <- struct{}{}
-		}
-	}
-	q.next()
+// alone runs the script for keys and args in a round trip of its own
+// (RedisConfig.MaxBatch 1), waiting for it as do does.
+func (r *Redis) alone(ctx context.Context, keys []string, args []any) ([]int64, error, bool, *lateCall) {
+	c := &batchCall{keys: keys, args: args, done: make(chan struct{}, 1)}
+	c.state.Store(callTaken)
+	c.rt.Store(&roundTrip{sent: r.clock()})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), r.callTimeout)
+		c.v, c.err = r.run(ctx, keys, args)
+		cancel()
+		r.roundTrips.Add(1)
+		c.finish()
+	}()
+	return r.await(ctx, c)
 }
 
 // runBatch runs the script for every call of batch in one pipeline, and

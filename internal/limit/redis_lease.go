@@ -353,6 +353,66 @@ func (ls *leases) spend(held []*lease, res []Result, now int64) bool {
 	return true
 }
 
+// takeSome takes a token from the lease of each of keys that has one
+// left in its bucket at now, writing that limit's Result into res. It
+// returns the leases it took from, by index (nil where it took none), and
+// the indexes of the limits it took none for; taken is nil when it took
+// none at all.
+func (ls *leases) takeSome(keys []string, reqs []Request, res []Result, now int64) (taken []*lease, rest []int) {
+	for i, k := range keys {
+		ls.mu.Lock()
+		l := ls.m[k]
+		ls.mu.Unlock()
+		if l != nil {
+			l.mu.Lock()
+			if l.tokens > 0 && now < l.end && l.params == *reqs[i].Params {
+				l.tokens--
+				res[i] = Result{
+					Allowed:   true,
+					Limit:     l.params.Limit,
+					Remaining: l.remaining + l.tokens,
+					Reset:     max(l.reset-time.Duration(now-l.granted), 0),
+				}
+				l.mu.Unlock()
+			} else {
+				l.mu.Unlock()
+				l = nil
+			}
+		}
+		if l == nil {
+			rest = append(rest, i)
+			continue
+		}
+		if taken == nil {
+			taken = make([]*lease, len(keys))
+		}
+		taken[i] = l
+	}
+	if taken != nil && len(rest) == 0 {
+		ls.spent.Add(1)
+	}
+	return taken, rest
+}
+
+// putBack gives the tokens takeSome took back to their leases, for a
+// request that was not admitted, and writes their limits' Results as
+// Redis's for a limit that admits a request another denies: the room as
+// it stands.
+func (ls *leases) putBack(taken []*lease, reqs []Request, res []Result, now int64) {
+	for i, l := range taken {
+		if l == nil {
+			continue
+		}
+		l.mu.Lock()
+		if now < l.end && l.params == *reqs[i].Params {
+			l.tokens++
+		}
+		res[i] = Result{Allowed: true, Limit: l.params.Limit, Remaining: l.remaining + l.tokens,
+			Reset: max(l.reset-time.Duration(now-l.granted), 0)}
+		l.mu.Unlock()
+	}
+}
+
 // leaseClaim is a request's claim on the leases of its keys: it is the
 // one asking Redis for their next tokens; ready is closed when it has
 // its answer.

@@ -304,7 +304,14 @@ func (h *Handler) decide(r *http.Request, sc *scratch) {
 			for i := range reqs {
 				reqs[i].Params = &lims[i].local
 			}
-			allowed, err = h.local.Allow(r.Context(), o.Start, reqs, res)
+			var lerr error
+			allowed, lerr = h.local.Allow(r.Context(), o.Start, reqs, res)
+			if lerr == nil && allowed {
+				// The fleet counts it once: Redis may have counted the
+				// call it did not answer in time, else it is written back.
+				limit.AdmittedLocally(err)
+			}
+			err = lerr
 			sc.local = true
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/source"
+	"github.com/ratelimit-gateway/gateway/internal/watch"
 )
 
 // Config is everything `gateway serve` takes from flags and environment.
@@ -47,6 +48,12 @@ type Config struct {
 	FallbackRules []byte
 	// Watch reloads the rules when the rule file changes on disk.
 	Watch bool
+	// WatchSettle is how long the rule file must stay unchanged (size
+	// and modification time) after a change before it is read, so that
+	// a file written in parts is not loaded half-written while its
+	// writer pauses for less than this; 0 reads it at once. Default
+	// watch.DefaultSettle (2s).
+	WatchSettle time.Duration
 	// MaxRulesBytes is the largest rule file read; a larger one is
 	// refused, and the rules in force stay.
 	MaxRulesBytes int64
@@ -203,6 +210,7 @@ func DefaultConfig() Config {
 	return Config{
 		ConfigPath:        "configs/ratelimiter-rule.yaml",
 		Watch:             true,
+		WatchSettle:       watch.DefaultSettle,
 		MaxRulesBytes:     config.DefaultMaxBytes,
 		Listen:            ":8080",
 		AdminListen:       ":9090",
@@ -266,6 +274,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--ipv6-prefix %d is outside 1..128", c.IPv6Prefix)
 	case slices.ContainsFunc(c.AllowUpgrade, func(p string) bool { return strings.EqualFold(strings.TrimSpace(p), "h2c") }):
 		return errors.New("--allow-upgrade cannot allow h2c: the upstream would serve HTTP/2 requests on that connection that the gateway never counts")
+	case c.WatchSettle < 0:
+		return fmt.Errorf("--watch-settle %s is negative (0 reads a changed rule file at once)", c.WatchSettle)
 	case c.MaxRulesBytes <= 0:
 		return fmt.Errorf("--max-rules-bytes %d is not positive", c.MaxRulesBytes)
 	case c.MaxKeys <= 0:

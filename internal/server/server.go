@@ -348,9 +348,14 @@ func (s *Server) watchRules() error {
 		return nil
 	}
 	log := s.log.With("watching", "rule file")
+	settle := s.cfg.WatchSettle
+	if settle == 0 {
+		settle = -1 // watch.Config: no wait
+	}
 	w, err := watch.New(watch.Config{
 		Path:     s.cfg.ConfigPath,
 		OnChange: func() { s.rules.Reload() },
+		Settle:   settle,
 		Logger:   log,
 	})
 	if err != nil {

@@ -66,6 +66,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 	f.StringVar(&cfg.AppFrom, "app-from", cfg.AppFrom, "where the app ID comes from: header (--app-header) or claim:NAME, a claim of the caller's verified JWT (claim:azp); with a claim the app header is ignored and removed, and a request without a valid token gets 401")
 	f.StringVar(&cfg.JWTJWKS, "jwt-jwks", cfg.JWTJWKS, "JWKS file or http(s) URL whose keys verify callers' JWTs (RS256, ES256, EdDSA); a file is reloaded when it changes, a URL every --jwt-jwks-refresh, and the last good set stays when a reload fails")
 	f.DurationVar(&cfg.JWTJWKSRefresh, "jwt-jwks-refresh", cfg.JWTJWKSRefresh, "how often a --jwt-jwks URL is fetched again")
+	f.DurationVar(&cfg.JWTJWKSRefetch, "jwt-jwks-refetch", cfg.JWTJWKSRefetch, "least time between two fetches of a --jwt-jwks URL made because a token named a kid the keys in force lack (a key rotated in since the last refresh); tokens with unknown kids in between are refused without a fetch")
 	f.StringVar(&cfg.JWTHMACSecretFile, "jwt-hmac-secret-file", cfg.JWTHMACSecretFile, "file whose trimmed contents (at least 32 bytes) verify HS256 JWTs; for tests and small setups")
 	f.StringVar(&cfg.JWTIssuer, "jwt-issuer", cfg.JWTIssuer, "the iss a JWT must carry (not checked when empty)")
 	f.StringVar(&cfg.JWTAudience, "jwt-audience", cfg.JWTAudience, "a value a JWT's aud must hold (not checked when empty)")

@@ -85,6 +85,10 @@ type Config struct {
 	// good key set stays when a fetch fails. Default
 	// jwtauth.DefaultRefresh (5m).
 	JWTJWKSRefresh time.Duration
+	// JWTJWKSRefetch is the least time between two fetches of a JWKS
+	// URL made because a token named a kid the keys in force lack.
+	// Default jwtauth.DefaultRefetch (1m).
+	JWTJWKSRefetch time.Duration
 	// JWTHMACSecretFile is a file whose trimmed contents (at least 32
 	// bytes) verify HS256 tokens. Empty: HS256 is refused.
 	JWTHMACSecretFile string
@@ -218,6 +222,7 @@ func DefaultConfig() Config {
 		KeyHeader:         proxy.DefaultKeyHeader,
 		UnknownCallers:    AllowUnknown,
 		JWTJWKSRefresh:    jwtauth.DefaultRefresh,
+		JWTJWKSRefetch:    jwtauth.DefaultRefetch,
 		JWTHeader:         proxy.DefaultJWTHeader,
 		AppFrom:           AppFromHeader,
 		IPv4Prefix:        proxy.DefaultIPv4Prefix,

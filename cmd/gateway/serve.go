@@ -99,6 +99,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 	f.IntVar(&cfg.LimitStatus, "limit-status", cfg.LimitStatus, "status code of a limited response")
 	f.Var(&cfg.RateLimitHeaders, "ratelimit-headers", "rate-limit response headers: both, draft (RateLimit, RateLimit-Policy), legacy (X-RateLimit-*), none")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "longest drain of in-flight requests on SIGTERM")
+	f.DurationVar(&cfg.DrainDelay, "drain-delay", cfg.DrainDelay, "on SIGTERM, how long /readyz answers 503 while the proxy still accepts and serves new connections, before it stops accepting and drains: longer than a load balancer takes to act on a failing /readyz (its check interval times its failure threshold). 0 stops accepting at once (Kubernetes waits in preStop instead)")
 	f.StringVar(&cfg.AccessLog, "access-log", cfg.AccessLog, "write one JSON line per request to stdout, stderr or this file (off when empty)")
 	f.BoolVar(&cfg.AccessLogKeys, "access-log-keys", cfg.AccessLogKeys, "write the header and query values of keyed limits to the access log as they are, rather than the first 16 hex digits of their sha256")
 	f.BoolVar(&cfg.Pprof, "pprof", cfg.Pprof, "serve the Go profiler on the admin port at /debug/pprof/")

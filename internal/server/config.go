@@ -163,6 +163,13 @@ type Config struct {
 	RateLimitHeaders proxy.HeaderMode
 	// ShutdownTimeout bounds the drain of in-flight requests.
 	ShutdownTimeout time.Duration
+	// DrainDelay is how long, once Serve's context is done, /readyz
+	// answers 503 draining while the proxy still accepts connections and
+	// serves them as usual, before it stops accepting and drains: long
+	// enough for a load balancer that polls /readyz to take the gateway
+	// out of rotation first. 0 (the default) stops accepting at once,
+	// for Kubernetes, whose preStop hook waits instead.
+	DrainDelay time.Duration
 	// ReadHeaderTimeout bounds the reading of a request's line and
 	// headers (and the TLS handshake) on the proxy port, so that clients
 	// that send them slowly or never (slowloris) cannot hold connections
@@ -281,6 +288,10 @@ func (c *Config) Validate() error {
 		return errors.New("--allow-upgrade cannot allow h2c: the upstream would serve HTTP/2 requests on that connection that the gateway never counts")
 	case c.WatchSettle < 0:
 		return fmt.Errorf("--watch-settle %s is negative (0 reads a changed rule file at once)", c.WatchSettle)
+	case c.Store == StoreRedis && c.RedisURL == "" && len(slices.DeleteFunc(slices.Clone(c.RedisAddrs), func(a string) bool { return strings.TrimSpace(a) == "" })) == 0:
+		return errors.New("--store redis needs a server: set --redis-url redis://host:6379/0, or --redis-addrs host:port,… with --redis-cluster or --redis-sentinel-master")
+	case c.RedisCluster && c.RedisSentinelMaster != "":
+		return errors.New("--redis-cluster and --redis-sentinel-master are exclusive: a Redis Cluster has no Sentinels")
 	case c.MaxRulesBytes <= 0:
 		return fmt.Errorf("--max-rules-bytes %d is not positive", c.MaxRulesBytes)
 	case c.MaxKeys <= 0:
@@ -299,6 +310,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--redis-max-keys %d is not positive (-1 for no budget)", c.RedisMaxKeys)
 	case c.UpstreamTimeout <= 0:
 		return fmt.Errorf("--upstream-timeout %s is not positive", c.UpstreamTimeout)
+	case c.DrainDelay < 0:
+		return fmt.Errorf("--drain-delay %s is negative", c.DrainDelay)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("--shutdown-timeout %s is not positive", c.ShutdownTimeout)
 	case c.ReadHeaderTimeout <= 0:

@@ -20,6 +20,10 @@ func TestEndToEndDrainDelay(t *testing.T) {
 		// A delay no test outlives: the gateway is still in it when the
 		// checks run, whatever the machine's load.
 		g := startGateway(t, nil, "--demo-upstream", "--config", "configs/demo-rules.yaml", "--drain-delay", "1h")
+		// gateway health, the Compose healthcheck, follows /readyz.
+		if code, out, errOut := runBinary(t, "health", "--admin", g.admin); code != 0 || !strings.Contains(out, "200 OK") {
+			t.Errorf("gateway health of a ready gateway: exit %d %s %s, want 0 and 200 OK", code, out, errOut)
+		}
 		if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
@@ -27,6 +31,12 @@ func TestEndToEndDrainDelay(t *testing.T) {
 			code, _ := send(t, "GET", g.admin+"/readyz")
 			return code == 503
 		}, "/readyz never 503 after SIGTERM\n%s", g.logs)
+		if code, _, errOut := runBinary(t, "health", "--admin", g.admin); code != 1 || !strings.Contains(errOut, "503") || !strings.Contains(errOut, "draining") {
+			t.Errorf("gateway health while draining: exit %d %s, want 1 and the 503 draining answer", code, errOut)
+		}
+		if code, _, errOut := runBinary(t, "health", "--live", "--admin", g.admin); code != 0 {
+			t.Errorf("gateway health --live while draining: exit %d %s, want 0", code, errOut)
+		}
 		// A new connection, not a kept-alive one, is accepted and served.
 		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 		for i := range 3 {

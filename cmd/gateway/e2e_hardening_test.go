@@ -109,6 +109,10 @@ func TestServeRejectsBadHardeningFlags(t *testing.T) {
 		{name: "cert without key", args: []string{"--tls-cert", filepath.Join(dir, "tls.crt")}, wantExit: 2, want: "--tls-cert and --tls-key go together"},
 		{name: "missing cert files", args: []string{"--tls-cert", filepath.Join(dir, "tls.crt"), "--tls-key", filepath.Join(dir, "tls.key")}, wantExit: 1, want: "loading --tls-cert " + filepath.Join(dir, "tls.crt")},
 		{name: "token and token file", args: []string{"--admin-token", "a", "--admin-token-file", filepath.Join(dir, "token")}, wantExit: 2, want: "--admin-token and --admin-token-file are exclusive"},
+		{name: "negative watch settle", args: []string{"--watch-settle", "-1s"}, wantExit: 2, want: "--watch-settle -1s is negative"},
+		{name: "redis store without a server", args: []string{"--store", "redis"}, wantExit: 2, want: "--store redis needs a server: set --redis-url"},
+		{name: "redis cluster and sentinel", args: []string{"--store", "redis", "--redis-addrs", "127.0.0.1:1", "--redis-cluster", "--redis-sentinel-master", "m"}, wantExit: 2, want: "--redis-cluster and --redis-sentinel-master are exclusive"},
+		{name: "negative drain delay", args: []string{"--drain-delay", "-1s"}, wantExit: 2, want: "--drain-delay -1s is negative"},
 		{name: "unknown store", args: []string{"--store", "redi"}, wantExit: 2, want: `"redi" is not one of memory, redis`},
 		{name: "unknown fail mode from the environment", env: []string{"GATEWAY_FAIL_MODE=ajar"}, wantExit: 2, want: `"ajar" is not one of open, closed, local`},
 	}

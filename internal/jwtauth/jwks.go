@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"math/big"
 	"strconv"
+	"strings"
 )
 
 // The algorithms a token may be signed with (RFC 7518 §3.1, RFC 8037 §3.1):
@@ -46,10 +47,20 @@ type Key struct {
 // so it is safe for concurrent use.
 type KeySet struct {
 	keys []Key
+	// skipped are the signing keys the gateway does not verify with,
+	// each described for the log; skippedKid holds their kids.
+	skipped    []string
+	skippedKid map[string]string // kid → the key's algorithm or type
 }
 
 // Len returns how many keys the set holds.
 func (s *KeySet) Len() int { return len(s.keys) }
+
+// Skipped describes the signing keys of the JWKS that the gateway does not
+// verify with (an algorithm other than RS256, ES256 and EdDSA, or a key
+// type or curve of none of them), in the order of the set: `kid "k2"
+// (RSA, alg PS256)`. They are left out of the set; the others are used.
+func (s *KeySet) Skipped() []string { return s.skipped }
 
 // lookup returns the key that verifies a token with header kid and alg:
 // the key with that kid, or, when the token names none, the set's only key
@@ -75,6 +86,8 @@ func (s *KeySet) lookup(kid, alg string) (crypto.PublicKey, error) {
 		}
 	}
 	switch {
+	case found == nil && s.skippedKid[kid] != "":
+		return nil, fmt.Errorf("%w: key %s is for %s", errSkippedKey, quoteKid(kid), s.skippedKid[kid])
 	case found == nil && kid != "":
 		return nil, fmt.Errorf("%w %s", errUnknownKid, quoteKid(kid))
 	case found == nil:
@@ -109,10 +122,14 @@ type jwk struct {
 }
 
 // ParseJWKS parses a JWK Set: {"keys": [...]}. Keys for encryption (use
-// "enc") and keys of other types are skipped; a signing key that is
-// malformed, whose alg disagrees with its type, or whose kid repeats
-// another's, is an error, as is a set left with no key, so that a
-// half-broken set never replaces a good one.
+// "enc") are left out; so are signing keys the gateway does not verify
+// with — an alg other than RS256, ES256 and EdDSA (PS256, RS384, ES384…),
+// a key type or curve of none of them — which Skipped lists: an identity
+// provider may publish them beside the keys the gateway uses, and they
+// must not keep those out. A key of one of those three algorithms that
+// is malformed, whose alg disagrees with its type (HS256 on any key), or
+// whose kid repeats another's, is an error, as is a set left with no key,
+// so that a half-broken set never replaces a good one.
 func ParseJWKS(data []byte) (*KeySet, error) {
 	var doc struct {
 		Keys []json.RawMessage `json:"keys"`
@@ -130,12 +147,13 @@ func ParseJWKS(data []byte) (*KeySet, error) {
 		if k.Use != "" && k.Use != "sig" {
 			continue
 		}
-		key, ok, err := k.parse()
+		if what := k.unverified(); what != "" {
+			set.skip(i, k.Kid, what)
+			continue
+		}
+		key, err := k.parse()
 		if err != nil {
 			return nil, fmt.Errorf("JWKS key %d (kid %q): %w", i, k.Kid, err)
-		}
-		if !ok {
-			continue
 		}
 		if k.Kid != "" {
 			if seen[k.Kid] {
@@ -145,64 +163,125 @@ func ParseJWKS(data []byte) (*KeySet, error) {
 		}
 		set.keys = append(set.keys, key)
 	}
+	for kid := range set.skippedKid {
+		if seen[kid] {
+			delete(set.skippedKid, kid) // the kid names a key the gateway uses
+		}
+	}
 	if len(set.keys) == 0 {
-		return nil, errors.New("the JWKS holds no RSA, P-256 or Ed25519 signing key")
+		msg := "the JWKS holds no RSA, P-256 or Ed25519 signing key (RS256, ES256, EdDSA)"
+		if len(set.skipped) > 0 {
+			msg += "; skipped: " + strings.Join(set.skipped, ", ")
+		}
+		return nil, errors.New(msg)
 	}
 	return set, nil
 }
 
-// parse returns k as a Key, or ok false for a key type or curve the
-// gateway does not verify with.
-func (k *jwk) parse() (key Key, ok bool, err error) {
+// skip notes the i-th key, of kid, as one the gateway does not verify
+// with.
+func (s *KeySet) skip(i int, kid, what string) {
+	if kid == "" {
+		s.skipped = append(s.skipped, fmt.Sprintf("key %d (%s)", i, what))
+		return
+	}
+	s.skipped = append(s.skipped, fmt.Sprintf("kid %s (%s)", quoteKid(kid), what))
+	if s.skippedKid == nil {
+		s.skippedKid = map[string]string{}
+	}
+	if _, ok := s.skippedKid[kid]; !ok {
+		s.skippedKid[kid] = what
+	}
+}
+
+// verified are the algorithm each key type and curve verifies.
+var verified = map[string]string{"RSA": RS256, "EC/P-256": ES256, "OKP/Ed25519": EdDSA}
+
+// typ returns k's type and, for EC and OKP keys, its curve: "EC/P-256".
+func (k *jwk) typ() string {
+	if k.Kty == "EC" || k.Kty == "OKP" {
+		return k.Kty + "/" + k.Crv
+	}
+	return k.Kty
+}
+
+// unverified describes k when the gateway does not verify with it ("RSA,
+// alg PS256"), and returns "" for a key of RS256, ES256 or EdDSA.
+func (k *jwk) unverified() string {
+	alg, ok := verified[k.typ()]
+	switch {
+	case !ok && k.Alg != "":
+		return fmt.Sprintf("%s, alg %s", k.typ(), cut(k.Alg))
+	case !ok:
+		return cut(k.typ())
+	case k.Alg == "" || k.Alg == alg:
+		return ""
+	case k.Alg == HS256 || k.Alg == RS256 || k.Alg == ES256 || k.Alg == EdDSA:
+		return "" // an algorithm of another type: parse reports it
+	}
+	return fmt.Sprintf("%s, alg %s", k.typ(), cut(k.Alg))
+}
+
+// cut cuts a string from a JWKS to 32 bytes for a message.
+func cut(s string) string {
+	if len(s) > 32 {
+		return strconv.Quote(s[:32]) + "…"
+	}
+	return s
+}
+
+// parse returns k, a key of a type and curve the gateway verifies with
+// (unverified is ""), as a Key.
+func (k *jwk) parse() (key Key, err error) {
 	key.ID = k.Kid
 	switch {
 	case k.Kty == "RSA":
 		key.Alg = RS256
 		n, err := b64Int(k.N)
 		if err != nil {
-			return key, false, fmt.Errorf("n: %w", err)
+			return key, fmt.Errorf("n: %w", err)
 		}
 		e, err := b64Int(k.E)
 		if err != nil {
-			return key, false, fmt.Errorf("e: %w", err)
+			return key, fmt.Errorf("e: %w", err)
 		}
 		if n.BitLen() < minRSABits {
-			return key, false, fmt.Errorf("the RSA modulus has %d bits; at least %d are needed", n.BitLen(), minRSABits)
+			return key, fmt.Errorf("the RSA modulus has %d bits; at least %d are needed", n.BitLen(), minRSABits)
 		}
 		if !e.IsInt64() || e.Int64() < 3 || e.Int64() > 1<<31-1 || e.Bit(0) == 0 {
-			return key, false, errors.New("the RSA exponent is not an odd number from 3 to 2^31-1")
+			return key, errors.New("the RSA exponent is not an odd number from 3 to 2^31-1")
 		}
 		key.Public = &rsa.PublicKey{N: n, E: int(e.Int64())}
 	case k.Kty == "EC" && k.Crv == "P-256":
 		key.Alg = ES256
 		x, err := b64Fixed(k.X, 32)
 		if err != nil {
-			return key, false, fmt.Errorf("x: %w", err)
+			return key, fmt.Errorf("x: %w", err)
 		}
 		y, err := b64Fixed(k.Y, 32)
 		if err != nil {
-			return key, false, fmt.Errorf("y: %w", err)
+			return key, fmt.Errorf("y: %w", err)
 		}
 		// ParseUncompressedPublicKey checks that the point is on the curve.
 		pub, err := ecdsa.ParseUncompressedPublicKey(elliptic.P256(), append(append([]byte{4}, x...), y...))
 		if err != nil {
-			return key, false, err
+			return key, err
 		}
 		key.Public = pub
 	case k.Kty == "OKP" && k.Crv == "Ed25519":
 		key.Alg = EdDSA
 		x, err := b64Fixed(k.X, ed25519.PublicKeySize)
 		if err != nil {
-			return key, false, fmt.Errorf("x: %w", err)
+			return key, fmt.Errorf("x: %w", err)
 		}
 		key.Public = ed25519.PublicKey(x)
 	default:
-		return key, false, nil
+		return key, fmt.Errorf("a %s key is not verified with", k.typ())
 	}
 	if k.Alg != "" && k.Alg != key.Alg {
-		return key, false, fmt.Errorf("alg %s does not go with a %s key: it verifies %s only", k.Alg, k.Kty, key.Alg)
+		return key, fmt.Errorf("alg %s does not go with a %s key: it verifies %s only", k.Alg, k.Kty, key.Alg)
 	}
-	return key, true, nil
+	return key, nil
 }
 
 func b64Int(s string) (*big.Int, error) {

@@ -2,6 +2,8 @@ package jwtauth_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -251,5 +253,209 @@ func TestKeysFile(t *testing.T) {
 	stop()
 	if _, err := jwtauth.NewKeys(ctx, jwtauth.KeysConfig{Source: filepath.Join(t.TempDir(), "none.json")}); err == nil {
 		t.Error("NewKeys of a missing file: got no error")
+	}
+}
+
+// countingJWKS is a jwksServer that counts the fetches.
+type countingJWKS struct {
+	jwksServer
+	mu      sync.Mutex
+	fetches int
+}
+
+func (s *countingJWKS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.fetches++
+	s.mu.Unlock()
+	s.jwksServer.ServeHTTP(w, r)
+}
+
+func (s *countingJWKS) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fetches
+}
+
+// withAlg returns k's JWK as a key of another algorithm: the same key
+// material, published for PS256 or RS384 as identity providers do.
+func withAlg(k *jwttest.Key, kid, alg string) *jwttest.Key {
+	return &jwttest.Key{Kid: kid, Alg: alg, Private: k.Private}
+}
+
+// TestKeysSkipUnverifiedAlgorithms serves, from a real JWKS endpoint, RS256
+// keys beside keys of algorithms the gateway does not verify (PS256,
+// RS384, an EC P-384 key): the set loads at start, a rotation that adds
+// such a key lands, tokens of the RS256 keys verify, tokens of the others
+// are refused with a reason, and the skipped keys are logged once, not at
+// every refresh.
+func TestKeysSkipUnverifiedAlgorithms(t *testing.T) {
+	t.Parallel()
+	a, b := jwttest.RSA(t, "a"), jwttest.RSA(t, "b")
+	ps := withAlg(jwttest.RSA(t, "p"), "p", "PS256")
+	rs384 := withAlg(a, "a384", "RS384")
+	p384 := jwttest.EC(t, "e384").JWK()
+	p384["crv"] = "P-384"
+	doc := func(keys ...*jwttest.Key) []byte {
+		var d struct {
+			Keys []map[string]string `json:"keys"`
+		}
+		if err := json.Unmarshal(jwttest.JWKS(keys...), &d); err != nil {
+			t.Fatal(err)
+		}
+		d.Keys = append(d.Keys, p384)
+		out, err := json.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	js := &jwksServer{}
+	js.set(http.StatusOK, doc(a, ps, rs384))
+	srv := httptest.NewServer(js)
+	defer srv.Close()
+	logs := &lockedBuffer{}
+	ctx := context.Background()
+	keys, err := jwtauth.NewKeys(ctx, jwtauth.KeysConfig{Source: srv.URL, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatalf("NewKeys of RS256 beside PS256, RS384 and P-384 keys: %v", err)
+	}
+	if got := keys.Current().Len(); got != 1 {
+		t.Errorf("keys in force: got %d, want 1 (a)", got)
+	}
+	wantSkipped := `kid "p" (RSA, alg PS256), kid "a384" (RSA, alg RS384), kid "e384" (EC/P-384, alg ES256)`
+	if got := strings.Join(keys.Current().Skipped(), ", "); got != wantSkipped {
+		t.Errorf("skipped: got %s, want %s", got, wantSkipped)
+	}
+	v, err := jwtauth.New(jwtauth.Config{Keys: keys.Current, CacheSize: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	verify := func(step string, k *jwttest.Key, want string) {
+		t.Helper()
+		_, err := v.Verify(k.Sign(t, jwttest.Claims(t0, time.Hour, "u")), t0)
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%s: got %v, want valid", step, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%s: got %v, want %q", step, err, want)
+		}
+	}
+	verify("RS256 key a", a, "")
+	verify("PS256 token of key p", ps, `algorithm "PS256" is not allowed`)
+	verify("RS256 token naming the PS256 key p", withAlg(ps, "p", "RS256"), `key "p" is for RSA, alg PS256`)
+	verify("RS384 token of kid a384", rs384, `algorithm "RS384" is not allowed`)
+
+	// A rotation that adds b beside the skipped keys lands.
+	js.set(http.StatusOK, doc(a, b, ps, rs384))
+	if err := keys.Reload(ctx); err != nil {
+		t.Fatalf("Reload with b added: %v", err)
+	}
+	verify("RS256 key b after the rotation", b, "")
+	if err := keys.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), "JWKS keys skipped"); n != 1 {
+		t.Errorf("skipped keys logged %d times over three loads of the same skipped keys, want 1:\n%s", n, logs)
+	}
+	// A set of skipped keys only is refused, and says what it skipped.
+	js.set(http.StatusOK, jwttest.JWKS(ps))
+	if err := keys.Reload(ctx); err == nil || !strings.Contains(err.Error(), `skipped: kid "p" (RSA, alg PS256)`) {
+		t.Errorf("Reload of PS256 keys only: got %v, want an error naming the skipped key", err)
+	}
+	verify("b, after a set of skipped keys only", b, "")
+}
+
+// TestKeysRefetchUnknownKid checks that a token naming a kid the set in
+// force lacks makes the gateway fetch a URL JWKS again, at once, so that
+// a key rotated in is used before the next refresh; and that tokens with
+// made-up kids cause at most one fetch per Refetch interval, however many
+// arrive and however concurrently. The interval runs on a fake clock.
+func TestKeysRefetchUnknownKid(t *testing.T) {
+	t.Parallel()
+	a, b, c := jwttest.EC(t, "a"), jwttest.EC(t, "b"), jwttest.EC(t, "c")
+	js := &countingJWKS{}
+	js.set(http.StatusOK, jwttest.JWKS(a))
+	srv := httptest.NewServer(js)
+	defer srv.Close()
+	var mu sync.Mutex
+	now := t0
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	keys, err := jwtauth.NewKeys(context.Background(), jwtauth.KeysConfig{Source: srv.URL, Refetch: time.Minute, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := jwtauth.New(jwtauth.Config{Keys: keys.Current, Refetch: keys.Refetch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := func(k *jwttest.Key) string { return k.Sign(t, jwttest.Claims(t0, time.Hour, "u")) }
+	made := func(i int) string {
+		return jwttest.EC(t, fmt.Sprintf("made-up-%d", i)).Sign(t, jwttest.Claims(t0, time.Hour, "u"))
+	}
+	type step struct {
+		name    string
+		advance time.Duration
+		serve   []*jwttest.Key // the endpoint's keys from this step on; nil: unchanged
+		token   string
+		want    string // part of the error; "" for valid
+		fetches int    // fetches so far, the one at start included
+	}
+	steps := []step{
+		{name: "a key in force", token: tok(a), fetches: 1},
+		{name: "b rotated in: fetched at once", serve: []*jwttest.Key{a, b}, token: tok(b), fetches: 2},
+		{name: "made-up kid within the interval: no fetch", token: made(1), want: `no key in the JWKS has kid "made-up-1"`, fetches: 2},
+		{name: "c rotated in within the interval: not yet", serve: []*jwttest.Key{a, b, c}, advance: 59 * time.Second, token: tok(c), want: `kid "c"`, fetches: 2},
+		{name: "c once the interval has passed", advance: time.Second, token: tok(c), fetches: 3},
+		{name: "made-up kid right after", token: made(2), want: "no key", fetches: 3},
+		{name: "made-up kid an interval later: one fetch", advance: time.Minute, token: made(3), want: "no key", fetches: 4},
+	}
+	for _, s := range steps {
+		if s.serve != nil {
+			js.set(http.StatusOK, jwttest.JWKS(s.serve...))
+		}
+		advance(s.advance)
+		_, err := v.Verify(s.token, t0)
+		switch {
+		case s.want == "" && err != nil:
+			t.Errorf("%s: got %v, want valid", s.name, err)
+		case s.want != "" && (err == nil || !strings.Contains(err.Error(), s.want)):
+			t.Errorf("%s: got %v, want %q", s.name, err, s.want)
+		}
+		if got := js.count(); got != s.fetches {
+			t.Errorf("%s: fetches %d, want %d", s.name, got, s.fetches)
+		}
+	}
+
+	// 200 tokens with made-up kids at once, an interval later: one fetch.
+	advance(time.Minute)
+	tokens := make([]string, 200)
+	for i := range tokens {
+		tokens[i] = made(100 + i)
+	}
+	var wg sync.WaitGroup
+	for _, tk := range tokens {
+		wg.Go(func() {
+			if _, err := v.Verify(tk, t0); err == nil {
+				t.Error("a made-up kid verified")
+			}
+		})
+	}
+	wg.Wait()
+	if got := js.count(); got != 5 {
+		t.Errorf("200 concurrent made-up kids: fetches %d, want 5 (one more)", got)
+	}
+
+	// A file is watched, not fetched for unknown kids.
+	path := filepath.Join(t.TempDir(), "jwks.json")
+	if err := os.WriteFile(path, jwttest.JWKS(a), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fk, err := jwtauth.NewKeys(context.Background(), jwtauth.KeysConfig{Source: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fk.Refetch("b"); got != nil {
+		t.Errorf("Refetch of a file: got a set, want nil")
 	}
 }

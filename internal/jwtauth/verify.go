@@ -21,6 +21,7 @@ var (
 	errKidRequired = errors.New("the token names no kid and the JWKS has several keys for its algorithm")
 	errNoKey       = errors.New("the JWKS has no key")
 	errKeyAlg      = errors.New("the key's type does not match the token's algorithm")
+	errSkippedKey  = errors.New("the gateway does not verify with that JWKS key")
 	errAlg         = errors.New("algorithm not allowed")
 )
 
@@ -30,6 +31,10 @@ type Config struct {
 	// Keys returns the JWKS keys in force; nil when there is no JWKS.
 	// RS256, ES256 and EdDSA tokens are verified with them.
 	Keys func() *KeySet
+	// Refetch, if not nil, is called when a token names a kid the keys
+	// in force lack, and returns a newer set to verify it with, or nil
+	// (Keys.Refetch: a URL fetched again, at most once a minute).
+	Refetch func(kid string) *KeySet
 	// HMACSecret, when not empty, verifies HS256 tokens; without it
 	// HS256 tokens are refused.
 	HMACSecret []byte
@@ -46,6 +51,7 @@ type Config struct {
 // Verifier checks tokens. It is safe for concurrent use.
 type Verifier struct {
 	keys     func() *KeySet
+	refetch  func(kid string) *KeySet
 	secret   []byte
 	issuer   string
 	audience string
@@ -74,7 +80,7 @@ func New(cfg Config) (*Verifier, error) {
 		return nil, fmt.Errorf("jwtauth: the HMAC secret has %d bytes; HS256 needs at least 32", n)
 	}
 	v := &Verifier{
-		keys: cfg.Keys, secret: cfg.HMACSecret, issuer: cfg.Issuer, audience: cfg.Audience,
+		keys: cfg.Keys, refetch: cfg.Refetch, secret: cfg.HMACSecret, issuer: cfg.Issuer, audience: cfg.Audience,
 		size: cfg.CacheSize,
 	}
 	if v.size == 0 {
@@ -150,6 +156,13 @@ func (v *Verifier) Verify(token string, now time.Time) (*Claims, error) {
 		}
 	}
 	claims, err := v.verify(token, set, now)
+	var unknown *unknownKidError
+	if errors.As(err, &unknown) && v.refetch != nil {
+		if newer := v.refetch(unknown.kid); newer != nil && newer != set {
+			set = newer
+			claims, err = v.verify(token, set, now)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -198,6 +211,9 @@ func (v *Verifier) verify(token string, set *KeySet, now time.Time) (*Claims, er
 			if set != nil {
 				kid, _ := t.Header["kid"].(string)
 				k, err := set.lookup(kid, alg)
+				if errors.Is(err, errUnknownKid) {
+					err = &unknownKidError{kid: kid, err: err}
+				}
 				keyErr = err
 				return k, err
 			}
@@ -214,6 +230,16 @@ func (v *Verifier) verify(token string, set *KeySet, now time.Time) (*Claims, er
 	}
 	return &Claims{m: m, Expiry: exp.Time}, nil
 }
+
+// unknownKidError is the key function's error for a kid the set lacks:
+// the token may be signed with a key rotated in since the set was read.
+type unknownKidError struct {
+	kid string
+	err error
+}
+
+func (e *unknownKidError) Error() string { return e.err.Error() }
+func (e *unknownKidError) Unwrap() error { return e.err }
 
 // reason turns a parse error into what the caller is told.
 // keyErr is the key function's error, if it failed.

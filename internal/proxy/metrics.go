@@ -120,7 +120,7 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 		}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_rules_reloads_total",
-			Help: "Rule loads (the initial one included) by result.",
+			Help: "Rule loads (the initial one included) by result: success, failure, or unchanged (the rules read were those in force).",
 		}, []string{"result"}),
 		lastReload: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gateway_rules_last_reload_success_timestamp_seconds",
@@ -186,6 +186,7 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 	// Both results exist from the start, so rate() and alerts see a 0.
 	m.reloads.WithLabelValues("success")
 	m.reloads.WithLabelValues("failure")
+	m.reloads.WithLabelValues("unchanged")
 	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 	return m
 }
@@ -297,6 +298,9 @@ func (m *Metrics) RulesLoaded(ok bool, rs *RuleSet, at time.Time) {
 	m.lastReload.Set(float64(at.UnixNano()) / 1e9)
 	m.rulesLoaded.Set(float64(rs.limitCount()))
 }
+
+// RulesUnchanged records a reload that read the rules in force again.
+func (m *Metrics) RulesUnchanged() { m.reloads.WithLabelValues("unchanged").Inc() }
 
 // SetCircuitOpen records the state of the store's circuit breaker.
 func (m *Metrics) SetCircuitOpen(open bool) {

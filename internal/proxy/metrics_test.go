@@ -163,10 +163,11 @@ func TestMetricsReloads(t *testing.T) {
 	}
 	m.m.RulesLoaded(true, rs, rs.LoadedAt)
 	want := `
-# HELP gateway_rules_reloads_total Rule loads (the initial one included) by result.
+# HELP gateway_rules_reloads_total Rule loads (the initial one included) by result: success, failure, or unchanged (the rules read were those in force).
 # TYPE gateway_rules_reloads_total counter
 gateway_rules_reloads_total{result="failure"} 1
 gateway_rules_reloads_total{result="success"} 2
+gateway_rules_reloads_total{result="unchanged"} 0
 # HELP gateway_rules_loaded Limits in force: API rules plus app totals.
 # TYPE gateway_rules_loaded gauge
 gateway_rules_loaded 1
@@ -183,8 +184,8 @@ func TestMetricsReloadSeriesExistFromStart(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	NewMetrics(MetricsConfig{Registry: reg})
-	if got := testutil.CollectAndCount(reg, "gateway_rules_reloads_total"); got != 2 {
-		t.Errorf("reload series before any load: got %d, want 2", got)
+	if got := testutil.CollectAndCount(reg, "gateway_rules_reloads_total"); got != 3 {
+		t.Errorf("reload series before any load: got %d, want 3", got)
 	}
 }
 

@@ -29,13 +29,13 @@ type readyView struct {
 
 // rulesView is the JSON of GET /rules.
 type rulesView struct {
-	Path            string     `json:"path"`
-	SHA256          string     `json:"sha256"`
-	LoadedAt        time.Time  `json:"loadedAt"`
-	CaseInsensitive bool       `json:"caseInsensitive"`
-	Apps            []appView  `json:"apps"`
-	LastError       string     `json:"lastError,omitempty"`
-	LastErrorAt     *time.Time `json:"lastErrorAt,omitempty"`
+	Path          string     `json:"path"`
+	SHA256        string     `json:"sha256"`
+	LoadedAt      time.Time  `json:"loadedAt"`
+	CaseSensitive bool       `json:"caseSensitive"`
+	Apps          []appView  `json:"apps"`
+	LastError     string     `json:"lastError,omitempty"`
+	LastErrorAt   *time.Time `json:"lastErrorAt,omitempty"`
 	// Source is the rule store's state and the version in force, for
 	// rules from a store.
 	Source *source.Status `json:"source,omitempty"`
@@ -115,11 +115,11 @@ func (r *Reloader) view() rulesView {
 	rs := r.Rules()
 	src := rs.Source
 	v := rulesView{
-		Path:            src.Path,
-		SHA256:          src.SHA256,
-		LoadedAt:        rs.LoadedAt.UTC(),
-		CaseInsensitive: src.CaseInsensitive,
-		Apps:            make([]appView, 0, len(src.Apps)),
+		Path:          src.Path,
+		SHA256:        src.SHA256,
+		LoadedAt:      rs.LoadedAt.UTC(),
+		CaseSensitive: !src.CaseInsensitive, // the rule file's setting, by its name
+		Apps:          make([]appView, 0, len(src.Apps)),
 	}
 	for _, a := range src.Apps {
 		av := appView{AppID: a.ID, By: a.By, Missing: missingOf(a.By, a.Missing), Keys: len(a.Keys), Concurrency: a.Concurrency, Limits: make([]limitView, 0, len(a.Limits))}

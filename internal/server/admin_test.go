@@ -55,6 +55,13 @@ func TestAdminEndpoints(t *testing.T) {
 	if _, ok := body["lastError"]; ok {
 		t.Errorf("/rules: lastError present before any failure: %v", body["lastError"])
 	}
+	// The rule file's setting, by its name: caseSensitive (default false).
+	if got, ok := body["caseSensitive"]; !ok || got != false {
+		t.Errorf("/rules caseSensitive: got %v (present %v), want false", got, ok)
+	}
+	if got, ok := body["caseInsensitive"]; ok {
+		t.Errorf("/rules shows the old name caseInsensitive: %v", got)
+	}
 	apps := body["apps"].([]any)
 	if len(apps) != 3 || apps[0].(map[string]any)["appId"] != "app-1" {
 		t.Errorf("/rules apps: got %v", apps)

@@ -15,6 +15,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/source"
+	"github.com/ratelimit-gateway/gateway/internal/watch"
 )
 
 // Config is everything `gateway serve` takes from flags and environment.
@@ -47,6 +48,12 @@ type Config struct {
 	FallbackRules []byte
 	// Watch reloads the rules when the rule file changes on disk.
 	Watch bool
+	// WatchSettle is how long the rule file must stay unchanged (size
+	// and modification time) after a change before it is read, so that
+	// a file written in parts is not loaded half-written while its
+	// writer pauses for less than this; 0 reads it at once. Default
+	// watch.DefaultSettle (2s).
+	WatchSettle time.Duration
 	// MaxRulesBytes is the largest rule file read; a larger one is
 	// refused, and the rules in force stay.
 	MaxRulesBytes int64
@@ -78,6 +85,10 @@ type Config struct {
 	// good key set stays when a fetch fails. Default
 	// jwtauth.DefaultRefresh (5m).
 	JWTJWKSRefresh time.Duration
+	// JWTJWKSRefetch is the least time between two fetches of a JWKS
+	// URL made because a token named a kid the keys in force lack.
+	// Default jwtauth.DefaultRefetch (1m).
+	JWTJWKSRefetch time.Duration
 	// JWTHMACSecretFile is a file whose trimmed contents (at least 32
 	// bytes) verify HS256 tokens. Empty: HS256 is refused.
 	JWTHMACSecretFile string
@@ -152,6 +163,13 @@ type Config struct {
 	RateLimitHeaders proxy.HeaderMode
 	// ShutdownTimeout bounds the drain of in-flight requests.
 	ShutdownTimeout time.Duration
+	// DrainDelay is how long, once Serve's context is done, /readyz
+	// answers 503 draining while the proxy still accepts connections and
+	// serves them as usual, before it stops accepting and drains: long
+	// enough for a load balancer that polls /readyz to take the gateway
+	// out of rotation first. 0 (the default) stops accepting at once,
+	// for Kubernetes, whose preStop hook waits instead.
+	DrainDelay time.Duration
 	// ReadHeaderTimeout bounds the reading of a request's line and
 	// headers (and the TLS handshake) on the proxy port, so that clients
 	// that send them slowly or never (slowloris) cannot hold connections
@@ -203,6 +221,7 @@ func DefaultConfig() Config {
 	return Config{
 		ConfigPath:        "configs/ratelimiter-rule.yaml",
 		Watch:             true,
+		WatchSettle:       watch.DefaultSettle,
 		MaxRulesBytes:     config.DefaultMaxBytes,
 		Listen:            ":8080",
 		AdminListen:       ":9090",
@@ -210,6 +229,7 @@ func DefaultConfig() Config {
 		KeyHeader:         proxy.DefaultKeyHeader,
 		UnknownCallers:    AllowUnknown,
 		JWTJWKSRefresh:    jwtauth.DefaultRefresh,
+		JWTJWKSRefetch:    jwtauth.DefaultRefetch,
 		JWTHeader:         proxy.DefaultJWTHeader,
 		AppFrom:           AppFromHeader,
 		IPv4Prefix:        proxy.DefaultIPv4Prefix,
@@ -266,6 +286,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--ipv6-prefix %d is outside 1..128", c.IPv6Prefix)
 	case slices.ContainsFunc(c.AllowUpgrade, func(p string) bool { return strings.EqualFold(strings.TrimSpace(p), "h2c") }):
 		return errors.New("--allow-upgrade cannot allow h2c: the upstream would serve HTTP/2 requests on that connection that the gateway never counts")
+	case c.WatchSettle < 0:
+		return fmt.Errorf("--watch-settle %s is negative (0 reads a changed rule file at once)", c.WatchSettle)
+	case c.Store == StoreRedis && c.RedisURL == "" && len(slices.DeleteFunc(slices.Clone(c.RedisAddrs), func(a string) bool { return strings.TrimSpace(a) == "" })) == 0:
+		return errors.New("--store redis needs a server: set --redis-url redis://host:6379/0, or --redis-addrs host:port,… with --redis-cluster or --redis-sentinel-master")
+	case c.RedisCluster && c.RedisSentinelMaster != "":
+		return errors.New("--redis-cluster and --redis-sentinel-master are exclusive: a Redis Cluster has no Sentinels")
 	case c.MaxRulesBytes <= 0:
 		return fmt.Errorf("--max-rules-bytes %d is not positive", c.MaxRulesBytes)
 	case c.MaxKeys <= 0:
@@ -284,6 +310,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--redis-max-keys %d is not positive (-1 for no budget)", c.RedisMaxKeys)
 	case c.UpstreamTimeout <= 0:
 		return fmt.Errorf("--upstream-timeout %s is not positive", c.UpstreamTimeout)
+	case c.DrainDelay < 0:
+		return fmt.Errorf("--drain-delay %s is negative", c.DrainDelay)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("--shutdown-timeout %s is not positive", c.ShutdownTimeout)
 	case c.ReadHeaderTimeout <= 0:

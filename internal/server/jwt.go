@@ -39,6 +39,8 @@ func (c *Config) validateJWT() error {
 		return fmt.Errorf("--app-from %s needs verified tokens: set --jwt-jwks or --jwt-hmac-secret-file", c.AppFrom)
 	case c.JWTJWKSRefresh <= 0:
 		return fmt.Errorf("--jwt-jwks-refresh %s is not positive", c.JWTJWKSRefresh)
+	case c.JWTJWKSRefetch <= 0:
+		return fmt.Errorf("--jwt-jwks-refetch %s is not positive", c.JWTJWKSRefetch)
 	case c.JWTHeader == "":
 		return errors.New("--jwt-header is empty: name the header that carries the token (Authorization)")
 	case !c.JWT() && (c.JWTIssuer != "" || c.JWTAudience != ""):
@@ -61,13 +63,14 @@ func newJWT(cfg Config) (*jwtauth.Verifier, *jwtauth.Keys, error) {
 	if cfg.JWTJWKS != "" {
 		var err error
 		keys, err = jwtauth.NewKeys(context.Background(), jwtauth.KeysConfig{
-			Source: cfg.JWTJWKS, Refresh: cfg.JWTJWKSRefresh, Logger: cfg.Logger.With("watching", "jwks"),
+			Source: cfg.JWTJWKS, Refresh: cfg.JWTJWKSRefresh, Refetch: cfg.JWTJWKSRefetch,
+			Logger: cfg.Logger.With("watching", "jwks"),
 			Client: &http.Client{Timeout: jwtauth.DefaultFetchTimeout},
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("--jwt-jwks: %w", err)
 		}
-		jc.Keys = keys.Current
+		jc.Keys, jc.Refetch = keys.Current, keys.Refetch
 	}
 	if cfg.JWTHMACSecretFile != "" {
 		data, err := os.ReadFile(cfg.JWTHMACSecretFile)

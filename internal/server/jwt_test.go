@@ -2,8 +2,10 @@ package server
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,6 +45,7 @@ func TestJWTFlags(t *testing.T) {
 		{name: "app from no claim", edit: func(c *Config) { c.AppFrom = "claim:" }, want: "names no claim"},
 		{name: "issuer without JWT", edit: func(c *Config) { c.JWTIssuer = "x" }, want: "--jwt-issuer and --jwt-audience check verified tokens"},
 		{name: "zero refresh", edit: func(c *Config) { c.JWTJWKSRefresh = 0 }, want: "--jwt-jwks-refresh 0s is not positive"},
+		{name: "zero refetch", edit: func(c *Config) { c.JWTJWKSRefetch = 0 }, want: "--jwt-jwks-refetch 0s is not positive"},
 		{name: "JWT header is the app header", edit: func(c *Config) { c.JWTJWKS, c.JWTHeader = badJWKS, "x-app-id" }, want: "--jwt-header x-app-id is also the app or key header"},
 		{name: "missing JWKS", edit: func(c *Config) { c.JWTJWKS = filepath.Join(dir, "nope.json") }, want: "--jwt-jwks: loading the JWKS " + filepath.Join(dir, "nope.json")},
 		{name: "empty JWKS", edit: func(c *Config) { c.JWTJWKS = badJWKS }, want: "holds no RSA, P-256 or Ed25519 signing key"},
@@ -127,5 +130,51 @@ func TestJWTLive(t *testing.T) {
 	eventually.True(t, 30*time.Second, func() bool { return get(carol, "") == 200 }, "the rotated JWKS file is never used")
 	if got := get(a.Sign(t, claims("dave")), ""); got != 401 {
 		t.Errorf("key a after rotation: got %d, want 401", got)
+	}
+}
+
+// TestJWTURLRotation serves a gateway with --jwt-jwks URL, a real JWKS
+// endpoint that publishes a PS256 key beside the ES256 key in use: the
+// gateway starts, and a key rotated in later is used by the first token
+// that names it, long before the next refresh (an hour here), because a
+// token naming an unknown kid makes the gateway fetch the set again.
+func TestJWTURLRotation(t *testing.T) {
+	t.Parallel()
+	a, b := jwttest.EC(t, "a"), jwttest.EC(t, "b")
+	ps := &jwttest.Key{Kid: "ps", Alg: "PS256", Private: jwttest.RSA(t, "ps").Private}
+	var mu sync.Mutex
+	keys := []*jwttest.Key{a, ps}
+	jwks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		w.Write(jwttest.JWKS(keys...))
+	}))
+	defer jwks.Close()
+	g := startLive(t, func(c *Config) {
+		c.JWTJWKS, c.JWTJWKSRefresh, c.AppFrom = jwks.URL, time.Hour, "claim:azp"
+	})
+	get := func(tok string) int {
+		t.Helper()
+		req, err := http.NewRequest("GET", "http://"+g.proxy+"/v1/user", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	claims := jwttest.Claims(time.Now(), time.Hour, "alice", "azp", "app-1")
+	if got := get(a.Sign(t, claims)); got != 200 {
+		t.Errorf("key a beside a PS256 key: got %d, want 200", got)
+	}
+	mu.Lock()
+	keys = []*jwttest.Key{a, b, ps}
+	mu.Unlock()
+	if got := get(b.Sign(t, claims)); got != 200 {
+		t.Errorf("key b, rotated in after the last fetch: got %d, want 200", got)
 	}
 }

@@ -21,6 +21,7 @@ type Reloader struct {
 	opts     proxy.CompileOptions
 	forget   func(keep func(key string) bool) int
 	onReload func(ok bool, rs *proxy.RuleSet)
+	onSame   func()
 	now      func() time.Time
 	log      *slog.Logger
 
@@ -64,6 +65,9 @@ type ReloaderConfig struct {
 	// the rules or failed, with whether it succeeded and the rules then
 	// in force; the metrics hang here.
 	OnReload func(ok bool, rs *proxy.RuleSet)
+	// OnUnchanged, if not nil, is called after every reload that read
+	// the rules in force again (the same sha256).
+	OnUnchanged func()
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// Logger receives the outcome of each reload. Default slog.Default().
@@ -74,7 +78,7 @@ type ReloaderConfig struct {
 func NewReloader(cfg ReloaderConfig) *Reloader {
 	r := &Reloader{
 		handler: cfg.Handler, load: cfg.Load, source: cfg.Source, opts: cfg.Options, forget: cfg.Forget,
-		onReload: cfg.OnReload, now: cfg.Now, log: cfg.Logger,
+		onReload: cfg.OnReload, onSame: cfg.OnUnchanged, now: cfg.Now, log: cfg.Logger,
 	}
 	if r.load == nil && cfg.Source != nil {
 		r.load = func() (*config.Rules, error) {
@@ -118,7 +122,14 @@ func (r *Reloader) Reload() (changed bool, err error) {
 		rs := r.handler.Rules()
 		r.log.Info("rules reloaded", "path", rs.Source.Path, "sha256", rs.Source.SHA256, "apps", len(rs.Source.Apps))
 	default:
-		return false, nil // the same rules again: nothing happened
+		// The same rules again: nothing changes, but whoever asked
+		// (SIGHUP, POST /rules/reload, an edit) learns that it was read.
+		rs := r.handler.Rules()
+		r.log.Info("rules unchanged", "path", rs.Source.Path, "sha256", rs.Source.SHA256)
+		if r.onSame != nil {
+			r.onSame()
+		}
+		return false, nil
 	}
 	if r.onReload != nil {
 		r.onReload(err == nil, r.handler.Rules())

@@ -190,7 +190,8 @@ func New(cfg Config) (_ *Server, err error) {
 				}
 			}
 		},
-		Logger: log,
+		OnUnchanged: s.metrics.RulesUnchanged,
+		Logger:      log,
 	})
 	log.Info("rules loaded", "path", parsed.Path, "sha256", parsed.SHA256, "apps", len(parsed.Apps))
 
@@ -243,9 +244,10 @@ func (s *Server) Reload() error {
 	return err
 }
 
-// Serve serves until ctx is done, then stops accepting, drains in-flight
-// requests for at most ShutdownTimeout (while /readyz answers 503
-// draining), and releases everything New built.
+// Serve serves until ctx is done, then answers /readyz 503 draining,
+// keeps accepting requests for DrainDelay, stops accepting, drains
+// in-flight requests for at most ShutdownTimeout, and releases everything
+// New built.
 // With Watch, a change of the rule file reloads the rules; with TLS, a
 // change of the certificate pair reloads it.
 func (s *Server) Serve(ctx context.Context) error {
@@ -304,8 +306,23 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.adminSrv.Close()
 		return fmt.Errorf("serving: %w", err)
 	}
-	log.Info("shutting down: draining in-flight requests", "timeout", cfg.ShutdownTimeout)
 	s.draining.Store(true)
+	if cfg.DrainDelay > 0 {
+		// Readiness fails first; the listener stays open for the delay,
+		// so that a load balancer that polls /readyz takes the gateway
+		// out of rotation before connections are refused.
+		log.Info("draining: /readyz answers 503; accepting new connections until the drain delay is over", "drain_delay", cfg.DrainDelay)
+		t := time.NewTimer(cfg.DrainDelay)
+		select {
+		case <-t.C:
+		case err := <-errc:
+			t.Stop()
+			s.proxySrv.Close()
+			s.adminSrv.Close()
+			return fmt.Errorf("serving: %w", err)
+		}
+	}
+	log.Info("shutting down: no new connections; draining in-flight requests", "timeout", cfg.ShutdownTimeout)
 	sctx, scancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer scancel()
 	// The admin port stays up through the drain, answering /readyz 503.
@@ -348,9 +365,14 @@ func (s *Server) watchRules() error {
 		return nil
 	}
 	log := s.log.With("watching", "rule file")
+	settle := s.cfg.WatchSettle
+	if settle == 0 {
+		settle = -1 // watch.Config: no wait
+	}
 	w, err := watch.New(watch.Config{
 		Path:     s.cfg.ConfigPath,
 		OnChange: func() { s.rules.Reload() },
+		Settle:   settle,
 		Logger:   log,
 	})
 	if err != nil {

@@ -2,8 +2,11 @@ package source
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -28,7 +31,8 @@ type EtcdAuth struct {
 // fleet"). Its version is the key's mod revision.
 type Etcd struct {
 	*remote
-	client *clientv3.Client
+	client    *clientv3.Client
+	endpoints []string // host:port
 }
 
 var _ Source = (*Etcd)(nil)
@@ -83,7 +87,41 @@ func NewEtcd(cfg Config) (*Etcd, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Spec, err)
 	}
-	return &Etcd{remote: newRemote(cfg, key), client: c}, nil
+	hosts := make([]string, len(endpoints))
+	for i, ep := range endpoints {
+		_, hosts[i], _ = strings.Cut(ep, "://")
+	}
+	return &Etcd{remote: newRemote(cfg, key), client: c, endpoints: hosts}, nil
+}
+
+// probeTimeout bounds the dial of each endpoint that unreachable makes.
+const probeTimeout = time.Second
+
+// unreachable returns err, and when it says only that etcd did not answer
+// in time (the etcd client retries its endpoints until the deadline and
+// then reports just "context deadline exceeded"), what dialling each
+// endpoint finds: "etcd did not answer at 10.0.0.1:2379 (dial tcp
+// 10.0.0.1:2379: connect: connection refused), 10.0.0.2:2379 (accepts
+// connections, but no etcd answer): context deadline exceeded".
+func (e *Etcd) unreachable(err error) error {
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	found := make([]string, len(e.endpoints))
+	var wg sync.WaitGroup
+	for i, ep := range e.endpoints {
+		wg.Go(func() {
+			c, derr := net.DialTimeout("tcp", ep, probeTimeout)
+			if derr != nil {
+				found[i] = fmt.Sprintf("%s (%v)", ep, derr)
+				return
+			}
+			c.Close()
+			found[i] = ep + " (accepts connections, but no etcd answer: is it etcd, and TLS as the URL says?)"
+		})
+	}
+	wg.Wait()
+	return fmt.Errorf("etcd did not answer at %s: %w", strings.Join(found, ", "), err)
 }
 
 // Client returns the etcd client, for `gateway rules`.
@@ -112,7 +150,7 @@ func (e *Etcd) Load(ctx context.Context) (*config.Rules, string, error) {
 func (e *Etcd) get(ctx context.Context) (Value, error) {
 	resp, err := e.client.Get(ctx, e.key)
 	if err != nil {
-		return Value{}, err
+		return Value{}, e.unreachable(err)
 	}
 	if len(resp.Kvs) == 0 {
 		return Value{Version: NoVersion}, nil
@@ -160,8 +198,11 @@ func (e *Etcd) Watch(ctx context.Context, onChange func()) error {
 // stamp returns the key's mod revision, 0 if it does not exist.
 func (e *Etcd) stamp(ctx context.Context) (int64, error) {
 	resp, err := e.client.Get(ctx, e.key, clientv3.WithKeysOnly())
-	if err != nil || len(resp.Kvs) == 0 {
-		return 0, err
+	if err != nil {
+		return 0, e.unreachable(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, nil
 	}
 	return resp.Kvs[0].ModRevision, nil
 }

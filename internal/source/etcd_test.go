@@ -2,6 +2,7 @@ package source_test
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -177,3 +178,53 @@ func TestParseEtcdURL(t *testing.T) {
 }
 
 func itoa(i int64) string { return strconv.FormatInt(i, 10) }
+
+// TestEtcdUnreachableNamesEndpoints checks that when etcd does not answer,
+// the error names each endpoint and what dialling it finds, rather than
+// only the client's "context deadline exceeded": one endpoint refuses
+// connections, the other accepts them and never answers as etcd.
+func TestEtcdUnreachableNamesEndpoints(t *testing.T) {
+	t.Parallel()
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := closed.Addr().String()
+	closed.Close()
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, silent, until the test ends
+		}
+	}()
+	spec := "etcd://" + refused + "," + silent.Addr().String() + "/gateway/rules"
+	src, err := source.New(source.Config{Spec: spec, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	_, _, err = src.Load(context.Background())
+	if err == nil {
+		t.Fatal("Load from no etcd: got no error")
+	}
+	for _, want := range []string{
+		"etcd did not answer at " + refused + " (dial tcp " + refused + ": connect: connection refused)",
+		silent.Addr().String() + " (accepts connections, but no etcd answer",
+		"context deadline exceeded",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Load error lacks %q:\n%v", want, err)
+		}
+	}
+	if got := src.Status().Error; !strings.Contains(got, refused) {
+		t.Errorf("Status().Error does not name the endpoint: %q", got)
+	}
+}

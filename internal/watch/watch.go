@@ -24,9 +24,12 @@ import (
 const DefaultDebounce = 100 * time.Millisecond
 
 // DefaultSettle is how long the file must stay unchanged (size and
-// modification time) after a burst before the watcher reports it: a file
-// written in parts, with pauses between them, is not reported half-written.
-const DefaultSettle = 500 * time.Millisecond
+// modification time) after a burst before the watcher reports it, so that a
+// file written in parts is not reported half-written while its writer
+// pauses for less than this. A writer that pauses longer is reported at
+// its pause: only a write-and-rename (README, "Reloading rules") is never
+// seen half-written, whatever the writer's speed.
+const DefaultSettle = 2 * time.Second
 
 // Clock is what the watcher needs of time. Tests pass a fake so that the
 // debounce logic runs on fixed instants, without sleeping.

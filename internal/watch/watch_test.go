@@ -1,7 +1,10 @@
 package watch
 
 import (
+	"context"
+	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -216,5 +219,117 @@ func TestWatcherRelevantEvents(t *testing.T) {
 		if got := w.relevant(tt.ev); got != tt.want {
 			t.Errorf("%s: got %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// scheduleClock is a fakeClock that tells the test each time the watcher
+// schedules a call, so that the test advances time only once the watcher
+// has taken in a file event.
+type scheduleClock struct {
+	fakeClock
+	scheduled chan struct{}
+}
+
+func (c *scheduleClock) AfterFunc(d time.Duration, f func()) Timer {
+	t := c.fakeClock.AfterFunc(d, f)
+	c.scheduled <- struct{}{}
+	return t
+}
+
+// TestWatcherFileWrittenInTwoParts runs the real watcher (fsnotify on a
+// real file) on a fake clock: a writer keeps the rule file open and writes
+// it in two parts with a pause between them. A pause shorter than the
+// settle time is never reported half-written, however long it is against
+// the debounce (the watcher once reported the first part after 600ms); a
+// pause longer than the settle time reports the first part, as the README
+// says ("Reloading rules": write and rename to be safe from any pause).
+func TestWatcherFileWrittenInTwoParts(t *testing.T) {
+	t.Parallel()
+	const (
+		debounce = 100 * time.Millisecond
+		first    = "configs:\n  - appId: app-1\n"
+		second   = "    limits:\n      - api: /\n        limit: 5\n"
+	)
+	tests := []struct {
+		name   string
+		settle time.Duration // Config.Settle: 0 is DefaultSettle
+		pause  time.Duration // fake time between the two parts
+		want   []string      // what each report read
+	}{
+		{name: "default settle, pause of 1.5s", pause: 1500 * time.Millisecond, want: []string{first + second}},
+		{name: "default settle, pause just under it", pause: debounce + DefaultSettle - time.Millisecond, want: []string{first + second}},
+		{name: "settle 5s, pause of 4s", settle: 5 * time.Second, pause: 4 * time.Second, want: []string{first + second}},
+		{name: "default settle, pause longer than it", pause: debounce + DefaultSettle, want: []string{first, first + second}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "rules.yaml")
+			f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			settle := tt.settle
+			if settle == 0 {
+				settle = DefaultSettle
+			}
+			clock := &scheduleClock{scheduled: make(chan struct{}, 16)}
+			var got []string // appended by OnChange, which runs in clock.advance
+			w, err := New(Config{Path: path, Debounce: debounce, Settle: tt.settle, Clock: clock, OnChange: func() {
+				data, err := os.ReadFile(path)
+				if err != nil {
+					t.Errorf("reading the reported file: %v", err)
+				}
+				got = append(got, string(data))
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); w.Run(ctx) }()
+			defer func() { cancel(); <-done; w.Close() }()
+
+			// write appends one part with one write(2), one fsnotify
+			// Write event, and waits for the watcher to take it in.
+			write := func(part string) {
+				t.Helper()
+				if _, err := f.WriteString(part); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case <-clock.scheduled:
+				case <-time.After(time.Minute): // anti-hang bound, not a wait
+					t.Fatal("the watcher saw no event of the write")
+				}
+			}
+			// advance moves the fake clock in steps of the debounce, so
+			// that the watcher's own timers fall due in order.
+			advance := func(d time.Duration) {
+				for step := debounce; d > 0; d -= step {
+					step = min(step, d)
+					clock.advance(step)
+				}
+			}
+			drain := func() {
+				for {
+					select {
+					case <-clock.scheduled:
+					default:
+						return
+					}
+				}
+			}
+
+			write(first)
+			advance(tt.pause)
+			drain()
+			write(second)
+			advance(debounce + 2*settle)
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("reports: got %q, want %q", got, tt.want)
+			}
+		})
 	}
 }

@@ -1,0 +1,414 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io/fs"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The documentation's shell examples are run by TestDocExamples. It reads
+// README.md and every docs/**/*.md, and for each fenced block:
+//
+//   - a block with no language fails the test: tag it sh or console (a
+//     shell example), or text, yaml, json… (not run);
+//   - sh, bash and shell blocks run as one bash script from the
+//     repository root, which must exit 0;
+//   - console blocks hold "$ command" lines (continued by a trailing
+//     backslash), each followed by the output it prints (stdout and
+//     stderr): each command runs from the repository root, must exit 0
+//     and print exactly that, where "…" in an output line stands for any
+//     text;
+//   - `gateway` is the binary TestMain built, first on PATH, and no
+//     GATEWAY_* variable of the test's environment is passed on;
+//   - a block that names an address other than this machine's loopback,
+//     or runs sudo, docker, kubectl, systemctl or make, is not run and
+//     fails the test unless it is marked skip: nothing here may reach
+//     another machine.
+//
+// A comment on the line before a shell block's fence says how to run it:
+//
+//	<!-- example: skip: REASON -->   not run, for the reason given (it
+//	                                 needs Docker, an etcd cluster, …);
+//	                                 the reason is required
+//	<!-- example: gateway ARGS -->   run once a gateway started with
+//	                                 `gateway serve ARGS` listens; the
+//	                                 block's localhost:8080 and
+//	                                 localhost:9090 become its proxy and
+//	                                 admin addresses
+//
+// so that an example needing a running gateway, Redis or a cluster says
+// so where it is written, and a docs page split off the README keeps its
+// examples tested.
+
+// docFiles returns README.md and the Markdown files under docs/, relative
+// to the repository root.
+func docFiles(t *testing.T, root string) []string {
+	t.Helper()
+	files := []string{"README.md"}
+	err := filepath.WalkDir(filepath.Join(root, "docs"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && strings.HasSuffix(p, ".md") {
+			rel, err := filepath.Rel(root, p)
+			if err != nil {
+				return err
+			}
+			files = append(files, rel)
+		}
+		return nil
+	})
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// docBlock is one fenced block of a Markdown file.
+type docBlock struct {
+	where     string // file:line of the opening fence
+	lang      string
+	directive string // what the <!-- example: … --> before it says, "" if none
+	lines     []string
+}
+
+var directiveRE = regexp.MustCompile(`^<!--\s*example:\s*(.*?)\s*-->$`)
+
+// docBlocks returns the fenced blocks of a Markdown file.
+func docBlocks(t *testing.T, root, file string) []docBlock {
+	t.Helper()
+	f, err := os.Open(filepath.Join(root, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var (
+		blocks  []docBlock
+		cur     *docBlock
+		fence   string
+		lastTxt string // the last non-blank line outside a block
+	)
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		trimmed := strings.TrimSpace(line)
+		if cur != nil {
+			if strings.HasPrefix(trimmed, fence) && strings.Trim(trimmed, "`~") == "" {
+				blocks = append(blocks, *cur)
+				cur = nil
+				continue
+			}
+			cur.lines = append(cur.lines, line)
+			continue
+		}
+		if strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~") {
+			i := strings.IndexFunc(trimmed, func(r rune) bool { return r != '`' && r != '~' })
+			if i < 0 {
+				i = len(trimmed)
+			}
+			fence = trimmed[:i]
+			lang, _, _ := strings.Cut(strings.TrimSpace(trimmed[i:]), " ")
+			cur = &docBlock{where: file + ":" + strconv.Itoa(n), lang: lang}
+			if m := directiveRE.FindStringSubmatch(lastTxt); m != nil {
+				cur.directive = m[1]
+			}
+			continue
+		}
+		if trimmed != "" {
+			lastTxt = trimmed
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if cur != nil {
+		t.Errorf("%s: the fenced block is never closed", cur.where)
+	}
+	return blocks
+}
+
+var shellLangs = []string{"sh", "bash", "shell", "console"}
+
+// TestDocExamples runs the shell examples of README.md and docs/**/*.md
+// against the real binary and the files they name (see the comment
+// above), and checks that the commands the CLI section lists exist.
+func TestDocExamples(t *testing.T) {
+	if binary == "" {
+		t.Skip("-short: the examples need the gateway binary")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	commands := cliCommands(t)
+	var run, skipped int
+	for _, file := range docFiles(t, root) {
+		for _, b := range docBlocks(t, root, file) {
+			switch {
+			case b.lang == "":
+				t.Errorf("%s: a fenced block without a language: tag it sh or console (a shell example, which this test runs) or text", b.where)
+				continue
+			case b.lang == "text":
+				checkListedCommands(t, b, commands)
+				continue
+			case !slices.Contains(shellLangs, b.lang):
+				continue
+			}
+			if reason, ok := strings.CutPrefix(b.directive, "skip:"); ok {
+				if strings.TrimSpace(reason) == "" {
+					t.Errorf("%s: <!-- example: skip: --> without a reason", b.where)
+				}
+				skipped++
+				continue
+			}
+			run++
+			t.Run(strings.ReplaceAll(b.where, "/", "_"), func(t *testing.T) { runDocBlock(t, root, b) })
+		}
+	}
+	t.Logf("ran %d shell examples, skipped %d (each with its reason in the docs)", run, skipped)
+	if run == 0 {
+		t.Error("no shell example ran")
+	}
+}
+
+// runDocBlock runs one shell block.
+func runDocBlock(t *testing.T, root string, b docBlock) {
+	replace := strings.NewReplacer() // addresses of a gateway started for the block
+	switch {
+	case b.directive == "":
+	case strings.HasPrefix(b.directive, "gateway "):
+		g := startGateway(t, nil, strings.Fields(strings.TrimPrefix(b.directive, "gateway "))...)
+		p, a := hostOf(t, g.proxy), hostOf(t, g.admin)
+		replace = strings.NewReplacer("localhost:8080", p, "127.0.0.1:8080", p, "localhost:9090", a, "127.0.0.1:9090", a)
+	default:
+		t.Fatalf("%s: unknown <!-- example: %s -->: use skip: REASON or gateway ARGS", b.where, b.directive)
+	}
+	if why := unsafeExample(replace.Replace(strings.Join(b.lines, "\n"))); why != "" {
+		t.Fatalf("%s: not run: %s; mark it <!-- example: skip: REASON --> or make it local", b.where, why)
+	}
+	if b.lang != "console" {
+		out, code := runShell(t, root, replace.Replace(strings.Join(b.lines, "\n")))
+		if code != 0 {
+			t.Errorf("%s: the block exits %d:\n%s", b.where, code, out)
+		}
+		return
+	}
+	type step struct {
+		cmd  string
+		want []string
+	}
+	var steps []step
+	for i, line := range b.lines {
+		cmd, isCmd := strings.CutPrefix(line, "$ ")
+		switch {
+		case isCmd:
+			steps = append(steps, step{cmd: cmd})
+		case len(steps) == 0:
+			t.Fatalf("%s: line %d of the console block is neither a $ command nor its output: %q", b.where, i+1, line)
+		case strings.HasSuffix(steps[len(steps)-1].cmd, "\\") && len(steps[len(steps)-1].want) == 0:
+			steps[len(steps)-1].cmd += "\n" + line
+		default:
+			steps[len(steps)-1].want = append(steps[len(steps)-1].want, line)
+		}
+	}
+	for _, s := range steps {
+		out, code := runShell(t, root, replace.Replace(s.cmd))
+		if code != 0 {
+			t.Errorf("%s: $ %s\nexits %d:\n%s", b.where, s.cmd, code, out)
+			continue
+		}
+		if got := trimLines(strings.Split(out, "\n")); !outputMatches(got, trimLines(s.want)) {
+			t.Errorf("%s: $ %s\ngot:\n%s\nwant (… for any text):\n%s", b.where, s.cmd, strings.Join(got, "\n"), strings.Join(trimLines(s.want), "\n"))
+		}
+	}
+}
+
+var (
+	// urlHosts finds the authority of a URL: etcd://a:2379,b:2379/k.
+	urlHosts = regexp.MustCompile(`\b[A-Za-z][A-Za-z0-9+.-]*://([^/\s'"]+)`)
+	// ipv4s finds IPv4 addresses; one followed by a prefix length is a
+	// CIDR, a setting rather than a place to connect to.
+	ipv4s = regexp.MustCompile(`\b(\d{1,3}(?:\.\d{1,3}){3})(/\d)?`)
+	// outsideCommands reach past this machine's loopback, or change it.
+	outsideCommands = regexp.MustCompile(`(^|[\s;&|(])(sudo|docker|docker-compose|kubectl|systemctl|make|ssh|scp)\s`)
+)
+
+// unsafeExample returns why script must not run here, or "": it names an
+// address other than this machine's loopback (a test may reach nothing
+// else), or runs a command that needs more than this machine (Docker,
+// Kubernetes, root, make, which builds and runs this very test).
+func unsafeExample(script string) string {
+	local := func(host string) bool {
+		if _, after, ok := strings.Cut(host, "@"); ok {
+			host = after
+		}
+		h := host
+		if i := strings.LastIndex(host, ":"); i >= 0 && !strings.HasSuffix(host, "]") {
+			h = host[:i]
+		}
+		h = strings.Trim(h, "[]")
+		return h == "localhost" || h == "::1" || strings.HasPrefix(h, "127.") || h == "…" || h == ""
+	}
+	for _, m := range urlHosts.FindAllStringSubmatch(script, -1) {
+		for host := range strings.SplitSeq(m[1], ",") {
+			if !local(host) {
+				return "it names " + host + ", which is not this machine's loopback"
+			}
+		}
+	}
+	for _, m := range ipv4s.FindAllStringSubmatch(script, -1) {
+		if m[2] == "" && !strings.HasPrefix(m[1], "127.") {
+			return "it names " + m[1] + ", which is not this machine's loopback"
+		}
+	}
+	if m := outsideCommands.FindStringSubmatch(script); m != nil {
+		return "it runs " + m[2]
+	}
+	return ""
+}
+
+// runShell runs script with bash from dir, with the built gateway first on
+// PATH and without the GATEWAY_* variables of the test's environment, and
+// returns what it printed (stdout and stderr) and its exit code.
+func runShell(t *testing.T, dir, script string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-e", "-c", script)
+	cmd.Dir = dir
+	env := []string{raceEnv}
+	for _, kv := range os.Environ() {
+		switch {
+		case strings.HasPrefix(kv, "GATEWAY_"):
+		case strings.HasPrefix(kv, "PATH="):
+			env = append(env, "PATH="+filepath.Dir(binary)+string(os.PathListSeparator)+strings.TrimPrefix(kv, "PATH="))
+		default:
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("%q did not finish within 2 minutes:\n%s", script, out)
+	}
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(out), ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("running %q: %v", script, err)
+	}
+	return string(out), 0
+}
+
+// trimLines drops trailing spaces from each line and trailing empty lines.
+func trimLines(lines []string) []string {
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		out[i] = strings.TrimRight(l, " \t\r")
+	}
+	for len(out) > 0 && out[len(out)-1] == "" {
+		out = out[:len(out)-1]
+	}
+	return out
+}
+
+// outputMatches reports whether got is want line for line, "…" in a line
+// of want standing for any text.
+func outputMatches(got, want []string) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i, w := range want {
+		parts := strings.Split(w, "…")
+		for j, p := range parts {
+			parts[j] = regexp.QuoteMeta(p)
+		}
+		if !regexp.MustCompile("^" + strings.Join(parts, ".*") + "$").MatchString(got[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// cliCommands returns the commands `gateway --help` lists.
+func cliCommands(t *testing.T) []string {
+	t.Helper()
+	code, out, errOut := runBinary(t, "--help")
+	if code != 0 {
+		t.Fatalf("gateway --help: exit %d %s", code, errOut)
+	}
+	_, list, ok := strings.Cut(out, "Available Commands:\n")
+	if !ok {
+		t.Fatalf("gateway --help lists no commands:\n%s", out)
+	}
+	var cmds []string
+	for line := range strings.SplitSeq(list, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			break
+		}
+		cmds = append(cmds, f[0])
+	}
+	return cmds
+}
+
+// checkListedCommands checks that each "gateway NAME …" line of a text
+// block (the CLI section's list) names a command the binary has.
+func checkListedCommands(t *testing.T, b docBlock, commands []string) {
+	t.Helper()
+	for _, line := range b.lines {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "gateway" || strings.HasPrefix(f[1], "-") {
+			continue
+		}
+		if !slices.Contains(commands, f[1]) {
+			t.Errorf("%s: lists `gateway %s`, which is not a command (gateway --help lists %v)", b.where, f[1], commands)
+		}
+	}
+}
+
+func hostOf(t *testing.T, u string) string {
+	t.Helper()
+	p, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Host
+}
+
+// TestUnsafeExample checks the guard that keeps TestDocExamples from
+// running an example that would reach past this machine.
+func TestUnsafeExample(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, script string
+		unsafe       bool
+	}{
+		{"loopback curl", "curl -s localhost:8080/v1/x 127.0.0.1:9090/rules", false},
+		{"a loopback URL", "gateway top --admin http://127.0.0.1:9090", false},
+		{"a rule file", "gateway validate configs/ratelimiter-rule.yaml", false},
+		{"a CIDR", "gateway serve --demo-upstream --trusted-proxies 10.0.0.0/8", false},
+		{"etcd elsewhere", "gateway rules get etcd://127.0.0.1:2379,10.0.0.1:2379/gateway/rules", true},
+		{"redis by name", "gateway serve --redis-url redis://gateway@redis.internal:6379/0", true},
+		{"an address", "gateway serve --redis-addrs 10.0.0.1:7000", true},
+		{"a JWKS URL", "--jwt-jwks https://idp.example/.well-known/jwks.json", true},
+		{"docker", "docker build -t gateway:latest .", true},
+		{"sudo after &&", "make build && sudo install -m 0755 bin/gateway /usr/local/bin/gateway", true},
+		{"make", "make run", true},
+	}
+	for _, tt := range tests {
+		if got := unsafeExample(tt.script); (got != "") != tt.unsafe {
+			t.Errorf("%s: unsafeExample(%q) = %q, want unsafe %v", tt.name, tt.script, got, tt.unsafe)
+		}
+	}
+}

@@ -211,7 +211,7 @@ func (p *parser) file1(c *Config, data []byte, opt Options) {
 		d = &Domain{Name: name, File: p.file}
 		c.Domains[name] = d
 	}
-	p.descriptors(&d.node, f["descriptors"], "")
+	p.descriptors(&d.node, f["descriptors"], "", true)
 }
 
 // fields returns the values of mapping n by key, reporting keys not in
@@ -284,7 +284,7 @@ func kindName(n *yaml.Node) string {
 }
 
 // descriptors reads list n into parent.
-func (p *parser) descriptors(parent *node, n *yaml.Node, path string) {
+func (p *parser) descriptors(parent *node, n *yaml.Node, path string, bounded bool) {
 	if n == nil || n.Tag == "!!null" {
 		return
 	}
@@ -297,11 +297,11 @@ func (p *parser) descriptors(parent *node, n *yaml.Node, path string) {
 			p.errorf(item.Line, "config error, descriptors contain a %s: each must be a mapping with key and rate_limit or descriptors", kindName(item))
 			continue
 		}
-		p.descriptor(parent, item, path)
+		p.descriptor(parent, item, path, bounded)
 	}
 }
 
-func (p *parser) descriptor(parent *node, n *yaml.Node, path string) {
+func (p *parser) descriptor(parent *node, n *yaml.Node, path string, bounded bool) {
 	f := p.fields(n, descriptorKeys, "a descriptor")
 	d := &Descriptor{
 		Key: p.str(f["key"]), Value: p.str(f["value"]), File: p.file, Line: n.Line,
@@ -317,6 +317,7 @@ func (p *parser) descriptor(parent *node, n *yaml.Node, path string) {
 		p.errorf(n.Line, "descriptor has an empty key: set key")
 		return
 	}
+	d.Bounded = bounded && d.Value != "" && (!d.wildcard() || d.ShareThreshold)
 	d.Path = path + d.Key
 	if d.Value != "" {
 		d.Path += "_" + d.Value
@@ -340,7 +341,7 @@ func (p *parser) descriptor(parent *node, n *yaml.Node, path string) {
 		parent.wildcards = append(parent.wildcards, d)
 	}
 	parent.list = append(parent.list, d)
-	p.descriptors(&d.node, f["descriptors"], d.Path+".")
+	p.descriptors(&d.node, f["descriptors"], d.Path+".", d.Bounded)
 }
 
 // rateLimit reads a rate_limit mapping.

@@ -88,6 +88,12 @@ type Descriptor struct {
 	// Path is the descriptor's place in its domain as the metrics name
 	// it: "key_value.key" (levels joined by ".", a value after "_").
 	Path string
+	// Bounded reports whether the descriptor counts one fixed set of
+	// values: every level from the domain down names a value, or a
+	// wildcard whose values share a counter. Otherwise each value the
+	// requests bring has its own counter, and those are as many as the
+	// callers make them (a key budget applies).
+	Bounded bool
 	// File and Line locate the descriptor.
 	File string
 	Line int

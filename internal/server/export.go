@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -94,4 +95,12 @@ func (r *CertReloader) Watch(ctx context.Context) (stop func(), err error) { ret
 // at least, offering protos by ALPN.
 func (r *CertReloader) TLSConfig(protos ...string) *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: protos, GetCertificate: r.c.GetCertificate}
+}
+
+// Sweep evicts the memory store's idle counters at now; `serve` does it
+// every minute.
+func (s *Stores) Sweep(now time.Time) {
+	if s.st.mem != nil {
+		s.st.mem.Sweep(now)
+	}
 }

@@ -323,3 +323,34 @@ func TestEndToEndRLSFleet(t *testing.T) {
 		t.Errorf("--fail-mode local admitted %d, want 10 (50 × --local-share 0.2)", n)
 	}
 }
+
+// TestEndToEndRLSSighup reloads a single config file on SIGHUP, with
+// --watch off; a bad file at start fails the start with its line.
+func TestEndToEndRLSSighup(t *testing.T) {
+	t.Parallel()
+	cfg := filepath.Join(t.TempDir(), "rls.yaml")
+	os.WriteFile(cfg, []byte("domain: e2e\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n"), 0o644)
+	code, _, errOut := runBinary(t, "rls", "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
+	if code != 1 || !strings.Contains(errOut, "rls.yaml:4: invalid rate limit unit") {
+		t.Errorf("start with a bad config: exit %d, stderr %q; want 1 and the line at fault", code, errOut)
+	}
+
+	os.WriteFile(cfg, []byte(fmt.Sprintf(rlsE2EConfig, 1)), 0o644)
+	g := startRLS(t, nil, nil, "--config", cfg, "--watch=false")
+	if got := g.ask(t, "e2e", "k=a").OverallCode; got != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("first call: got %v, want OK", got)
+	}
+	if got := g.ask(t, "e2e", "k=a").OverallCode; got != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("second call: got %v, want OVER_LIMIT", got)
+	}
+	sha0, _ := rulesSHA(t, g.admin)
+	os.WriteFile(cfg, []byte(fmt.Sprintf(rlsE2EConfig, 5)), 0o644)
+	g.cmd.Process.Signal(syscall.SIGHUP)
+	eventually.True(t, 30*time.Second, func() bool {
+		sha, _ := rulesSHA(t, g.admin)
+		return sha != sha0
+	}, "SIGHUP did not reload the config\n%s", g.logs)
+	if got := g.ask(t, "e2e", "k=a").OverallCode; got != rlsv3.RateLimitResponse_OK {
+		t.Errorf("after the reload to 5: got %v, want OK", got)
+	}
+}

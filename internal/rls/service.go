@@ -166,6 +166,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d's keys and values are %d bytes: at most %d", i, size, MaxKeyBytes)
 		}
 		ds[i].hits = hitsOf(req, d)
+		if dom == nil {
+			// An unknown domain is OK for every descriptor, limit
+			// override or not, as in envoyproxy/ratelimit.
+			continue
+		}
 		if o := d.GetLimit(); o != nil {
 			lim, err := overrideLimit(o)
 			if err != nil {
@@ -174,7 +179,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			ds[i].lim, ds[i].label = lim, overrideLabel
 			continue
 		}
-		if dom == nil || len(es) == 0 {
+		if len(es) == 0 {
 			continue
 		}
 		m, ok := dom.Find(es)

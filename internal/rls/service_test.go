@@ -394,15 +394,20 @@ func TestInvalidRequests(t *testing.T) {
 func TestLimitOverride(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, Config{})
-	for i, want := range []rlsv3.RateLimitResponse_Code{ok, over} {
+	for i, tc := range []struct {
+		domain string
+		want   rlsv3.RateLimitResponse_Code
+	}{{"rl", ok}, {"rl", over}, {"nosuchdomain", ok}, {"nosuchdomain", ok}} {
+		// The override applies to entries the config does not know; an
+		// unknown domain is OK whatever the descriptor carries.
 		d := descs("anything=1")
 		d[0].Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_HOUR}
-		resp, err := h.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "nosuchdomain", Descriptors: d})
+		resp, err := h.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: tc.domain, Descriptors: d})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if resp.OverallCode != want {
-			t.Errorf("call %d: got %v, want %v", i, resp.OverallCode, want)
+		if resp.OverallCode != tc.want {
+			t.Errorf("call %d (%s): got %v, want %v", i, tc.domain, resp.OverallCode, tc.want)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -440,7 +441,7 @@ func (s *Service) headers(ds []decision, reqs []limit.Request, res []limit.Resul
 	}
 	var out []*corev3.HeaderValue
 	if mode == proxy.HeadersBoth || mode == proxy.HeadersDraft {
-		var policy, state strings.Builder
+		var policy, state []byte
 		for i := range ds {
 			d := &ds[i]
 			if d.req < 0 || reqs[d.req].Shadow {
@@ -448,27 +449,30 @@ func (s *Service) headers(ds []decision, reqs []limit.Request, res []limit.Resul
 			}
 			r := res[d.req]
 			name := sfString(policyName(d))
-			if policy.Len() > 0 {
-				policy.WriteString(", ")
-				state.WriteString(", ")
+			if len(policy) > 0 {
+				policy = append(policy, ", "...)
+				state = append(state, ", "...)
 			}
-			fmt.Fprintf(&policy, "%s;q=%d;w=%d", name, d.lim.Params.Limit, ceilSeconds(d.lim.Params.Window))
-			fmt.Fprintf(&state, "%s;r=%d", name, max(r.Remaining, 0))
+			policy = append(append(policy, name...), ";q="...)
+			policy = strconv.AppendInt(policy, d.lim.Params.Limit, 10)
+			policy = strconv.AppendInt(append(policy, ";w="...), ceilSeconds(d.lim.Params.Window), 10)
+			state = append(append(state, name...), ";r="...)
+			state = strconv.AppendInt(state, max(r.Remaining, 0), 10)
 			if d.lim.Params.Limit > 0 {
-				fmt.Fprintf(&state, ";t=%d", ceilSeconds(r.Reset))
+				state = strconv.AppendInt(append(state, ";t="...), ceilSeconds(r.Reset), 10)
 			}
 		}
 		out = append(out,
-			&corev3.HeaderValue{Key: "RateLimit-Policy", Value: policy.String()},
-			&corev3.HeaderValue{Key: "RateLimit", Value: state.String()})
+			&corev3.HeaderValue{Key: "RateLimit-Policy", Value: string(policy)},
+			&corev3.HeaderValue{Key: "RateLimit", Value: string(state)})
 	}
 	if mode == proxy.HeadersBoth || mode == proxy.HeadersLegacy {
 		d, r := &ds[most], res[ds[most].req]
 		out = append(out,
-			&corev3.HeaderValue{Key: "X-RateLimit-Limit", Value: fmt.Sprint(d.lim.Params.Limit)},
-			&corev3.HeaderValue{Key: "X-RateLimit-Remaining", Value: fmt.Sprint(max(r.Remaining, 0))})
+			&corev3.HeaderValue{Key: "X-RateLimit-Limit", Value: strconv.FormatInt(d.lim.Params.Limit, 10)},
+			&corev3.HeaderValue{Key: "X-RateLimit-Remaining", Value: strconv.FormatInt(max(r.Remaining, 0), 10)})
 		if d.lim.Params.Limit > 0 {
-			out = append(out, &corev3.HeaderValue{Key: "X-RateLimit-Reset", Value: fmt.Sprint(ceilSeconds(r.Reset))})
+			out = append(out, &corev3.HeaderValue{Key: "X-RateLimit-Reset", Value: strconv.FormatInt(ceilSeconds(r.Reset), 10)})
 		}
 	}
 	return out

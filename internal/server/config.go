@@ -278,8 +278,6 @@ func (c *Config) Validate() error {
 		return errors.New("no upstream: pass --upstream URL (or --demo-upstream to try the gateway)")
 	case c.LimitStatus < 400 || c.LimitStatus > 599:
 		return fmt.Errorf("--limit-status %d is not a 4xx or 5xx status", c.LimitStatus)
-	case c.LocalShare != 0 && !(c.LocalShare > 0 && c.LocalShare <= 1):
-		return fmt.Errorf("--local-share %v is outside (0, 1]", c.LocalShare)
 	case c.IPv4Prefix < 1 || c.IPv4Prefix > 32:
 		return fmt.Errorf("--ipv4-prefix %d is outside 1..32", c.IPv4Prefix)
 	case c.IPv6Prefix < 1 || c.IPv6Prefix > 128:
@@ -294,20 +292,6 @@ func (c *Config) Validate() error {
 		return errors.New("--redis-cluster and --redis-sentinel-master are exclusive: a Redis Cluster has no Sentinels")
 	case c.MaxRulesBytes <= 0:
 		return fmt.Errorf("--max-rules-bytes %d is not positive", c.MaxRulesBytes)
-	case c.MaxKeys <= 0:
-		return fmt.Errorf("--max-keys %d is not positive", c.MaxKeys)
-	case c.RedisTimeout <= 0:
-		return fmt.Errorf("--redis-timeout %s is not positive", c.RedisTimeout)
-	case c.RedisDialTimeout <= 0:
-		return fmt.Errorf("--redis-dial-timeout %s is not positive", c.RedisDialTimeout)
-	case c.RedisPoolTimeout <= 0:
-		return fmt.Errorf("--redis-pool-timeout %s is not positive", c.RedisPoolTimeout)
-	case c.RedisBatch < 1:
-		return fmt.Errorf("--redis-batch %d is below 1", c.RedisBatch)
-	case c.RedisLeases < -1 || c.RedisLeases == 0:
-		return fmt.Errorf("--redis-leases %d: want a number of keys, or -1 for no leases", c.RedisLeases)
-	case c.RedisMaxKeys == 0 || c.RedisMaxKeys < -1:
-		return fmt.Errorf("--redis-max-keys %d is not positive (-1 for no budget)", c.RedisMaxKeys)
 	case c.UpstreamTimeout <= 0:
 		return fmt.Errorf("--upstream-timeout %s is not positive", c.UpstreamTimeout)
 	case c.DrainDelay < 0:
@@ -327,6 +311,9 @@ func (c *Config) Validate() error {
 	case c.AdminToken != "" && strings.TrimSpace(c.AdminToken) == "":
 		return errors.New("--admin-token is only white space: set a token, or none to disable POST /rules/reload")
 	}
+	if err := c.ValidateStore(); err != nil {
+		return err
+	}
 	if err := c.validateJWT(); err != nil {
 		return err
 	}
@@ -342,6 +329,32 @@ func (c *Config) Validate() error {
 		if _, err := proxy.ParseUpstreamURL(c.Upstream); err != nil {
 			return fmt.Errorf("--upstream: %w", err)
 		}
+	}
+	return nil
+}
+
+// ValidateStore reports the first store setting of c (--store, --max-keys,
+// --redis-*, --local-share) that cannot work, naming its flag. Validate
+// calls it; commands that build only the stores (`gateway rls`) call it
+// alone.
+func (c *Config) ValidateStore() error {
+	switch {
+	case c.LocalShare != 0 && !(c.LocalShare > 0 && c.LocalShare <= 1):
+		return fmt.Errorf("--local-share %v is outside (0, 1]", c.LocalShare)
+	case c.MaxKeys <= 0:
+		return fmt.Errorf("--max-keys %d is not positive", c.MaxKeys)
+	case c.RedisTimeout <= 0:
+		return fmt.Errorf("--redis-timeout %s is not positive", c.RedisTimeout)
+	case c.RedisDialTimeout <= 0:
+		return fmt.Errorf("--redis-dial-timeout %s is not positive", c.RedisDialTimeout)
+	case c.RedisPoolTimeout <= 0:
+		return fmt.Errorf("--redis-pool-timeout %s is not positive", c.RedisPoolTimeout)
+	case c.RedisBatch < 1:
+		return fmt.Errorf("--redis-batch %d is below 1", c.RedisBatch)
+	case c.RedisLeases < -1 || c.RedisLeases == 0:
+		return fmt.Errorf("--redis-leases %d: want a number of keys, or -1 for no leases", c.RedisLeases)
+	case c.RedisMaxKeys == 0 || c.RedisMaxKeys < -1:
+		return fmt.Errorf("--redis-max-keys %d is not positive (-1 for no budget)", c.RedisMaxKeys)
 	}
 	return nil
 }

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/rls"
+	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
+	"github.com/ratelimit-gateway/gateway/internal/server"
+)
+
+func newRLSCmd() *cobra.Command {
+	var (
+		cfg = rls.ServerConfig{
+			Listen: ":8081", AdminListen: ":9091", Watch: true, MaxConfigBytes: rlsconfig.DefaultMaxBytes,
+			Headers: proxy.HeadersBoth, Store: server.DefaultConfig(), ShutdownTimeout: 30 * time.Second,
+		}
+		logFormat = logJSON
+		logLevel  levelFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "rls",
+		Short: "Serve Envoy's rate-limit service (gRPC) with the gateway's limiter",
+		Long: `Serve envoy.service.ratelimit.v3.RateLimitService on --listen for Envoy and the
+meshes built on it (Istio, Envoy Gateway, Contour, ...), deciding with the
+gateway's limiter and stores, by the descriptors in --config: a file or a
+directory of files in envoyproxy/ratelimit's configuration format
+(docs/rls.md). A request's descriptors are decided together, all or nothing.
+
+The config reloads when it changes (--watch) and on SIGHUP; a config that
+does not load is refused and the one in force stays. --admin-listen serves
+/healthz, /readyz, /metrics and /rules; the gRPC port also serves the
+standard gRPC health service. SIGTERM or SIGINT drains and exits.`,
+		Example: `  gateway rls --config examples/rls/config.yaml
+  gateway rls --config /etc/ratelimit/config --store redis --redis-url redis://127.0.0.1:6379/0`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Logger = newLogger(cmd.ErrOrStderr(), logFormat, logLevel)
+			cfg.Version = version
+			if err := cfg.Validate(); err != nil {
+				return usageError{err}
+			}
+			return runRLS(cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.ConfigPath, "config", cfg.ConfigPath, "envoyproxy/ratelimit config: a YAML file, or a directory of *.yaml and *.yml files (a Kubernetes ConfigMap volume works as mounted)")
+	f.BoolVar(&cfg.MergeDomains, "merge-domains", cfg.MergeDomains, "let several files declare the same domain, merging their descriptors (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG)")
+	f.BoolVar(&cfg.Watch, "watch", cfg.Watch, "reload the config when the file or directory changes (SIGHUP always does)")
+	f.Int64Var(&cfg.MaxConfigBytes, "max-rules-bytes", cfg.MaxConfigBytes, "largest config file read; a larger one is refused and the config in force stays")
+	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "gRPC listen address")
+	f.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, "admin listen address (/healthz, /readyz, /metrics, /rules); plain HTTP, so keep it on an internal network")
+	f.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "PEM certificate (chain) file: with --tls-key, gRPC is served over TLS, the pair reloaded when either file changes")
+	f.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "PEM private key file of --tls-cert")
+	f.Var(&cfg.Headers, "ratelimit-headers", "response headers for Envoy to add: both, draft (RateLimit, RateLimit-Policy), legacy (X-RateLimit-*), none")
+	addCounterStoreFlags(f, &cfg.Store)
+	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "longest drain of calls in flight on SIGTERM")
+	f.Var(&logFormat, "log-format", "log format: json or text")
+	f.Var(&logLevel, "log-level", "log level: debug, info, warn, error")
+	return cmd
+}
+
+// runRLS serves cfg until SIGTERM or SIGINT, then drains; SIGHUP reloads
+// the config, and a second SIGTERM or SIGINT exits at once.
+func runRLS(cfg rls.ServerConfig) error {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, os.Interrupt)
+	defer signal.Stop(sigs)
+	srv, err := rls.NewServer(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case sig := <-sigs:
+				switch {
+				case sig == syscall.SIGHUP:
+					srv.Reload() // logs its outcome
+				case ctx.Err() == nil:
+					cfg.Logger.Info("draining on "+sig.String()+"; send it again to exit at once", "timeout", cfg.ShutdownTimeout)
+					stop()
+				default:
+					cfg.Logger.Warn("exiting at once on a second " + sig.String())
+					os.Exit(exitFailure)
+				}
+			}
+		}
+	}()
+	return srv.Serve(ctx)
+}

@@ -1,0 +1,453 @@
+package rls
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
+	"github.com/ratelimit-gateway/gateway/internal/server"
+	"github.com/ratelimit-gateway/gateway/internal/watch"
+)
+
+// ServerConfig is everything `gateway rls` takes from flags.
+type ServerConfig struct {
+	// ConfigPath is the configuration file, or a directory of them.
+	ConfigPath string
+	// MergeDomains lets several files declare one domain.
+	MergeDomains bool
+	// MaxConfigBytes is the largest file read.
+	MaxConfigBytes int64
+	// Watch reloads the configuration when the file or directory changes
+	// (SIGHUP always does).
+	Watch bool
+	// Listen is the gRPC address; AdminListen the HTTP admin address.
+	Listen, AdminListen string
+	// TLSCert and TLSKey, both or neither, serve gRPC over TLS, the pair
+	// reloaded when either file changes.
+	TLSCert, TLSKey string
+	// Headers selects the response headers (Config.Headers).
+	Headers proxy.HeaderMode
+	// Store holds the store settings, as `serve` takes them: Store,
+	// MaxKeys, Redis*, FailMode, LocalShare.
+	Store server.Config
+	// ShutdownTimeout bounds the drain of calls in flight.
+	ShutdownTimeout time.Duration
+	// Version is the build's version, for gateway_build_info.
+	Version string
+	// Logger is the one logger.
+	Logger *slog.Logger
+}
+
+// Validate reports the first setting that cannot work, naming its flag.
+func (c *ServerConfig) Validate() error {
+	switch {
+	case c.ConfigPath == "":
+		return errors.New("--config is empty: name an envoyproxy/ratelimit config file or directory")
+	case c.Listen == "":
+		return errors.New("--listen is empty: give an address such as :8081")
+	case c.AdminListen == "":
+		return errors.New("--admin-listen is empty: give an address such as :9091")
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		return errors.New("--tls-cert and --tls-key go together: pass both to serve gRPC over TLS, or neither")
+	case c.MaxConfigBytes <= 0:
+		return fmt.Errorf("--max-rules-bytes %d is not positive", c.MaxConfigBytes)
+	case c.ShutdownTimeout <= 0:
+		return fmt.Errorf("--shutdown-timeout %s is not positive", c.ShutdownTimeout)
+	}
+	return c.Store.ValidateStore()
+}
+
+// Server is a running `gateway rls`: the gRPC service, its admin port and
+// the reloading of its configuration.
+type Server struct {
+	cfg     ServerConfig
+	log     *slog.Logger
+	svc     *Service
+	metrics *Metrics
+	stores  *server.Stores
+	certs   *server.CertReloader
+	grpc    *grpc.Server
+	health  *health.Server
+	admin   *http.Server
+	gl, al  net.Listener
+
+	draining atomic.Bool
+	reloadMu sync.Mutex
+	state    atomic.Pointer[loadState]
+}
+
+// loadState is the outcome of the last loads, for /rules and /readyz.
+type loadState struct {
+	loadedAt    time.Time
+	lastErr     string
+	lastErrAt   time.Time
+	configInUse *rlsconfig.Config
+}
+
+// NewServer loads the configuration, builds the stores and binds the
+// listeners. It fails, releasing what it built, when the configuration
+// does not load or an address cannot be bound.
+func NewServer(cfg ServerConfig) (_ *Server, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.Store.Logger = cfg.Logger
+	s := &Server{cfg: cfg, log: cfg.Logger}
+	var closers []func() error
+	defer func() {
+		if err != nil {
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i]()
+			}
+		}
+	}()
+	c, err := rlsconfig.Load(cfg.ConfigPath, s.loadOptions())
+	if err != nil {
+		return nil, err
+	}
+	if cfg.TLSCert != "" {
+		if s.certs, err = server.NewCertReloader(cfg.TLSCert, cfg.TLSKey, s.log); err != nil {
+			return nil, err
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	circuit := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "gateway_redis_circuit_open",
+		Help: "1 while the Redis store's circuit breaker is open: decisions go by --fail-mode.",
+	})
+	reg.MustRegister(circuit, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "gateway_build_info",
+		Help:        "Always 1; the version label is the build's.",
+		ConstLabels: prometheus.Labels{"version": cfg.Version},
+	}, func() float64 { return 1 }))
+	s.stores, err = server.NewStores(cfg.Store, func(open bool) {
+		if open {
+			circuit.Set(1)
+		} else {
+			circuit.Set(0)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, s.stores.Close)
+	s.stores.Register(reg)
+	s.metrics = NewMetrics(reg)
+	s.svc, err = New(Config{
+		Store: s.stores.Store(), FailMode: s.stores.FailMode(), Local: s.stores.Local(),
+		LocalShare: server.LocalScale(cfg.Store), Headers: cfg.Headers, Metrics: s.metrics, Logger: s.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.install(c)
+	s.log.Info("rls config loaded", "path", cfg.ConfigPath, "files", len(c.Files), "domains", len(c.Domains), "limits", c.Limits(), "sha256", c.SHA256)
+
+	s.grpc, s.health = NewGRPCServer(s.svc, s.tlsConfig())
+	if s.gl, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("--listen: %w", err)
+	}
+	closers = append(closers, s.gl.Close)
+	if s.al, err = net.Listen("tcp", cfg.AdminListen); err != nil {
+		return nil, fmt.Errorf("--admin-listen: %w", err)
+	}
+	closers = append(closers, s.al.Close)
+	s.admin = &http.Server{
+		Handler:           s.adminHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	return s, nil
+}
+
+func (s *Server) tlsConfig() *tls.Config {
+	if s.certs == nil {
+		return nil
+	}
+	return s.certs.TLSConfig("h2")
+}
+
+func (s *Server) loadOptions() rlsconfig.Options {
+	return rlsconfig.Options{MergeDomains: s.cfg.MergeDomains, MaxBytes: s.cfg.MaxConfigBytes}
+}
+
+// install puts c in force.
+func (s *Server) install(c *rlsconfig.Config) {
+	now := time.Now()
+	s.svc.SetConfig(c)
+	s.metrics.Loaded(c, float64(now.UnixNano())/1e9)
+	st := &loadState{loadedAt: now, configInUse: c}
+	s.state.Store(st)
+}
+
+// Addr returns the gRPC address; AdminAddr the admin address.
+func (s *Server) Addr() net.Addr      { return s.gl.Addr() }
+func (s *Server) AdminAddr() net.Addr { return s.al.Addr() }
+
+// Reload loads the configuration again and puts it in force if it loads;
+// a configuration that does not load is refused, logged, and the one in
+// force stays. It reports whether the new configuration differs.
+func (s *Server) Reload() (changed bool, err error) {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	old := s.state.Load()
+	c, err := rlsconfig.Load(s.cfg.ConfigPath, s.loadOptions())
+	if err != nil {
+		s.metrics.Loaded(nil, 0)
+		st := *old
+		st.lastErr, st.lastErrAt = err.Error(), time.Now()
+		s.state.Store(&st)
+		s.log.Error("rls config refused; the config in force stays", "path", s.cfg.ConfigPath, "err", err)
+		return false, err
+	}
+	if c.SHA256 == old.configInUse.SHA256 {
+		return false, nil
+	}
+	s.install(c)
+	s.log.Info("rls config reloaded", "path", s.cfg.ConfigPath, "files", len(c.Files), "domains", len(c.Domains), "limits", c.Limits(), "sha256", c.SHA256)
+	return true, nil
+}
+
+// Serve serves until ctx is done, then drains: the health service and
+// /readyz report not serving, calls in flight finish within
+// ShutdownTimeout, and the stores close.
+func (s *Server) Serve(ctx context.Context) error {
+	defer s.stores.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if s.certs != nil {
+		stop, err := s.certs.Watch(ctx)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	if s.cfg.Watch {
+		if err := s.watchConfig(ctx); err != nil {
+			return err
+		}
+	}
+	go s.sweepEvery(ctx, time.Minute)
+	s.stores.Start(ctx, s.log)
+	errc := make(chan error, 2)
+	go func() { errc <- s.grpc.Serve(s.gl) }()
+	go func() { errc <- s.admin.Serve(s.al) }()
+	s.log.Info("gateway rls listening", "grpc", s.gl.Addr().String(), "admin", s.al.Addr().String(), "tls", s.certs != nil, "store", string(s.cfg.Store.Store))
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		s.grpc.Stop()
+		s.admin.Close()
+		return fmt.Errorf("serving: %w", err)
+	}
+	s.log.Info("shutting down: draining calls in flight", "timeout", s.cfg.ShutdownTimeout)
+	s.draining.Store(true)
+	s.health.Shutdown()
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(s.cfg.ShutdownTimeout):
+		s.grpc.Stop()
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer scancel()
+	s.admin.Shutdown(sctx)
+	s.log.Info("stopped")
+	return nil
+}
+
+func (s *Server) sweepEvery(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			s.stores.Sweep(now)
+		}
+	}
+}
+
+// watchConfig reloads the configuration when it changes until ctx is
+// done: a file through watch.Watcher (renames and symlink swaps
+// included); a directory by watching the directory itself, which sees
+// its files written, added, removed and renamed, and the "..data"
+// symlink that a Kubernetes ConfigMap volume swaps atomically.
+func (s *Server) watchConfig(ctx context.Context) error {
+	path := s.cfg.ConfigPath
+	reload := func() { s.Reload() } // logs its outcome
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("watching %s: %w", path, err)
+	}
+	if !st.IsDir() {
+		w, err := watch.New(watch.Config{Path: path, OnChange: reload, Logger: s.log.With("watching", "rls config")})
+		if err != nil {
+			return err
+		}
+		go func() {
+			w.Run(ctx)
+			w.Close()
+		}()
+		return nil
+	}
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watching %s: %w", path, err)
+	}
+	if err := fw.Add(path); err != nil {
+		fw.Close()
+		return fmt.Errorf("watching %s: %w", path, err)
+	}
+	go func() {
+		defer fw.Close()
+		var timer *time.Timer
+		for {
+			select {
+			case <-ctx.Done():
+				if timer != nil {
+					timer.Stop()
+				}
+				return
+			case _, ok := <-fw.Events:
+				if !ok {
+					return
+				}
+				// A burst of events (a ConfigMap swap is several) gives
+				// one reload after it.
+				if timer != nil {
+					timer.Stop()
+				}
+				timer = time.AfterFunc(watch.DefaultDebounce, reload)
+			case err, ok := <-fw.Errors:
+				if !ok {
+					return
+				}
+				s.log.Warn("watching the rls config directory", "err", err)
+			}
+		}
+	}()
+	return nil
+}
+
+// adminHandler serves /healthz, /readyz, /metrics and /rules.
+func (s *Server) adminHandler(metrics http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		h := s.stores.Health(ctx)
+		v := map[string]any{"status": "ready", "store": h}
+		code := http.StatusOK
+		switch {
+		case s.draining.Load():
+			v["status"], code = "draining", http.StatusServiceUnavailable
+		case !h.Serving:
+			v["status"], code = "unavailable", http.StatusServiceUnavailable
+		}
+		writeJSON(w, code, v)
+	})
+	mux.Handle("GET /metrics", metrics)
+	mux.HandleFunc("GET /rules", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, s.rulesView())
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+// rulesView is the JSON of GET /rules: the configuration in force.
+type rulesView struct {
+	Path        string           `json:"path"`
+	SHA256      string           `json:"sha256"`
+	LoadedAt    time.Time        `json:"loadedAt"`
+	Files       []rlsconfig.File `json:"files"`
+	Domains     []domainView     `json:"domains"`
+	LastError   string           `json:"lastError,omitempty"`
+	LastErrorAt *time.Time       `json:"lastErrorAt,omitempty"`
+}
+
+type domainView struct {
+	Domain      string           `json:"domain"`
+	Descriptors []descriptorView `json:"descriptors"`
+}
+
+type descriptorView struct {
+	Path           string   `json:"path"`
+	Limit          string   `json:"limit,omitempty"`
+	Algorithm      string   `json:"algorithm,omitempty"`
+	Name           string   `json:"name,omitempty"`
+	Replaces       []string `json:"replaces,omitempty"`
+	ShadowMode     bool     `json:"shadowMode,omitempty"`
+	DetailedMetric bool     `json:"detailedMetric,omitempty"`
+	File           string   `json:"file"`
+	Line           int      `json:"line"`
+}
+
+func (s *Server) rulesView() rulesView {
+	st := s.state.Load()
+	c := st.configInUse
+	v := rulesView{Path: s.cfg.ConfigPath, SHA256: c.SHA256, LoadedAt: st.loadedAt.UTC(), Files: c.Files, LastError: st.lastErr}
+	if st.lastErr != "" {
+		t := st.lastErrAt.UTC()
+		v.LastErrorAt = &t
+	}
+	names := make([]string, 0, len(c.Domains))
+	for n := range c.Domains {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		dv := domainView{Domain: n, Descriptors: []descriptorView{}}
+		c.Domains[n].Walk(func(d *rlsconfig.Descriptor) {
+			if d.Limit == nil {
+				return
+			}
+			dv.Descriptors = append(dv.Descriptors, descriptorView{
+				Path: d.Path, Limit: d.Limit.String(), Algorithm: d.Limit.Params.Algorithm, Name: d.Limit.Name,
+				Replaces: d.Limit.Replaces, ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric,
+				File: d.File, Line: d.Line,
+			})
+		})
+		v.Domains = append(v.Domains, dv)
+	}
+	return v
+}

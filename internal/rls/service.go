@@ -1,0 +1,531 @@
+// Package rls serves Envoy's rate-limit service protocol
+// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) with this
+// gateway's limiter: the descriptors of a request are looked up in an
+// envoyproxy/ratelimit configuration (internal/rlsconfig) and decided
+// together, all or nothing, by a limit.Store, under the same fail modes
+// as `gateway serve` (docs/rls.md).
+//
+// It knows the protocol and the fail modes; it does not parse
+// configuration, keep counters or talk to Redis.
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
+)
+
+// Bounds on a request, so that no caller makes the service build
+// unbounded keys or loop long: far above what Envoy's rate-limit actions
+// produce (a few descriptors of a few entries).
+const (
+	// MaxDescriptors is the most descriptors one request may carry.
+	MaxDescriptors = 64
+	// MaxEntries is the most entries one descriptor may carry.
+	MaxEntries = 32
+	// MaxKeyBytes is the longest a descriptor's keys and values may be
+	// together.
+	MaxKeyBytes = 4096
+)
+
+// Config configures a Service.
+type Config struct {
+	// Store decides. Required.
+	Store limit.Store
+	// FailMode is what a failure of Store does to a request: open admits
+	// it, closed denies it (OVER_LIMIT), local decides it with Local.
+	FailMode proxy.FailMode
+	// Local decides under FailLocal, with each limit scaled by
+	// LocalShare. Required for FailLocal.
+	Local limit.Store
+	// LocalShare scales the limits Local decides, in (0, 1]; 0 means 1
+	// (Local scales them itself, as with --local-share auto).
+	LocalShare float64
+	// Headers selects the response headers the service asks Envoy to add:
+	// legacy X-RateLimit-Limit/Remaining/Reset, the IETF draft's
+	// RateLimit-Policy and RateLimit, both, or none. The zero value is
+	// both.
+	Headers proxy.HeaderMode
+	// Metrics, if not nil, counts decisions.
+	Metrics *Metrics
+	// Logger receives store errors (at most one a second). Default
+	// slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Service implements RateLimitService. It is safe for concurrent use; its
+// configuration is swapped whole by SetConfig.
+type Service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	cfg        Config
+	log        *slog.Logger
+	rules      atomic.Pointer[rlsconfig.Config]
+	lastErrLog atomic.Int64
+}
+
+var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
+
+// New returns a Service with no configuration: until SetConfig, every
+// domain is unknown and every request is OK.
+func New(cfg Config) (*Service, error) {
+	switch {
+	case cfg.Store == nil:
+		return nil, errors.New("rls: New needs a Store")
+	case cfg.FailMode == proxy.FailLocal && cfg.Local == nil:
+		return nil, errors.New("rls: New needs a Local store for fail mode local")
+	case cfg.LocalShare < 0 || cfg.LocalShare > 1:
+		return nil, fmt.Errorf("rls: local share %v is outside (0, 1]", cfg.LocalShare)
+	}
+	if cfg.LocalShare == 0 {
+		cfg.LocalShare = 1
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Service{cfg: cfg, log: cfg.Logger}
+	s.rules.Store(&rlsconfig.Config{})
+	return s, nil
+}
+
+// SetConfig puts c in force for the requests that start after it.
+func (s *Service) SetConfig(c *rlsconfig.Config) { s.rules.Store(c) }
+
+// Config returns the configuration in force.
+func (s *Service) Config() *rlsconfig.Config { return s.rules.Load() }
+
+// decision is what ShouldRateLimit works out for one descriptor.
+type decision struct {
+	lim   *rlsconfig.Limit
+	desc  *rlsconfig.Descriptor // nil for an override from the request
+	match rlsconfig.Match
+	label string // the descriptor label of the metrics
+	hits  int64
+	req   int // index in reqs, -1 when the store is not asked
+	skip  outcome
+}
+
+// ShouldRateLimit decides the request's descriptors together: the
+// request is admitted (overall OK) only if every limit that applies
+// admits it, and only then is it counted, against each of them, for its
+// hits. A descriptor that matches no limit, or whose domain is unknown,
+// is OK, as envoyproxy/ratelimit has it.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if req.GetDomain() == "" {
+		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	}
+	descs := req.GetDescriptors()
+	switch {
+	case len(descs) == 0:
+		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	case len(descs) > MaxDescriptors:
+		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors: at most %d", len(descs), MaxDescriptors)
+	}
+	rules := s.rules.Load()
+	dom := rules.Domains[req.Domain]
+	domLabel := req.Domain
+	if dom == nil {
+		domLabel = unknownDomain
+	}
+	ds := make([]decision, len(descs))
+	var entries [8]rlsconfig.Entry
+	replaced := map[string]bool(nil)
+	nreq := 0
+	for i, d := range descs {
+		ds[i].req = -1
+		if len(d.GetEntries()) > MaxEntries {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries: at most %d", i, len(d.GetEntries()), MaxEntries)
+		}
+		size := 0
+		es := entries[:0]
+		for _, e := range d.GetEntries() {
+			size += len(e.GetKey()) + len(e.GetValue())
+			es = append(es, rlsconfig.Entry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+		if size > MaxKeyBytes {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d's keys and values are %d bytes: at most %d", i, size, MaxKeyBytes)
+		}
+		ds[i].hits = hitsOf(req, d)
+		if dom == nil {
+			// An unknown domain is OK for every descriptor, limit
+			// override or not, as in envoyproxy/ratelimit.
+			continue
+		}
+		if o := d.GetLimit(); o != nil {
+			lim, err := overrideLimit(o)
+			if err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
+			}
+			ds[i].lim, ds[i].label = lim, overrideLabel
+			continue
+		}
+		if len(es) == 0 {
+			continue
+		}
+		m, ok := dom.Find(es)
+		if !ok {
+			continue
+		}
+		ds[i].lim, ds[i].desc, ds[i].match = m.Descriptor.Limit, m.Descriptor, m
+		ds[i].label = metricLabel(m.Descriptor, es)
+		for _, r := range m.Descriptor.Limit.Replaces {
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
+			replaced[r] = true
+		}
+	}
+	reqs := make([]limit.Request, 0, len(descs))
+	for i := range ds {
+		d := &ds[i]
+		switch {
+		case d.lim == nil:
+			continue
+		case d.lim.Name != "" && replaced[d.lim.Name]:
+			d.skip = outReplaced
+			continue
+		case d.lim.Unlimited:
+			d.skip = outUnlimited
+			continue
+		}
+		d.req = nreq
+		nreq++
+		r := limit.Request{
+			Key: counterKey(req.Domain, descs[i].GetEntries(), d), Tag: tagPrefix + req.Domain,
+			Params: &d.lim.Params, Cost: max(d.hits, 1), Defer: d.hits == 0,
+		}
+		if d.desc != nil {
+			r.Shadow = d.desc.ShadowMode
+			if !d.desc.Bounded {
+				r.Overflow = overflowKey(req.Domain, d.desc)
+			}
+		}
+		reqs = append(reqs, r)
+	}
+	res := make([]limit.Result, len(reqs))
+	allowed, how := true, outcome(0)
+	if len(reqs) > 0 {
+		var err error
+		allowed, how, err = s.decide(ctx, reqs, res)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return s.respond(req.Domain, domLabel, ds, reqs, res, allowed, how), nil
+}
+
+// decide asks the store, and applies the fail mode when it fails: how
+// is 0 when the store decided, else the fail mode's outcome.
+func (s *Service) decide(ctx context.Context, reqs []limit.Request, res []limit.Result) (bool, outcome, error) {
+	now := s.cfg.Now()
+	allowed, err := s.cfg.Store.Allow(ctx, now, reqs, res)
+	if err == nil {
+		return allowed, 0, nil
+	}
+	if ctx.Err() != nil {
+		return false, 0, status.FromContextError(ctx.Err()).Err()
+	}
+	s.logStoreError(err)
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics.storeErrors.Inc()
+	}
+	switch s.cfg.FailMode {
+	case proxy.FailLocal:
+		if s.cfg.LocalShare < 1 {
+			params := make([]limit.Params, len(reqs))
+			for i := range reqs {
+				params[i] = reqs[i].Params.Scaled(s.cfg.LocalShare)
+				reqs[i].Params = &params[i]
+			}
+		}
+		allowed, lerr := s.cfg.Local.Allow(ctx, now, reqs, res)
+		if lerr == nil {
+			return allowed, outFailLocal, nil
+		}
+		s.logStoreError(lerr)
+		fallthrough
+	case proxy.FailOpen:
+		for i := range reqs {
+			p := reqs[i].Params
+			res[i] = limit.Result{Allowed: true, Limit: p.Limit, Remaining: p.Limit, Reset: 0}
+		}
+		return true, outFailOpen, nil
+	default: // FailClosed
+		allowed := true
+		for i := range reqs {
+			p := reqs[i].Params
+			res[i] = limit.Result{Allowed: false, Limit: p.Limit, Reset: p.Window, RetryAfter: p.Window}
+			if !reqs[i].Shadow {
+				allowed = false
+			}
+		}
+		return allowed, outFailClosed, nil
+	}
+}
+
+// respond builds the response of the decided request.
+func (s *Service) respond(domain, domLabel string, ds []decision, reqs []limit.Request, res []limit.Result, allowed bool, how outcome) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds)),
+	}
+	if !allowed {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	m := s.cfg.Metrics
+	for i := range ds {
+		d := &ds[i]
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		resp.Statuses[i] = st
+		var out outcome
+		switch {
+		case d.lim == nil:
+			out = outNoLimit
+		case d.skip == outUnlimited:
+			st.LimitRemaining = math.MaxUint32
+			out = outUnlimited
+		case d.skip != 0:
+			out = d.skip
+		default:
+			r, q := &res[d.req], &reqs[d.req]
+			st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
+				Name: d.lim.Name, RequestsPerUnit: d.lim.RequestsPerUnit, Unit: d.lim.Unit,
+			}
+			st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
+			st.DurationUntilReset = durationpb.New(r.Reset)
+			switch {
+			case r.Allowed:
+				out = outOK
+			case q.Shadow:
+				out = outShadow
+			default:
+				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+				out = outOverLimit
+			}
+			if how != 0 {
+				out = how
+			}
+		}
+		if m != nil && d.lim != nil {
+			m.observe(domLabel, d.label, out, d.hits)
+		}
+	}
+	if m != nil {
+		m.requests.WithLabelValues(domLabel, strings.ToLower(resp.OverallCode.String())).Inc()
+	}
+	resp.ResponseHeadersToAdd = s.headers(ds, reqs, res)
+	return resp
+}
+
+// hitsOf returns the units descriptor d asks for: its own hits_addend
+// when set (0 checks without counting), else the request's, 0 meaning 1
+// as in envoyproxy/ratelimit. It is capped just above the largest limit,
+// which such a request exceeds anyway.
+func hitsOf(req *rlsv3.RateLimitRequest, d *rlv3.RateLimitDescriptor) int64 {
+	if h := d.GetHitsAddend(); h != nil {
+		return int64(min(h.GetValue(), limit.MaxLimit+1))
+	}
+	return int64(min(max(uint64(req.GetHitsAddend()), 1), limit.MaxLimit+1))
+}
+
+// overrideLimit returns the limit of a descriptor's limit override (the
+// limit Envoy's rate-limit action can carry, from route metadata), with
+// the default algorithm.
+func overrideLimit(o *rlv3.RateLimitDescriptor_RateLimitOverride) (*rlsconfig.Limit, error) {
+	unit := rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit())
+	w, ok := rlsconfig.UnitDuration(unit)
+	if !ok {
+		return nil, fmt.Errorf("limit override has unit %v: use SECOND to YEAR", unit)
+	}
+	if int64(o.GetRequestsPerUnit()) > limit.MaxLimit {
+		return nil, fmt.Errorf("limit override of %d is above the largest limit, %d", o.GetRequestsPerUnit(), int64(limit.MaxLimit))
+	}
+	return &rlsconfig.Limit{
+		RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit,
+		Params: limit.Params{Algorithm: limit.DefaultAlgorithm, Limit: int64(o.GetRequestsPerUnit()), Window: w, Precision: limit.DefaultPrecision},
+	}, nil
+}
+
+// tagPrefix starts the Tag of every key: one request's keys share the
+// domain's tag, so that the Redis store decides them in one script call
+// (in one Redis Cluster slot), all or nothing.
+const tagPrefix = "rls:"
+
+// keyEscaper keeps the separators of counterKey out of keys and values.
+var keyEscaper = strings.NewReplacer("%", "%25", "|", "%7C", "=", "%3D")
+
+// counterKey names the counter of a descriptor: its domain and every
+// entry's key and value (for share_threshold, the wildcard instead of
+// the value), as envoyproxy/ratelimit's cache keys do, so that a reload
+// that keeps a descriptor keeps its count. An override's counter is
+// apart from the configured one of the same entries.
+func counterKey(domain string, es []*rlv3.RateLimitDescriptor_Entry, d *decision) string {
+	var b strings.Builder
+	b.WriteString("rls|")
+	b.WriteString(keyEscaper.Replace(domain))
+	if d.desc == nil {
+		b.WriteString("|override")
+	}
+	for i, e := range es {
+		b.WriteByte('|')
+		b.WriteString(keyEscaper.Replace(e.GetKey()))
+		b.WriteByte('=')
+		v := e.GetValue()
+		if d.desc != nil {
+			v = d.match.CounterValue(i, v)
+		}
+		b.WriteString(keyEscaper.Replace(v))
+	}
+	return b.String()
+}
+
+// overflowKey is the counter that new per-value counters of desc share
+// once the store holds its most keys.
+func overflowKey(domain string, desc *rlsconfig.Descriptor) string {
+	return "rls|" + keyEscaper.Replace(domain) + "|~overflow|" + keyEscaper.Replace(desc.Path)
+}
+
+// logStoreError logs a store error at most once a second; the circuit
+// breaker's opening is logged by the store.
+func (s *Service) logStoreError(err error) {
+	if errors.Is(err, limit.ErrCircuitOpen) {
+		return
+	}
+	now, last := time.Now().UnixNano(), s.lastErrLog.Load()
+	if now-last < int64(time.Second) || !s.lastErrLog.CompareAndSwap(last, now) {
+		return
+	}
+	s.log.Error("limiter failed; deciding by --fail-mode (logged at most once a second)", "err", err, "fail_mode", s.cfg.FailMode.String())
+}
+
+// headers returns the headers for Envoy to add to the response: those of
+// proxy's rate-limit headers (README, "Responses") for the limits that
+// applied, shadow limits left out.
+func (s *Service) headers(ds []decision, reqs []limit.Request, res []limit.Result) []*corev3.HeaderValue {
+	mode := s.cfg.Headers
+	if mode == proxy.HeadersNone {
+		return nil
+	}
+	most := -1
+	for i := range ds {
+		if ds[i].req < 0 || reqs[ds[i].req].Shadow {
+			continue
+		}
+		if most < 0 || moreConstraining(res[ds[i].req], res[ds[most].req]) {
+			most = i
+		}
+	}
+	if most < 0 {
+		return nil
+	}
+	var out []*corev3.HeaderValue
+	if mode == proxy.HeadersBoth || mode == proxy.HeadersDraft {
+		var policy, state []byte
+		for i := range ds {
+			d := &ds[i]
+			if d.req < 0 || reqs[d.req].Shadow {
+				continue
+			}
+			r := res[d.req]
+			name := sfString(policyName(d))
+			if len(policy) > 0 {
+				policy = append(policy, ", "...)
+				state = append(state, ", "...)
+			}
+			policy = append(append(policy, name...), ";q="...)
+			policy = strconv.AppendInt(policy, d.lim.Params.Limit, 10)
+			policy = strconv.AppendInt(append(policy, ";w="...), ceilSeconds(d.lim.Params.Window), 10)
+			state = append(append(state, name...), ";r="...)
+			state = strconv.AppendInt(state, max(r.Remaining, 0), 10)
+			if d.lim.Params.Limit > 0 {
+				state = strconv.AppendInt(append(state, ";t="...), ceilSeconds(r.Reset), 10)
+			}
+		}
+		out = append(out,
+			&corev3.HeaderValue{Key: "RateLimit-Policy", Value: string(policy)},
+			&corev3.HeaderValue{Key: "RateLimit", Value: string(state)})
+	}
+	if mode == proxy.HeadersBoth || mode == proxy.HeadersLegacy {
+		d, r := &ds[most], res[ds[most].req]
+		out = append(out,
+			&corev3.HeaderValue{Key: "X-RateLimit-Limit", Value: strconv.FormatInt(d.lim.Params.Limit, 10)},
+			&corev3.HeaderValue{Key: "X-RateLimit-Remaining", Value: strconv.FormatInt(max(r.Remaining, 0), 10)})
+		if d.lim.Params.Limit > 0 {
+			out = append(out, &corev3.HeaderValue{Key: "X-RateLimit-Reset", Value: strconv.FormatInt(ceilSeconds(r.Reset), 10)})
+		}
+	}
+	return out
+}
+
+// policyName names a limit in the draft headers: its name, else its
+// descriptor's path.
+func policyName(d *decision) string {
+	switch {
+	case d.lim.Name != "":
+		return d.lim.Name
+	case d.desc != nil:
+		return d.desc.Path
+	}
+	return "override"
+}
+
+// sfString quotes s as a structured-field string (RFC 8941 §3.3.3),
+// replacing what it cannot hold with "?".
+func sfString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			b.WriteByte('?')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// moreConstraining reports whether a leaves less room than b: denied
+// first, then fewer remaining, then a longer wait.
+func moreConstraining(a, b limit.Result) bool {
+	if a.Allowed != b.Allowed {
+		return !a.Allowed
+	}
+	if a.Remaining != b.Remaining {
+		return a.Remaining < b.Remaining
+	}
+	return a.Reset > b.Reset
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}

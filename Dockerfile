@@ -20,6 +20,9 @@
 #   GATEWAY_REDIS_PASSWORD    Redis password (replaces the URL's; keep it in a secret)
 #   GATEWAY_FAIL_MODE         open | closed | local, when Redis fails
 #   GATEWAY_SHUTDOWN_TIMEOUT  drain on SIGTERM (default 30s)
+#   GATEWAY_DRAIN_DELAY       on SIGTERM, keep serving this long with /readyz 503
+#                             before the listener closes (default 0; for load
+#                             balancers that poll /readyz)
 #   GATEWAY_TRUSTED_PROXIES, GATEWAY_APP_HEADER, GATEWAY_REDIS_TIMEOUT,
 #   GATEWAY_UPSTREAM_TIMEOUT, GATEWAY_ACCESS_LOG, GATEWAY_LOG_FORMAT, GATEWAY_LOG_LEVEL, ...
 #                             (`gateway serve --help` lists them all)

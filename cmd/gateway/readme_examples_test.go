@@ -412,3 +412,39 @@ func TestUnsafeExample(t *testing.T) {
 		}
 	}
 }
+
+// TestDocServeFlags checks that the documentation (README.md and
+// docs/**/*.md) names every flag of `gateway serve`, as `--flag`.
+func TestDocServeFlags(t *testing.T) {
+	code, out, errOut := runBinary(t, "serve", "--help")
+	if code != 0 {
+		t.Fatalf("gateway serve --help: exit %d %s", code, errOut)
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs strings.Builder
+	for _, f := range docFiles(t, root) {
+		data, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs.Write(data)
+	}
+	flagRE := regexp.MustCompile(`^\s+(?:-\w, )?--([a-z0-9-]+)`)
+	n := 0
+	for line := range strings.SplitSeq(out, "\n") {
+		m := flagRE.FindStringSubmatch(line)
+		if m == nil || m[1] == "help" {
+			continue
+		}
+		n++
+		if !strings.Contains(docs.String(), "`--"+m[1]+"`") {
+			t.Errorf("the documentation does not name `--%s`, a flag of gateway serve", m[1])
+		}
+	}
+	if n < 20 {
+		t.Fatalf("found %d flags in gateway serve --help:\n%s", n, out)
+	}
+}

@@ -42,6 +42,9 @@ type scratch struct {
 	// local is set when the memory store decided under --fail-mode
 	// local, which then also takes the response's charges.
 	local bool
+	// fwd is what the upstream's copy of the request is to differ in
+	// (forward.go).
+	fwd forward
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
@@ -97,8 +100,8 @@ func (h *Handler) observe(r *http.Request, sc *scratch) {
 }
 
 // identify finds the caller's section of the rules: it checks the app ID
-// and, for an app with keys, the API key, and removes the headers the
-// upstream has no use for. It answers a refused caller itself (400, 401,
+// and, for an app with keys, the API key, and marks the headers the
+// upstream has no use for in sc.fwd. It answers a refused caller itself (400, 401,
 // 403) and reports false. The section is nil for an unknown caller when
 // the rules have no "*" section.
 func (h *Handler) identify(w http.ResponseWriter, r *http.Request, sc *scratch) (*section, bool) {
@@ -139,7 +142,7 @@ func (h *Handler) identify(w http.ResponseWriter, r *http.Request, sc *scratch) 
 		}
 		// The key was the gateway's to check; the upstream has no use
 		// for it.
-		delete(r.Header, h.keyHeader)
+		sc.fwd.dropKey = true
 	} else if !h.trustKeys && rs.keyed && h.foreignKey(r, rs) {
 		// A configured app's key on a request that is not counted under
 		// that app: the upstream might take it as that app's.
@@ -149,21 +152,22 @@ func (h *Handler) identify(w http.ResponseWriter, r *http.Request, sc *scratch) 
 			"the API key in the "+h.keyHeader+" header belongs to another app: send it only with the app ID it was issued for")
 		return nil, false
 	}
+	f := &sc.fwd
+	f.app, f.key, f.keyed = h.appHeader, h.keyHeader, rs.keyHeaders
 	switch {
 	case !h.forwardApp:
-		delete(r.Header, h.appHeader)
-	case h.jwt != nil && h.jwt.appClaim != "" && app != "":
-		r.Header[h.appHeader] = []string{app} // the verified one
+		f.dropApp = true
+	case h.jwt != nil && h.jwt.appClaim != "":
+		f.setApp, f.appID = true, app // the verified one
 	}
-	h.dropAliases(r.Header)
 	return sec, true
 }
 
 // match normalizes the path and collects the limits that apply to it in
 // sc: the app total and the most specific rule of the caller's section.
 // It answers a path that cannot be normalized with 400 and reports false.
-// The request goes on with exactly the path that was matched, so that the
-// upstream cannot see a resource other than the one counted.
+// The upstream receives exactly the path that was matched (sc.fwd), so
+// that it cannot see a resource other than the one counted.
 func (h *Handler) match(w http.ResponseWriter, r *http.Request, sec *section, sc *scratch) bool {
 	o := &sc.o
 	clean, err := trie.Normalize(r.URL.EscapedPath())
@@ -172,19 +176,14 @@ func (h *Handler) match(w http.ResponseWriter, r *http.Request, sec *section, sc
 		return false
 	}
 	o.Path = clean
-	method, err := h.ruleMethod(r)
+	method, err := h.ruleMethod(r, &sc.fwd)
 	if err != nil {
 		WriteError(w, http.StatusBadRequest, "invalid_method_override", err.Error())
 		return false
 	}
-	h.upgrades.filter(r)
+	sc.fwd.dropUpgrade = h.upgrades.refused(r)
 	o.ClientIP = clientIP(r, h.trusted)
-	// What the gateway decided, never what the client claimed.
-	if o.ClientIP.IsValid() {
-		r.Header["X-Real-Ip"] = []string{o.ClientIP.String()}
-	} else {
-		delete(r.Header, "X-Real-Ip")
-	}
+	sc.fwd.realIP = o.ClientIP
 	o.Decision = DecisionUnmatched
 	if sec != nil {
 		if sec.total != nil {
@@ -204,7 +203,7 @@ func (h *Handler) match(w http.ResponseWriter, r *http.Request, sec *section, sc
 		}
 		sc.addConcurrency(sec, cl)
 	}
-	r.URL.Path, r.URL.RawPath = clean, ""
+	sc.fwd.path = clean
 	return true
 }
 
@@ -363,5 +362,5 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 	t0 := time.Now()
 	// Deferred: ReverseProxy panics to abort a response broken mid-body.
 	defer func() { o.UpstreamDuration = time.Since(t0) }()
-	h.upstream.ServeHTTP(w, r)
+	h.upstream.ServeHTTP(w, withForward(r, &sc.fwd))
 }

@@ -117,6 +117,7 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 	}
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
+			rewriteForward(pr) // before SetURL joins the path
 			pr.SetURL(target)
 			if cfg.PreserveHost {
 				pr.Out.Host = pr.In.Host

@@ -128,3 +128,45 @@ configs:
 		}
 	}
 }
+
+// TestSemicolonInAKeyedQuery checks that a query with a raw ';' is
+// refused when a limit counts by a query parameter: an upstream that
+// splits on ';' would serve every ?user=alice;n=i as alice, while the
+// key would see a new user each time.
+func TestSemicolonInAKeyedQuery(t *testing.T) {
+	t.Parallel()
+	g := newGW(t, `
+configs:
+  - appId: app-1
+    limits:
+      - api: /v1/user
+        limit: 2
+        unit: 1h
+        by: query:user
+      - api: /v1/other
+        limit: 100
+        unit: 1h
+`)
+	for i := 1; i <= 6; i++ {
+		w := g.do("GET", fmt.Sprintf("/v1/user?user=alice;n=%d", i), "app-1")
+		if w.Code != http.StatusBadRequest {
+			t.Fatalf("request %d: got %d, want 400", i, w.Code)
+		}
+		if got := errorCode(t, w.Body.Bytes()); got != "invalid_query" {
+			t.Errorf("request %d: error %q, want invalid_query", i, got)
+		}
+		if !strings.Contains(w.Body.String(), `"message"`) {
+			t.Errorf("request %d: no message in %s", i, w.Body)
+		}
+	}
+	var got []string
+	for _, target := range []string{"/v1/user?user=alice&n=1", "/v1/user?user=alice&n=2", "/v1/user?user=alice&n=3", "/v1/user?user=bob%3Bn=4", "/v1/other?a=1;b=2"} {
+		got = append(got, fmt.Sprint(g.do("GET", target, "app-1").Code))
+	}
+	if s, want := strings.Join(got, " "), "200 200 429 200 200"; s != want {
+		t.Errorf("statuses: got %s, want %s", s, want)
+	}
+	if n := len(g.up.seen()); n != 4 {
+		t.Errorf("the upstream got %d requests, want 4", n)
+	}
+}

@@ -170,3 +170,22 @@ configs:
 		t.Errorf("the upstream got %d requests, want 4", n)
 	}
 }
+
+// TestLimitedBodyHasAMessage checks that the limited response, like every
+// response the gateway writes itself (README "Responses"), has a message.
+func TestLimitedBodyHasAMessage(t *testing.T) {
+	t.Parallel()
+	g := newGW(t, basicRules)
+	var w interface{ Result() *http.Response }
+	for range 3 {
+		rec := g.do("GET", "/v1/user", "app-2")
+		w = rec
+		if rec.Code == http.StatusTooManyRequests {
+			if got := errorCode(t, rec.Body.Bytes()); got != "rate_limited" {
+				t.Errorf("error: got %q, want rate_limited", got)
+			}
+			return
+		}
+	}
+	t.Fatalf("no request was limited: last %d", w.Result().StatusCode)
+}

@@ -141,11 +141,11 @@ func ceilSeconds(d time.Duration) int64 {
 
 // limitedBodyPrefix renders the limited response body (README "Responses") up to
 // the value of retryAfterSeconds, the only part that changes per request:
-// {"error":"rate_limited","app":…,"api":…,"limit":…,"window":…,"retryAfterSeconds":
+// {"error":"rate_limited","message":…,"app":…,"api":…,"limit":…,"window":…,"retryAfterSeconds":
 func limitedBodyPrefix(app, api string, p limit.Params) []byte {
 	var zero int64
 	body, err := json.Marshal(errorBody{
-		Error: "rate_limited", App: &app, API: &api, Limit: &p.Limit,
+		Error: "rate_limited", Message: limitedMessage, App: &app, API: &api, Limit: &p.Limit,
 		Window: p.Unit(), RetryAfterSeconds: &zero,
 	})
 	if err != nil {
@@ -154,6 +154,9 @@ func limitedBodyPrefix(app, api string, p limit.Params) []byte {
 	// Cut `0}` off the end.
 	return body[:len(body)-2]
 }
+
+// limitedMessage is the message of every limited response.
+const limitedMessage = "this caller has reached the limit of this API (or of its app's total when api is empty); retry after retryAfterSeconds seconds, as Retry-After says"
 
 // writeLimited writes cl's limited response.
 func writeLimited(w http.ResponseWriter, status int, cl *compiledLimit, retryAfter int64) {

@@ -20,8 +20,9 @@ type scratch struct {
 	n    int                                 // how many of lims
 	reqs [maxLimitsPerRequest]limit.Request
 	res  [maxLimitsPerRequest]limit.Result
-	// shown are the limits' LimitOutcome.Key.
-	shown [maxLimitsPerRequest]string
+	// shown and missing are the limits' LimitOutcome.Key and Missing.
+	shown   [maxLimitsPerRequest]string
+	missing [maxLimitsPerRequest]bool
 	// observed is set once the observers are called, so that a panic
 	// of one of them does not have them called again.
 	observed bool
@@ -237,7 +238,8 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *section, sc 
 		case keyIP:
 			q.Overflow, sc.shown[i] = cl.overflow, group()
 		case keyAttrs:
-			q.Overflow, sc.shown[i] = cl.overflow, shownKey(r, cl, group, sc.o.claimValue)
+			q.Overflow = cl.overflow
+			sc.shown[i], sc.missing[i] = shownKey(r, cl, group, sc.o.claimValue)
 		}
 	}
 	return true
@@ -316,7 +318,7 @@ func (h *Handler) decide(r *http.Request, sc *scratch) {
 	for i, cl := range lims {
 		o.limits[i] = LimitOutcome{
 			App: cl.app, API: cl.api, Limit: res[i].Limit, Remaining: res[i].Remaining,
-			Allowed: res[i].Allowed, Shadow: cl.shadow, By: cl.by, Key: sc.shown[i],
+			Allowed: res[i].Allowed, Shadow: cl.shadow, By: cl.by, Key: sc.shown[i], Missing: sc.missing[i],
 		}
 	}
 	o.n = n

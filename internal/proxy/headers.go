@@ -164,7 +164,9 @@ func writeLimited(w http.ResponseWriter, status int, cl *compiledLimit, retryAft
 	body = append(body, cl.body429...)
 	body = strconv.AppendInt(body, retryAfter, 10)
 	body = append(body, "}\n"...)
-	// net/http adds Content-Length itself for a body written at once.
+	// Set, not left to net/http: a refusal may be sent before the
+	// handler returns (closeUnread).
+	w.Header()["Content-Length"] = intHeader(int64(len(body)))
 	w.Header()["Content-Type"] = hdrJSON
 	w.WriteHeader(status)
 	w.Write(body)
@@ -173,6 +175,7 @@ func writeLimited(w http.ResponseWriter, status int, cl *compiledLimit, retryAft
 // writeBlocked writes the response of a limit of 0: the request can never
 // be admitted, so nothing invites a retry.
 func writeBlocked(w http.ResponseWriter, status int, cl *compiledLimit) {
+	w.Header()["Content-Length"] = intHeader(int64(len(cl.bodyBlocked)))
 	w.Header()["Content-Type"] = hdrJSON
 	w.WriteHeader(status)
 	w.Write(cl.bodyBlocked)

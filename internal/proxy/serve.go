@@ -60,7 +60,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		*sc = scratch{}
 		scratches.Put(sc)
 	}()
-	sc.sw = statusWriter{ResponseWriter: w}
+	sc.sw = statusWriter{ResponseWriter: w, unread: r.ContentLength != 0}
 	sc.o.Start = h.now()
 	defer func() {
 		// ReverseProxy aborts a response whose upstream broke mid-body
@@ -85,6 +85,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.respond(&sc.sw, r, sc)
 	}
 	h.release(sc)
+	if sc.sw.unread && !sc.sw.forwarding && sc.sw.status != 0 {
+		closeUnread(&sc.sw)
+	}
 	h.observe(r, sc)
 }
 
@@ -364,5 +367,6 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 	t0 := time.Now()
 	// Deferred: ReverseProxy panics to abort a response broken mid-body.
 	defer func() { o.UpstreamDuration = time.Since(t0) }()
+	sc.sw.forwarding = true
 	h.upstream.ServeHTTP(w, withForward(r, &sc.fwd))
 }

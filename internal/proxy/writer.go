@@ -16,10 +16,18 @@ type statusWriter struct {
 	// charge, when not nil, is called once with the final status before
 	// the response's headers are written (the README's "Request cost").
 	charge func(code int)
+	// unread reports whether the request has a body the gateway has not
+	// read; forwarding, whether the request is being forwarded. A
+	// response written before, a refusal, closes the connection
+	// (refusal.go).
+	unread, forwarding bool
 }
 
 func (s *statusWriter) WriteHeader(code int) {
 	if s.status == 0 && code >= 200 {
+		if s.unread && !s.forwarding {
+			s.Header()["Connection"] = hdrClose
+		}
 		s.status = code
 		if s.charge != nil {
 			s.charge(code)
@@ -30,6 +38,9 @@ func (s *statusWriter) WriteHeader(code int) {
 
 func (s *statusWriter) Write(b []byte) (int, error) {
 	if s.status == 0 {
+		if s.unread && !s.forwarding {
+			s.Header()["Connection"] = hdrClose
+		}
 		s.status = http.StatusOK
 		if s.charge != nil {
 			s.charge(http.StatusOK)

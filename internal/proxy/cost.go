@@ -18,6 +18,15 @@ import (
 // response's headers are written, by the upstream or by the gateway
 // itself (a 502 or 504), so that the status counted is the one the client
 // got and the one the access log records.
+//
+// A client that hangs up does not lower what its request costs. The
+// upstream's request is not canceled with the client's until the
+// response's headers are in, so that an upstream that still answers is
+// charged as if the client had stayed: its reported cost, its status
+// counted or not. When the upstream gives no answer after the client
+// left (it failed, timed out, or the request's body broke off), nothing
+// says what the request cost, and it is charged its worst case: a
+// reported cost's max, and a count as a matching status.
 
 // deferred reports whether cl counts a request only once its response is
 // known.
@@ -49,6 +58,11 @@ func (h *Handler) startCharging(r *http.Request, sc *scratch) bool {
 // sent.
 func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 	sc.sw.charge = nil
+	gone := r.Context().Err() != nil
+	if sc.sw.up != nil {
+		sc.sw.up.answer(gone) // a gone client reads no body
+	}
+	worst := gone && sc.sw.upstreamFailed
 	o := &sc.o
 	hdr := sc.sw.Header()
 	var charges [maxLimitsPerRequest]limit.Request
@@ -62,7 +76,11 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 			continue
 		}
 		units := cl.cost.Need()
-		if name := cl.cost.Header; name != "" {
+		switch name := cl.cost.Header; {
+		case name != "" && worst:
+			units = cl.cost.Max
+			o.limits[i].CostMissing = true
+		case name != "":
 			v, ok := reportedCost(hdr[name])
 			if ok {
 				units = min(v, cl.cost.Max)
@@ -72,7 +90,7 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 				o.limits[i].CostMissing = true
 			}
 		}
-		if !cl.count.Matches(code) || units == 0 {
+		if !worst && !cl.count.Matches(code) || units == 0 {
 			continue
 		}
 		q := sc.reqs[i]

@@ -41,15 +41,23 @@ type forward struct {
 	// dropOverrides removes the method-override headers, dropParam the
 	// _method query parameter, dropUpgrade an upgrade not allowed.
 	dropOverrides, dropParam, dropUpgrade bool
+	// client is the context of the client's request, when the upstream's
+	// request is not canceled with it (a limit charged by the response):
+	// the errors of the upstream's request are judged by it.
+	client context.Context
+}
+
+// clientContext returns the context of the client's request behind the
+// upstream's request r.
+func clientContext(r *http.Request) context.Context {
+	if f, ok := r.Context().Value(forwardKey{}).(*forward); ok && f.client != nil {
+		return f.client
+	}
+	return r.Context()
 }
 
 // forwardKey is the context key of a request's *forward.
 type forwardKey struct{}
-
-// withForward returns r carrying f for the reverse proxy's Rewrite.
-func withForward(r *http.Request, f *forward) *http.Request {
-	return r.WithContext(context.WithValue(r.Context(), forwardKey{}, f))
-}
 
 // rewriteForward applies the forward the handler attached to pr.In, if
 // any, to pr.Out. It runs before the upstream URL is joined with the

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"net/http"
 	"sync"
 	"time"
@@ -355,6 +356,7 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 	}
 	h.writeHeaders(w.Header(), sc.lims[:o.n], sc.res[:o.n])
 	chargeFixed(sc)
+	ctx := r.Context()
 	if h.startCharging(r, sc) {
 		// A status never written through the writer (499 for a client
 		// that went away, 101 for a protocol switch) is charged here.
@@ -363,10 +365,20 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 				sc.sw.charge(sc.sw.status)
 			}
 		}()
+		// What the request costs is known only from the upstream's
+		// answer: a client that hangs up must not cancel the upstream's
+		// request before it answers (see aborted in cost.go). Once the
+		// response's headers are in, the client leaving cancels it.
+		up, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancel()
+		uc := &upstreamCancel{cancel: cancel}
+		defer context.AfterFunc(ctx, uc.clientGone)()
+		sc.sw.up, sc.fwd.client = uc, ctx
+		ctx = up
 	}
 	t0 := time.Now()
 	// Deferred: ReverseProxy panics to abort a response broken mid-body.
 	defer func() { o.UpstreamDuration = time.Since(t0) }()
 	sc.sw.forwarding = true
-	h.upstream.ServeHTTP(w, withForward(r, &sc.fwd))
+	h.upstream.ServeHTTP(w, r.WithContext(context.WithValue(ctx, forwardKey{}, &sc.fwd)))
 }

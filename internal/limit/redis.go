@@ -495,7 +495,7 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 			return false, fmt.Errorf("limit: keys %q and %q of one call have different tags %q and %q", reqs[0].Key, q.Key, tag0, tag)
 		}
 		keys[i] = redisKey(tag, q.Key)
-		charges = charges || q.Charge
+		charges = charges || q.Charge || q.Release
 	}
 
 	start := int64(r.now().Sub(r.epoch))
@@ -553,6 +553,10 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 		switch {
 		case q.Charge:
 			mode = "c"
+		case q.Release:
+			mode = "r"
+		case q.Hold:
+			mode = "h"
 		case q.Defer:
 			mode = "d"
 		}

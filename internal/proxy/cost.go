@@ -13,11 +13,14 @@ import (
 // This file charges what a request costs once its response is known (the
 // README's "Request cost" and "Counting only some responses"): a limit
 // whose cost the upstream reports in a header, or that counts only some
-// response statuses, admits a request when it has room for its need
-// (limit.Request.Defer) and is charged (limit.Request.Charge) when the
-// response's headers are written, by the upstream or by the gateway
-// itself (a 502 or 504), so that the status counted is the one the client
-// got and the one the access log records.
+// response statuses, admits a request when it has room for its need and
+// for the needs of the requests in flight, and holds its need
+// (limit.Request.Hold) while it is in flight; when the response's headers
+// are written, by the upstream or by the gateway itself (a 502 or 504),
+// it is charged (limit.Request.Charge) what the response says and gives
+// back what it held (limit.Request.Release), so that the status counted
+// is the one the client got and the one the access log records, and no
+// more requests than the limit's room can be in flight at once.
 //
 // A client that hangs up does not lower what its request costs. The
 // upstream's request is not canceled with the client's until the
@@ -65,16 +68,20 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 	worst := gone && sc.sw.upstreamFailed
 	o := &sc.o
 	hdr := sc.sw.Header()
-	var charges [maxLimitsPerRequest]limit.Request
+	var charges, releases [maxLimitsPerRequest]limit.Request
 	var idx [maxLimitsPerRequest]int
-	n := 0
+	n, nr := 0, 0
 	for i, cl := range sc.lims[:sc.n] {
-		// Only a limit that admitted the request counts it: not a
-		// shadow limit that denied it, nor any when the store failed
-		// open (o.n is 0).
+		// Only a limit that admitted the request counts it and holds
+		// units: not a shadow limit that denied it, nor any when the
+		// store failed open (o.n is 0).
 		if !cl.deferred() || i >= o.n || !o.limits[i].Allowed {
 			continue
 		}
+		rel := sc.reqs[i]
+		rel.Hold, rel.Release = false, true
+		releases[nr] = rel
+		nr++
 		units := cl.cost.Need()
 		switch name := cl.cost.Header; {
 		case name != "" && worst:
@@ -94,7 +101,7 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 			continue
 		}
 		q := sc.reqs[i]
-		q.Cost, q.Defer, q.Charge = units, false, true
+		q.Cost, q.Hold, q.Charge = units, false, true
 		charges[n], idx[n] = q, i
 		n++
 	}
@@ -103,23 +110,29 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 			delete(hdr, cl.cost.Header)
 		}
 	}
-	if n == 0 {
-		return
-	}
 	store := h.store
 	if sc.local {
 		store = h.local
 	}
 	var res [maxLimitsPerRequest]limit.Result
-	// The charge is owed whether or not the client is still there.
+	// The charge is owed whether or not the client is still there. It
+	// is counted before the units held are given back, so that the
+	// request is never counted by neither.
 	ctx := context.WithoutCancel(r.Context())
-	if _, err := store.Allow(ctx, h.now(), charges[:n], res[:n]); err != nil {
-		o.ChargeError = true
-		h.logChargeError(err)
-		return
+	if n > 0 {
+		if _, err := store.Allow(ctx, h.now(), charges[:n], res[:n]); err != nil {
+			o.ChargeError = true
+			h.logChargeError(err)
+		} else {
+			for j := range n {
+				o.limits[idx[j]].Charged = charges[j].Cost
+			}
+		}
 	}
-	for j := range n {
-		o.limits[idx[j]].Charged = charges[j].Cost
+	if nr > 0 {
+		if _, err := store.Allow(ctx, h.now(), releases[:nr], res[:nr]); err != nil {
+			h.logChargeError(err)
+		}
 	}
 }
 

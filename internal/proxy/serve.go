@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"sync"
@@ -237,7 +238,7 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *section, sc 
 			return false
 		}
 		q := &sc.reqs[i]
-		*q = limit.Request{Key: key, Tag: tag, Params: &cl.params, Shadow: cl.shadow, Cost: cl.cost.Need(), Defer: cl.deferred()}
+		*q = limit.Request{Key: key, Tag: tag, Params: &cl.params, Shadow: cl.shadow, Cost: cl.cost.Need(), Hold: cl.deferred()}
 		switch cl.kind {
 		case keyIP:
 			q.Overflow, sc.shown[i] = cl.overflow, group()
@@ -359,10 +360,11 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 	ctx := r.Context()
 	if h.startCharging(r, sc) {
 		// A status never written through the writer (499 for a client
-		// that went away, 101 for a protocol switch) is charged here.
+		// that went away, 101 for a protocol switch) is charged here,
+		// and the units held are given back however the request ends.
 		defer func() {
-			if sc.sw.charge != nil && sc.sw.status != 0 {
-				sc.sw.charge(sc.sw.status)
+			if sc.sw.charge != nil {
+				sc.sw.charge(cmp.Or(sc.sw.status, StatusClientClosed))
 			}
 		}()
 		// What the request costs is known only from the upstream's

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net"
 	"net/http"
 	"time"
 )
@@ -15,12 +16,22 @@ import (
 // body says "Connection: close" (statusWriter), and closeUnread sends it
 // and takes the connection from net/http to close it without reading.
 
-// lingerDelay is how long a refused connection stays open for reading
-// after its response is sent and its write side closed: closing it with
-// unread body bytes at once would send a TCP reset, which can destroy
-// the response in the client's receive buffer before it is read. It is
-// net/http's own delay for the same case (rstAvoidanceDelay).
-const lingerDelay = 500 * time.Millisecond
+// After the response, the connection's write side is closed at once (the
+// client reads the response, then EOF), but the socket is kept open a
+// little, reading and dropping what the client still sends: closing it
+// with unread bytes would have the kernel send a reset, which can destroy
+// the response in the client's receive buffer before it is read (the
+// lingering close of nginx and of net/http itself). It is closed once the
+// client has sent nothing for lingerIdle, and at most lingerMax after the
+// response, however fast it sends: a slow-body flood holds each refused
+// connection no longer than that.
+// nginx's lingering_timeout and lingering_time are 5 s and 30 s; these
+// are shorter, since a refusal, unlike a response nginx lingers after, is
+// what a flood gets.
+const (
+	lingerIdle = 2 * time.Second
+	lingerMax  = 10 * time.Second
+)
 
 // closeUnread sends the response written to sw and closes the connection
 // without reading the request's body. Where the connection cannot be
@@ -35,9 +46,31 @@ func closeUnread(sw *statusWriter) {
 	if err != nil {
 		return
 	}
-	if cw, ok := conn.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
-		time.AfterFunc(lingerDelay, func() { conn.Close() })
+	cw, ok := conn.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		conn.Close()
 		return
 	}
-	conn.Close()
+	go linger(conn, time.Now())
+}
+
+// linger drops what the client sends on conn, whose write side is
+// closed, until it pauses for lingerIdle or lingerMax has passed since
+// start, and closes it.
+func linger(conn net.Conn, start time.Time) {
+	defer conn.Close()
+	end := start.Add(lingerMax)
+	var buf [512]byte
+	for {
+		deadline := time.Now().Add(lingerIdle)
+		if deadline.After(end) {
+			deadline = end
+		}
+		if conn.SetReadDeadline(deadline) != nil {
+			return
+		}
+		if _, err := conn.Read(buf[:]); err != nil {
+			return
+		}
+	}
 }

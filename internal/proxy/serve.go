@@ -106,9 +106,9 @@ func (h *Handler) observe(r *http.Request, sc *scratch) {
 }
 
 // identify finds the caller's section of the rules: it checks the app ID
-// and, for an app with keys, the API key, and marks the headers the
-// upstream has no use for in sc.fwd. It answers a refused caller itself (400, 401,
-// 403) and reports false. The section is nil for an unknown caller when
+// and, for an app with keys, the API key, and marks in sc.fwd the headers
+// the upstream has no use for. It answers a refused caller itself (400,
+// 401, 403) and reports false. The section is nil for an unknown caller when
 // the rules have no "*" section.
 func (h *Handler) identify(w http.ResponseWriter, r *http.Request, sc *scratch) (*section, bool) {
 	o := &sc.o
@@ -369,8 +369,9 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 		}()
 		// What the request costs is known only from the upstream's
 		// answer: a client that hangs up must not cancel the upstream's
-		// request before it answers (see aborted in cost.go). Once the
-		// response's headers are in, the client leaving cancels it.
+		// request before it answers (cost.go says what an aborted
+		// request is charged). Once the response's headers are in, the
+		// client leaving cancels it.
 		up, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		defer cancel()
 		uc := &upstreamCancel{cancel: cancel}

@@ -65,10 +65,13 @@ func TestHoldRelease(t *testing.T) {
 				if ok, r := do(Request{Hold: true}); !ok {
 					t.Fatalf("hold after a release: denied %+v", r)
 				}
-				// Two held ones are answered as counted: charge, then release.
-				for range 2 {
-					do(Request{Charge: true})
-					do(Request{Release: true})
+				// Two held ones are answered as counted: charge, then
+				// release, in two calls and in one.
+				do(Request{Charge: true})
+				do(Request{Release: true})
+				both := []Request{{Key: key, Params: &p, Charge: true}, {Key: key, Params: &p, Release: true}}
+				if _, err := s.Allow(context.Background(), now, both, make([]Result, 2)); err != nil {
+					t.Fatalf("charge and release in one call: %v", err)
 				}
 				// Counted 2, held 1: no room.
 				if ok, r := do(Request{Hold: true}); ok {

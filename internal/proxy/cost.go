@@ -68,7 +68,10 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 	worst := gone && sc.sw.upstreamFailed
 	o := &sc.o
 	hdr := sc.sw.Header()
-	var charges, releases [maxLimitsPerRequest]limit.Request
+	// The charges, then the releases of the units held, in one call:
+	// the request is never counted by neither.
+	var reqs [2 * maxLimitsPerRequest]limit.Request
+	var releases [maxLimitsPerRequest]limit.Request
 	var idx [maxLimitsPerRequest]int
 	n, nr := 0, 0
 	for i, cl := range sc.lims[:sc.n] {
@@ -102,7 +105,7 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 		}
 		q := sc.reqs[i]
 		q.Cost, q.Hold, q.Charge = units, false, true
-		charges[n], idx[n] = q, i
+		reqs[n], idx[n] = q, i
 		n++
 	}
 	for _, cl := range sc.lims[:sc.n] {
@@ -114,25 +117,20 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 	if sc.local {
 		store = h.local
 	}
-	var res [maxLimitsPerRequest]limit.Result
-	// The charge is owed whether or not the client is still there. It
-	// is counted before the units held are given back, so that the
-	// request is never counted by neither.
-	ctx := context.WithoutCancel(r.Context())
-	if n > 0 {
-		if _, err := store.Allow(ctx, h.now(), charges[:n], res[:n]); err != nil {
-			o.ChargeError = true
-			h.logChargeError(err)
-		} else {
-			for j := range n {
-				o.limits[idx[j]].Charged = charges[j].Cost
-			}
-		}
+	all := append(reqs[:n], releases[:nr]...)
+	if len(all) == 0 {
+		return
 	}
-	if nr > 0 {
-		if _, err := store.Allow(ctx, h.now(), releases[:nr], res[:nr]); err != nil {
-			h.logChargeError(err)
-		}
+	var res [2 * maxLimitsPerRequest]limit.Result
+	// The charge is owed whether or not the client is still there.
+	ctx := context.WithoutCancel(r.Context())
+	if _, err := store.Allow(ctx, h.now(), all, res[:len(all)]); err != nil {
+		o.ChargeError = n > 0
+		h.logChargeError(err)
+		return
+	}
+	for j := range n {
+		o.limits[idx[j]].Charged = reqs[j].Cost
 	}
 }
 

@@ -114,3 +114,38 @@ configs:
 		})
 	}
 }
+
+// TestRefusalWithoutBodyKeepsTheConnection checks that only a refusal of
+// a request with a body ends its connection: a refused GET leaves it open
+// for the next request.
+func TestRefusalWithoutBodyKeepsTheConnection(t *testing.T) {
+	t.Parallel()
+	g := newGW(t, basicRules)
+	addr := served(t, g)
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	br := bufio.NewReader(c)
+	var got []string
+	for range 4 {
+		if _, err := io.WriteString(c, "GET /v1/user HTTP/1.1\r\nHost: gateway.test\r\nX-App-Id: app-2\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, &http.Request{Method: "GET"})
+		if err != nil {
+			t.Fatalf("after %v: %v", got, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		got = append(got, resp.Status[:3])
+		if resp.Close {
+			t.Fatalf("response %d (%s) closes the connection", len(got), resp.Status)
+		}
+	}
+	if s := strings.Join(got, " "); s != "200 200 429 429" {
+		t.Errorf("statuses on one connection: got %s, want 200 200 429 429", s)
+	}
+}

@@ -96,7 +96,11 @@ func printTop(w io.Writer, u string) error {
 			api = "(total)"
 		}
 		for _, k := range l.Keys {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\n", l.App, api, l.By, shownTopKey(k.Key), k.Count, k.Error, k.Admitted, k.Limited)
+			key := shownTopKey(k.Key)
+			if k.Missing {
+				key += " (missing: ip)" // shownTopKey quotes a value with a space
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\n", l.App, api, l.By, key, k.Count, k.Error, k.Admitted, k.Limited)
 		}
 	}
 	if err := tw.Flush(); err != nil {

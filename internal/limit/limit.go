@@ -226,7 +226,31 @@ type Request struct {
 	// reports whether one would be admitted, and Remaining is never below
 	// 0.
 	Charge bool
+	// Hold reports whether the request, when admitted, holds its Cost
+	// units of the limit until a Release gives them back, counting none
+	// of them: it is admitted only while the limit has room for its Cost
+	// units and for every unit held on the key. It is how a limit whose
+	// requests count only by their response (a count of some statuses)
+	// counts the requests in flight provisionally, so that no more of
+	// them than its room can be in progress at once. Its Result reads as
+	// Defer's, with the held units taken from Remaining. A request denied
+	// only for the units held starts no lockout, and its RetryAfter is at
+	// most HeldRetryAfter. The Redis store gives back the units a gateway
+	// held and never released (it died) once the key has seen no hold for
+	// five minutes.
+	Hold bool
+	// Release reports whether the request gives back Cost units that an
+	// admitted Hold request holds on the same key. It decides nothing and
+	// counts nothing; its Result describes the limit for a next request
+	// of one unit, as a Charge's does. A release finds nothing to give
+	// back when the key's state was reset (its shape changed).
+	Release bool
 }
+
+// HeldRetryAfter is the RetryAfter of a Hold request denied only for the
+// units held by requests in flight, which may be released as soon as one
+// of them is answered.
+const HeldRetryAfter = time.Second
 
 // units returns the number of units of r: Cost, or 1 when it is 0.
 func (r *Request) units() int64 {

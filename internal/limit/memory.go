@@ -270,6 +270,10 @@ type entry struct {
 	// before it. Lockouts live here rather than in the States so that
 	// every algorithm has them.
 	lockedUntil int64
+	// held are the units held by admitted Hold requests not released
+	// yet (Request.Hold); beside the state, like lockouts, so that every
+	// algorithm has them.
+	held int64
 }
 
 // lockout makes r, the Result of a locked key, a denial that lasts at
@@ -377,6 +381,9 @@ func (m *Memory) Allow(_ context.Context, now time.Time, reqs []Request, res []R
 	defer m.unlock(locks)
 
 	allowed := true
+	// heldOnly marks the requests (of the first 64) that a limit denied
+	// only for the units held by requests in flight.
+	var heldOnly uint64
 	for i := range reqs {
 		r := &reqs[i]
 		e, err := m.entryFor(r, hashes[2*i], atCap && r.Overflow != "", hashes[2*i+1])
@@ -384,20 +391,34 @@ func (m *Memory) Allow(_ context.Context, now time.Time, reqs []Request, res []R
 			return false, err
 		}
 		ents[i] = e
-		if r.Charge {
+		if r.Charge || r.Release {
 			continue
 		}
-		e.decide(ns, r.Params, r.units(), &res[i])
+		if r.Hold && r.Params.Limit > 0 && e.held > 0 {
+			e.decide(ns, r.Params, r.units()+e.held, &res[i])
+			var alone Result
+			if e.decide(ns, r.Params, r.units(), &alone); !res[i].Allowed && alone.Allowed && i < 64 {
+				// Denied only for requests in flight, which may be
+				// answered any moment: no lockout, and a short wait.
+				heldOnly |= 1 << i
+				res[i].RetryAfter = min(res[i].RetryAfter, HeldRetryAfter)
+			}
+		} else {
+			e.decide(ns, r.Params, r.units(), &res[i])
+		}
 		if !res[i].Allowed && !r.Shadow {
 			allowed = false
 		}
 	}
 	for i, e := range ents {
-		if reqs[i].Charge {
-			e.charge(ns, &reqs[i], &res[i])
-			continue
+		switch r := &reqs[i]; {
+		case r.Charge:
+			e.charge(ns, r, &res[i])
+		case r.Release:
+			e.release(ns, r, &res[i])
+		default:
+			e.settle(ns, r, &res[i], allowed, i < 64 && heldOnly&(1<<i) != 0)
 		}
-		e.settle(ns, &reqs[i], &res[i], allowed)
 	}
 	return allowed, nil
 }
@@ -421,22 +442,46 @@ func (e *entry) decide(ns int64, p *Params, n int64, res *Result) {
 // request as a whole was admitted (allowed) and this limit admitted it,
 // makes res that of the state without the request when this limit
 // admitted it but it was not counted, and starts a lockout when this
-// enforced limit denied it. Its shard is locked.
-func (e *entry) settle(ns int64, r *Request, res *Result, allowed bool) {
+// enforced limit denied it, unless only the units held by requests in
+// flight did (heldOnly). Its shard is locked.
+func (e *entry) settle(ns int64, r *Request, res *Result, allowed, heldOnly bool) {
 	if !res.Allowed {
-		if p := r.Params; p.Lock > 0 && !r.Shadow && e.lockedUntil <= ns {
+		if p := r.Params; p.Lock > 0 && !r.Shadow && e.lockedUntil <= ns && !heldOnly {
 			e.lockedUntil = ns + int64(p.Lock)
 			res.lockout(p.Lock)
 		}
 		return
 	}
-	if allowed && !r.Defer {
+	if r.Hold && r.Params.Limit > 0 {
+		// Decided as if the units held and this request's were counted:
+		// Remaining is what the held units leave, with this request's
+		// when it holds them too. Nothing is counted.
+		if allowed {
+			e.held += r.units()
+		} else if res.Remaining >= 0 {
+			res.Remaining += r.units()
+		}
+		res.Reset = e.state.UncountedReset(ns, r.Params)
+		return
+	}
+	if allowed && !r.Defer && !r.Hold {
 		if r.Params.Limit > 0 {
 			e.state.Commit(ns, r.Params, r.units())
 		}
 	} else if res.Remaining >= 0 {
 		// Decided as if counted; it was not.
 		res.Remaining += r.units()
+		res.Reset = e.state.UncountedReset(ns, r.Params)
+	}
+}
+
+// release gives back units held (Request.Release) and writes to res the
+// Result of the limit it leaves, as charge does. Its shard is locked.
+func (e *entry) release(ns int64, r *Request, res *Result) {
+	e.held = max(e.held-r.units(), 0)
+	e.decide(ns, r.Params, 1+e.held, res)
+	if res.Allowed && res.Remaining >= 0 {
+		res.Remaining++
 		res.Reset = e.state.UncountedReset(ns, r.Params)
 	}
 }
@@ -562,7 +607,7 @@ func (m *Memory) Len() int {
 func (m *Memory) Sweep(now time.Time) int {
 	ns := now.UnixNano()
 	return m.evict(func(e *entry) bool {
-		return e.lockedUntil <= ns && e.state.Idle(ns, e.params)
+		return e.lockedUntil <= ns && e.held == 0 && e.state.Idle(ns, e.params)
 	})
 }
 

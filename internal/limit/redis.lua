@@ -226,8 +226,16 @@ local function expiry(at, p)
   return at + math.min(p.window, 1000000)
 end
 
+-- HOLD_TTL is how long units held (Request.Hold) stay held after the last
+-- hold on a key (µs): the holds of a gateway that died before releasing
+-- them are given back once the key has seen no hold for this long.
+local HOLD_TTL = 300000000
+-- HELD_RETRY is the retry of a hold denied only for the units held by
+-- requests in flight (HeldRetryAfter, µs).
+local HELD_RETRY = 1000000
+
 local n = #KEYS
-local P, R, L, X, LT, fresh, names = {}, {}, {}, {}, {}, {}, {}
+local P, R, L, X, LT, H, fresh, names = {}, {}, {}, {}, {}, {}, {}, {}
 for i = 1, n do
   local o = 2 + (i - 1) * 14
   local p = {
@@ -242,6 +250,8 @@ for i = 1, n do
     cost = tonumber(ARGV[o + 9]),
     defer = ARGV[o + 10] == 'd',
     charge = ARGV[o + 10] == 'c',
+    hold = ARGV[o + 10] == 'h',
+    release = ARGV[o + 10] == 'r',
     rate = tonumber(ARGV[o + 11]),
     fleet = tonumber(ARGV[o + 12]),
     have = tonumber(ARGV[o + 13]),
@@ -249,7 +259,7 @@ for i = 1, n do
   -- A charge is counted whatever it costs; what it reports is the limit
   -- it leaves, for a next request of one unit.
   local units = p.cost
-  if p.charge then
+  if p.charge or p.release then
     p.cost = 1
   end
   p.id = p.alg .. '/' .. ARGV[o + 2] .. '/' .. ARGV[o + 3]
@@ -271,9 +281,9 @@ for i = 1, n do
   p.a = a
   local key = KEYS[i]
   -- The store's fields: the shape, the end of a lockout, the instant
-  -- the key expires, and when a lease of more than one token was last
-  -- granted (µs).
-  local names_i = { '_id', '_lk', '_x', '_lt' }
+  -- the key expires, when a lease of more than one token was last
+  -- granted (µs), the units held and until when they are.
+  local names_i = { '_id', '_lk', '_x', '_lt', '_h', '_hx' }
   local own = {}
   if p.limit > 0 then
     own = a.fields(p, now)
@@ -285,9 +295,13 @@ for i = 1, n do
   local v = redis.call('HMGET', key, unpack(names_i))
   local lk, x = tonumber(v[2]) or 0, tonumber(v[3]) or 0
   LT[i] = tonumber(v[4])
+  local held = 0
+  if (tonumber(v[6]) or 0) > now then
+    held = tonumber(v[5]) or 0
+  end
   local st = {}
   for j, f in ipairs(own) do
-    st[f] = v[4 + j]
+    st[f] = v[6 + j]
   end
   fresh[i] = v[1] ~= p.id
   if v[1] and v[1] ~= p.id then
@@ -295,7 +309,7 @@ for i = 1, n do
     -- or precision): start afresh, keeping the lockout (in progress, or
     -- ended but in force again if the clock steps back, as in memory).
     redis.call('DEL', key)
-    st, x, LT[i] = {}, 0, nil
+    st, x, LT[i], held = {}, 0, nil, 0
     if p.lock > 0 and lk > 0 then
       x = expiry(math.max(lk, now), p)
       redis.call('HSET', key, '_id', p.id, '_lk', lk, '_x', x)
@@ -314,19 +328,33 @@ for i = 1, n do
   elseif p.limit == 0 or p.cost > capacity(p) then
     -- Blocked, or a cost it can never admit (Params.Capacity).
     r = { ok = false, remaining = 0, reset = p.window, retry = p.window }
+  elseif p.hold and held > 0 then
+    -- Room for this request's units and every unit held.
+    if p.cost + held > capacity(p) then
+      r = { ok = false, remaining = 0, reset = p.window, retry = p.window }
+    else
+      p.cost = units + held
+      r = a.decide(key, p, now, st)
+      p.cost = units
+    end
+    if not r.ok and a.decide(key, p, now, st).ok then
+      -- Denied only for requests in flight: no lockout, a short wait.
+      p.heldonly = true
+      r.retry = math.min(r.retry, HELD_RETRY)
+    end
   else
     r = a.decide(key, p, now, st)
   end
-  if lk > now and not p.charge then
+  if lk > now and not p.charge and not p.release then
     r = lockout(r, lk - now)
   end
   p.units = units
-  P[i], R[i], L[i], X[i] = p, r, lk, x
+  P[i], R[i], L[i], X[i], H[i] = p, r, lk, x, held
 end
 
 local allowed = true
 for i = 1, n do
-  if not R[i].ok and not P[i].shadow and not P[i].charge then
+  if not R[i].ok and not P[i].shadow and not P[i].charge and not P[i].release then
     allowed = false
   end
 end
@@ -361,7 +389,7 @@ local function charge(i)
     -- Decide afresh on what was written.
     local v = redis.call('HMGET', key, unpack(names[i]))
     local st = {}
-    for j = 5, #names[i] do
+    for j = 7, #names[i] do
       st[names[i][j]] = v[j]
     end
     r = p.a.decide(key, p, now, st)
@@ -381,13 +409,26 @@ for i = 1, n do
   local p, r, key = P[i], R[i], KEYS[i]
   if p.charge then
     r = charge(i)
+  elseif p.release then
+    if H[i] > 0 then
+      redis.call('HSET', key, '_h', math.max(H[i] - p.units, 0))
+    end
   elseif not r.ok then
-    if p.lock > 0 and not p.shadow and L[i] <= now then
+    if p.lock > 0 and not p.shadow and L[i] <= now and not p.heldonly then
       local lk = now + p.lock
       write(key, p, { '_id', p.id, '_lk', lk }, lk, X[i], now)
       r = lockout(r, p.lock)
     end
-  elseif allowed and not p.defer then
+  elseif allowed and p.hold and p.limit > 0 then
+    -- Held, not counted: Remaining is what the held units leave.
+    local hx = now + HOLD_TTL
+    local set = { '_h', H[i] + p.cost, '_hx', hx }
+    if fresh[i] then
+      put(set, '_id', p.id)
+    end
+    write(key, p, set, hx, X[i], now)
+    r.reset = r.uncounted
+  elseif allowed and not p.defer and not p.hold then
     if p.limit > 0 and p.rate > 0 and p.cost == 1 and p.a.left then
       -- A lease: what the rate uses in the next 15ms or until the
       -- bucket ends, beyond what the gateway holds, within the room left

@@ -187,7 +187,7 @@ func redisKeys(reqs []Request) (keys []string, tag string, charges bool, err err
 			return nil, "", false, fmt.Errorf("limit: keys %q and %q of one call have different tags %q and %q", reqs[0].Key, q.Key, tag, t)
 		}
 		keys[i] = redisKey(t, q.Key)
-		charges = charges || q.Charge
+		charges = charges || q.Charge || q.Release
 	}
 	return keys, tag, charges, nil
 }
@@ -278,6 +278,10 @@ func (r *Redis) scriptArgs(now time.Time, reqs []Request, tag string, ask *lease
 		switch {
 		case q.Charge:
 			mode = "c"
+		case q.Release:
+			mode = "r"
+		case q.Hold:
+			mode = "h"
 		case q.Defer:
 			mode = "d"
 		}

@@ -135,7 +135,7 @@ func newLeases(max int, now func() int64) *leases {
 func leasable(reqs []Request) bool {
 	for i := range reqs {
 		p := reqs[i].Params
-		if reqs[i].Shadow || p.Lock > 0 || p.Limit <= 0 || reqs[i].units() != 1 || reqs[i].Defer || reqs[i].Charge ||
+		if reqs[i].Shadow || p.Lock > 0 || p.Limit <= 0 || reqs[i].units() != 1 || reqs[i].Defer || reqs[i].Charge || reqs[i].Hold || reqs[i].Release ||
 			(p.Algorithm != "fixed_window" && p.Algorithm != "sliding_window") {
 			return false
 		}

@@ -114,18 +114,6 @@ func ParseTrustedProxies(list []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// dropAliases removes the headers that spell the app or key header with
-// underscores (X_App_Id): the gateway never reads them, but CGI-style
-// upstreams (PHP-FPM, some WSGI servers) fold them into the same variable
-// as the real header, so they would pass an unchecked app ID or key.
-func (h *Handler) dropAliases(hdr http.Header) {
-	for k := range hdr {
-		if strings.IndexByte(k, '_') >= 0 && (sameUnderscored(k, h.appHeader) || sameUnderscored(k, h.keyHeader)) {
-			delete(hdr, k)
-		}
-	}
-}
-
 // sameUnderscored reports whether k is name with any '-' written as '_',
 // in any ASCII case.
 func sameUnderscored(k, name string) bool {

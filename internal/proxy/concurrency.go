@@ -96,9 +96,6 @@ next:
 		case FailClosed:
 			o.Decision = DecisionFailClosed
 			w.Header()["Retry-After"] = smallInts[1]
-			if r.ContentLength != 0 {
-				w.Header()["Connection"] = hdrClose
-			}
 			WriteError(w, http.StatusServiceUnavailable, "limiter_unavailable",
 				"the rate limiter cannot decide right now; retry shortly")
 			return false
@@ -119,11 +116,7 @@ next:
 		o.Decision = DecisionConcurrencyLimited
 		h.inFlight.of(cl.app, cl.api).refused.Add(1)
 		w.Header()["Retry-After"] = smallInts[1]
-		if r.ContentLength != 0 {
-			// Do not read the body of a refused request: a slow-body
-			// flood would hold the connection while net/http drains it.
-			w.Header()["Connection"] = hdrClose
-		}
+		// The body of a refused request is not read (refusal.go).
 		WriteJSON(w, h.limitStatus, inFlightBody{
 			Error: "too_many_in_flight", App: cl.app, API: cl.api, Concurrency: reqs[full].Limit,
 			RetryAfterSeconds: 1,

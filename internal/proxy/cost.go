@@ -13,11 +13,23 @@ import (
 // This file charges what a request costs once its response is known (the
 // README's "Request cost" and "Counting only some responses"): a limit
 // whose cost the upstream reports in a header, or that counts only some
-// response statuses, admits a request when it has room for its need
-// (limit.Request.Defer) and is charged (limit.Request.Charge) when the
-// response's headers are written, by the upstream or by the gateway
-// itself (a 502 or 504), so that the status counted is the one the client
-// got and the one the access log records.
+// response statuses, admits a request when it has room for its need and
+// for the needs of the requests in flight, and holds its need
+// (limit.Request.Hold) while it is in flight; when the response's headers
+// are written, by the upstream or by the gateway itself (a 502 or 504),
+// it is charged (limit.Request.Charge) what the response says and gives
+// back what it held (limit.Request.Release), so that the status counted
+// is the one the client got and the one the access log records, and no
+// more requests than the limit's room can be in flight at once.
+//
+// A client that hangs up does not lower what its request costs. The
+// upstream's request is not canceled with the client's until the
+// response's headers are in, so that an upstream that still answers is
+// charged as if the client had stayed: its reported cost, its status
+// counted or not. When the upstream gives no answer after the client
+// left (it failed, timed out, or the request's body broke off), nothing
+// says what the request cost, and it is charged its worst case: a
+// reported cost's max, and a count as a matching status.
 
 // deferred reports whether cl counts a request only once its response is
 // known.
@@ -49,20 +61,36 @@ func (h *Handler) startCharging(r *http.Request, sc *scratch) bool {
 // sent.
 func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 	sc.sw.charge = nil
+	gone := r.Context().Err() != nil
+	if sc.sw.up != nil {
+		sc.sw.up.answer(gone) // a gone client reads no body
+	}
+	worst := gone && sc.sw.upstreamFailed
 	o := &sc.o
 	hdr := sc.sw.Header()
-	var charges [maxLimitsPerRequest]limit.Request
+	// The charges, then the releases of the units held, in one call:
+	// the request is never counted by neither.
+	var reqs [2 * maxLimitsPerRequest]limit.Request
+	var releases [maxLimitsPerRequest]limit.Request
 	var idx [maxLimitsPerRequest]int
-	n := 0
+	n, nr := 0, 0
 	for i, cl := range sc.lims[:sc.n] {
-		// Only a limit that admitted the request counts it: not a
-		// shadow limit that denied it, nor any when the store failed
-		// open (o.n is 0).
+		// Only a limit that admitted the request counts it and holds
+		// units: not a shadow limit that denied it, nor any when the
+		// store failed open (o.n is 0).
 		if !cl.deferred() || i >= o.n || !o.limits[i].Allowed {
 			continue
 		}
+		rel := sc.reqs[i]
+		rel.Hold, rel.Release = false, true
+		releases[nr] = rel
+		nr++
 		units := cl.cost.Need()
-		if name := cl.cost.Header; name != "" {
+		switch name := cl.cost.Header; {
+		case name != "" && worst:
+			units = cl.cost.Max
+			o.limits[i].CostMissing = true
+		case name != "":
 			v, ok := reportedCost(hdr[name])
 			if ok {
 				units = min(v, cl.cost.Max)
@@ -72,12 +100,12 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 				o.limits[i].CostMissing = true
 			}
 		}
-		if !cl.count.Matches(code) || units == 0 {
+		if !worst && !cl.count.Matches(code) || units == 0 {
 			continue
 		}
 		q := sc.reqs[i]
-		q.Cost, q.Defer, q.Charge = units, false, true
-		charges[n], idx[n] = q, i
+		q.Cost, q.Hold, q.Charge = units, false, true
+		reqs[n], idx[n] = q, i
 		n++
 	}
 	for _, cl := range sc.lims[:sc.n] {
@@ -85,23 +113,24 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 			delete(hdr, cl.cost.Header)
 		}
 	}
-	if n == 0 {
-		return
-	}
 	store := h.store
 	if sc.local {
 		store = h.local
 	}
-	var res [maxLimitsPerRequest]limit.Result
+	all := append(reqs[:n], releases[:nr]...)
+	if len(all) == 0 {
+		return
+	}
+	var res [2 * maxLimitsPerRequest]limit.Result
 	// The charge is owed whether or not the client is still there.
 	ctx := context.WithoutCancel(r.Context())
-	if _, err := store.Allow(ctx, h.now(), charges[:n], res[:n]); err != nil {
-		o.ChargeError = true
+	if _, err := store.Allow(ctx, h.now(), all, res[:len(all)]); err != nil {
+		o.ChargeError = n > 0
 		h.logChargeError(err)
 		return
 	}
 	for j := range n {
-		o.limits[idx[j]].Charged = charges[j].Cost
+		o.limits[idx[j]].Charged = reqs[j].Cost
 	}
 }
 

@@ -290,6 +290,10 @@ type LimitOutcome struct {
 	// It may be as long as the values allowed (see MaxKeyValueLen):
 	// observers bound what they keep.
 	Key string
+	// Missing reports whether Key is the client address group of a
+	// request that lacked the value the limit counts by (missing: ip),
+	// which Key alone cannot tell from a value that is an address.
+	Missing bool
 	// Charged is the number of units counted against a limit that sets
 	// cost or count (the README's "Request cost"): its fixed cost when
 	// the request was admitted, or what its response was charged; 0 when

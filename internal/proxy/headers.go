@@ -141,11 +141,11 @@ func ceilSeconds(d time.Duration) int64 {
 
 // limitedBodyPrefix renders the limited response body (README "Responses") up to
 // the value of retryAfterSeconds, the only part that changes per request:
-// {"error":"rate_limited","app":…,"api":…,"limit":…,"window":…,"retryAfterSeconds":
+// {"error":"rate_limited","message":…,"app":…,"api":…,"limit":…,"window":…,"retryAfterSeconds":
 func limitedBodyPrefix(app, api string, p limit.Params) []byte {
 	var zero int64
 	body, err := json.Marshal(errorBody{
-		Error: "rate_limited", App: &app, API: &api, Limit: &p.Limit,
+		Error: "rate_limited", Message: limitedMessage, App: &app, API: &api, Limit: &p.Limit,
 		Window: p.Unit(), RetryAfterSeconds: &zero,
 	})
 	if err != nil {
@@ -155,13 +155,18 @@ func limitedBodyPrefix(app, api string, p limit.Params) []byte {
 	return body[:len(body)-2]
 }
 
+// limitedMessage is the message of every limited response.
+const limitedMessage = "this caller has reached the limit of this API (or of its app's total when api is empty); retry after retryAfterSeconds seconds, as Retry-After says"
+
 // writeLimited writes cl's limited response.
 func writeLimited(w http.ResponseWriter, status int, cl *compiledLimit, retryAfter int64) {
 	body := make([]byte, 0, len(cl.body429)+24)
 	body = append(body, cl.body429...)
 	body = strconv.AppendInt(body, retryAfter, 10)
 	body = append(body, "}\n"...)
-	// net/http adds Content-Length itself for a body written at once.
+	// Set, not left to net/http: a refusal may be sent before the
+	// handler returns (closeUnread).
+	w.Header()["Content-Length"] = intHeader(int64(len(body)))
 	w.Header()["Content-Type"] = hdrJSON
 	w.WriteHeader(status)
 	w.Write(body)
@@ -170,6 +175,7 @@ func writeLimited(w http.ResponseWriter, status int, cl *compiledLimit, retryAft
 // writeBlocked writes the response of a limit of 0: the request can never
 // be admitted, so nothing invites a retry.
 func writeBlocked(w http.ResponseWriter, status int, cl *compiledLimit) {
+	w.Header()["Content-Length"] = intHeader(int64(len(cl.bodyBlocked)))
 	w.Header()["Content-Type"] = hdrJSON
 	w.WriteHeader(status)
 	w.Write(cl.bodyBlocked)

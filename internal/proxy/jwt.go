@@ -102,9 +102,9 @@ func (h *Handler) refuseToken(w http.ResponseWriter, sc *scratch, msg string) {
 
 // appFromToken returns the app ID of a caller whose app ID comes from a
 // claim of its verified token, or reports false having answered 401.
-// The app header is ignored and removed: only the token says who calls.
+// The app header is ignored (identify removes it from what the upstream
+// receives): only the token says who calls.
 func (h *Handler) appFromToken(w http.ResponseWriter, r *http.Request, sc *scratch) (string, bool) {
-	delete(r.Header, h.appHeader)
 	if !h.verifyCaller(w, r, sc, true) {
 		return "", false
 	}

@@ -47,9 +47,10 @@ var errConflictingOverrides = errors.New("the request names more than one method
 // ruleMethod returns the method the rules match r by, as the upstream
 // will treat it (README "How a request is handled"): r's method
 // upper-cased, or on a POST under OverrideMatch the method its override
-// names. Overrides the upstream must not act on are removed from r.
-// HEAD is matched as GET by RuleSet.match.
-func (h *Handler) ruleMethod(r *http.Request) (string, error) {
+// names. Overrides the upstream must not act on are marked in f, to be
+// removed from what the upstream receives; r is not changed. HEAD is
+// matched as GET by RuleSet.match.
+func (h *Handler) ruleMethod(r *http.Request, f *forward) (string, error) {
 	method := upperASCII(r.Method)
 	hasHeader := false
 	for _, k := range overrideHeaders {
@@ -67,12 +68,7 @@ func (h *Handler) ruleMethod(r *http.Request) (string, error) {
 		return method, nil
 	}
 	if h.override == OverrideStrip || method != http.MethodPost {
-		for _, k := range overrideHeaders {
-			delete(r.Header, k)
-		}
-		if hasParam {
-			r.URL.RawQuery = withoutParam(r.URL.RawQuery, overrideParam)
-		}
+		f.dropOverrides, f.dropParam = hasHeader, hasParam
 		return method, nil
 	}
 	named := ""

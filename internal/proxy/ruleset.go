@@ -33,6 +33,9 @@ type RuleSet struct {
 	keyed   bool                     // some app has API keys
 	keys    map[string]time.Duration // every compiledLimit.key, with its window
 	opts    CompileOptions
+	// keyHeaders are the headers some limit is keyed on, canonical, each
+	// once: their underscore spellings are not forwarded (dropAliases).
+	keyHeaders []string
 }
 
 // section is one app's compiled rules.
@@ -178,6 +181,10 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 			}
 		}
 		rs.keyed = rs.keyed || len(app.Keys) > 0
+		rs.addKeyHeaders(app.By)
+		for j := range app.Limits {
+			rs.addKeyHeaders(app.Limits[j].By)
+		}
 		if app.ID == config.UnknownApp {
 			rs.unknown = sec
 		} else {
@@ -216,6 +223,15 @@ func newCompiledLimit(app, api string, methods []string, p limit.Params, shadow 
 		cl.bodyBlocked = blockedBody(app, api, p)
 	}
 	return cl
+}
+
+// addKeyHeaders adds the headers by is keyed on to rs.keyHeaders.
+func (rs *RuleSet) addKeyHeaders(by config.By) {
+	for _, p := range by.Parts() {
+		if p.Kind == config.KeyHeader && !slices.Contains(rs.keyHeaders, p.Name) {
+			rs.keyHeaders = append(rs.keyHeaders, p.Name)
+		}
+	}
 }
 
 // keyBy sets how cl's counter keys are built: by by, with missing for

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"cmp"
+	"context"
 	"net/http"
 	"sync"
 	"time"
@@ -20,8 +22,9 @@ type scratch struct {
 	n    int                                 // how many of lims
 	reqs [maxLimitsPerRequest]limit.Request
 	res  [maxLimitsPerRequest]limit.Result
-	// shown are the limits' LimitOutcome.Key.
-	shown [maxLimitsPerRequest]string
+	// shown and missing are the limits' LimitOutcome.Key and Missing.
+	shown   [maxLimitsPerRequest]string
+	missing [maxLimitsPerRequest]bool
 	// observed is set once the observers are called, so that a panic
 	// of one of them does not have them called again.
 	observed bool
@@ -42,6 +45,9 @@ type scratch struct {
 	// local is set when the memory store decided under --fail-mode
 	// local, which then also takes the response's charges.
 	local bool
+	// fwd is what the upstream's copy of the request is to differ in
+	// (forward.go).
+	fwd forward
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
@@ -56,7 +62,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		*sc = scratch{}
 		scratches.Put(sc)
 	}()
-	sc.sw = statusWriter{ResponseWriter: w}
+	sc.sw = statusWriter{ResponseWriter: w, unread: r.ContentLength != 0}
 	sc.o.Start = h.now()
 	defer func() {
 		// ReverseProxy aborts a response whose upstream broke mid-body
@@ -81,6 +87,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.respond(&sc.sw, r, sc)
 	}
 	h.release(sc)
+	if sc.sw.unread && !sc.sw.forwarding && sc.sw.status != 0 {
+		closeUnread(&sc.sw)
+	}
 	h.observe(r, sc)
 }
 
@@ -97,9 +106,9 @@ func (h *Handler) observe(r *http.Request, sc *scratch) {
 }
 
 // identify finds the caller's section of the rules: it checks the app ID
-// and, for an app with keys, the API key, and removes the headers the
-// upstream has no use for. It answers a refused caller itself (400, 401,
-// 403) and reports false. The section is nil for an unknown caller when
+// and, for an app with keys, the API key, and marks in sc.fwd the headers
+// the upstream has no use for. It answers a refused caller itself (400,
+// 401, 403) and reports false. The section is nil for an unknown caller when
 // the rules have no "*" section.
 func (h *Handler) identify(w http.ResponseWriter, r *http.Request, sc *scratch) (*section, bool) {
 	o := &sc.o
@@ -139,7 +148,7 @@ func (h *Handler) identify(w http.ResponseWriter, r *http.Request, sc *scratch) 
 		}
 		// The key was the gateway's to check; the upstream has no use
 		// for it.
-		delete(r.Header, h.keyHeader)
+		sc.fwd.dropKey = true
 	} else if !h.trustKeys && rs.keyed && h.foreignKey(r, rs) {
 		// A configured app's key on a request that is not counted under
 		// that app: the upstream might take it as that app's.
@@ -149,21 +158,22 @@ func (h *Handler) identify(w http.ResponseWriter, r *http.Request, sc *scratch) 
 			"the API key in the "+h.keyHeader+" header belongs to another app: send it only with the app ID it was issued for")
 		return nil, false
 	}
+	f := &sc.fwd
+	f.app, f.key, f.keyed = h.appHeader, h.keyHeader, rs.keyHeaders
 	switch {
 	case !h.forwardApp:
-		delete(r.Header, h.appHeader)
-	case h.jwt != nil && h.jwt.appClaim != "" && app != "":
-		r.Header[h.appHeader] = []string{app} // the verified one
+		f.dropApp = true
+	case h.jwt != nil && h.jwt.appClaim != "":
+		f.setApp, f.appID = true, app // the verified one
 	}
-	h.dropAliases(r.Header)
 	return sec, true
 }
 
 // match normalizes the path and collects the limits that apply to it in
 // sc: the app total and the most specific rule of the caller's section.
 // It answers a path that cannot be normalized with 400 and reports false.
-// The request goes on with exactly the path that was matched, so that the
-// upstream cannot see a resource other than the one counted.
+// The upstream receives exactly the path that was matched (sc.fwd), so
+// that it cannot see a resource other than the one counted.
 func (h *Handler) match(w http.ResponseWriter, r *http.Request, sec *section, sc *scratch) bool {
 	o := &sc.o
 	clean, err := trie.Normalize(r.URL.EscapedPath())
@@ -172,19 +182,14 @@ func (h *Handler) match(w http.ResponseWriter, r *http.Request, sec *section, sc
 		return false
 	}
 	o.Path = clean
-	method, err := h.ruleMethod(r)
+	method, err := h.ruleMethod(r, &sc.fwd)
 	if err != nil {
 		WriteError(w, http.StatusBadRequest, "invalid_method_override", err.Error())
 		return false
 	}
-	h.upgrades.filter(r)
+	sc.fwd.dropUpgrade = h.upgrades.refused(r)
 	o.ClientIP = clientIP(r, h.trusted)
-	// What the gateway decided, never what the client claimed.
-	if o.ClientIP.IsValid() {
-		r.Header["X-Real-Ip"] = []string{o.ClientIP.String()}
-	} else {
-		delete(r.Header, "X-Real-Ip")
-	}
+	sc.fwd.realIP = o.ClientIP
 	o.Decision = DecisionUnmatched
 	if sec != nil {
 		if sec.total != nil {
@@ -204,7 +209,7 @@ func (h *Handler) match(w http.ResponseWriter, r *http.Request, sec *section, sc
 		}
 		sc.addConcurrency(sec, cl)
 	}
-	r.URL.Path, r.URL.RawPath = clean, ""
+	sc.fwd.path = clean
 	return true
 }
 
@@ -233,12 +238,13 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *section, sc 
 			return false
 		}
 		q := &sc.reqs[i]
-		*q = limit.Request{Key: key, Tag: tag, Params: &cl.params, Shadow: cl.shadow, Cost: cl.cost.Need(), Defer: cl.deferred()}
+		*q = limit.Request{Key: key, Tag: tag, Params: &cl.params, Shadow: cl.shadow, Cost: cl.cost.Need(), Hold: cl.deferred()}
 		switch cl.kind {
 		case keyIP:
 			q.Overflow, sc.shown[i] = cl.overflow, group()
 		case keyAttrs:
-			q.Overflow, sc.shown[i] = cl.overflow, shownKey(r, cl, group, sc.o.claimValue)
+			q.Overflow = cl.overflow
+			sc.shown[i], sc.missing[i] = shownKey(r, cl, group, sc.o.claimValue)
 		}
 	}
 	return true
@@ -324,7 +330,7 @@ func (h *Handler) decide(r *http.Request, sc *scratch) {
 	for i, cl := range lims {
 		o.limits[i] = LimitOutcome{
 			App: cl.app, API: cl.api, Limit: res[i].Limit, Remaining: res[i].Remaining,
-			Allowed: res[i].Allowed, Shadow: cl.shadow, By: cl.by, Key: sc.shown[i],
+			Allowed: res[i].Allowed, Shadow: cl.shadow, By: cl.by, Key: sc.shown[i], Missing: sc.missing[i],
 		}
 	}
 	o.n = n
@@ -358,17 +364,31 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 	}
 	h.writeHeaders(w.Header(), sc.lims[:o.n], sc.res[:o.n])
 	chargeFixed(sc)
+	ctx := r.Context()
 	if h.startCharging(r, sc) {
 		// A status never written through the writer (499 for a client
-		// that went away, 101 for a protocol switch) is charged here.
+		// that went away, 101 for a protocol switch) is charged here,
+		// and the units held are given back however the request ends.
 		defer func() {
-			if sc.sw.charge != nil && sc.sw.status != 0 {
-				sc.sw.charge(sc.sw.status)
+			if sc.sw.charge != nil {
+				sc.sw.charge(cmp.Or(sc.sw.status, StatusClientClosed))
 			}
 		}()
+		// What the request costs is known only from the upstream's
+		// answer: a client that hangs up must not cancel the upstream's
+		// request before it answers (cost.go says what an aborted
+		// request is charged). Once the response's headers are in, the
+		// client leaving cancels it.
+		up, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancel()
+		uc := &upstreamCancel{cancel: cancel}
+		defer context.AfterFunc(ctx, uc.clientGone)()
+		sc.sw.up, sc.fwd.client = uc, ctx
+		ctx = up
 	}
 	t0 := time.Now()
 	// Deferred: ReverseProxy panics to abort a response broken mid-body.
 	defer func() { o.UpstreamDuration = time.Since(t0) }()
-	h.upstream.ServeHTTP(w, r)
+	sc.sw.forwarding = true
+	h.upstream.ServeHTTP(w, r.WithContext(context.WithValue(ctx, forwardKey{}, &sc.fwd)))
 }

@@ -13,9 +13,11 @@ import (
 )
 
 // shownKey returns the LimitOutcome.Key of limit cl (of kind keyAttrs)
-// for r, whose key attrKey built. A single value is returned as it is,
-// without allocating.
-func shownKey(r *http.Request, cl *compiledLimit, group func() string, claim func(string) (string, string)) string {
+// for r, whose key attrKey built, and whether it is the client address
+// group of a request missing a value under missing: ip
+// (LimitOutcome.Missing). A single value is returned as it is, without
+// allocating.
+func shownKey(r *http.Request, cl *compiledLimit, group func() string, claim func(string) (string, string)) (string, bool) {
 	var vals []string
 	for _, p := range cl.parts {
 		v := ""
@@ -25,14 +27,14 @@ func shownKey(r *http.Request, cl *compiledLimit, group func() string, claim fun
 			v, _ = attrValue(r, p, claim)
 		}
 		if p.Kind != config.KeyIP && v == "" && cl.missing != config.MissingShare && cl.missing != config.MissingDeny {
-			return group() // counted as by: ip
+			return group(), true // counted as by: ip
 		}
 		if len(cl.parts) == 1 {
-			return v
+			return v, false
 		}
 		vals = append(vals, v)
 	}
-	return strings.Join(vals, ", ")
+	return strings.Join(vals, ", "), false
 }
 
 // Defaults of TopConfig.
@@ -88,10 +90,34 @@ func (t *Top) ObserveRequest(_ *http.Request, o *Outcome) {
 			continue // one counter: nothing to rank
 		}
 		tl := t.limit(l.App, l.API, l.By)
+		key := topKey(l.Key, l.Missing)
 		tl.mu.Lock()
-		tl.w.Add(o.Start, l.Key, l.Allowed)
+		tl.w.Add(o.Start, key, l.Allowed)
 		tl.mu.Unlock()
 	}
+}
+
+// topKey returns what the window keeps for a key: the key as it is, but
+// with a NUL before the address group of a request missing its value
+// (missing: ip), and before a key that begins with a NUL (a query value
+// or a claim can), so that a value never reads as a missing one.
+func topKey(key string, missing bool) string {
+	if missing || strings.HasPrefix(key, "\x00") {
+		return "\x00" + key
+	}
+	return key
+}
+
+// fromTopKey returns the key and whether it stands for a missing value,
+// from what topKey returned.
+func fromTopKey(k string) (string, bool) {
+	if rest, ok := strings.CutPrefix(k, "\x00"); ok {
+		if strings.HasPrefix(rest, "\x00") {
+			return rest, false
+		}
+		return rest, true
+	}
+	return k, false
 }
 
 // limit returns the window of app's limit api, created on first use.
@@ -123,8 +149,26 @@ type TopLimit struct {
 	// Requests is how many requests the window counted for the limit.
 	Requests int64 `json:"requests"`
 	// From is when the window began.
-	From time.Time  `json:"from"`
-	Keys []topk.Key `json:"keys"`
+	From time.Time `json:"from"`
+	Keys []TopKey  `json:"keys"`
+}
+
+// TopKey is one of a limit's heaviest keys: a topk.Key, and whether it
+// stands for a missing value.
+type TopKey struct {
+	Key string `json:"key"`
+	// Count is an upper bound of the key's requests; Count-Error is a
+	// lower bound.
+	Count int64 `json:"count"`
+	Error int64 `json:"error"`
+	// Admitted and Limited are the requests counted while the key was
+	// listed: lower bounds, whose sum is Count-Error.
+	Admitted int64 `json:"admitted"`
+	Limited  int64 `json:"limited"`
+	// Missing reports that the requests lacked the value the limit counts
+	// by and were counted per client address (missing: ip): Key is their
+	// address group, not a value a client sent.
+	Missing bool `json:"missing,omitempty"`
 }
 
 // Snapshot returns the heaviest keys of every limit counted in the
@@ -157,7 +201,12 @@ func (t *Top) Snapshot(now time.Time, app string) []TopLimit {
 			t.mu.Unlock()
 			continue
 		}
-		out = append(out, TopLimit{App: l.k.app, API: l.k.api, By: l.tl.by, Requests: n, From: from.UTC(), Keys: keys})
+		shown := make([]TopKey, len(keys))
+		for i, k := range keys {
+			shown[i] = TopKey{Count: k.Count, Error: k.Error, Admitted: k.Admitted, Limited: k.Limited}
+			shown[i].Key, shown[i].Missing = fromTopKey(k.Key)
+		}
+		out = append(out, TopLimit{App: l.k.app, API: l.k.api, By: l.tl.by, Requests: n, From: from.UTC(), Keys: shown})
 	}
 	slices.SortFunc(out, func(a, b TopLimit) int {
 		return cmp.Or(strings.Compare(a.App, b.App), strings.Compare(a.API, b.API))

@@ -71,12 +71,18 @@ configs:
 	send("/pair", "203.0.113.9", "carol", 2)
 	send("/ip", "203.0.113.7", "", 4)
 	send("/fallback", "203.0.113.8", "", 1) // missing: counted by ip
+	// A user whose header is that address is another key.
+	send("/fallback", "203.0.113.8", "203.0.113.8", 2)
 
 	got := map[string]string{}
 	for _, l := range top.Snapshot(t0, "") {
 		var b strings.Builder
 		for _, k := range l.Keys {
-			fmt.Fprintf(&b, "%q:%d/%d/%d ", k.Key, k.Count, k.Admitted, k.Limited)
+			missing := ""
+			if k.Missing {
+				missing = "(missing)"
+			}
+			fmt.Fprintf(&b, "%q%s:%d/%d/%d ", k.Key, missing, k.Count, k.Admitted, k.Limited)
 		}
 		got[l.API+" by "+string(l.By)] = strings.TrimSpace(b.String())
 	}
@@ -85,7 +91,7 @@ configs:
 		"/query by query:tenant":        `"a b":3/3/0 "":1/1/0`,
 		"/pair by ip,header:X-User-Id":  `"203.0.113.9, carol":2/2/0`,
 		"/ip by ip":                     `"203.0.113.7":4/4/0`,
-		"/fallback by header:X-User-Id": `"203.0.113.8":1/1/0`,
+		"/fallback by header:X-User-Id": `"203.0.113.8":2/2/0 "203.0.113.8"(missing):1/1/0`,
 	}
 	for k, w := range want {
 		if got[k] != w {

@@ -33,24 +33,24 @@ func newUpgradeAllowList(protocols []string) (upgradeAllowList, error) {
 	return allow, nil
 }
 
-// filter removes from r a protocol upgrade it does not allow, so that the
-// request is forwarded as a plain request and no tunnel opens: every
-// request sent through a tunnel would reach the upstream uncounted. An
-// allowed upgrade (a WebSocket) counts as one request, however long the
-// tunnel stays open.
-func (allow upgradeAllowList) filter(r *http.Request) {
+// refused reports whether r asks for a protocol upgrade the list does
+// not allow. Such an upgrade is removed from what the upstream receives
+// (forward.dropUpgrade), so that the request is forwarded as a plain
+// request and no tunnel opens: every request sent through a tunnel would
+// reach the upstream uncounted. An allowed upgrade (a WebSocket) counts
+// as one request, however long the tunnel stays open.
+func (allow upgradeAllowList) refused(r *http.Request) bool {
 	vs, ok := r.Header["Upgrade"]
 	if !ok {
-		return
+		return false
 	}
 	for _, v := range vs {
 		for _, p := range strings.Split(v, ",") {
 			name, _, _ := strings.Cut(strings.TrimSpace(p), "/")
 			if !allow[strings.ToLower(name)] {
-				delete(r.Header, "Upgrade")
-				delete(r.Header, "Http2-Settings")
-				return
+				return true
 			}
 		}
 	}
+	return false
 }

@@ -117,6 +117,7 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 	}
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
+			rewriteForward(pr) // before SetURL joins the path
 			pr.SetURL(target)
 			if cfg.PreserveHost {
 				pr.Out.Host = pr.In.Host
@@ -153,7 +154,10 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			status, code, msg := upstreamError(r.Context(), err)
+			if sw, ok := w.(*statusWriter); ok {
+				sw.upstreamFailed = true
+			}
+			status, code, msg := upstreamError(clientContext(r), err)
 			if events != nil {
 				events.UpstreamError(errorKind(status, err))
 			}

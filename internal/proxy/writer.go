@@ -2,8 +2,10 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"net"
 	"net/http"
+	"sync/atomic"
 )
 
 // statusWriter records the status a response was given, for logs and
@@ -16,10 +18,49 @@ type statusWriter struct {
 	// charge, when not nil, is called once with the final status before
 	// the response's headers are written (the README's "Request cost").
 	charge func(code int)
+	// unread reports whether the request has a body the gateway has not
+	// read; forwarding, whether the request is being forwarded. A
+	// response written before, a refusal, closes the connection
+	// (refusal.go).
+	unread, forwarding bool
+	// upstreamFailed is set when the upstream gave no response (the
+	// ErrorHandler ran).
+	upstreamFailed bool
+	// up, when not nil, cancels the upstream's request of a request
+	// whose client may leave before the response (cost.go).
+	up *upstreamCancel
+}
+
+// upstreamCancel cancels an upstream's request that is not canceled with
+// its client's, once the client has gone and the response's status is
+// known. It is not pooled with the scratch: a context.AfterFunc may read
+// it after the request is done.
+type upstreamCancel struct {
+	answered atomic.Bool
+	cancel   context.CancelFunc
+}
+
+// answer records that the response's status is known, and cancels the
+// upstream's request if the client has gone.
+func (u *upstreamCancel) answer(gone bool) {
+	u.answered.Store(true)
+	if gone {
+		u.cancel()
+	}
+}
+
+// clientGone cancels the upstream's request if its status is known.
+func (u *upstreamCancel) clientGone() {
+	if u.answered.Load() {
+		u.cancel()
+	}
 }
 
 func (s *statusWriter) WriteHeader(code int) {
 	if s.status == 0 && code >= 200 {
+		if s.unread && !s.forwarding {
+			s.Header()["Connection"] = hdrClose
+		}
 		s.status = code
 		if s.charge != nil {
 			s.charge(code)
@@ -30,6 +71,9 @@ func (s *statusWriter) WriteHeader(code int) {
 
 func (s *statusWriter) Write(b []byte) (int, error) {
 	if s.status == 0 {
+		if s.unread && !s.forwarding {
+			s.Header()["Connection"] = hdrClose
+		}
 		s.status = http.StatusOK
 		if s.charge != nil {
 			s.charge(http.StatusOK)

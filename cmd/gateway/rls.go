@@ -50,7 +50,7 @@ standard gRPC health service. SIGTERM or SIGINT drains and exits.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.ConfigPath, "config", cfg.ConfigPath, "envoyproxy/ratelimit config: a YAML file, or a directory of *.yaml and *.yml files (a Kubernetes ConfigMap volume works as mounted)")
+	f.StringVar(&cfg.ConfigPath, "config", cfg.ConfigPath, "envoyproxy/ratelimit config: a YAML file, or a directory whose files (but hidden ones and editor backups) each hold a domain; a Kubernetes ConfigMap volume works as mounted")
 	f.BoolVar(&cfg.MergeDomains, "merge-domains", cfg.MergeDomains, "let several files declare the same domain, merging their descriptors (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG)")
 	f.BoolVar(&cfg.Watch, "watch", cfg.Watch, "reload the config when the file or directory changes (SIGHUP always does)")
 	f.Int64Var(&cfg.MaxConfigBytes, "max-rules-bytes", cfg.MaxConfigBytes, "largest config file read; a larger one is refused and the config in force stays")

@@ -36,11 +36,13 @@ type Options struct {
 }
 
 // Load reads path, a file or a directory of files, into a Config. In a
-// directory it reads every regular file (or symlink to one) named *.yaml
-// or *.yml whose name does not start with ".", so that the "..data" and
-// timestamped directories of a Kubernetes ConfigMap volume are skipped
-// and its files, symlinks into "..data", are read. Every problem found is
-// reported, as a config.Errors of "file:line: message".
+// directory it reads every regular file (or symlink to one) whose name
+// neither starts with "." nor ends with "~" (an editor's backup), whatever
+// its extension, as envoyproxy/ratelimit
+// reads its runtime directory; the "..data" and timestamped directories of
+// a Kubernetes ConfigMap volume are skipped and its files, symlinks into
+// "..data", are read. Every problem found is reported, as a config.Errors
+// of "file:line: message".
 func Load(path string, opt Options) (*Config, error) {
 	files, err := listFiles(path)
 	if err != nil {
@@ -91,11 +93,8 @@ func listFiles(path string) ([]string, error) {
 	var files []string
 	for _, e := range ents {
 		name := e.Name()
-		if strings.HasPrefix(name, ".") {
-			continue
-		}
-		if ext := filepath.Ext(name); ext != ".yaml" && ext != ".yml" {
-			continue
+		if strings.HasPrefix(name, ".") || strings.HasSuffix(name, "~") {
+			continue // hidden, and editors' backups
 		}
 		p := filepath.Join(path, name)
 		st, err := os.Stat(p) // follows symlinks
@@ -107,7 +106,7 @@ func listFiles(path string) ([]string, error) {
 		}
 	}
 	if len(files) == 0 {
-		return nil, fmt.Errorf("rls config directory %s holds no *.yaml or *.yml file", path)
+		return nil, fmt.Errorf("rls config directory %s holds no file (names starting with \".\" are skipped)", path)
 	}
 	slices.Sort(files)
 	return files, nil

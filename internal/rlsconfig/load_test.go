@@ -107,7 +107,7 @@ func TestDuplicateDomain(t *testing.T) {
 
 // TestDirectoryConfigMap reads a directory laid out as a Kubernetes
 // ConfigMap volume: symlinks into ..data, which the loader must not read
-// twice, and files that are not YAML.
+// twice, a file without an extension, and a dot file it skips.
 func TestDirectoryConfigMap(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -117,17 +117,19 @@ func TestDirectoryConfigMap(t *testing.T) {
 	}
 	copyFile(t, upstream+"examples/config.yaml", filepath.Join(ts, "config.yaml"))
 	copyFile(t, upstream+"examples/example.yaml", filepath.Join(ts, "example.yaml"))
-	writeFile(t, filepath.Join(ts, "notes.txt"), "not a config")
+	writeFile(t, filepath.Join(ts, "third"), "domain: third\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	writeFile(t, filepath.Join(dir, ".notes"), "not a config")
+	writeFile(t, filepath.Join(dir, "config.yaml~"), "an editor's backup")
 	mustSymlink(t, filepath.Base(ts), filepath.Join(dir, "..data"))
-	for _, f := range []string{"config.yaml", "example.yaml", "notes.txt"} {
+	for _, f := range []string{"config.yaml", "example.yaml", "third"} {
 		mustSymlink(t, filepath.Join("..data", f), filepath.Join(dir, f))
 	}
 	c, err := Load(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Files) != 2 || len(c.Domains) != 2 {
-		t.Errorf("got files %v and %d domains, want the two YAML files and 2 domains", c.Files, len(c.Domains))
+	if len(c.Files) != 3 || len(c.Domains) != 3 {
+		t.Errorf("got files %v and %d domains, want 3 of each", c.Files, len(c.Domains))
 	}
 }
 

@@ -2,6 +2,7 @@ package rlsconfig
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -183,6 +184,35 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
+// TestAnchors reads YAML anchors, aliases and merge keys, which
+// envoyproxy/ratelimit's YAML reader accepts.
+func TestAnchors(t *testing.T) {
+	t.Parallel()
+	c, err := Parse("x.yaml", []byte(`domain: d
+descriptors:
+  - key: a
+    rate_limit: &per_minute {unit: minute, requests_per_unit: 10}
+  - key: b
+    rate_limit: *per_minute
+  - key: c
+    rate_limit:
+      <<: *per_minute
+      requests_per_unit: 20
+  - &shared
+    key: d
+    rate_limit: *per_minute
+`), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]int64{"a": 10, "b": 10, "c": 20, "d": 10} {
+		m, ok := c.Domains["d"].Find([]Entry{{key, "x"}})
+		if !ok || m.Descriptor.Limit.Params.Limit != want || m.Descriptor.Limit.Params.Window != time.Minute {
+			t.Errorf("%s: got %+v, want %d a minute", key, m.Descriptor, want)
+		}
+	}
+}
+
 func TestExtensions(t *testing.T) {
 	t.Parallel()
 	c, err := Parse("x.yaml", []byte(`domain: d
@@ -251,5 +281,34 @@ func mustSymlink(t *testing.T, target, link string) {
 	t.Helper()
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAliasAttacks refuses configs whose YAML aliases would make the
+// loader recurse without end or expand without bound.
+func TestAliasAttacks(t *testing.T) {
+	t.Parallel()
+	var bomb strings.Builder
+	bomb.WriteString("domain: d\ndescriptors:\n  - key: k0\n    descriptors: &l0\n")
+	for i := range 10 {
+		fmt.Fprintf(&bomb, "      - key: v%d\n", i)
+	}
+	for lvl := 1; lvl < 9; lvl++ {
+		fmt.Fprintf(&bomb, "  - key: k%d\n    descriptors: &l%d\n", lvl, lvl)
+		for i := range 10 {
+			fmt.Fprintf(&bomb, "      - key: v%d\n        descriptors: *l%d\n", i, lvl-1)
+		}
+	}
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"self merge", "domain: d\ndescriptors:\n  - &x\n    key: a\n    <<: *x\n", "a mapping that merges itself"},
+		{"self list", "domain: d\ndescriptors: &d\n  - key: a\n    descriptors: *d\n", "contains itself"},
+		{"fan-out", bomb.String(), "more than 100000 descriptors"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("x.yaml", []byte(tc.yaml), Options{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error with %q", err, tc.want)
+			}
+		})
 	}
 }

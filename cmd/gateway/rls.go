@@ -59,6 +59,7 @@ standard gRPC health service. SIGTERM or SIGINT drains and exits.`,
 	f.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "PEM certificate (chain) file: with --tls-key, gRPC is served over TLS, the pair reloaded when either file changes")
 	f.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "PEM private key file of --tls-cert")
 	f.Var(&cfg.Headers, "ratelimit-headers", "response headers for Envoy to add: both, draft (RateLimit, RateLimit-Policy), legacy (X-RateLimit-*), none")
+	f.BoolVar(&cfg.ShadowMode, "shadow-mode", cfg.ShadowMode, "decide, count and report every limit but always answer OK (envoyproxy/ratelimit's SHADOW_MODE): try the service on live traffic first")
 	addCounterStoreFlags(f, &cfg.Store)
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "longest drain of calls in flight on SIGTERM")
 	f.Var(&logFormat, "log-format", "log format: json or text")

@@ -228,6 +228,12 @@ func (s *Server) Reload() (changed bool, err error) {
 		return false, err
 	}
 	if c.SHA256 == old.configInUse.SHA256 {
+		if old.lastErr != "" {
+			// The files are back as they were: no error stands.
+			st := *old
+			st.lastErr, st.lastErrAt = "", time.Time{}
+			s.state.Store(&st)
+		}
 		return false, nil
 	}
 	s.install(c)

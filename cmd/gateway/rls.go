@@ -61,6 +61,7 @@ standard gRPC health service. SIGTERM or SIGINT drains and exits.`,
 	f.Var(&cfg.Headers, "ratelimit-headers", "response headers for Envoy to add: both, draft (RateLimit, RateLimit-Policy), legacy (X-RateLimit-*), none")
 	f.BoolVar(&cfg.ShadowMode, "shadow-mode", cfg.ShadowMode, "decide, count and report every limit but always answer OK (envoyproxy/ratelimit's SHADOW_MODE): try the service on live traffic first")
 	addCounterStoreFlags(f, &cfg.Store)
+	f.Lookup("fail-mode").Usage = "redis store: when Redis fails, local (limit in memory with limit × --local-share), open (answer OK) or closed (answer OVER_LIMIT)"
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "longest drain of calls in flight on SIGTERM")
 	f.Var(&logFormat, "log-format", "log format: json or text")
 	f.Var(&logLevel, "log-level", "log level: debug, info, warn, error")

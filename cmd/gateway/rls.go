@@ -50,7 +50,7 @@ standard gRPC health service. SIGTERM or SIGINT drains and exits.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.ConfigPath, "config", cfg.ConfigPath, "envoyproxy/ratelimit config: a YAML file, or a directory of *.yaml and *.yml files (a Kubernetes ConfigMap volume works as mounted)")
+	f.StringVar(&cfg.ConfigPath, "config", cfg.ConfigPath, "envoyproxy/ratelimit config: a YAML file, or a directory whose files (but hidden ones and editor backups) each hold a domain; a Kubernetes ConfigMap volume works as mounted")
 	f.BoolVar(&cfg.MergeDomains, "merge-domains", cfg.MergeDomains, "let several files declare the same domain, merging their descriptors (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG)")
 	f.BoolVar(&cfg.Watch, "watch", cfg.Watch, "reload the config when the file or directory changes (SIGHUP always does)")
 	f.Int64Var(&cfg.MaxConfigBytes, "max-rules-bytes", cfg.MaxConfigBytes, "largest config file read; a larger one is refused and the config in force stays")
@@ -59,7 +59,9 @@ standard gRPC health service. SIGTERM or SIGINT drains and exits.`,
 	f.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "PEM certificate (chain) file: with --tls-key, gRPC is served over TLS, the pair reloaded when either file changes")
 	f.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "PEM private key file of --tls-cert")
 	f.Var(&cfg.Headers, "ratelimit-headers", "response headers for Envoy to add: both, draft (RateLimit, RateLimit-Policy), legacy (X-RateLimit-*), none")
+	f.BoolVar(&cfg.ShadowMode, "shadow-mode", cfg.ShadowMode, "decide, count and report every limit but always answer OK (envoyproxy/ratelimit's SHADOW_MODE): try the service on live traffic first")
 	addCounterStoreFlags(f, &cfg.Store)
+	f.Lookup("fail-mode").Usage = "redis store: when Redis fails, local (limit in memory with limit × --local-share), open (answer OK) or closed (answer OVER_LIMIT)"
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "longest drain of calls in flight on SIGTERM")
 	f.Var(&logFormat, "log-format", "log format: json or text")
 	f.Var(&logLevel, "log-level", "log level: debug, info, warn, error")

@@ -1,6 +1,8 @@
 package rls
 
 import (
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,6 +122,60 @@ func TestFailModesRedisStopped(t *testing.T) {
 			}
 			srv.Stop()
 			run(t, h, tc.steps)
+		})
+	}
+}
+
+// TestFleetNeverOverLimit runs three services, each with its own Redis
+// store (its own leases and deny cache), on one redis-server, with
+// concurrent calls for one hot value: with leases (the default) they
+// never admit more than the limit together, and without them exactly the
+// limit.
+func TestFleetNeverOverLimit(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		name   string
+		leases int
+	}{{"leases", 0}, {"no leases", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv.Client().FlushAll(t.Context())
+			var fleet []*harness
+			for range 3 {
+				red, err := limit.NewRedis(limit.RedisConfig{URL: srv.URL(), Leases: tc.leases, Timeout: 5 * time.Second, DialTimeout: 5 * time.Second, PoolTimeout: 5 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { red.Close() })
+				fleet = append(fleet, newHarness(t, Config{Store: red, FailMode: proxy.FailClosed}))
+			}
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for _, h := range fleet {
+				for range 8 {
+					wg.Go(func() {
+						for range 40 {
+							// detailed: 100 a minute.
+							if h.call(t, "ext", "detailed=fleet", 0).OverallCode == ok {
+								admitted.Add(1)
+							}
+						}
+					})
+				}
+			}
+			wg.Wait()
+			got := admitted.Load()
+			switch {
+			case got > 100:
+				t.Errorf("the fleet admitted %d of 960, more than the limit of 100", got)
+			case tc.leases < 0 && got != 100:
+				t.Errorf("without leases the fleet admitted %d of 960, want exactly 100", got)
+			case got == 0:
+				t.Errorf("the fleet admitted nothing")
+			}
+			// With leases, tokens leased to one service and unspent are
+			// room the others lack, so a burst may get less than the limit.
+			t.Logf("admitted %d of 960 (limit 100)", got)
 		})
 	}
 }

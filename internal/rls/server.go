@@ -46,6 +46,8 @@ type ServerConfig struct {
 	TLSCert, TLSKey string
 	// Headers selects the response headers (Config.Headers).
 	Headers proxy.HeaderMode
+	// ShadowMode makes every limit a shadow limit (Config.ShadowMode).
+	ShadowMode bool
 	// Store holds the store settings, as `serve` takes them: Store,
 	// MaxKeys, Redis*, FailMode, LocalShare.
 	Store server.Config
@@ -158,7 +160,8 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 	s.metrics = NewMetrics(reg)
 	s.svc, err = New(Config{
 		Store: s.stores.Store(), FailMode: s.stores.FailMode(), Local: s.stores.Local(),
-		LocalShare: server.LocalScale(cfg.Store), Headers: cfg.Headers, Metrics: s.metrics, Logger: s.log,
+		LocalShare: server.LocalScale(cfg.Store), Headers: cfg.Headers, ShadowMode: cfg.ShadowMode,
+		Metrics: s.metrics, Logger: s.log,
 	})
 	if err != nil {
 		return nil, err
@@ -225,6 +228,12 @@ func (s *Server) Reload() (changed bool, err error) {
 		return false, err
 	}
 	if c.SHA256 == old.configInUse.SHA256 {
+		if old.lastErr != "" {
+			// The files are back as they were: no error stands.
+			st := *old
+			st.lastErr, st.lastErrAt = "", time.Time{}
+			s.state.Store(&st)
+		}
 		return false, nil
 	}
 	s.install(c)

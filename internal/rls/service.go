@@ -63,6 +63,12 @@ type Config struct {
 	// RateLimit-Policy and RateLimit, both, or none. The zero value is
 	// both.
 	Headers proxy.HeaderMode
+	// ShadowMode makes every limit a shadow limit, as envoyproxy/ratelimit's
+	// SHADOW_MODE does: limits are decided, counted when they admit and
+	// reported (a status says OVER_LIMIT where the limit would deny), but
+	// the overall code is always OK. For trying the service on live
+	// traffic before it enforces anything.
+	ShadowMode bool
 	// Metrics, if not nil, counts decisions.
 	Metrics *Metrics
 	// Logger receives store errors (at most one a second). Default
@@ -215,8 +221,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			Key: counterKey(req.Domain, descs[i].GetEntries(), d), Tag: tagPrefix + req.Domain,
 			Params: &d.lim.Params, Cost: max(d.hits, 1), Defer: d.hits == 0,
 		}
+		r.Shadow = s.cfg.ShadowMode
 		if d.desc != nil {
-			r.Shadow = d.desc.ShadowMode
+			r.Shadow = r.Shadow || d.desc.ShadowMode
 			if !d.desc.Bounded {
 				r.Overflow = overflowKey(req.Domain, d.desc)
 			}
@@ -319,6 +326,10 @@ func (s *Service) respond(domain, domLabel string, ds []decision, reqs []limit.R
 				out = outOK
 			case q.Shadow:
 				out = outShadow
+				if d.desc == nil || !d.desc.ShadowMode {
+					// Shadowed by ShadowMode alone: the status tells.
+					st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+				}
 			default:
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 				out = outOverLimit

@@ -313,6 +313,21 @@ func TestShouldRateLimit(t *testing.T) {
 	}
 }
 
+// TestGlobalShadowMode: every limit is decided and counted when it
+// admits, a status says OVER_LIMIT where it would deny, and the overall
+// code is OK.
+func TestGlobalShadowMode(t *testing.T) {
+	t.Parallel()
+	run(t, newHarness(t, Config{ShadowMode: true}), []step{
+		{0, "ext", "pair=b", 0, ok, []string{"ok/0/1"}},
+		{0, "ext", "pair=b", 0, ok, []string{"over/0/1"}},
+		{0, "ext", "pair=a;pair=b", 0, ok, []string{"ok/4/5", "over/0/1"}},
+		{0, "ext", "pair=a", 0, ok, []string{"ok/3/5"}},
+		// A shadow_mode descriptor keeps its OK status.
+		{0, "rl", "foo=s,baz=shady", 0, ok, []string{"ok/2/3"}},
+	})
+}
+
 func TestShouldRateLimitStatusFields(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, Config{})

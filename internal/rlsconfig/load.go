@@ -36,11 +36,13 @@ type Options struct {
 }
 
 // Load reads path, a file or a directory of files, into a Config. In a
-// directory it reads every regular file (or symlink to one) named *.yaml
-// or *.yml whose name does not start with ".", so that the "..data" and
-// timestamped directories of a Kubernetes ConfigMap volume are skipped
-// and its files, symlinks into "..data", are read. Every problem found is
-// reported, as a config.Errors of "file:line: message".
+// directory it reads every regular file (or symlink to one) whose name
+// neither starts with "." nor ends with "~" (an editor's backup), whatever
+// its extension, as envoyproxy/ratelimit
+// reads its runtime directory; the "..data" and timestamped directories of
+// a Kubernetes ConfigMap volume are skipped and its files, symlinks into
+// "..data", are read. Every problem found is reported, as a config.Errors
+// of "file:line: message".
 func Load(path string, opt Options) (*Config, error) {
 	files, err := listFiles(path)
 	if err != nil {
@@ -91,11 +93,8 @@ func listFiles(path string) ([]string, error) {
 	var files []string
 	for _, e := range ents {
 		name := e.Name()
-		if strings.HasPrefix(name, ".") {
-			continue
-		}
-		if ext := filepath.Ext(name); ext != ".yaml" && ext != ".yml" {
-			continue
+		if strings.HasPrefix(name, ".") || strings.HasSuffix(name, "~") {
+			continue // hidden, and editors' backups
 		}
 		p := filepath.Join(path, name)
 		st, err := os.Stat(p) // follows symlinks
@@ -107,7 +106,7 @@ func listFiles(path string) ([]string, error) {
 		}
 	}
 	if len(files) == 0 {
-		return nil, fmt.Errorf("rls config directory %s holds no *.yaml or *.yml file", path)
+		return nil, fmt.Errorf("rls config directory %s holds no file (names starting with \".\" are skipped)", path)
 	}
 	slices.Sort(files)
 	return files, nil
@@ -129,10 +128,22 @@ func readFile(path string, maxBytes int64) ([]byte, error) {
 	return data, nil
 }
 
+// Bounds on a config, so that a file cannot make the loader work without
+// end, however its YAML aliases multiply what it writes.
+const (
+	// MaxDepth is the most levels of descriptors a domain may nest: no
+	// request reaches deeper (rls.MaxEntries).
+	MaxDepth = 32
+	// MaxDescriptors is the most descriptors one load may hold.
+	MaxDescriptors = 100_000
+)
+
 // parser collects the problems of one load.
 type parser struct {
-	file string
-	errs config.Errors
+	file   string
+	errs   config.Errors
+	count  int                 // descriptors read
+	active map[*yaml.Node]bool // descriptors lists being read
 }
 
 func (p *parser) errorf(line int, format string, args ...any) {
@@ -211,15 +222,36 @@ func (p *parser) file1(c *Config, data []byte, opt Options) {
 		d = &Domain{Name: name, File: p.file}
 		c.Domains[name] = d
 	}
-	p.descriptors(&d.node, f["descriptors"], "", true)
+	p.descriptors(&d.node, f["descriptors"], "", true, 0)
 }
 
 // fields returns the values of mapping n by key, reporting keys not in
-// known, and keys given twice.
+// known, and keys given twice. YAML aliases are followed and merge keys
+// ("<<: *defaults") merged, as envoyproxy/ratelimit's YAML reader does; a
+// key set in the mapping wins over a merged one.
 func (p *parser) fields(n *yaml.Node, known []string, where string) map[string]*yaml.Node {
+	return p.fieldsDepth(n, known, where, 0)
+}
+
+// maxMergeDepth bounds merges of merges, so that a mapping that merges
+// itself is an error rather than an endless recursion.
+const maxMergeDepth = 8
+
+func (p *parser) fieldsDepth(n *yaml.Node, known []string, where string, depth int) map[string]*yaml.Node {
 	out := make(map[string]*yaml.Node, len(n.Content)/2)
+	var merged []*yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
+		k, v := n.Content[i], deref(n.Content[i+1])
+		if k.Kind == yaml.ScalarNode && k.Tag == "!!merge" {
+			if v.Kind == yaml.SequenceNode {
+				for _, m := range v.Content {
+					merged = append(merged, deref(m))
+				}
+			} else {
+				merged = append(merged, v)
+			}
+			continue
+		}
 		if k.Kind != yaml.ScalarNode || k.Tag != "!!str" {
 			p.errorf(k.Line, "config error, key is not a string: %s", k.Value)
 			continue
@@ -234,7 +266,30 @@ func (p *parser) fields(n *yaml.Node, known []string, where string) map[string]*
 		}
 		out[k.Value] = v
 	}
+	for _, m := range merged {
+		if depth >= maxMergeDepth {
+			p.errorf(m.Line, "merges (<<) nested more than %d deep, or a mapping that merges itself", maxMergeDepth)
+			break
+		}
+		if m.Kind != yaml.MappingNode {
+			p.errorf(m.Line, "a merge (<<) needs a mapping, not a %s", kindName(m))
+			continue
+		}
+		for k, v := range p.fieldsDepth(m, known, where, depth+1) {
+			if _, set := out[k]; !set {
+				out[k] = v
+			}
+		}
+	}
 	return out
+}
+
+// deref follows a YAML alias (*name) to its anchored node.
+func deref(n *yaml.Node) *yaml.Node {
+	for i := 0; n != nil && n.Kind == yaml.AliasNode && n.Alias != nil && i < 100; i++ {
+		n = n.Alias
+	}
+	return n
 }
 
 // str returns scalar n's value; a non-scalar is reported.
@@ -284,24 +339,45 @@ func kindName(n *yaml.Node) string {
 }
 
 // descriptors reads list n into parent.
-func (p *parser) descriptors(parent *node, n *yaml.Node, path string, bounded bool) {
+func (p *parser) descriptors(parent *node, n *yaml.Node, path string, bounded bool, depth int) {
 	if n == nil || n.Tag == "!!null" {
 		return
 	}
+	switch {
+	case depth >= MaxDepth:
+		p.errorf(n.Line, "descriptors nested more than %d deep: no request can reach them", MaxDepth)
+		return
+	case p.active[n]:
+		p.errorf(n.Line, "a descriptors list that contains itself (through a YAML alias)")
+		return
+	}
+	if p.active == nil {
+		p.active = map[*yaml.Node]bool{}
+	}
+	p.active[n] = true
+	defer delete(p.active, n)
 	if n.Kind != yaml.SequenceNode {
 		p.errorf(n.Line, "descriptors must be a list of mappings, not a %s", kindName(n))
 		return
 	}
 	for _, item := range n.Content {
+		item = deref(item)
 		if item.Kind != yaml.MappingNode {
 			p.errorf(item.Line, "config error, descriptors contain a %s: each must be a mapping with key and rate_limit or descriptors", kindName(item))
 			continue
 		}
-		p.descriptor(parent, item, path, bounded)
+		p.descriptor(parent, item, path, bounded, depth)
 	}
 }
 
-func (p *parser) descriptor(parent *node, n *yaml.Node, path string, bounded bool) {
+func (p *parser) descriptor(parent *node, n *yaml.Node, path string, bounded bool, depth int) {
+	p.count++
+	if p.count > MaxDescriptors {
+		if p.count == MaxDescriptors+1 {
+			p.errorf(n.Line, "more than %d descriptors (YAML aliases expanded): split the config", MaxDescriptors)
+		}
+		return
+	}
 	f := p.fields(n, descriptorKeys, "a descriptor")
 	d := &Descriptor{
 		Key: p.str(f["key"]), Value: p.str(f["value"]), File: p.file, Line: n.Line,
@@ -341,7 +417,7 @@ func (p *parser) descriptor(parent *node, n *yaml.Node, path string, bounded boo
 		parent.wildcards = append(parent.wildcards, d)
 	}
 	parent.list = append(parent.list, d)
-	p.descriptors(&d.node, f["descriptors"], d.Path+".", d.Bounded)
+	p.descriptors(&d.node, f["descriptors"], d.Path+".", d.Bounded, depth+1)
 }
 
 // rateLimit reads a rate_limit mapping.
@@ -357,6 +433,7 @@ func (p *parser) rateLimit(n *yaml.Node, d *Descriptor) *Limit {
 			p.errorf(r.Line, "replaces must be a list of mappings with a name")
 		} else {
 			for _, item := range r.Content {
+				item = deref(item)
 				var name string
 				if item.Kind == yaml.MappingNode {
 					rf := p.fields(item, []string{"name"}, "replaces")

@@ -2,6 +2,7 @@ package rlsconfig
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -107,7 +108,7 @@ func TestDuplicateDomain(t *testing.T) {
 
 // TestDirectoryConfigMap reads a directory laid out as a Kubernetes
 // ConfigMap volume: symlinks into ..data, which the loader must not read
-// twice, and files that are not YAML.
+// twice, a file without an extension, and a dot file it skips.
 func TestDirectoryConfigMap(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -117,17 +118,19 @@ func TestDirectoryConfigMap(t *testing.T) {
 	}
 	copyFile(t, upstream+"examples/config.yaml", filepath.Join(ts, "config.yaml"))
 	copyFile(t, upstream+"examples/example.yaml", filepath.Join(ts, "example.yaml"))
-	writeFile(t, filepath.Join(ts, "notes.txt"), "not a config")
+	writeFile(t, filepath.Join(ts, "third"), "domain: third\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	writeFile(t, filepath.Join(dir, ".notes"), "not a config")
+	writeFile(t, filepath.Join(dir, "config.yaml~"), "an editor's backup")
 	mustSymlink(t, filepath.Base(ts), filepath.Join(dir, "..data"))
-	for _, f := range []string{"config.yaml", "example.yaml", "notes.txt"} {
+	for _, f := range []string{"config.yaml", "example.yaml", "third"} {
 		mustSymlink(t, filepath.Join("..data", f), filepath.Join(dir, f))
 	}
 	c, err := Load(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Files) != 2 || len(c.Domains) != 2 {
-		t.Errorf("got files %v and %d domains, want the two YAML files and 2 domains", c.Files, len(c.Domains))
+	if len(c.Files) != 3 || len(c.Domains) != 3 {
+		t.Errorf("got files %v and %d domains, want 3 of each", c.Files, len(c.Domains))
 	}
 }
 
@@ -178,6 +181,35 @@ func TestParseErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAnchors reads YAML anchors, aliases and merge keys, which
+// envoyproxy/ratelimit's YAML reader accepts.
+func TestAnchors(t *testing.T) {
+	t.Parallel()
+	c, err := Parse("x.yaml", []byte(`domain: d
+descriptors:
+  - key: a
+    rate_limit: &per_minute {unit: minute, requests_per_unit: 10}
+  - key: b
+    rate_limit: *per_minute
+  - key: c
+    rate_limit:
+      <<: *per_minute
+      requests_per_unit: 20
+  - &shared
+    key: d
+    rate_limit: *per_minute
+`), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]int64{"a": 10, "b": 10, "c": 20, "d": 10} {
+		m, ok := c.Domains["d"].Find([]Entry{{key, "x"}})
+		if !ok || m.Descriptor.Limit.Params.Limit != want || m.Descriptor.Limit.Params.Window != time.Minute {
+			t.Errorf("%s: got %+v, want %d a minute", key, m.Descriptor, want)
+		}
 	}
 }
 
@@ -249,5 +281,34 @@ func mustSymlink(t *testing.T, target, link string) {
 	t.Helper()
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAliasAttacks refuses configs whose YAML aliases would make the
+// loader recurse without end or expand without bound.
+func TestAliasAttacks(t *testing.T) {
+	t.Parallel()
+	var bomb strings.Builder
+	bomb.WriteString("domain: d\ndescriptors:\n  - key: k0\n    descriptors: &l0\n")
+	for i := range 10 {
+		fmt.Fprintf(&bomb, "      - key: v%d\n", i)
+	}
+	for lvl := 1; lvl < 9; lvl++ {
+		fmt.Fprintf(&bomb, "  - key: k%d\n    descriptors: &l%d\n", lvl, lvl)
+		for i := range 10 {
+			fmt.Fprintf(&bomb, "      - key: v%d\n        descriptors: *l%d\n", i, lvl-1)
+		}
+	}
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"self merge", "domain: d\ndescriptors:\n  - &x\n    key: a\n    <<: *x\n", "a mapping that merges itself"},
+		{"self list", "domain: d\ndescriptors: &d\n  - key: a\n    descriptors: *d\n", "contains itself"},
+		{"fan-out", bomb.String(), "more than 100000 descriptors"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("x.yaml", []byte(tc.yaml), Options{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error with %q", err, tc.want)
+			}
+		})
 	}
 }

@@ -42,6 +42,8 @@ type scratch struct {
 	// local is set when the memory store decided under --fail-mode
 	// local, which then also takes the response's charges.
 	local bool
+	// route is the route the request takes, nil for --upstream.
+	route *route
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
@@ -172,6 +174,14 @@ func (h *Handler) match(w http.ResponseWriter, r *http.Request, sec *section, sc
 		return false
 	}
 	o.Path = clean
+	rs := h.rules.Load()
+	if sc.route = rs.routes.match(r.Host, clean); sc.route != nil {
+		o.Route, o.Upstream = sc.route.name, sc.route.upstream
+	} else if rs.routes != nil && rs.routes.noRoute {
+		// Refused before anything is counted: it could go nowhere.
+		WriteError(w, http.StatusNotFound, "no_route", "no route of the gateway matches this host and path")
+		return false
+	}
 	method, err := h.ruleMethod(r)
 	if err != nil {
 		WriteError(w, http.StatusBadRequest, "invalid_method_override", err.Error())
@@ -363,5 +373,9 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 	t0 := time.Now()
 	// Deferred: ReverseProxy panics to abort a response broken mid-body.
 	defer func() { o.UpstreamDuration = time.Since(t0) }()
+	if sc.route != nil && sc.route.handler != nil {
+		sc.route.handler.ServeHTTP(w, r)
+		return
+	}
 	h.upstream.ServeHTTP(w, r)
 }

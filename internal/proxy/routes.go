@@ -68,7 +68,7 @@ func compileRoutes(rules *config.Rules, opts *CompileOptions) (*routeTable, erro
 	ro := opts.Routes
 	if len(rules.Routes) == 0 {
 		if ro != nil && ro.NoDefault {
-			return nil, fmt.Errorf("%s: the rule file has no routes and --upstream is not set: add routes and upstreams, or set --upstream", rules.Path)
+			return nil, fmt.Errorf("no upstream: pass --upstream URL (or --demo-upstream to try the gateway), or add routes and upstreams to the rule file %s", rules.Path)
 		}
 		if ro != nil && ro.Registry != nil && len(rules.Upstreams) > 0 {
 			// Upstreams without routes: built, so that /upstreams shows

@@ -66,4 +66,3 @@ func upstreamsHandler(reg *upstream.Registry) http.HandlerFunc {
 		proxy.WriteJSON(w, http.StatusOK, upstreamsOf(reg.Current(), time.Now()))
 	}
 }
-

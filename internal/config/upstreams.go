@@ -305,7 +305,11 @@ func (p *parser) targets(f field, u *Upstream) bool {
 
 // parseTargetURL parses the URL of a target.
 func parseTargetURL(s string) (*url.URL, error) {
-	u, err := url.Parse(strings.TrimSpace(s))
+	s = strings.TrimSpace(s)
+	if !strings.Contains(s, "://") {
+		return nil, fmt.Errorf("the URL has no scheme; write it like http://%s", s)
+	}
+	u, err := url.Parse(s)
 	switch {
 	case err != nil:
 		var ue *url.Error

@@ -14,9 +14,12 @@ import (
 // survives reloads that keep it (see Registry.Build). It is safe for
 // concurrent use.
 type Target struct {
-	url         *url.URL
-	pool        string
-	tr          *transport
+	url  *url.URL
+	pool string
+	tr   *transport
+	// byTimeout are copies of tr with another response header timeout,
+	// for the routes that set their own, by timeout.
+	byTimeout   sync.Map
 	weight      atomic.Int64
 	outstanding atomic.Int64
 	// ejectedUntil is when the passive ejection ends (Unix ns); down is
@@ -33,6 +36,30 @@ type Target struct {
 	// and failed; nextProbe when the next is due.
 	probeOK, probeFail int
 	nextProbe          time.Time
+}
+
+// transport returns t's transport for a response header timeout of d,
+// def being that of t.tr.
+func (t *Target) transport(d, def time.Duration) *transport {
+	if d == def || d <= 0 {
+		return t.tr
+	}
+	if tr, ok := t.byTimeout.Load(d); ok {
+		return tr.(*transport)
+	}
+	c := &transport{Transport: t.tr.Clone(), files: t.tr.files}
+	c.ResponseHeaderTimeout = d
+	tr, _ := t.byTimeout.LoadOrStore(d, c)
+	return tr.(*transport)
+}
+
+// closeIdle closes the idle connections of t's transports.
+func (t *Target) closeIdle() {
+	t.tr.CloseIdleConnections()
+	t.byTimeout.Range(func(_, v any) bool {
+		v.(*transport).CloseIdleConnections()
+		return true
+	})
 }
 
 // URL returns the target's URL.

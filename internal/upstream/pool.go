@@ -1,8 +1,6 @@
 package upstream
 
 import (
-	"context"
-	"errors"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -79,24 +77,16 @@ func (p *Pool) roundTrip(req *http.Request, timeout time.Duration) (*http.Respon
 func (p *Pool) send(req *http.Request, body io.ReadCloser, t *Target, timeout time.Duration) (resp *http.Response, err error, reached bool) {
 	a := &attempt{}
 	a.trace.GotConn = a.gotConn
-	ctx, cancel := context.WithCancelCause(httptrace.WithClientTrace(req.Context(), &a.trace))
-	timer := time.AfterFunc(timeout, func() { cancel(timeoutError{}) })
-	out := req.WithContext(ctx)
+	out := req.WithContext(httptrace.WithClientTrace(req.Context(), &a.trace))
 	u := *req.URL
 	u.Scheme, u.Host = t.url.Scheme, t.url.Host
 	out.URL, out.Body = &u, body
 	t.outstanding.Add(1)
-	resp, err = t.tr.RoundTrip(out)
-	if !timer.Stop() && err != nil && errors.Is(context.Cause(ctx), timeoutError{}) {
-		err = timeoutError{}
-	}
+	resp, err = t.transport(timeout, p.reg.cfg.ResponseHeaderTimeout).RoundTrip(out)
 	if err != nil {
 		t.outstanding.Add(-1)
-		cancel(nil)
 		return nil, err, a.reached.Load()
 	}
-	// The context is released with the inbound request's; cancelling it
-	// here would cut the body being read.
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		// The body is the upgraded connection, which ReverseProxy needs
 		// as an io.ReadWriteCloser: it is not wrapped, nor counted as

@@ -43,8 +43,9 @@ func newTransport(t *config.UpstreamTLS, host string, cfg Config) (*transport, e
 		MaxIdleConnsPerHost: cfg.MaxIdleConnsPerHost,
 		IdleConnTimeout:     90 * time.Second,
 		TLSHandshakeTimeout: 5 * time.Second,
-		// The response header timeout is the pool's, per request: a
-		// route may set its own.
+		// A route that sets its own timeout uses a copy with it (see
+		// Target.transport).
+		ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
 		ExpectContinueTimeout: time.Second,
 	}}
 	if t == nil {

@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -194,8 +193,15 @@ func (r *Registry) Commit(s *Set) {
 	r.targets, r.current = s.targets, s
 	r.mu.Unlock()
 	for k, t := range old {
-		if s.targets[k] != t && t.tr != r.plain {
-			t.tr.CloseIdleConnections()
+		if s.targets[k] != t {
+			if t.tr != r.plain {
+				t.closeIdle()
+			} else {
+				t.byTimeout.Range(func(_, v any) bool {
+					v.(*transport).CloseIdleConnections()
+					return true
+				})
+			}
 		}
 	}
 	select {
@@ -276,16 +282,6 @@ func (e *NoHealthyTargetError) Error() string {
 
 // Unwrap returns ErrNoHealthyTarget.
 func (e *NoHealthyTargetError) Unwrap() error { return ErrNoHealthyTarget }
-
-// timeoutError is the error of a request whose target did not send its
-// response headers in time.
-type timeoutError struct{}
-
-func (timeoutError) Error() string   { return "upstream: timeout awaiting response headers" }
-func (timeoutError) Timeout() bool   { return true }
-func (timeoutError) Temporary() bool { return true }
-
-var _ net.Error = timeoutError{}
 
 // WithTimeout returns p with a response header timeout of d instead of
 // the Registry's, for a route that sets its own; p itself when d is 0.

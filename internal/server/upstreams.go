@@ -24,10 +24,7 @@ type poolView struct {
 func upstreamsOf(set *upstream.Set, now time.Time) upstreamsView {
 	v := upstreamsView{Upstreams: []poolView{}}
 	for _, p := range set.Pools() {
-		pv := poolView{Name: p.Name(), Ready: p.Ready(now)}
-		for _, t := range p.Targets() {
-			pv.Targets = append(pv.Targets, t.State(now))
-		}
+		pv := poolView{Name: p.Name(), Ready: p.Ready(now), Targets: p.States(now)}
 		v.Upstreams = append(v.Upstreams, pv)
 	}
 	return v

@@ -20,7 +20,6 @@ type Target struct {
 	// byTimeout are copies of tr with another response header timeout,
 	// for the routes that set their own, by timeout.
 	byTimeout   sync.Map
-	weight      atomic.Int64
 	outstanding atomic.Int64
 	// ejectedUntil is when the passive ejection ends (Unix ns); down is
 	// set while the active health check finds the target failing.
@@ -84,12 +83,13 @@ type TargetState struct {
 	Ejections int64 `json:"ejections"`
 }
 
-// State returns t's state at now.
+// State returns t's state at now, without its weight, which is its
+// pool's (Pool.States).
 func (t *Target) State(now time.Time) TargetState {
 	t.mu.Lock()
 	failures := t.failures
 	t.mu.Unlock()
-	s := TargetState{URL: t.url.String(), Weight: t.weight.Load(), State: "healthy",
+	s := TargetState{URL: t.url.String(), State: "healthy",
 		Outstanding: t.outstanding.Load(), Failures: failures, Ejections: t.ejections.Load()}
 	if until := t.ejectedUntil.Load(); now.UnixNano() < until {
 		u := time.Unix(0, until).UTC()
@@ -133,7 +133,7 @@ func (p *Pool) observe(t *Target, failed bool) {
 	if cfg.Events != nil {
 		cfg.Events.Ejected(p.name)
 	}
-	cfg.Logger.Warn("upstream target ejected after failing requests in a row", "upstream", p.name, "target", t.url.String(), "for", d)
+	cfg.Logger.Warn("upstream target ejected after failing requests in a row", "upstream", p.name, "target", t.url.String(), "for", d.String())
 }
 
 // Check probes, at now, the targets of s whose health check is due, and

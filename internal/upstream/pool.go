@@ -200,24 +200,26 @@ func (p *Pool) pick(now int64, tried []*Target) *Target {
 	if p.roundRobin {
 		return p.pickRoundRobin(now, tried)
 	}
-	a := p.pickRandom(now, tried, nil)
-	if a == nil {
+	a := p.pickRandom(now, tried, -1)
+	if a < 0 {
 		return nil
 	}
 	b := p.pickRandom(now, tried, a)
-	if b == nil {
-		return a
+	if b < 0 {
+		return p.targets[a]
 	}
 	// The one with fewer requests outstanding for its weight.
-	if b.outstanding.Load()*a.weight.Load() < a.outstanding.Load()*b.weight.Load() {
-		return b
+	ta, tb := p.targets[a], p.targets[b]
+	if tb.outstanding.Load()*p.weights[a] < ta.outstanding.Load()*p.weights[b] {
+		return tb
 	}
-	return a
+	return ta
 }
 
-// eligible reports whether t may take a request at now.
-func eligible(t *Target, now int64, tried []*Target, not *Target) bool {
-	if t == not || !t.available(now) {
+// eligible reports whether the target i may take a request at now.
+func (p *Pool) eligible(i int, now int64, tried []*Target, not int) bool {
+	t := p.targets[i]
+	if i == not || !t.available(now) {
 		return false
 	}
 	for _, x := range tried {
@@ -228,27 +230,27 @@ func eligible(t *Target, now int64, tried []*Target, not *Target) bool {
 	return true
 }
 
-// pickRandom returns an eligible target other than not, chosen at random
-// in proportion to the weights, or nil.
-func (p *Pool) pickRandom(now int64, tried []*Target, not *Target) *Target {
+// pickRandom returns the index of an eligible target other than not,
+// chosen at random in proportion to the weights, or -1.
+func (p *Pool) pickRandom(now int64, tried []*Target, not int) int {
 	var sum int64
-	for _, t := range p.targets {
-		if eligible(t, now, tried, not) {
-			sum += t.weight.Load()
+	for i := range p.targets {
+		if p.eligible(i, now, tried, not) {
+			sum += p.weights[i]
 		}
 	}
 	if sum == 0 {
-		return nil
+		return -1
 	}
 	r := rand.Int64N(sum)
-	for _, t := range p.targets {
-		if eligible(t, now, tried, not) {
-			if r -= t.weight.Load(); r < 0 {
-				return t
+	for i := range p.targets {
+		if p.eligible(i, now, tried, not) {
+			if r -= p.weights[i]; r < 0 {
+				return i
 			}
 		}
 	}
-	return nil
+	return -1
 }
 
 // pickRoundRobin returns the next eligible target by smooth weighted
@@ -258,11 +260,11 @@ func (p *Pool) pickRoundRobin(now int64, tried []*Target) *Target {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	best, total := -1, int64(0)
-	for i, t := range p.targets {
-		if !eligible(t, now, tried, nil) {
+	for i := range p.targets {
+		if !p.eligible(i, now, tried, -1) {
 			continue
 		}
-		w := t.weight.Load()
+		w := p.weights[i]
 		p.current[i] += w
 		total += w
 		if best < 0 || p.current[i] > p.current[best] {

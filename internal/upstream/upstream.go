@@ -150,9 +150,9 @@ func (r *Registry) Build(ups []config.Upstream) (*Set, error) {
 				}
 				t = &Target{url: tc.URL, pool: u.Name, tr: tr}
 			}
-			t.weight.Store(int64(tc.Weight))
 			s.targets[key] = t
 			p.targets = append(p.targets, t)
+			p.weights = append(p.weights, int64(tc.Weight))
 		}
 		base := *u.Targets[0].URL
 		p.base = &base
@@ -239,6 +239,7 @@ type Pool struct {
 	name       string
 	reg        *Registry
 	targets    []*Target
+	weights    []int64 // of targets
 	base       *url.URL
 	roundRobin bool
 	health     *config.HealthCheck
@@ -259,6 +260,17 @@ func (p *Pool) Base() *url.URL { return p.base }
 
 // Targets returns the pool's targets.
 func (p *Pool) Targets() []*Target { return slices.Clone(p.targets) }
+
+// States returns the states of the pool's targets at now, with their
+// weights.
+func (p *Pool) States(now time.Time) []TargetState {
+	out := make([]TargetState, len(p.targets))
+	for i, t := range p.targets {
+		out[i] = t.State(now)
+		out[i].Weight = p.weights[i]
+	}
+	return out
+}
 
 // Ready reports whether the pool has a target in it (not ejected, not
 // failing its health checks) at now.

@@ -59,7 +59,6 @@ type routed struct {
 	srv *httptest.Server
 	reg *upstream.Registry
 	obs *observed
-	log *strings.Builder
 }
 
 func (g *routed) compile(t *testing.T, rules string, noDefault bool) *RuleSet {

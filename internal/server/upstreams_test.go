@@ -10,7 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/eventually"
 )
 
 // adminJSON gets path on the admin port and decodes its JSON into v,
@@ -126,5 +130,48 @@ func TestNoUpstreamNeedsRoutes(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "no upstream") {
 		t.Errorf("got %v, want it to say there is no upstream", err)
+	}
+}
+
+// TestActiveHealthChecksRun checks that Serve runs the health checks:
+// a target failing its check leaves the pool, and comes back.
+func TestActiveHealthChecksRun(t *testing.T) {
+	t.Parallel()
+	var healthy atomic.Bool
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" && !healthy.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(up.Close)
+	g := startLive(t, func(c *Config) {
+		os.WriteFile(c.ConfigPath, []byte(fmt.Sprintf(`
+upstreams:
+  - name: api
+    targets: [%s]
+    healthCheck: {path: /healthz, interval: 100ms, timeout: 100ms, healthy: 1, unhealthy: 1}
+routes:
+  - path: /api
+    upstream: api
+configs:
+  - appId: "*"
+    limit: -1
+`, up.URL)), 0o644)
+	})
+	state := func() string {
+		var ups upstreamsView
+		adminJSON(t, g.admin, "/upstreams", &ups)
+		return ups.Upstreams[0].Targets[0].State
+	}
+	eventually.True(t, 30*time.Second, func() bool { return state() == "unhealthy" }, "the failing check never took the target out")
+	if code := g.get(t, "/api/x"); code != http.StatusServiceUnavailable {
+		t.Errorf("with the only target unhealthy: got %d, want 503", code)
+	}
+	healthy.Store(true)
+	eventually.True(t, 30*time.Second, func() bool { return state() == "healthy" }, "the passing check never brought the target back")
+	if code := g.get(t, "/api/x"); code != 200 {
+		t.Errorf("back in the pool: got %d, want 200", code)
 	}
 }

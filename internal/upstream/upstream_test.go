@@ -514,3 +514,37 @@ func TestUpgradeBodyIsReadWriter(t *testing.T) {
 		t.Errorf("got %q through the upgraded connection, want %q", got, "echo hi\n")
 	}
 }
+
+func TestReloadKeepsConnections(t *testing.T) {
+	t.Parallel()
+	var conns atomic.Int64
+	a := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "a") }))
+	a.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	a.Start()
+	t.Cleanup(a.Close)
+	b := newCounting(t)
+	reg := newRegistry(t, nil)
+	p1 := build(t, reg, config.BalanceRoundRobin, nil, a.URL)
+	for range 5 {
+		if _, err := get(t, p1, p1.Base()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The pool changes: a target is added, the balancing stays.
+	p2 := build(t, reg, config.BalanceRoundRobin, nil, a.URL, b.URL)
+	for range 10 {
+		if _, err := get(t, p2, p2.Base()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := conns.Load(); got != 1 {
+		t.Errorf("the kept target got %d connections across the reload, want its one keep-alive connection", got)
+	}
+	if b.n.Load() != 5 {
+		t.Errorf("the new target got %d of 10 requests, want 5", b.n.Load())
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"net/url"
@@ -381,7 +382,7 @@ func (p *parser) upstreamTLS(f field, u *Upstream) (*UpstreamTLS, bool) {
 		p.errorf(line, "tls needs both cert and key for a client certificate, or neither")
 		ok = false
 	case t.Cert != "":
-		if _, err := tls.LoadX509KeyPair(t.Cert, t.Key); err != nil {
+		if _, err := LoadKeyPair(t.Cert, t.Key); err != nil {
 			p.errorf(certLine, "tls cert %s and key %s do not load: %s", t.Cert, t.Key, err)
 			ok = false
 		}
@@ -390,10 +391,51 @@ func (p *parser) upstreamTLS(f field, u *Upstream) (*UpstreamTLS, bool) {
 	return t, ok
 }
 
+// MaxPEMBytes is the largest CA, certificate or key file read.
+const MaxPEMBytes = 1 << 20
+
+// ReadPEMFile reads a CA, certificate or key file: a regular file of at
+// most MaxPEMBytes, so that a rule file naming /dev/zero, a FIFO or a
+// huge file cannot hang or exhaust the gateway that loads it.
+func ReadPEMFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return nil, err
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	case fi.Size() > MaxPEMBytes:
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, MaxPEMBytes)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxPEMBytes+1))
+	if err == nil && len(data) > MaxPEMBytes {
+		err = fmt.Errorf("%s is larger than %d bytes", path, MaxPEMBytes)
+	}
+	return data, err
+}
+
+// LoadKeyPair loads a certificate and its key with ReadPEMFile.
+func LoadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
+	cert, err := ReadPEMFile(certFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	key, err := ReadPEMFile(keyFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(cert, key)
+}
+
 // checkCAFile checks that path is a PEM file of at least one
 // certificate.
 func checkCAFile(path string) error {
-	data, err := os.ReadFile(path)
+	data, err := ReadPEMFile(path)
 	if err != nil {
 		return err
 	}

@@ -140,6 +140,8 @@ func TestRouteErrors(t *testing.T) {
 			want: []wantErr{{5, "holds no PEM certificate"}}},
 		{name: "tls missing file", data: "upstreams:\n  - name: a\n    targets: [https://x]\n    tls: {cert: /nonexistent/c.pem, key: /nonexistent/k.pem}\n" + tail,
 			want: []wantErr{{4, "do not load"}}},
+		{name: "tls file that is not a regular file", data: "upstreams:\n  - name: a\n    targets: [https://x]\n    tls: {ca: /dev/zero}\n" + tail,
+			want: []wantErr{{4, "/dev/zero is not a regular file"}}},
 		{name: "tls on http", data: "upstreams:\n  - name: a\n    targets: [http://x]\n    tls: {serverName: x}\n" + tail,
 			want: []wantErr{{4, "the targets are http"}}},
 		{name: "weight", data: "upstreams:\n  - name: a\n    targets: [{url: http://x, weight: 0}]\n" + tail,

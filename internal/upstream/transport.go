@@ -148,14 +148,14 @@ func (f *tlsFiles) load() error {
 	var pair *tls.Certificate
 	var roots *x509.CertPool
 	if f.cert != "" {
-		c, err := tls.LoadX509KeyPair(f.cert, f.key)
+		c, err := config.LoadKeyPair(f.cert, f.key)
 		if err != nil {
 			return fmt.Errorf("tls cert %s and key %s: %w", f.cert, f.key, err)
 		}
 		pair = &c
 	}
 	if f.ca != "" {
-		data, err := os.ReadFile(f.ca)
+		data, err := config.ReadPEMFile(f.ca)
 		if err != nil {
 			return fmt.Errorf("tls ca: %w", err)
 		}

@@ -59,6 +59,7 @@ type routed struct {
 	srv *httptest.Server
 	reg *upstream.Registry
 	obs *observed
+	top *Top
 }
 
 func (g *routed) compile(t *testing.T, rules string, noDefault bool) *RuleSet {
@@ -92,7 +93,7 @@ func newRouted(t *testing.T, rules, defaultURL string) *routed {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &routed{reg: reg, obs: &observed{more: make(chan struct{}, 1)}}
+	g := &routed{reg: reg, obs: &observed{more: make(chan struct{}, 1)}, top: NewTop(TopConfig{})}
 	rs := g.compile(t, rules, defaultURL == "")
 	reg.Commit(rs.Upstreams())
 	store, err := limit.NewMemory(limit.MemoryConfig{})
@@ -106,7 +107,7 @@ func newRouted(t *testing.T, rules, defaultURL string) *routed {
 			t.Fatal(err)
 		}
 	}
-	g.h, err = NewHandler(HandlerConfig{Rules: rs, Store: store, Upstream: up, Observers: []Observer{g.obs}, Logger: slog.New(slog.DiscardHandler)})
+	g.h, err = NewHandler(HandlerConfig{Rules: rs, Store: store, Upstream: up, Observers: []Observer{g.top, g.obs}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,6 +191,30 @@ routes:
 		if got := g.obs.last().Route; got != tt.route {
 			t.Errorf("%s%s: outcome route %q, want %q", tt.host, tt.path, got, tt.route)
 		}
+	}
+}
+
+func TestTopNamesTheRoutes(t *testing.T) {
+	t.Parallel()
+	a, b := newNamed(t, "a"), newNamed(t, "b")
+	g := newRouted(t, fmt.Sprintf(`
+upstreams: [{name: a, targets: [%s]}, {name: b, targets: [%s]}]
+routes: [{path: /a, upstream: a, name: ra}, {path: /b, upstream: b, name: rb}]
+configs:
+  - appId: "*"
+    limits:
+      - api: /
+        limit: 1000
+`, a.URL, b.URL), "")
+	for _, p := range []string{"/a/1", "/b/2", "/a/3"} {
+		if code, _ := g.get(t, "", p); code != 200 {
+			t.Fatalf("%s: got %d", p, code)
+		}
+	}
+	g.obs.waitFor(t, 3)
+	snap := g.top.Snapshot(time.Now(), "")
+	if len(snap) != 1 || strings.Join(snap[0].Routes, ",") != "ra,rb" {
+		t.Errorf("/top: got %+v, want the limit / with routes ra and rb", snap)
 	}
 }
 

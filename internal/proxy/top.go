@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"cmp"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -69,6 +70,9 @@ type topLimit struct {
 	by config.By
 	mu sync.Mutex
 	w  *topk.Window
+	// routes are the routes of the rule file that the limit's requests
+	// took (bounded by the rule file), nil when none took one.
+	routes map[string]struct{}
 }
 
 // NewTop returns an empty Top.
@@ -90,6 +94,14 @@ func (t *Top) ObserveRequest(_ *http.Request, o *Outcome) {
 		tl := t.limit(l.App, l.API, l.By)
 		tl.mu.Lock()
 		tl.w.Add(o.Start, l.Key, l.Allowed)
+		if o.Route != "" {
+			if _, ok := tl.routes[o.Route]; !ok {
+				if tl.routes == nil {
+					tl.routes = map[string]struct{}{}
+				}
+				tl.routes[o.Route] = struct{}{}
+			}
+		}
 		tl.mu.Unlock()
 	}
 }
@@ -125,6 +137,10 @@ type TopLimit struct {
 	// From is when the window began.
 	From time.Time  `json:"from"`
 	Keys []topk.Key `json:"keys"`
+	// Routes are the routes of the rule file that the limit's requests
+	// took since it was first counted, sorted; empty when they went to
+	// --upstream.
+	Routes []string `json:"routes,omitempty"`
 }
 
 // Snapshot returns the heaviest keys of every limit counted in the
@@ -147,6 +163,7 @@ func (t *Top) Snapshot(now time.Time, app string) []TopLimit {
 	for _, l := range lims {
 		l.tl.mu.Lock()
 		keys, n, from := l.tl.w.Top(now)
+		routes := slices.Sorted(maps.Keys(l.tl.routes))
 		l.tl.mu.Unlock()
 		if n == 0 {
 			// Forget limits nobody hits, removed rules among them.
@@ -157,7 +174,7 @@ func (t *Top) Snapshot(now time.Time, app string) []TopLimit {
 			t.mu.Unlock()
 			continue
 		}
-		out = append(out, TopLimit{App: l.k.app, API: l.k.api, By: l.tl.by, Requests: n, From: from.UTC(), Keys: keys})
+		out = append(out, TopLimit{App: l.k.app, API: l.k.api, By: l.tl.by, Requests: n, From: from.UTC(), Keys: keys, Routes: routes})
 	}
 	slices.SortFunc(out, func(a, b TopLimit) int {
 		return cmp.Or(strings.Compare(a.App, b.App), strings.Compare(a.API, b.API))

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,7 +14,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/eventually"
 	"github.com/ratelimit-gateway/gateway/internal/tlstest"
 )
 
@@ -154,5 +158,96 @@ configs:
 		if !strings.Contains(errOut, want) {
 			t.Errorf("validate output lacks %q:\n%s", want, errOut)
 		}
+	}
+}
+
+// TestEndToEndReloadPoolsUnderLoad rewrites the rule file, changing the
+// pool's targets, while requests flow through the binary: none fails,
+// and the last pool serves.
+func TestEndToEndReloadPoolsUnderLoad(t *testing.T) {
+	t.Parallel()
+	if binary == "" {
+		t.Skip("-short: the end-to-end tests need the gateway binary")
+	}
+	var counts [3]atomic.Int64
+	var urls [3]string
+	for i := range counts {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			counts[i].Add(1)
+			io.WriteString(w, "ok")
+		}))
+		t.Cleanup(s.Close)
+		urls[i] = s.URL
+	}
+	rules := func(targets ...int) string {
+		var ts []string
+		for _, i := range targets {
+			ts = append(ts, urls[i])
+		}
+		return fmt.Sprintf("upstreams: [{name: p, targets: [%s]}]\nroutes: [{path: /, upstream: p}]\nconfigs: [{appId: \"*\", limit: -1}]\n", strings.Join(ts, ", "))
+	}
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	os.WriteFile(path, []byte(rules(0, 1)), 0o644)
+	g := startGateway(t, nil, "--config", path)
+
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	var sent, failed atomic.Int64
+	var firstFailure atomic.Value
+	for range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			client := &http.Client{}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, err := client.Get(g.proxy + "/x")
+				sent.Add(1)
+				if err != nil {
+					failed.Add(1)
+					firstFailure.CompareAndSwap(nil, err.Error())
+					continue
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					failed.Add(1)
+					firstFailure.CompareAndSwap(nil, fmt.Sprintf("%d %s", resp.StatusCode, b))
+				}
+			}
+		}()
+	}
+	// Each edit is in force once /rules shows its digest; requests then
+	// flow on the new pool for a while before the next edit.
+	for _, targets := range [][]int{{0, 1, 2}, {1}, {2, 0}, {2}} {
+		data := rules(targets...)
+		sum := sha256.Sum256([]byte(data))
+		tmp := path + ".tmp"
+		os.WriteFile(tmp, []byte(data), 0o644)
+		os.Rename(tmp, path)
+		eventually.True(t, 30*time.Second, func() bool {
+			_, body := send(t, "GET", g.admin+"/rules")
+			return strings.Contains(body, hex.EncodeToString(sum[:]))
+		}, "the edit to %v never came into force\n%s", targets, g.logs)
+		before := counts[targets[0]].Load()
+		eventually.True(t, 30*time.Second, func() bool { return counts[targets[0]].Load() > before+20 },
+			"target %d of the pool in force gets no requests", targets[0])
+	}
+	// Only target 2 is left: the others get no more requests.
+	c0, c1 := counts[0].Load(), counts[1].Load()
+	before := counts[2].Load()
+	eventually.True(t, 30*time.Second, func() bool { return counts[2].Load() > before+50 }, "target 2 gets no requests")
+	if counts[0].Load() != c0 || counts[1].Load() != c1 {
+		t.Errorf("removed targets still got requests: %d and %d more", counts[0].Load()-c0, counts[1].Load()-c1)
+	}
+	close(stop)
+	for range 4 {
+		<-done
+	}
+	if f := failed.Load(); f != 0 {
+		t.Errorf("%d of %d requests failed across the reloads, want none; first: %v", f, sent.Load(), firstFailure.Load())
 	}
 }

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/ratelimit-gateway/gateway/configs"
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/server"
 	"github.com/spf13/cobra"
 )
@@ -125,6 +127,9 @@ func serve(cfg server.Config) error {
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, os.Interrupt)
 	defer signal.Stop(sigs)
 	srv, err := server.New(cfg)
+	if errors.Is(err, proxy.ErrNoUpstream) {
+		return usageError{err} // as a missing flag is
+	}
 	if err != nil {
 		return err
 	}

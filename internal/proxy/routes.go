@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,6 +14,10 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/trie"
 	"github.com/ratelimit-gateway/gateway/internal/upstream"
 )
+
+// ErrNoUpstream is wrapped by the error of compiling rules without routes
+// when there is no --upstream: no request could go anywhere.
+var ErrNoUpstream = errors.New("no upstream")
 
 // RouteOptions are what compiling routes needs beyond the rule file: the
 // registry that keeps the upstreams' pools across reloads, and the
@@ -68,7 +73,7 @@ func compileRoutes(rules *config.Rules, opts *CompileOptions) (*routeTable, erro
 	ro := opts.Routes
 	if len(rules.Routes) == 0 {
 		if ro != nil && ro.NoDefault {
-			return nil, fmt.Errorf("no upstream: pass --upstream URL (or --demo-upstream to try the gateway), or add routes and upstreams to the rule file %s", rules.Path)
+			return nil, fmt.Errorf("%w: pass --upstream URL (or --demo-upstream to try the gateway), or add routes and upstreams to the rule file %s", ErrNoUpstream, rules.Path)
 		}
 		if ro != nil && ro.Registry != nil && len(rules.Upstreams) > 0 {
 			// Upstreams without routes: built, so that /upstreams shows

@@ -128,3 +128,65 @@ func TestServerNameIsChecked(t *testing.T) {
 		}
 	}
 }
+
+// An upgrade to a TLS target that offers HTTP/2 goes over HTTP/1.1, the
+// only protocol an upgrade has.
+func TestUpgradeToAnHTTP2Target(t *testing.T) {
+	t.Parallel()
+	server := tlstest.New(t, 401)
+	pair, err := tls.X509KeyPair(server.CertPEM, server.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") == "" {
+			io.WriteString(w, r.Proto)
+			return
+		}
+		conn, brw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+		brw.Flush()
+		line, _ := brw.ReadString('\n')
+		brw.WriteString("echo " + line)
+		brw.Flush()
+	}))
+	s.EnableHTTP2 = true
+	s.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+	s.StartTLS()
+	t.Cleanup(s.Close)
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.pem")
+	writeFile(t, ca, server.CertPEM)
+	reg := newRegistry(t, nil)
+	set, err := reg.Build([]config.Upstream{{Name: "h2", Targets: []config.Target{{URL: mustURL(t, s.URL), Weight: 1}},
+		TLS: &config.UpstreamTLS{CA: ca}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := set.Pool("h2")
+	if got, err := body(t, p, s.URL); err != nil || got != "HTTP/2.0" {
+		t.Fatalf("a plain request: got %q, %v; want HTTP/2.0", got, err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, s.URL+"/ws", nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "websocket")
+	resp, err := p.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw, ok := resp.Body.(io.ReadWriteCloser)
+	if resp.StatusCode != 101 || !ok {
+		t.Fatalf("got %d with a %T body, want 101 with an io.ReadWriteCloser", resp.StatusCode, resp.Body)
+	}
+	defer rw.Close()
+	rw.Write([]byte("hi\n"))
+	buf := make([]byte, 8)
+	n, _ := io.ReadFull(rw, buf)
+	if string(buf[:n]) != "echo hi\n" {
+		t.Errorf("got %q through the upgraded connection, want %q", buf[:n], "echo hi\n")
+	}
+}

@@ -455,3 +455,30 @@ func (zeros) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
 }
+
+func TestRouteTimeoutIs504(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(slow.Close)
+	t.Cleanup(func() { close(release) })
+	fast := newNamed(t, "fast")
+	g := newRouted(t, fmt.Sprintf(`
+upstreams: [{name: slow, targets: [%s]}, {name: fast, targets: [%s]}]
+routes:
+  - {path: /slow, upstream: slow, timeout: 100ms}
+  - {path: /, upstream: fast}
+`+anyApp, slow.URL, fast.URL), "")
+	code, body := g.get(t, "", "/slow")
+	if code != http.StatusGatewayTimeout || !strings.Contains(body, `"upstream_timeout"`) {
+		t.Errorf("route with a timeout: got %d %s, want 504 upstream_timeout", code, body)
+	}
+	if code, _ := g.get(t, "", "/other"); code != 200 {
+		t.Errorf("another route: got %d, want 200", code)
+	}
+}

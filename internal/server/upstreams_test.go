@@ -151,7 +151,7 @@ func TestActiveHealthChecksRun(t *testing.T) {
 upstreams:
   - name: api
     targets: [%s]
-    healthCheck: {path: /healthz, interval: 100ms, timeout: 100ms, healthy: 1, unhealthy: 1}
+    healthCheck: {path: /healthz, interval: 200ms, timeout: 200ms, healthy: 1, unhealthy: 3}
 routes:
   - path: /api
     upstream: api

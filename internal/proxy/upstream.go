@@ -179,7 +179,11 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 				markStatus(w, StatusClientClosed)
 				return
 			}
-			log.Warn("upstream request failed", "status", status, "method", r.Method, "path", r.URL.Path, "err", err)
+			if !errors.Is(err, upstream.ErrNoHealthyTarget) {
+				// A pool left empty answers every request at once; the
+				// ejections that emptied it were logged.
+				log.Warn("upstream request failed", "status", status, "method", r.Method, "path", r.URL.Path, "err", err)
+			}
 			WriteError(w, status, code, msg)
 		},
 	}, nil

@@ -37,6 +37,9 @@ type Upstream struct {
 	Balancing string
 	// HealthCheck, when not nil, probes each target actively.
 	HealthCheck *HealthCheck
+	// Outlier, when not nil, replaces the gateway's passive ejection
+	// settings for this upstream.
+	Outlier *Outlier
 	// Line is where the upstream starts in the file.
 	Line int
 }
@@ -83,6 +86,19 @@ type HealthCheck struct {
 	// Healthy and Unhealthy are the successes and failures in a row
 	// that change a target's state. Defaults 2 and 3.
 	Healthy, Unhealthy int
+	// Line is where the section starts.
+	Line int
+}
+
+// Outlier is how failed requests take a target out of its pool: Failures
+// in a row (connection failures, timeouts, 5xx) eject it for Ejection,
+// doubled at each ejection that follows another without a success
+// between them, up to MaxEjection.
+type Outlier struct {
+	// Failures is 1..1000, default 5.
+	Failures int
+	// Ejection and MaxEjection default to 10s and 5m.
+	Ejection, MaxEjection time.Duration
 	// Line is where the section starts.
 	Line int
 }
@@ -136,7 +152,8 @@ const (
 )
 
 var (
-	upstreamFields = []string{"name", "targets", "tls", "balancing", "healthCheck"}
+	upstreamFields = []string{"name", "targets", "tls", "balancing", "healthCheck", "outlier"}
+	outlierFields  = []string{"failures", "ejection", "maxEjection"}
 	targetFields   = []string{"url", "weight"}
 	tlsFields      = []string{"ca", "cert", "key", "serverName"}
 	healthFields   = []string{"path", "interval", "timeout", "healthy", "unhealthy"}
@@ -213,7 +230,55 @@ func (p *parser) upstream(n *yaml.Node, names map[string]int) (Upstream, bool) {
 		h, good := p.healthCheck(f)
 		u.HealthCheck, ok = h, ok && good
 	}
+	if f, set := fs["outlier"]; set {
+		o, good := p.outlier(f)
+		u.Outlier, ok = o, ok && good
+	}
 	return u, ok
+}
+
+// outlier reads an upstream's outlier section.
+func (p *parser) outlier(f field) (*Outlier, bool) {
+	if f.val.Kind != yaml.MappingNode {
+		p.wrongType(f, p.word("a mapping", "an object")+" of failures, ejection and maxEjection")
+		return nil, false
+	}
+	o := &Outlier{Failures: 5, Ejection: 10 * time.Second, MaxEjection: 5 * time.Minute, Line: f.line}
+	fs := p.fields(f.val, "outlier", outlierFields)
+	ok := true
+	if g, set := fs["failures"]; set {
+		v, good := p.integer(g)
+		switch {
+		case !good:
+			ok = false
+		case v < 1 || v > 1000:
+			p.errorf(g.line, "outlier failures %d is outside 1..1000; it is how many failed requests in a row eject a target", v)
+			ok = false
+		default:
+			o.Failures = int(v)
+		}
+	}
+	line := f.line
+	for _, name := range []string{"ejection", "maxEjection"} {
+		g, set := fs[name]
+		if !set {
+			continue
+		}
+		d, good := p.duration(g)
+		switch {
+		case !good:
+			ok = false
+		case name == "ejection":
+			o.Ejection = d
+		default:
+			o.MaxEjection, line = d, g.line
+		}
+	}
+	if ok && o.MaxEjection < o.Ejection {
+		p.errorf(line, "outlier maxEjection %s is shorter than ejection %s", o.MaxEjection, o.Ejection)
+		ok = false
+	}
+	return o, ok
 }
 
 // validName reports whether s is a valid upstream or route name.

@@ -183,3 +183,23 @@ func TestRouteErrorsNameTheFile(t *testing.T) {
 		t.Errorf("got %v, want a file:line error", err)
 	}
 }
+
+func TestOutlier(t *testing.T) {
+	t.Parallel()
+	for _, f := range []struct{ name, data string }{
+		{"r.yaml", "upstreams:\n  - name: a\n    targets: [http://x]\n    outlier: {failures: 2, ejection: 1s, maxEjection: 1m}\nconfigs: [{appId: \"*\", limit: 1}]\n"},
+		{"r.xml", `<rules><upstream name="a"><target url="http://x"/><outlier failures="2" ejection="1s" maxEjection="1m"/></upstream><config appId="*" limit="1"/></rules>`},
+	} {
+		r, err := Parse(f.name, []byte(f.data))
+		if err != nil {
+			t.Fatalf("%s: %v", f.name, err)
+		}
+		got := *r.Upstreams[0].Outlier
+		got.Line = 0
+		if want := (Outlier{Failures: 2, Ejection: time.Second, MaxEjection: time.Minute}); got != want {
+			t.Errorf("%s: got %+v, want %+v", f.name, got, want)
+		}
+	}
+	_, err := Parse("rules.yaml", []byte("upstreams:\n  - name: a\n    targets: [http://x]\n    outlier:\n      ejection: 1m\n      maxEjection: 10s\nconfigs: [{appId: \"*\", limit: 1}]\n"))
+	checkErrors(t, err, []wantErr{{6, "outlier maxEjection 10s is shorter than ejection 1m0s"}})
+}

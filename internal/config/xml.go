@@ -65,6 +65,7 @@ var (
 		{name: "target", field: "targets", list: true, elem: &xmlElement{name: "target"}},
 		{name: "tls", field: "tls", elem: &xmlElement{name: "tls"}},
 		{name: "healthCheck", field: "healthCheck", elem: &xmlElement{name: "healthCheck"}},
+		{name: "outlier", field: "outlier", elem: &xmlElement{name: "outlier"}},
 	}}
 	xmlRoot = &xmlElement{name: "rules", children: []xmlChild{
 		{name: "defaults", field: "defaults", elem: &xmlElement{name: "defaults"}},

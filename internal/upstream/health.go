@@ -112,7 +112,7 @@ func (p *Pool) observe(t *Target, failed bool) {
 		return
 	}
 	t.failures++
-	if cfg.Failures == 0 || t.failures < cfg.Failures {
+	if p.failures == 0 || t.failures < p.failures {
 		t.mu.Unlock()
 		return
 	}
@@ -121,9 +121,9 @@ func (p *Pool) observe(t *Target, failed bool) {
 		t.mu.Unlock() // already out: requests that were in flight
 		return
 	}
-	d := cfg.BaseEjection << min(t.strikes, 20)
-	if d > cfg.MaxEjection || d <= 0 {
-		d = cfg.MaxEjection
+	d := p.ejection << min(t.strikes, 20)
+	if d > p.maxEjection || d <= 0 {
+		d = p.maxEjection
 	}
 	t.failures = 0
 	t.strikes++

@@ -132,7 +132,11 @@ func (r *Registry) Build(ups []config.Upstream) (*Set, error) {
 			return nil, fmt.Errorf("upstream %q has no targets", u.Name)
 		}
 		tkey := tlsKey(u.TLS)
-		p := &Pool{name: u.Name, reg: r, roundRobin: u.Balancing == config.BalanceRoundRobin}
+		p := &Pool{name: u.Name, reg: r, roundRobin: u.Balancing == config.BalanceRoundRobin,
+			failures: r.cfg.Failures, ejection: r.cfg.BaseEjection, maxEjection: r.cfg.MaxEjection}
+		if o := u.Outlier; o != nil {
+			p.failures, p.ejection, p.maxEjection = o.Failures, o.Ejection, o.MaxEjection
+		}
 		if hc := u.HealthCheck; hc != nil {
 			c := *hc
 			p.health = &c
@@ -243,6 +247,10 @@ type Pool struct {
 	base       *url.URL
 	roundRobin bool
 	health     *config.HealthCheck
+	// failures, ejection and maxEjection are the pool's outlier
+	// settings (Config's, or the upstream's outlier section).
+	failures              int
+	ejection, maxEjection time.Duration
 
 	// mu guards current, the smooth weighted round-robin state (as
 	// nginx's upstream module does it).

@@ -548,3 +548,33 @@ func TestReloadKeepsConnections(t *testing.T) {
 		t.Errorf("the new target got %d of 10 requests, want 5", b.n.Load())
 	}
 }
+
+func TestOutlierSettingsOfAnUpstream(t *testing.T) {
+	t.Parallel()
+	bad, good := newCounting(t), newCounting(t)
+	bad.status.Store(500)
+	c := newClock()
+	reg := newRegistry(t, c)
+	set, err := reg.Build([]config.Upstream{{Name: "p", Balancing: config.BalanceRoundRobin,
+		Targets: []config.Target{{URL: mustURL(t, bad.URL), Weight: 1}, {URL: mustURL(t, good.URL), Weight: 1}},
+		Outlier: &config.Outlier{Failures: 2, Ejection: time.Second, MaxEjection: time.Second}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := set.Pool("p")
+	for bad.n.Load() < 2 {
+		get(t, p, p.Base())
+	}
+	st := p.Targets()[0].State(c.Now())
+	if st.State != "ejected" || !st.EjectedUntil.Equal(c.Now().Add(time.Second)) {
+		t.Fatalf("after 2 failures: got %+v, want ejected for 1s", st)
+	}
+	// Ejected again: still 1s, the maximum.
+	c.Add(time.Second)
+	for bad.n.Load() < 4 {
+		get(t, p, p.Base())
+	}
+	if st := p.Targets()[0].State(c.Now()); !st.EjectedUntil.Equal(c.Now().Add(time.Second)) {
+		t.Errorf("second ejection: got %+v, want 1s again (maxEjection)", st)
+	}
+}

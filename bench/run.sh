@@ -98,8 +98,9 @@ if [ -n "$BASE_REF" ]; then
 fi
 
 UPSTREAM=127.0.0.1:18081
+UPSTREAM2=127.0.0.1:18082 # the second target of gateway-routes' pool
 declare -A PORT=([direct]=18081 [bare]=18090 [gateway]=18091 [nginx]=18092 [haproxy]=18093 [gateway-noheaders]=18094
-	[gateway-redis]=18096 [gateway-redis-exact]=18097)
+	[gateway-redis]=18096 [gateway-redis-exact]=18097 [gateway-routes]=18098)
 # The admin port of the Redis contenders, for their script calls.
 declare -A ADMIN=([gateway-redis]=19096 [gateway-redis-exact]=19097)
 REDIS_PORT=18379
@@ -115,6 +116,7 @@ start() { # start NAME CPU CMD... — run pinned in the background
 }
 
 start upstream "$LOAD_CPU" "$WORK/upstream" -listen "$UPSTREAM"
+start upstream2 "$LOAD_CPU" "$WORK/upstream" -listen "$UPSTREAM2"
 start redis "$LOAD_CPU" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
 	--dir "$WORK" --maxmemory 512mb --maxmemory-policy noeviction
 wait_port "$REDIS_PORT"
@@ -126,6 +128,16 @@ start gateway "$PROXY_CPU" "$WORK/gateway" serve --config bench/rules.yaml --ups
 start gateway-noheaders "$PROXY_CPU" "$WORK/gateway" serve --config bench/rules.yaml --upstream "http://$UPSTREAM" \
 	--listen "127.0.0.1:${PORT[gateway-noheaders]}" --admin-listen 127.0.0.1:19094 --log-level warn --watch=false \
 	--ratelimit-headers none
+# The same gateway with a route to a pool of two targets instead of
+# --upstream (docs/routes.md): the difference to "gateway" is the cost of
+# routing and balancing.
+{
+	printf 'upstreams: [{name: users, targets: [http://%s, http://%s]}]\n' "$UPSTREAM" "$UPSTREAM2"
+	printf 'routes: [{path: /v1, upstream: users}]\n'
+	cat bench/rules.yaml
+} >"$WORK/routes.yaml"
+start gateway-routes "$PROXY_CPU" "$WORK/gateway" serve --config "$WORK/routes.yaml" \
+	--listen "127.0.0.1:${PORT[gateway-routes]}" --admin-listen 127.0.0.1:19098 --log-level warn --watch=false
 for c in gateway-redis gateway-redis-exact; do
 	extra=()
 	[ "$c" = gateway-redis ] || extra=(--redis-batch 1 --redis-leases -1)
@@ -231,7 +243,7 @@ run_wrk() {
 
 declare -A RESULTS
 paths=(admitted limited cold)
-declare -A CONTENDERS=([admitted]="direct nginx haproxy bare gateway gateway-noheaders gateway-redis gateway-redis-exact"
+declare -A CONTENDERS=([admitted]="direct nginx haproxy bare gateway gateway-routes gateway-noheaders gateway-redis gateway-redis-exact"
 	[limited]="nginx haproxy gateway gateway-noheaders gateway-redis gateway-redis-exact"
 	[cold]="gateway gateway-redis gateway-redis-exact")
 if [ -n "$BASE_REF" ]; then
@@ -308,7 +320,8 @@ file="$OUT/$stamp.md"
 	done
 	echo
 	echo "direct = the upstream without a proxy; bare = httputil.ReverseProxy with the gateway's Transport and no limiting;"
-	echo "gateway-noheaders = the gateway with --ratelimit-headers none."
+	echo "gateway-noheaders = the gateway with --ratelimit-headers none; gateway-routes = the gateway with a route to a pool of two"
+	echo "targets (the upstream and a second one on core $LOAD_CPU) instead of --upstream."
 	echo "CPU µs/request = user+sys time of the proxy's process (nginx: master and worker) during the wrk run / requests completed;"
 	echo "CPU / bare divides by bare's admitted median on both paths (bare forwards every request: it does not limit)."
 	echo
@@ -333,6 +346,7 @@ file="$OUT/$stamp.md"
 	for c in $gateways; do
 		echo "CPU per request, $c / bare: admitted $(ratio "$(field admitted "$c" 5)" "$bare_cpu" %.3f), limited $(ratio "$(field limited "$c" 5)" "$bare_cpu" %.3f)."
 	done
+	echo "CPU per request admitted, gateway-routes (a route to a pool of two targets) / gateway (--upstream): $(ratio "$(field admitted gateway-routes 5)" "$(field admitted gateway 5)" %.3f)."
 } >"$file"
 cat "$file"
 echo "written to $file" >&2

@@ -16,7 +16,7 @@ import (
 var timeZero time.Time
 
 func newMatchCmd() *cobra.Command {
-	var path, app, method, ip string
+	var path, app, method, ip, host string
 	var headers, claims []string
 	cmd := &cobra.Command{
 		Use:   "match --config FILE [--app ID] [--method M] PATH",
@@ -50,7 +50,7 @@ the binary are used, as 'gateway serve' does.`,
 			if err != nil {
 				return err
 			}
-			q := proxy.ExplainRequest{App: app, Method: method, Target: args[0], Header: http.Header{}}
+			q := proxy.ExplainRequest{App: app, Method: method, Target: args[0], Header: http.Header{}, Host: host}
 			for _, h := range headers {
 				name, value, ok := strings.Cut(h, ":")
 				if !ok || strings.TrimSpace(name) == "" {
@@ -88,6 +88,7 @@ the binary are used, as 'gateway serve' does.`,
 	cmd.Flags().StringVar(&method, "method", "GET", "HTTP method")
 	cmd.Flags().StringArrayVar(&headers, "header", nil, "a request header, NAME: VALUE (repeatable)")
 	cmd.Flags().StringVar(&ip, "ip", "", "the client's address")
+	cmd.Flags().StringVar(&host, "host", "", "the request's Host header, which chooses its route (empty: only routes for every host match)")
 	cmd.Flags().StringArrayVar(&claims, "claim", nil, "a claim of the caller's token, NAME=VALUE, as if verified (repeatable)")
 	return cmd
 }

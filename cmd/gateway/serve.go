@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/ratelimit-gateway/gateway/configs"
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/server"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -59,7 +61,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 	f.DurationVar(&cfg.WatchSettle, "watch-settle", cfg.WatchSettle, "how long a changed rule file must stay unchanged before it is read, so that a file written in parts is not loaded half-written while its writer pauses for less than this (write and rename to be safe from any pause); 0 reads it at once")
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "proxy listen address")
 	f.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, "admin listen address (/healthz, /readyz, /rules, /metrics); always plain HTTP, so keep it on an internal network")
-	f.StringVar(&cfg.Upstream, "upstream", cfg.Upstream, "upstream base URL admitted requests are forwarded to, e.g. http://127.0.0.1:8081")
+	f.StringVar(&cfg.Upstream, "upstream", cfg.Upstream, "upstream base URL admitted requests are forwarded to, e.g. http://127.0.0.1:8081; with routes in the rule file, where requests no route matches go (optional then)")
 	f.BoolVar(&cfg.DemoUpstream, "demo-upstream", cfg.DemoUpstream, "start a built-in JSON echo upstream on loopback and forward to it")
 	f.StringVar(&cfg.AppHeader, "app-header", cfg.AppHeader, "request header carrying the caller's app ID")
 	f.BoolVar(&cfg.ForwardAppHeader, "forward-app-header", cfg.ForwardAppHeader, "pass the app header on to the upstream (by default it is removed before forwarding)")
@@ -80,7 +82,8 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 	f.StringSliceVar(&cfg.AllowUpgrade, "allow-upgrade", cfg.AllowUpgrade, "protocols a request may upgrade to (Upgrade header); any other upgrade is removed before forwarding. h2c cannot be allowed")
 	f.BoolVar(&cfg.PreserveHost, "preserve-host", cfg.PreserveHost, "forward the client's Host header instead of the --upstream host")
 	addCounterStoreFlags(f, &cfg)
-	f.DurationVar(&cfg.UpstreamTimeout, "upstream-timeout", cfg.UpstreamTimeout, "longest wait for the upstream's response headers before 504")
+	f.DurationVar(&cfg.UpstreamTimeout, "upstream-timeout", cfg.UpstreamTimeout, "longest wait for the upstream's response headers before 504 (a route may set its own timeout)")
+	f.StringSliceVar(&cfg.ReadyUpstreams, "ready-upstream", cfg.ReadyUpstreams, "upstreams of the rule file that /readyz depends on: 503 while one has no healthy target (repeatable or comma-separated)")
 	f.IntVar(&cfg.LimitStatus, "limit-status", cfg.LimitStatus, "status code of a limited response")
 	f.Var(&cfg.RateLimitHeaders, "ratelimit-headers", "rate-limit response headers: both, draft (RateLimit, RateLimit-Policy), legacy (X-RateLimit-*), none")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "longest drain of in-flight requests on SIGTERM")
@@ -112,6 +115,9 @@ func serve(cfg server.Config) error {
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, os.Interrupt)
 	defer signal.Stop(sigs)
 	srv, err := server.New(cfg)
+	if errors.Is(err, proxy.ErrNoUpstream) {
+		return usageError{err} // as a missing flag is
+	}
 	if err != nil {
 		return err
 	}

@@ -36,7 +36,11 @@ its file and line and exits 1, or prints a one-line summary and exits 0.`,
 				apps++
 				limits += len(a.Limits)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok: %d app section(s), %d api rule(s), sha256 %s\n", args[0], apps, limits, rules.SHA256)
+			routes := ""
+			if len(rules.Routes) > 0 || len(rules.Upstreams) > 0 {
+				routes = fmt.Sprintf(", %d route(s) to %d upstream(s)", len(rules.Routes), len(rules.Upstreams))
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok: %d app section(s), %d api rule(s)%s, sha256 %s\n", args[0], apps, limits, routes, rules.SHA256)
 			return nil
 		},
 	}

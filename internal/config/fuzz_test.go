@@ -33,6 +33,8 @@ func FuzzParse(f *testing.F) {
 		"a: 1\n---\nb: 2\n",
 		"configs:\n- &a {appId: a, <<: *a}\n",
 		"configs:\n- appId: a\n  keys: [9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08, 9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A0g, x]\n  limit: 1\n",
+		routesYAML,
+		"upstreams: [{name: a, targets: [http://x, {url: 'http://y', weight: 2}], healthCheck: {interval: 1s}}]\nroutes: [{host: '*.a.b', path: /v1/{id}, upstream: a, stripPrefix: true}]\nconfigs: [{appId: a, limit: 1}]\n",
 		"defaults: {algorithm: token_bucket, burst: 5, warmup: 10s, lockSeconds: 30}\nconfigs:\n- appId: a\n  limit: 9\n  limits:\n  - {api: /a, limit: 3, algorithm: leaky_bucket}\n  - {api: /b, limit: 3, algorithm: sliding_log, lockSeconds: 0}\n  - {api: /c, limit: 3, algorithm: fixed_window}\n",
 	} {
 		f.Add([]byte(s), false)
@@ -43,6 +45,7 @@ func FuzzParse(f *testing.F) {
 		`{"configs": [{"appId": "a", "appId": "b"}]}`,
 		`{"configs": [`,
 		`[1, 2, 3]`,
+		routesJSON,
 	} {
 		f.Add([]byte(s), true)
 	}
@@ -148,6 +151,7 @@ func FuzzParseXML(f *testing.F) {
 		`<?xml version="1.0"?><!DOCTYPE rules><rules xmlns="urn:x"><!-- c --><![CDATA[x]]></rules><rules/>`,
 		"<rules>\n<config appId=\"a&amp;\">\n<limit api=\"/\"",
 		`<configs><config appId="a" limit="1"/></configs>`,
+		routesXML,
 	} {
 		f.Add([]byte(s))
 	}

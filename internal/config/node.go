@@ -39,6 +39,10 @@ type parser struct {
 	// merging is the chain of mappings whose << merge keys are being
 	// resolved, to catch a mapping that merges itself.
 	merging []*yaml.Node
+	// upstreamNames are the names of the upstreams defined, valid or
+	// not, so that a route naming one that has problems is not also
+	// reported.
+	upstreamNames map[string]bool
 }
 
 func newParser(file string) *parser {

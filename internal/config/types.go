@@ -39,6 +39,11 @@ type Rules struct {
 	// Apps are the sections in file order, the "*" section among them if
 	// present.
 	Apps []App
+	// Upstreams are the pools of targets routes send requests to, and
+	// Routes the routes, both in file order; nil when the file has none
+	// and every request goes to --upstream.
+	Upstreams []Upstream
+	Routes    []Route
 }
 
 // App is one section of the rule file: a caller and its limits.

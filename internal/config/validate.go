@@ -19,7 +19,7 @@ import (
 // The fields of each part of the rule file, in the order messages list
 // them.
 var (
-	topFields      = []string{"caseSensitive", "caseInsensitive", "defaults", "configs"}
+	topFields      = []string{"caseSensitive", "caseInsensitive", "defaults", "configs", "upstreams", "routes"}
 	settingFields  = []string{"algorithm", "unit", "precision", "burst", "warmup", "lockSeconds", "timezone"}
 	defaultsFields = append(slices.Clone(settingFields), "by", "missing")
 	appFields      = []string{"appId", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "limits", "keys", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count"}
@@ -95,6 +95,13 @@ func (p *parser) rules(root *yaml.Node) *Rules {
 				p.defaultMissing, _ = p.missing(f)
 			}
 		}
+	}
+	p.upstreamNames = map[string]bool{}
+	if f, ok := fs["upstreams"]; ok {
+		r.Upstreams = p.upstreams(f)
+	}
+	if f, ok := fs["routes"]; ok {
+		r.Routes = p.routes(f, r.Upstreams)
 	}
 	f, ok := fs["configs"]
 	switch {

@@ -61,18 +61,27 @@ var (
 		{name: "cost", field: "cost", attr: true, elem: xmlCost},
 		{name: "count", field: "count", elem: xmlCount},
 	}}
+	xmlUpstream = &xmlElement{name: "upstream", children: []xmlChild{
+		{name: "target", field: "targets", list: true, elem: &xmlElement{name: "target"}},
+		{name: "tls", field: "tls", elem: &xmlElement{name: "tls"}},
+		{name: "healthCheck", field: "healthCheck", elem: &xmlElement{name: "healthCheck"}},
+		{name: "outlier", field: "outlier", elem: &xmlElement{name: "outlier"}},
+	}}
 	xmlRoot = &xmlElement{name: "rules", children: []xmlChild{
 		{name: "defaults", field: "defaults", elem: &xmlElement{name: "defaults"}},
 		{name: "config", field: "configs", list: true, elem: xmlApp},
+		{name: "upstream", field: "upstreams", list: true, elem: xmlUpstream},
+		{name: "route", field: "routes", list: true, elem: &xmlElement{name: "route"}},
 	}}
 )
 
 // The fields whose XML attribute values are always strings, and those that
 // are true or false; the others are numbers when they look like one.
 var (
-	xmlStringFields = []string{"appId", "api", "algorithm", "by", "missing", "method", "timezone", "header"}
-	xmlBoolFields   = []string{"caseSensitive", "caseInsensitive", "shadow", "keep"}
-	xmlNumber       = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$`)
+	xmlStringFields = []string{"appId", "api", "algorithm", "by", "missing", "method", "timezone", "header",
+		"name", "url", "balancing", "ca", "cert", "key", "serverName", "path", "host", "upstream"}
+	xmlBoolFields = []string{"caseSensitive", "caseInsensitive", "shadow", "keep", "stripPrefix"}
+	xmlNumber     = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$`)
 )
 
 // decodeXML parses data into the same node tree that decodeYAML builds,

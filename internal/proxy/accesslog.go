@@ -77,6 +77,9 @@ func (a *AccessLog) ObserveRequest(r *http.Request, o *Outcome) {
 		slog.Float64("duration", o.Duration.Seconds()),
 		slog.Float64("upstream_duration", o.UpstreamDuration.Seconds()),
 	)
+	if o.Route != "" {
+		rec.AddAttrs(slog.String("route", o.Route), slog.String("upstream", o.Upstream))
+	}
 	if o.n > 0 {
 		rec.AddAttrs(keyLogAttrs(r, o, a.rawKeys)...)
 	}

@@ -235,6 +235,9 @@ type Outcome struct {
 	AppID string
 	// API is the matched rule pattern, "" if none.
 	API string
+	// Route and Upstream name the route the request took and its
+	// upstream; "" when it went to --upstream or was refused before.
+	Route, Upstream string
 	// Path is the normalized path that was matched and forwarded; "" if
 	// the request was rejected before.
 	Path string

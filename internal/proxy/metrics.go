@@ -54,6 +54,7 @@ type Metrics struct {
 	reloads           *prometheus.CounterVec
 	lastReload        prometheus.Gauge
 	rulesLoaded       prometheus.Gauge
+	routes            routeMetrics
 	handler           http.Handler
 	// rules caches the ruleMetrics of each (app, api), keyed by
 	// ruleLabels. The label values are bounded by the rule files loaded.
@@ -178,6 +179,7 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 	f(m.rulesLoaded)
 	f(keysGauge)
 	f(buildInfo)
+	m.routes = newRouteMetrics(f)
 	f(collectors.NewGoCollector())
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for d := range numDecisions {
@@ -245,6 +247,9 @@ func (m *Metrics) ObserveRequest(_ *http.Request, o *Outcome) {
 	}
 	if o.ChargeError {
 		m.chargeErrors.Inc()
+	}
+	if o.Route != "" {
+		m.observeRoute(o)
 	}
 	if o.Decision == DecisionLimited {
 		return

@@ -36,6 +36,7 @@ type RuleSet struct {
 	// keyHeaders are the headers some limit is keyed on, canonical, each
 	// once: their underscore spellings are not forwarded (dropAliases).
 	keyHeaders []string
+	routes  *routeTable // nil when the file has no routes nor upstreams
 }
 
 // section is one app's compiled rules.
@@ -120,6 +121,10 @@ type CompileOptions struct {
 	// ever carry the claim. Otherwise a request without a verified
 	// token lacks every claim (see Missing).
 	NoJWT bool
+	// Routes, if not nil, builds the pools of the file's upstreams and
+	// the reverse proxies of its routes; nil compiles routes that only
+	// name themselves (match, replay).
+	Routes *RouteOptions
 }
 
 // Compile builds a RuleSet from parsed rules with the default options.
@@ -190,6 +195,10 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 		} else {
 			rs.apps[app.ID] = sec
 		}
+	}
+	var err error
+	if rs.routes, err = compileRoutes(rules, &opts); err != nil {
+		return nil, err
 	}
 	return rs, nil
 }
@@ -326,6 +335,9 @@ type ExplainRequest struct {
 	Method string
 	// Target is the path, with the query string if any.
 	Target string
+	// Host is the request's Host header, which chooses its route; ""
+	// matches only the routes for every host.
+	Host string
 	// Header holds the request's headers (canonical names), for limits
 	// keyed on them.
 	Header http.Header
@@ -363,6 +375,7 @@ func (rs *RuleSet) ExplainRequest(q ExplainRequest) (string, error) {
 	if method == http.MethodHead {
 		b.WriteString("method HEAD is matched as GET, unless a rule lists HEAD\n")
 	}
+	b.WriteString(rs.explainRoute(q.Host, clean))
 	sec, known := rs.lookup(app)
 	refused := false
 	switch {

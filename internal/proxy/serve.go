@@ -48,6 +48,8 @@ type scratch struct {
 	// fwd is what the upstream's copy of the request is to differ in
 	// (forward.go).
 	fwd forward
+	// route is the route the request takes, nil for --upstream.
+	route *route
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
@@ -182,6 +184,14 @@ func (h *Handler) match(w http.ResponseWriter, r *http.Request, sec *section, sc
 		return false
 	}
 	o.Path = clean
+	rs := h.rules.Load()
+	if sc.route = rs.routes.match(r.Host, clean); sc.route != nil {
+		o.Route, o.Upstream = sc.route.name, sc.route.upstream
+	} else if rs.routes != nil && rs.routes.noRoute {
+		// Refused before anything is counted: it could go nowhere.
+		WriteError(w, http.StatusNotFound, "no_route", "no route of the gateway matches this host and path")
+		return false
+	}
 	method, err := h.ruleMethod(r, &sc.fwd)
 	if err != nil {
 		WriteError(w, http.StatusBadRequest, "invalid_method_override", err.Error())
@@ -390,5 +400,10 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 	// Deferred: ReverseProxy panics to abort a response broken mid-body.
 	defer func() { o.UpstreamDuration = time.Since(t0) }()
 	sc.sw.forwarding = true
-	h.upstream.ServeHTTP(w, r.WithContext(context.WithValue(ctx, forwardKey{}, &sc.fwd)))
+	out := r.WithContext(context.WithValue(ctx, forwardKey{}, &sc.fwd))
+	if sc.route != nil && sc.route.handler != nil {
+		sc.route.handler.ServeHTTP(w, out)
+		return
+	}
+	h.upstream.ServeHTTP(w, out)
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"cmp"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -71,6 +72,9 @@ type topLimit struct {
 	by config.By
 	mu sync.Mutex
 	w  *topk.Window
+	// routes are the routes of the rule file that the limit's requests
+	// took (bounded by the rule file), nil when none took one.
+	routes map[string]struct{}
 }
 
 // NewTop returns an empty Top.
@@ -93,6 +97,14 @@ func (t *Top) ObserveRequest(_ *http.Request, o *Outcome) {
 		key := topKey(l.Key, l.Missing)
 		tl.mu.Lock()
 		tl.w.Add(o.Start, key, l.Allowed)
+		if o.Route != "" {
+			if _, ok := tl.routes[o.Route]; !ok {
+				if tl.routes == nil {
+					tl.routes = map[string]struct{}{}
+				}
+				tl.routes[o.Route] = struct{}{}
+			}
+		}
 		tl.mu.Unlock()
 	}
 }
@@ -151,6 +163,10 @@ type TopLimit struct {
 	// From is when the window began.
 	From time.Time `json:"from"`
 	Keys []TopKey  `json:"keys"`
+	// Routes are the routes of the rule file that the limit's requests
+	// took since it was first counted, sorted; empty when they went to
+	// --upstream.
+	Routes []string `json:"routes,omitempty"`
 }
 
 // TopKey is one of a limit's heaviest keys: a topk.Key, and whether it
@@ -191,6 +207,7 @@ func (t *Top) Snapshot(now time.Time, app string) []TopLimit {
 	for _, l := range lims {
 		l.tl.mu.Lock()
 		keys, n, from := l.tl.w.Top(now)
+		routes := slices.Sorted(maps.Keys(l.tl.routes))
 		l.tl.mu.Unlock()
 		if n == 0 {
 			// Forget limits nobody hits, removed rules among them.
@@ -206,7 +223,7 @@ func (t *Top) Snapshot(now time.Time, app string) []TopLimit {
 			shown[i] = TopKey{Count: k.Count, Error: k.Error, Admitted: k.Admitted, Limited: k.Limited}
 			shown[i].Key, shown[i].Missing = fromTopKey(k.Key)
 		}
-		out = append(out, TopLimit{App: l.k.app, API: l.k.api, By: l.tl.by, Requests: n, From: from.UTC(), Keys: shown})
+		out = append(out, TopLimit{App: l.k.app, API: l.k.api, By: l.tl.by, Requests: n, From: from.UTC(), Keys: shown, Routes: routes})
 	}
 	slices.SortFunc(out, func(a, b TopLimit) int {
 		return cmp.Or(strings.Compare(a.App, b.App), strings.Compare(a.API, b.API))

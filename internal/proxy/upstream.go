@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/upstream"
 )
 
 // StatusClientClosed is the status recorded (never sent) for a request whose
@@ -69,6 +71,14 @@ type UpstreamConfig struct {
 	// Events, if not nil, is told of every upstream response and error
 	// (the metrics).
 	Events UpstreamEvents
+	// Transport, if not nil, sends the requests instead of a Transport
+	// of the proxy's own: a route's pool (package upstream), which
+	// chooses the target and sets its host. MaxIdleConnsPerHost and
+	// Timeout are then the pool's.
+	Transport http.RoundTripper
+	// StripSegments removes that many leading segments of the path
+	// before it is joined to URL's (a route's stripPrefix).
+	StripSegments int
 }
 
 // UpstreamEvents receives what happens upstream.
@@ -115,9 +125,17 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 		ResponseHeaderTimeout: cfg.Timeout,
 		ExpectContinueTimeout: time.Second,
 	}
+	var rt http.RoundTripper = tr
+	if cfg.Transport != nil {
+		rt = cfg.Transport
+	}
+	strip := cfg.StripSegments
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			rewriteForward(pr) // before SetURL joins the path
+			if strip > 0 {
+				pr.Out.URL.Path, pr.Out.URL.RawPath = stripSegments(pr.Out.URL.Path, strip), ""
+			}
 			pr.SetURL(target)
 			if cfg.PreserveHost {
 				pr.Out.Host = pr.In.Host
@@ -133,7 +151,7 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 			}
 			sendOnce(pr.Out)
 		},
-		Transport:  tr,
+		Transport:  rt,
 		BufferPool: newBufferPool(),
 		// The proxy's own messages (an upstream failing mid-body) go to
 		// the one logger, not to the standard library's global one.
@@ -165,7 +183,11 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 				markStatus(w, StatusClientClosed)
 				return
 			}
-			log.Warn("upstream request failed", "status", status, "method", r.Method, "path", r.URL.Path, "err", err)
+			if !errors.Is(err, upstream.ErrNoHealthyTarget) {
+				// A pool left empty answers every request at once; the
+				// ejections that emptied it were logged.
+				log.Warn("upstream request failed", "status", status, "method", r.Method, "path", r.URL.Path, "err", err)
+			}
 			WriteError(w, status, code, msg)
 		},
 	}, nil
@@ -224,6 +246,9 @@ func upstreamError(ctx context.Context, err error) (int, string, string) {
 	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return StatusClientClosed, "client_closed", "the client closed the request"
 	}
+	if errors.Is(err, upstream.ErrNoHealthyTarget) {
+		return http.StatusServiceUnavailable, "no_healthy_upstream", err.Error()
+	}
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
 		return http.StatusGatewayTimeout, "upstream_timeout", "the upstream did not answer in time"
@@ -242,6 +267,8 @@ func errorKind(status int, err error) string {
 		return "timeout"
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "refused"
+	case status == http.StatusServiceUnavailable:
+		return "no_healthy_target"
 	}
 	return "failed"
 }

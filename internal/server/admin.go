@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/source"
+	"github.com/ratelimit-gateway/gateway/internal/upstream"
 )
 
 // readyView is the JSON of GET /readyz with a store report.
@@ -39,6 +40,9 @@ type rulesView struct {
 	// Source is the rule store's state and the version in force, for
 	// rules from a store.
 	Source *source.Status `json:"source,omitempty"`
+	// Routes are the rule file's routes; their upstreams' state is at
+	// /upstreams.
+	Routes []proxy.RouteView `json:"routes,omitempty"`
 }
 
 type appView struct {
@@ -120,6 +124,7 @@ func (r *Reloader) view() rulesView {
 		LoadedAt:      rs.LoadedAt.UTC(),
 		CaseSensitive: !src.CaseInsensitive, // the rule file's setting, by its name
 		Apps:          make([]appView, 0, len(src.Apps)),
+		Routes:        rs.Routes(),
 	}
 	for _, a := range src.Apps {
 		av := appView{AppID: a.ID, By: a.By, Missing: missingOf(a.By, a.Missing), Keys: len(a.Keys), Concurrency: a.Concurrency, Limits: make([]limitView, 0, len(a.Limits))}
@@ -184,6 +189,10 @@ type AdminConfig struct {
 	Top *proxy.Top
 	// Pprof serves the Go profiler at /debug/pprof/.
 	Pprof bool
+	// Upstreams, if not nil, are the rule file's pools, shown at
+	// /upstreams; ReadyUpstreams are those /readyz depends on.
+	Upstreams      *upstream.Registry
+	ReadyUpstreams []string
 	// Token is the bearer token that the mutating endpoints (POST
 	// /rules/reload) require. Empty disables them: the admin port is
 	// plain HTTP, and an endpoint that changes the gateway must not be
@@ -214,6 +223,16 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 			st := cfg.Rules.source.Status()
 			rules = &st
 		}
+		if len(cfg.ReadyUpstreams) > 0 && cfg.Upstreams != nil {
+			if down := notReadyUpstreams(cfg.Upstreams.Current(), cfg.ReadyUpstreams, time.Now()); len(down) > 0 {
+				proxy.WriteJSON(w, http.StatusServiceUnavailable, readyView{
+					Status: "not_ready", Error: "no_healthy_upstream",
+					Message: "no target of upstream " + strings.Join(down, ", ") + " is healthy (--ready-upstream)",
+					Rules:   rules,
+				})
+				return
+			}
+		}
 		if cfg.Store == nil {
 			proxy.WriteJSON(w, http.StatusOK, readyView{Status: "ready", Rules: rules})
 			return
@@ -229,6 +248,9 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 		}
 		proxy.WriteJSON(w, http.StatusOK, readyView{Status: "ready", Store: &h, Rules: rules})
 	})
+	if cfg.Upstreams != nil {
+		mux.HandleFunc("GET /upstreams", upstreamsHandler(cfg.Upstreams))
+	}
 	mux.HandleFunc("GET /rules", func(w http.ResponseWriter, _ *http.Request) {
 		proxy.WriteJSON(w, http.StatusOK, cfg.Rules.view())
 	})

@@ -155,8 +155,11 @@ type Config struct {
 	// fleet (limit.Redis.FleetSize), proxy.DefaultLocalShare until one is.
 	LocalShare float64
 	// UpstreamTimeout bounds the wait for the upstream's response
-	// headers.
+	// headers, --upstream's and the routes' that set no timeout.
 	UpstreamTimeout time.Duration
+	// ReadyUpstreams are upstreams of the rule file that /readyz depends
+	// on: it answers 503 while one of them has no target in its pool.
+	ReadyUpstreams []string
 	// LimitStatus is the status of a limited response, 4xx or 5xx.
 	LimitStatus int
 	// RateLimitHeaders selects the rate-limit response headers.
@@ -274,8 +277,6 @@ func (c *Config) Validate() error {
 		return errors.New("--admin-listen is empty: give an address such as :9090")
 	case c.DemoUpstream && c.Upstream != "":
 		return errors.New("--demo-upstream and --upstream are exclusive")
-	case !c.DemoUpstream && c.Upstream == "":
-		return errors.New("no upstream: pass --upstream URL (or --demo-upstream to try the gateway)")
 	case c.LimitStatus < 400 || c.LimitStatus > 599:
 		return fmt.Errorf("--limit-status %d is not a 4xx or 5xx status", c.LimitStatus)
 	case c.IPv4Prefix < 1 || c.IPv4Prefix > 32:

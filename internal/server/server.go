@@ -24,6 +24,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/source"
+	"github.com/ratelimit-gateway/gateway/internal/upstream"
 	"github.com/ratelimit-gateway/gateway/internal/watch"
 )
 
@@ -37,6 +38,8 @@ type Server struct {
 	certs *certReloader // nil without TLS
 	jwks  *jwtauth.Keys // nil without --jwt-jwks
 	rules *Reloader
+	// pools keeps the rule file's upstream pools across reloads.
+	pools *upstream.Registry
 	// src is the rule store (etcd, ZooKeeper), nil for a rule file.
 	src      source.Source
 	handler  *proxy.Handler
@@ -109,10 +112,6 @@ func New(cfg Config) (_ *Server, err error) {
 		s.upstream = demo.URL
 		log.Info("demo upstream started", "url", s.upstream)
 	}
-	u, err := proxy.ParseUpstreamURL(s.upstream)
-	if err != nil {
-		return nil, fmt.Errorf("--upstream: %w", err)
-	}
 	reg := prometheus.NewRegistry()
 	s.metrics = proxy.NewMetrics(proxy.MetricsConfig{Registry: reg, Store: string(cfg.Store), Keys: s.st.keys, Version: cfg.Version})
 	s.st.register(reg)
@@ -127,12 +126,26 @@ func New(cfg Config) (_ *Server, err error) {
 		s.closers = append(s.closers, al.Close)
 		observers = append(observers, al)
 	}
-	rp, err := proxy.NewUpstream(proxy.UpstreamConfig{
-		URL: u, Timeout: cfg.UpstreamTimeout, TrustedProxies: trusted, PreserveHost: cfg.PreserveHost,
+	forward := proxy.UpstreamConfig{
+		Timeout: cfg.UpstreamTimeout, TrustedProxies: trusted, PreserveHost: cfg.PreserveHost,
 		Logger: log, Events: s.metrics,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("--upstream: %w", err)
+	}
+	var rp http.Handler = noRoute
+	if s.upstream != "" {
+		u, err := proxy.ParseUpstreamURL(s.upstream)
+		if err != nil {
+			return nil, fmt.Errorf("--upstream: %w", err)
+		}
+		fw := forward
+		fw.URL = u
+		if rp, err = proxy.NewUpstream(fw); err != nil {
+			return nil, fmt.Errorf("--upstream: %w", err)
+		}
+	}
+	if s.pools, err = upstream.New(upstream.Config{
+		ResponseHeaderTimeout: cfg.UpstreamTimeout, Events: s.metrics, Logger: log,
+	}); err != nil {
+		return nil, err
 	}
 
 	jwtv, jwks, err := newJWT(cfg)
@@ -151,11 +164,13 @@ func New(cfg Config) (_ *Server, err error) {
 		s.metrics.RulesLoaded(false, nil, time.Time{})
 		return nil, err
 	}
-	copts := proxy.CompileOptions{LocalShare: compileShare(cfg), NoJWT: jwtv == nil}
+	copts := proxy.CompileOptions{LocalShare: compileShare(cfg), NoJWT: jwtv == nil,
+		Routes: &proxy.RouteOptions{Registry: s.pools, Forward: forward, NoDefault: s.upstream == ""}}
 	rs, err := proxy.CompileWith(parsed, time.Now(), copts)
 	if err != nil {
 		return nil, err
 	}
+	commitUpstreams(s.pools, rs)
 	s.metrics.RulesLoaded(true, rs, rs.LoadedAt)
 	s.handler, err = proxy.NewHandler(proxy.HandlerConfig{
 		Rules: rs, Store: s.st.store, Upstream: rp, AppHeader: cfg.AppHeader,
@@ -183,6 +198,9 @@ func New(cfg Config) (_ *Server, err error) {
 		Options: copts,
 		Forget:  s.st.forget(),
 		OnReload: func(ok bool, rs *proxy.RuleSet) {
+			if ok {
+				commitUpstreams(s.pools, rs)
+			}
 			s.metrics.RulesLoaded(ok, rs, rs.LoadedAt)
 			if ok && s.src == nil && rs.Source.Path == cfg.ConfigPath {
 				if err := s.watchRules(); err != nil {
@@ -218,7 +236,7 @@ func New(cfg Config) (_ *Server, err error) {
 		Handler: NewAdmin(AdminConfig{
 			Rules: s.rules, Store: s.st.health, Draining: s.draining.Load,
 			Metrics: s.metrics.Handler(), Pprof: cfg.Pprof, Token: adminToken,
-			Top: top,
+			Top: top, Upstreams: s.pools, ReadyUpstreams: cfg.ReadyUpstreams,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
@@ -270,6 +288,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer stop()
 	}
 	go s.sweepEvery(ctx, time.Minute)
+	go s.pools.Run(ctx)
 	// Before serving: Redis may be down, and the gateway then serves by
 	// --fail-mode and uses Redis as soon as it answers.
 	s.st.start(ctx, log)

@@ -418,7 +418,6 @@ func TestValidateRefusesZero(t *testing.T) {
 		{name: "read header timeout", edit: func(c *Config) { c.ReadHeaderTimeout = 0 }, want: "--read-header-timeout 0s is not positive"},
 		{name: "idle timeout", edit: func(c *Config) { c.IdleTimeout = 0 }, want: "--idle-timeout 0s is not positive"},
 		{name: "max header bytes", edit: func(c *Config) { c.MaxHeaderBytes = 0 }, want: "--max-header-bytes 0 is not positive"},
-		{name: "no upstream", edit: func(c *Config) { c.Upstream = "" }, want: "no upstream"},
 		{name: "relative upstream", edit: func(c *Config) { c.Upstream = "127.0.0.1:1" }, want: "--upstream"},
 		{name: "demo and upstream", edit: func(c *Config) { c.DemoUpstream = true }, want: "--demo-upstream and --upstream are exclusive"},
 		{name: "limit status", edit: func(c *Config) { c.LimitStatus = 200 }, want: "--limit-status 200 is not a 4xx or 5xx status"},

@@ -1,0 +1,279 @@
+package upstream
+
+import (
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptrace"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// maxAttempts bounds the targets one request is tried on.
+const maxAttempts = 3
+
+// RoundTrip sends req to a target of the pool: one chosen by the pool's
+// balancing among those in it, and another when nothing of the request
+// reached the first (no connection to it could be made: refused, timed
+// out, or its TLS handshake failed). A request is never sent again once a
+// connection took it; net/http's Transport alone resends on a reused
+// connection, by its rules (see sendOnce in package proxy).
+//
+// A pool with no target in it answers an error wrapping
+// ErrNoHealthyTarget; a target that sends no response headers within the
+// timeout an error whose Timeout method reports true.
+func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
+	return p.roundTrip(req, p.reg.cfg.ResponseHeaderTimeout)
+}
+
+func (p *Pool) roundTrip(req *http.Request, timeout time.Duration) (*http.Response, error) {
+	now := p.reg.cfg.Now().UnixNano()
+	var tried [maxAttempts]*Target
+	n := 0
+	body := req.Body
+	var held *heldBody
+	if body != nil && body != http.NoBody && !emptyIdentity(req) && len(p.targets) > 1 {
+		// The Transport closes the body of a request that fails; held
+		// keeps it open for the next target while nothing of it was
+		// read.
+		held = &heldBody{rc: body}
+		body = held
+	}
+	var lastErr error
+	for {
+		t := p.pick(now, tried[:n])
+		if t == nil {
+			if lastErr != nil {
+				held.release()
+				return nil, lastErr
+			}
+			held.release()
+			return nil, &NoHealthyTargetError{Upstream: p.name}
+		}
+		tried[n] = t
+		n++
+		resp, err, reached := p.send(req, body, t, timeout)
+		if err == nil {
+			held.release()
+			p.observe(t, resp.StatusCode >= 500)
+			return resp, nil
+		}
+		if req.Context().Err() == nil {
+			// The target failed, not the client, who went away.
+			p.observe(t, true)
+		}
+		if reached || held.read() || n == maxAttempts || req.Context().Err() != nil {
+			held.release()
+			return nil, err
+		}
+		lastErr = err
+		held.reset()
+	}
+}
+
+// send sends req to t with body; reached reports whether a connection to
+// t took the request (so that it may have been written).
+func (p *Pool) send(req *http.Request, body io.ReadCloser, t *Target, timeout time.Duration) (resp *http.Response, err error, reached bool) {
+	a := &attempt{}
+	a.trace.GotConn = a.gotConn
+	out := req.WithContext(httptrace.WithClientTrace(req.Context(), &a.trace))
+	u := *req.URL
+	u.Scheme, u.Host = t.url.Scheme, t.url.Host
+	out.URL, out.Body = &u, body
+	t.outstanding.Add(1)
+	resp, err = t.transport(timeout, p.reg.cfg.ResponseHeaderTimeout).RoundTrip(out)
+	if err != nil {
+		t.outstanding.Add(-1)
+		return nil, err, a.reached.Load()
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// The body is the upgraded connection, which ReverseProxy needs
+		// as an io.ReadWriteCloser: it is not wrapped, nor counted as
+		// outstanding.
+		t.outstanding.Add(-1)
+		return resp, nil, true
+	}
+	resp.Body = &countedBody{ReadCloser: resp.Body, t: t}
+	return resp, nil, true
+}
+
+// attempt is the trace of one try of a request on a target.
+type attempt struct {
+	trace   httptrace.ClientTrace
+	reached atomic.Bool
+}
+
+func (a *attempt) gotConn(httptrace.GotConnInfo) { a.reached.Store(true) }
+
+// emptyIdentity reports whether req goes out with an empty body and no
+// transfer coding (proxy's sendOnce): there is nothing to keep.
+func emptyIdentity(req *http.Request) bool {
+	return req.ContentLength == 0 && len(req.TransferEncoding) == 1 && req.TransferEncoding[0] == "identity"
+}
+
+// countedBody ends a request's outstanding count when its response body
+// is closed.
+type countedBody struct {
+	io.ReadCloser
+	t    *Target
+	done atomic.Bool
+}
+
+func (b *countedBody) Close() error {
+	if b.done.CompareAndSwap(false, true) {
+		b.t.outstanding.Add(-1)
+	}
+	return b.ReadCloser.Close()
+}
+
+// heldBody is a request body that the Transport may close after a failed
+// try without closing the inbound body, so that the request can go to
+// another target, as long as nothing of it was read. Its methods are safe
+// on a nil *heldBody, which holds nothing.
+type heldBody struct {
+	rc io.ReadCloser
+
+	mu       sync.Mutex
+	n        int64
+	released bool
+	closed   bool // closed while held
+}
+
+func (b *heldBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	b.mu.Lock()
+	b.n += int64(n)
+	b.mu.Unlock()
+	return n, err
+}
+
+func (b *heldBody) Close() error {
+	b.mu.Lock()
+	if !b.released {
+		b.closed = true
+		b.mu.Unlock()
+		return nil
+	}
+	b.mu.Unlock()
+	return b.rc.Close()
+}
+
+// read reports whether any of the body was read.
+func (b *heldBody) read() bool {
+	if b == nil {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.n > 0
+}
+
+// reset forgets a Close of the try that failed.
+func (b *heldBody) reset() {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	b.closed = false
+	b.mu.Unlock()
+}
+
+// release ends the hold: a Close made during it happens now, and later
+// ones close the body at once.
+func (b *heldBody) release() {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	b.released = true
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		b.rc.Close()
+	}
+}
+
+// pick returns the target for a request at now (Unix ns) among those in
+// the pool and not in tried, nil if there is none.
+func (p *Pool) pick(now int64, tried []*Target) *Target {
+	if p.roundRobin {
+		return p.pickRoundRobin(now, tried)
+	}
+	a := p.pickRandom(now, tried, -1)
+	if a < 0 {
+		return nil
+	}
+	b := p.pickRandom(now, tried, a)
+	if b < 0 {
+		return p.targets[a]
+	}
+	// The one with fewer requests outstanding for its weight.
+	ta, tb := p.targets[a], p.targets[b]
+	if tb.outstanding.Load()*p.weights[a] < ta.outstanding.Load()*p.weights[b] {
+		return tb
+	}
+	return ta
+}
+
+// eligible reports whether the target i may take a request at now.
+func (p *Pool) eligible(i int, now int64, tried []*Target, not int) bool {
+	t := p.targets[i]
+	if i == not || !t.available(now) {
+		return false
+	}
+	for _, x := range tried {
+		if x == t {
+			return false
+		}
+	}
+	return true
+}
+
+// pickRandom returns the index of an eligible target other than not,
+// chosen at random in proportion to the weights, or -1.
+func (p *Pool) pickRandom(now int64, tried []*Target, not int) int {
+	var sum int64
+	for i := range p.targets {
+		if p.eligible(i, now, tried, not) {
+			sum += p.weights[i]
+		}
+	}
+	if sum == 0 {
+		return -1
+	}
+	r := rand.Int64N(sum)
+	for i := range p.targets {
+		if p.eligible(i, now, tried, not) {
+			if r -= p.weights[i]; r < 0 {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// pickRoundRobin returns the next eligible target by smooth weighted
+// round-robin: each target gains its weight, the one with the most is
+// chosen and loses the sum of the weights.
+func (p *Pool) pickRoundRobin(now int64, tried []*Target) *Target {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	best, total := -1, int64(0)
+	for i := range p.targets {
+		if !p.eligible(i, now, tried, -1) {
+			continue
+		}
+		w := p.weights[i]
+		p.current[i] += w
+		total += w
+		if best < 0 || p.current[i] > p.current[best] {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	p.current[best] -= total
+	return p.targets[best]
+}

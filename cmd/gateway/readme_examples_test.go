@@ -45,6 +45,9 @@ import (
 //	                                 block's localhost:8080 and
 //	                                 localhost:9090 become its proxy and
 //	                                 admin addresses
+//	<!-- example: rls ARGS -->       likewise with `gateway rls ARGS`;
+//	                                 localhost:9091 becomes its admin
+//	                                 address
 //
 // so that an example needing a running gateway, Redis or a cluster says
 // so where it is written, and a docs page split off the README keeps its
@@ -191,8 +194,12 @@ func runDocBlock(t *testing.T, root string, b docBlock) {
 		g := startGateway(t, nil, strings.Fields(strings.TrimPrefix(b.directive, "gateway "))...)
 		p, a := hostOf(t, g.proxy), hostOf(t, g.admin)
 		replace = strings.NewReplacer("localhost:8080", p, "127.0.0.1:8080", p, "localhost:9090", a, "127.0.0.1:9090", a)
+	case strings.HasPrefix(b.directive, "rls "):
+		g := startRLS(t, nil, nil, strings.Fields(strings.TrimPrefix(b.directive, "rls "))...)
+		a := hostOf(t, g.admin)
+		replace = strings.NewReplacer("localhost:9091", a, "127.0.0.1:9091", a)
 	default:
-		t.Fatalf("%s: unknown <!-- example: %s -->: use skip: REASON or gateway ARGS", b.where, b.directive)
+		t.Fatalf("%s: unknown <!-- example: %s -->: use skip: REASON, gateway ARGS or rls ARGS", b.where, b.directive)
 	}
 	if why := unsafeExample(replace.Replace(strings.Join(b.lines, "\n"))); why != "" {
 		t.Fatalf("%s: not run: %s; mark it <!-- example: skip: REASON --> or make it local", b.where, why)

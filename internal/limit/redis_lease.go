@@ -499,9 +499,9 @@ func (ls *leases) grant(keys []string, reqs []Request, res []Result, g []leaseGr
 		l.remaining, l.reset, l.granted = res[i].Remaining, res[i].Reset, start
 		if ls.giveBack != nil {
 			if l.timer == nil {
-				l.timer = time.AfterFunc(ls.idle, func() { ls.idleCheck(l) })
+				l.timer = time.AfterFunc(l.idleAfter(ls.idle), func() { ls.idleCheck(l) })
 			} else {
-				l.timer.Reset(ls.idle)
+				l.timer.Reset(l.idleAfter(ls.idle))
 			}
 		}
 		l.mu.Unlock()
@@ -510,8 +510,24 @@ func (ls *leases) grant(keys []string, reqs []Request, res []Result, g []leaseGr
 	ls.async(back)
 }
 
+// idleAfter returns how long l may go without a request before its
+// tokens go back: three of the mean intervals between its key's requests,
+// at least minLeaseIdle and at most most. A burst's leftover tokens so go
+// back within a few ms, while a steady key's lease is kept between its
+// requests. l.mu is held.
+func (l *lease) idleAfter(most time.Duration) time.Duration {
+	if l.rate <= 0 {
+		return most
+	}
+	return min(max(time.Duration(3*float64(time.Second)/l.rate), min(minLeaseIdle, most)), most)
+}
+
+// minLeaseIdle is the shortest time a lease waits unused before its
+// tokens go back.
+const minLeaseIdle = 2 * time.Millisecond
+
 // idleCheck gives l's tokens back to Redis when no request asked for them
-// for ls.idle, or checks again when that will be so.
+// for l.idleAfter(ls.idle), or checks again when that will be so.
 func (ls *leases) idleCheck(l *lease) {
 	l.mu.Lock()
 	if l.tokens == 0 {
@@ -519,8 +535,8 @@ func (ls *leases) idleCheck(l *lease) {
 		return
 	}
 	now := ls.now()
-	if d := now - l.used; d < int64(ls.idle) && l.timer != nil {
-		l.timer.Reset(ls.idle - time.Duration(d))
+	if d, idle := now-l.used, l.idleAfter(ls.idle); d < int64(idle) && l.timer != nil {
+		l.timer.Reset(idle - time.Duration(d))
 		l.mu.Unlock()
 		return
 	}

@@ -199,6 +199,7 @@ type Redis struct {
 	wbMu                           sync.Mutex
 	writeBacks                     []*lateCall
 	wbBusy, wbAgain                atomic.Bool
+	wbClosed                       bool // guarded by wbMu
 	wbGroup                        sync.WaitGroup
 	writtenBack, writeBacksDropped atomic.Int64
 	// short is a client on the same servers whose commands time out
@@ -465,7 +466,8 @@ func (r *Redis) Close() error {
 		}
 		ls.bg.Wait()
 	}
-	r.wbMu.Lock() // no flush starts after this (flushWriteBacks)
+	r.wbMu.Lock()
+	r.wbClosed = true // no flush starts after this (flushWriteBacks)
 	r.wbMu.Unlock()
 	r.wbGroup.Wait()
 	r.flushOnce()

@@ -349,14 +349,13 @@ func (r *Redis) decideOnce(ctx context.Context, keys []string, reqs []Request, a
 		r.reloadSlots()
 		return scriptAnswer{}, &lateCall{r: r, outcome: lateNotCounted}, ErrCircuitOpen
 	}
-	var v []int64
-	var shared bool
-	var late *lateCall
+	var cr callResult
 	if r.maxBatch > 1 {
-		v, err, shared, late = r.batcherFor(b).do(cctx, r, keys, args)
+		cr, err = r.batcherFor(b).do(cctx, r, keys, args)
 	} else {
-		v, err, shared, late = r.alone(cctx, keys, args)
+		cr, err = r.alone(cctx, keys, args)
 	}
+	v, shared, late := cr.v, cr.shared, cr.late
 	if err != nil {
 		if late == nil && (isScriptError(err) || isRedirect(err) || errors.Is(err, redis.ErrPoolTimeout)) {
 			// Redis refused the call, or it was never sent.

@@ -115,7 +115,7 @@ type RedisConfig struct {
 	// membership; a membership lapses after three. Default
 	// DefaultFleetHeartbeat (2s).
 	FleetHeartbeat time.Duration
-	// Leases is the most keys the store holds leases for (see leases):
+	// Leases is the most keys the store holds leases for (see tokenLeases):
 	// tokens of a window algorithm's limit counted in Redis ahead of the
 	// requests, which the gateway admits without a call. 0 means
 	// DefaultRedisLeases (65536); -1 turns leases off: every request is a
@@ -189,7 +189,7 @@ type Redis struct {
 	onBatch  func(int)
 	// leases are the store's leases; nil when off. leaseWait is
 	// LeaseWait, or a test's.
-	leases    *leases
+	leases    *tokenLeases
 	leaseWait time.Duration
 	// maxKeys is the key budget (RedisConfig.MaxKeys); -1 for none.
 	maxKeys int64
@@ -343,7 +343,7 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		r.short = redis.NewUniversalClient(&shortOpts)
 	}
 	if cfg.Leases >= 0 {
-		r.leases = newLeases(cmp.Or(cfg.Leases, DefaultRedisLeases), r.clock)
+		r.leases = newTokenLeases(cmp.Or(cfg.Leases, DefaultRedisLeases), r.clock)
 		r.leases.giveBack = r.giveBack
 		r.leaseWait = LeaseWait
 	}

@@ -68,7 +68,7 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 	// unspent because another's lease is empty. When Redis denies the
 	// request, the tokens go back to their leases.
 	full, fullReqs := res, reqs
-	var taken []*lease
+	var taken []*tokenLease
 	if ask != nil {
 		var rest []int
 		if taken, rest = r.leases.takeSome(keys, reqs, res, start); taken != nil {

@@ -115,7 +115,7 @@ type RedisConfig struct {
 	// membership; a membership lapses after three. Default
 	// DefaultFleetHeartbeat (2s).
 	FleetHeartbeat time.Duration
-	// Leases is the most keys the store holds leases for (see leases):
+	// Leases is the most keys the store holds leases for (see tokenLeases):
 	// tokens of a window algorithm's limit counted in Redis ahead of the
 	// requests, which the gateway admits without a call. 0 means
 	// DefaultRedisLeases (65536); -1 turns leases off: every request is a
@@ -189,7 +189,7 @@ type Redis struct {
 	onBatch  func(int)
 	// leases are the store's leases; nil when off. leaseWait is
 	// LeaseWait, or a test's.
-	leases    *leases
+	leases    *tokenLeases
 	leaseWait time.Duration
 	// maxKeys is the key budget (RedisConfig.MaxKeys); -1 for none.
 	maxKeys int64
@@ -199,6 +199,7 @@ type Redis struct {
 	wbMu                           sync.Mutex
 	writeBacks                     []*lateCall
 	wbBusy, wbAgain                atomic.Bool
+	wbClosed                       bool // guarded by wbMu
 	wbGroup                        sync.WaitGroup
 	writtenBack, writeBacksDropped atomic.Int64
 	// short is a client on the same servers whose commands time out
@@ -342,7 +343,7 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		r.short = redis.NewUniversalClient(&shortOpts)
 	}
 	if cfg.Leases >= 0 {
-		r.leases = newLeases(cmp.Or(cfg.Leases, DefaultRedisLeases), r.clock)
+		r.leases = newTokenLeases(cmp.Or(cfg.Leases, DefaultRedisLeases), r.clock)
 		r.leases.giveBack = r.giveBack
 		r.leaseWait = LeaseWait
 	}
@@ -465,7 +466,8 @@ func (r *Redis) Close() error {
 		}
 		ls.bg.Wait()
 	}
-	r.wbMu.Lock() // no flush starts after this (flushWriteBacks)
+	r.wbMu.Lock()
+	r.wbClosed = true // no flush starts after this (flushWriteBacks)
 	r.wbMu.Unlock()
 	r.wbGroup.Wait()
 	r.flushOnce()
@@ -577,23 +579,4 @@ func redisKey(tag, key string) string {
 		return "gw:{" + tag + "}:" + key[len(tag)+1:]
 	}
 	return "gw:{" + tag + "}|" + key
-}
-
-// redisLog is where go-redis's log lines go (RedisConfig.Logger); nil
-// drops them.
-var redisLog atomic.Pointer[slog.Logger]
-
-func init() {
-	// go-redis's logger is a process-wide variable without a lock: set it
-	// once, before any client exists, to one that reads redisLog.
-	redis.SetLogger(redisLogger{})
-}
-
-// redisLogger sends go-redis's log lines to redisLog at debug level.
-type redisLogger struct{}
-
-func (redisLogger) Printf(ctx context.Context, format string, v ...any) {
-	if l := redisLog.Load(); l != nil {
-		l.DebugContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
-	}
 }

@@ -21,14 +21,16 @@
 -- (see calendar below), the cost in units, the mode: "" to decide and
 -- count, "d" to decide and count nothing (Request.Defer), "c" to count
 -- without deciding (Request.Charge); and for a lease the rate at which the
--- gateway sees the key's requests (per second), the fleet's size and the
--- tokens the gateway still holds for the key, else 0, 0 and 0.
+-- gateway sees the key's requests (per second; negative for a call that
+-- only asks for the next lease, whose every token is leased), the fleet's
+-- size and the tokens the gateway still holds for the key, else 0, 0 and
+-- 0.
 --
 -- The reply is {allowed, then for each limit: allowed, remaining, reset
 -- (µs), retry after (µs), tokens leased, the time their bucket ends
 -- (µs), the bucket's number (left and bucket below), and the time since
--- the key's last lease of more than one token (µs; -1 for none: no
--- gateway may hold tokens of it to give back); then the number of limits
+-- the key's last lease of a token beyond its request (µs; -1 for none:
+-- no gateway may hold tokens of it to give back); then the number of limits
 -- sent to their overflow counter (redis_budget.lua)}, with 1 and 0 for true and false.
 --
 -- A lease (README, "Leases") counts more than the request into the bucket
@@ -281,8 +283,8 @@ for i = 1, n do
   p.a = a
   local key = KEYS[i]
   -- The store's fields: the shape, the end of a lockout, the instant
-  -- the key expires, when a lease of more than one token was last
-  -- granted (µs), the units held and until when they are.
+  -- the key expires, when a token beyond its request was last leased
+  -- (µs), the units held and until when they are.
   local names_i = { '_id', '_lk', '_x', '_lt', '_h', '_hx' }
   local own = {}
   if p.limit > 0 then
@@ -429,21 +431,21 @@ for i = 1, n do
     write(key, p, set, hx, X[i], now)
     r.reset = r.uncounted
   elseif allowed and not p.defer and not p.hold then
-    if p.limit > 0 and p.rate > 0 and p.cost == 1 and p.a.left then
+    if p.limit > 0 and p.rate ~= 0 and p.cost == 1 and p.a.left then
       -- A lease: what the rate uses in the next 15ms or until the
       -- bucket ends, beyond what the gateway holds, within the room left
       -- (r.remaining + 1 with this request) / (2 × fleet). Tokens the
       -- gateway stops using come back (lease_return.lua).
       r.span = p.a.left(p, now, r)
       local room = r.remaining + 1
-      local want = math.ceil(p.rate * math.min(r.span, 15000) / 1000000) - p.have
+      local want = math.ceil(math.abs(p.rate) * math.min(r.span, 15000) / 1000000) - p.have
       p.cost = math.max(math.min(want, fdiv(room, 2 * math.max(p.fleet, 1)), room), 1)
       r.remaining = r.remaining - (p.cost - 1)
     end
     if p.limit > 0 then
       local set = {}
       local idle = p.a.commit(key, p, now, r, set)
-      if r.span and p.cost > 1 then
+      if r.span and (p.cost > 1 or p.rate < 0) then
         put(set, '_lt', now)
         LT[i] = now
       end

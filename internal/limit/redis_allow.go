@@ -68,7 +68,7 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 	// unspent because another's lease is empty. When Redis denies the
 	// request, the tokens go back to their leases.
 	full, fullReqs := res, reqs
-	var taken []*lease
+	var taken []*tokenLease
 	if ask != nil {
 		var rest []int
 		if taken, rest = r.leases.takeSome(keys, reqs, res, start); taken != nil {
@@ -102,8 +102,12 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 	// Tokens other gateways stop using come back within LeaseIdle: a
 	// denial while some may be held is asked again until then.
 	back := !charges && d.tokensMayComeBack(reqs, res, r.leaseWait+r.leases.idleOr0())
-	for deadline := start + int64(r.leaseWait); !d.allowed && back && r.clock() < deadline; {
-		t := time.NewTimer(max(r.leases.idleOr0()/2, time.Millisecond))
+	// The waits double from 2ms (2, 6, 14, 30, 50ms with LeaseWait):
+	// a burst's tokens come back within a few ms, a steady key's within
+	// LeaseIdle.
+	pause := minLeaseIdle
+	for deadline := start + int64(r.leaseWait); !d.allowed && back && r.clock() < deadline; pause *= 2 {
+		t := time.NewTimer(min(pause, max(time.Duration(deadline-r.clock()), time.Millisecond)))
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -121,14 +125,10 @@ func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []
 		}
 		r.leases.unspent(keys, reqs, res, start)
 	}
-	if !d.allowed && r.deny != nil {
-		// While tokens may still come back, a denial is remembered only
-		// until they would have.
-		var until int64
-		if back {
-			until = r.clock() + int64(r.leases.idleOr0())
-		}
-		r.deny.record(keys, reqs, res, start, until)
+	if !d.allowed && r.deny != nil && !back {
+		// While tokens may still come back, a denial is not remembered:
+		// the next request waits for them too.
+		r.deny.record(keys, reqs, res, start, 0)
 	}
 	return d.allowed, nil
 }
@@ -199,6 +199,8 @@ func redisKeys(reqs []Request) (keys []string, tag string, charges bool, err err
 type leaseAsk struct {
 	rates, have []int64
 	claim       *leaseClaim
+	// refill marks a call that only asks for the next lease.
+	refill bool
 }
 
 // fromLeases decides reqs from the leases of keys if it can, and reports
@@ -240,6 +242,7 @@ func (r *Redis) refill(now time.Time, keys []string, reqs []Request, tag string,
 	for i := range ask.rates {
 		ask.rates[i] = max(ask.rates[i], 1) // every token counted is leased
 	}
+	ask.refill = true
 	args := r.scriptArgs(now, reqs, tag, ask)
 	start := r.clock()
 	ctx, cancel := context.WithTimeout(context.Background(), r.callTimeout)
@@ -266,6 +269,9 @@ func (r *Redis) scriptArgs(now time.Time, reqs []Request, tag string, ask *lease
 	var rate, fleet int64
 	if ask != nil {
 		rate, fleet = slices.Min(ask.rates), max(r.fleetSize.Load(), 1)
+		if ask.refill {
+			rate = -rate
+		}
 	}
 	for i := range reqs {
 		q := &reqs[i]
@@ -286,7 +292,7 @@ func (r *Redis) scriptArgs(now time.Time, reqs []Request, tag string, ask *lease
 			mode = "d"
 		}
 		var have int64
-		if rate > 0 {
+		if rate != 0 {
 			have = ask.have[i]
 		}
 		args = append(args, p.Algorithm, p.Limit, micros(p.Window), p.Precision, p.Burst,
@@ -347,14 +353,13 @@ func (r *Redis) decideOnce(ctx context.Context, keys []string, reqs []Request, a
 		r.reloadSlots()
 		return scriptAnswer{}, &lateCall{r: r, outcome: lateNotCounted}, ErrCircuitOpen
 	}
-	var v []int64
-	var shared bool
-	var late *lateCall
+	var cr callResult
 	if r.maxBatch > 1 {
-		v, err, shared, late = r.batcherFor(b).do(cctx, r, keys, args)
+		cr, err = r.batcherFor(b).do(cctx, r, keys, args)
 	} else {
-		v, err, shared, late = r.alone(cctx, keys, args)
+		cr, err = r.alone(cctx, keys, args)
 	}
+	v, shared, late := cr.v, cr.shared, cr.late
 	if err != nil {
 		if late == nil && (isScriptError(err) || isRedirect(err) || errors.Is(err, redis.ErrPoolTimeout)) {
 			// Redis refused the call, or it was never sent.

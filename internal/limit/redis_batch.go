@@ -129,7 +129,7 @@ func (r *Redis) batcherFor(b *breaker) *batcher {
 // Timeout once it is sent (await). shared reports that err was a batch's
 // failure already reported by another of its calls, so that the node's
 // breaker counts one failure per round trip, not one per call.
-func (q *batcher) do(ctx context.Context, r *Redis, keys []string, args []any) (v []int64, err error, shared bool, late *lateCall) {
+func (q *batcher) do(ctx context.Context, r *Redis, keys []string, args []any) (callResult, error) {
 	c := &batchCall{keys: keys, args: args, done: make(chan struct{}, 1), q: q}
 	q.mu.Lock()
 	if !q.busy {
@@ -154,14 +154,14 @@ func (q *batcher) do(ctx context.Context, r *Redis, keys []string, args []any) (
 // when it comes. shared reports that the node's breaker is not to hear
 // of the failure: another caller told it of the same round trip's
 // Timeout, or the caller went away.
-func (r *Redis) await(ctx context.Context, c *batchCall) ([]int64, error, bool, *lateCall) {
+func (r *Redis) await(ctx context.Context, c *batchCall) (callResult, error) {
 	t := time.NewTimer(r.timeout)
 	defer t.Stop()
 	for {
 		var err error
 		select {
 		case <-c.done:
-			return c.v, c.err, c.shared, nil
+			return callResult{v: c.v, shared: c.shared}, c.err
 		case <-ctx.Done():
 			err = ctx.Err()
 		case <-t.C:
@@ -183,13 +183,13 @@ func (r *Redis) await(ctx context.Context, c *batchCall) ([]int64, error, bool, 
 				c.q.mu.Unlock()
 				shared = rt == nil || !rt.failure(r.clock(), r.timeout)
 			}
-			return nil, err, shared, &lateCall{r: r, outcome: lateNotCounted}
+			return callResult{shared: shared, late: &lateCall{r: r, outcome: lateNotCounted}}, err
 		}
 		c.mu.Lock()
 		if c.answered {
 			c.mu.Unlock()
 			<-c.done
-			return c.v, c.err, c.shared, nil
+			return callResult{v: c.v, shared: c.shared}, c.err
 		}
 		c.late = &lateCall{r: r}
 		late := c.late
@@ -198,8 +198,18 @@ func (r *Redis) await(ctx context.Context, c *batchCall) ([]int64, error, bool, 
 		if rt := c.rt.Load(); rt != nil && err == errCallTimeout {
 			shared = !rt.failure(r.clock(), r.timeout)
 		}
-		return nil, err, shared, late
+		return callResult{shared: shared, late: late}, err
 	}
+}
+
+// callResult is what a caller learns of its call: Redis's answer v;
+// shared, for a failure, that the node's breaker is not to hear of it
+// from this caller (see await); late, when the caller stopped waiting, what
+// becomes of the call.
+type callResult struct {
+	v      []int64
+	shared bool
+	late   *lateCall
 }
 
 // errCallTimeout is the error of a call that Redis did not answer within
@@ -260,7 +270,7 @@ func (q *batcher) next(r *Redis) []*batchCall {
 
 // alone runs the script for keys and args in a round trip of its own
 // (RedisConfig.MaxBatch 1), waiting for it as do does.
-func (r *Redis) alone(ctx context.Context, keys []string, args []any) ([]int64, error, bool, *lateCall) {
+func (r *Redis) alone(ctx context.Context, keys []string, args []any) (callResult, error) {
 	c := &batchCall{keys: keys, args: args, done: make(chan struct{}, 1)}
 	c.state.Store(callTaken)
 	c.rt.Store(&roundTrip{sent: r.clock()})

@@ -132,7 +132,7 @@ func (r *Redis) flushWriteBacks() {
 	r.wbAgain.Store(true)
 	r.wbMu.Lock()
 	defer r.wbMu.Unlock()
-	if r.closed.Load() || !r.wbBusy.CompareAndSwap(false, true) {
+	if r.wbClosed || !r.wbBusy.CompareAndSwap(false, true) {
 		return
 	}
 	r.wbGroup.Go(func() {

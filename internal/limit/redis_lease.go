@@ -29,8 +29,9 @@ const (
 	LeaseWait = 50 * time.Millisecond
 )
 
-// leases are a Redis store's leases (README, "Leases"): for a limit of a
-// window algorithm (fixed_window, sliding_window), the script counts
+// tokenLeases are a Redis store's leases of tokens (README, "Leases"; not
+// the concurrency slots' Lease): for a limit of a window algorithm
+// (fixed_window, sliding_window), the script counts
 // more than the request into the bucket or window it counts in, and the
 // gateway admits that many more requests locally, without a call, until
 // they are spent or that bucket ends. Every admission falls in the bucket
@@ -48,10 +49,10 @@ const (
 // A request is admitted from leases only if every limit of it has one
 // with a token; it then takes one from each. It is safe for concurrent
 // use.
-type leases struct {
+type tokenLeases struct {
 	max int
 	mu  sync.Mutex
-	m   map[string]*lease
+	m   map[string]*tokenLease
 	// granted counts the tokens leased beyond the requests that asked,
 	// spent those admitted from leases, expired those lost when their
 	// bucket ended, returned those given back to Redis.
@@ -69,9 +70,9 @@ type leases struct {
 	closed bool
 }
 
-// lease is one key's lease: tokens counted in Redis in bucket, which ends
-// at end, for limits with params.
-type lease struct {
+// tokenLease is one key's lease: tokens counted in Redis in bucket, which
+// ends at end, for limits with params.
+type tokenLease struct {
 	key    string
 	mu     sync.Mutex
 	params Params
@@ -124,8 +125,8 @@ func (t *leaseReturn) shape() string {
 	return s
 }
 
-func newLeases(max int, now func() int64) *leases {
-	return &leases{max: max, m: make(map[string]*lease), idle: LeaseIdle, now: now}
+func newTokenLeases(max int, now func() int64) *tokenLeases {
+	return &tokenLeases{max: max, m: make(map[string]*tokenLease), idle: LeaseIdle, now: now}
 }
 
 // leasable reports whether reqs may be decided with leases: every limit
@@ -144,7 +145,7 @@ func leasable(reqs []Request) bool {
 }
 
 // get returns the lease of key, creating it when there is room.
-func (ls *leases) get(key string, now int64) *lease {
+func (ls *tokenLeases) get(key string, now int64) *tokenLease {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if l, ok := ls.m[key]; ok {
@@ -156,14 +157,14 @@ func (ls *leases) get(key string, now int64) *lease {
 			return nil
 		}
 	}
-	l := &lease{key: key, since: now}
+	l := &tokenLease{key: key, since: now}
 	ls.m[key] = l
 	return l
 }
 
 // sweep drops the leases that have no tokens left to use and no request
 // waiting for one. ls.mu is held.
-func (ls *leases) sweep(now int64) {
+func (ls *tokenLeases) sweep(now int64) {
 	var back []leaseReturn
 	for k, l := range ls.m {
 		l.mu.Lock()
@@ -179,7 +180,7 @@ func (ls *leases) sweep(now int64) {
 // drop takes l's tokens away, appending them to back when they can go
 // back to Redis: a bucket that has not ended, or a sliding window's that
 // may still be in its window (the script checks). l.mu is held.
-func (ls *leases) drop(l *lease, now int64, back []leaseReturn) []leaseReturn {
+func (ls *tokenLeases) drop(l *tokenLease, now int64, back []leaseReturn) []leaseReturn {
 	if l.tokens == 0 {
 		return back
 	}
@@ -193,7 +194,7 @@ func (ls *leases) drop(l *lease, now int64, back []leaseReturn) []leaseReturn {
 }
 
 // idleOr0 returns ls.idle, or 0 when there are no leases.
-func (ls *leases) idleOr0() time.Duration {
+func (ls *tokenLeases) idleOr0() time.Duration {
 	if ls == nil {
 		return 0
 	}
@@ -201,7 +202,7 @@ func (ls *leases) idleOr0() time.Duration {
 }
 
 // async gives back in the background.
-func (ls *leases) async(back []leaseReturn) {
+func (ls *tokenLeases) async(back []leaseReturn) {
 	if len(back) == 0 {
 		return
 	}
@@ -226,11 +227,11 @@ func (ls *leases) async(back []leaseReturn) {
 // key's lease: the requests that find it empty meanwhile wait for that
 // request's answer (wait, closed when it is in) and take again, rather
 // than call Redis for themselves.
-func (ls *leases) take(keys []string, reqs []Request, res []Result, now int64, rates, have []int64) (ok bool, claim *leaseClaim, wait <-chan struct{}) {
-	var buf [maxLeasedLimits]*lease
+func (ls *tokenLeases) take(keys []string, reqs []Request, res []Result, now int64, rates, have []int64) (ok bool, claim *leaseClaim, wait <-chan struct{}) {
+	var buf [maxLeasedLimits]*tokenLease
 	held := buf[:0]
 	if len(keys) > len(buf) {
-		held = make([]*lease, 0, len(keys))
+		held = make([]*tokenLease, 0, len(keys))
 	}
 	held = held[:len(keys)]
 	ls.mu.Lock()
@@ -326,7 +327,7 @@ func (ls *leases) take(keys []string, reqs []Request, res []Result, now int64, r
 // spend takes a token from each of held, writing each limit's Result
 // into res, and reports whether it could; when one has none left (taken
 // meanwhile), it gives back what it took.
-func (ls *leases) spend(held []*lease, res []Result, now int64) bool {
+func (ls *tokenLeases) spend(held []*tokenLease, res []Result, now int64) bool {
 	for i, l := range held {
 		l.mu.Lock()
 		if l.tokens == 0 || now >= l.end {
@@ -358,7 +359,7 @@ func (ls *leases) spend(held []*lease, res []Result, now int64) bool {
 // returns the leases it took from, by index (nil where it took none), and
 // the indexes of the limits it took none for; taken is nil when it took
 // none at all.
-func (ls *leases) takeSome(keys []string, reqs []Request, res []Result, now int64) (taken []*lease, rest []int) {
+func (ls *tokenLeases) takeSome(keys []string, reqs []Request, res []Result, now int64) (taken []*tokenLease, rest []int) {
 	for i, k := range keys {
 		ls.mu.Lock()
 		l := ls.m[k]
@@ -384,7 +385,7 @@ func (ls *leases) takeSome(keys []string, reqs []Request, res []Result, now int6
 			continue
 		}
 		if taken == nil {
-			taken = make([]*lease, len(keys))
+			taken = make([]*tokenLease, len(keys))
 		}
 		taken[i] = l
 	}
@@ -398,7 +399,7 @@ func (ls *leases) takeSome(keys []string, reqs []Request, res []Result, now int6
 // request that was not admitted, and writes their limits' Results as
 // Redis's for a limit that admits a request another denies: the room as
 // it stands.
-func (ls *leases) putBack(taken []*lease, reqs []Request, res []Result, now int64) {
+func (ls *tokenLeases) putBack(taken []*tokenLease, reqs []Request, res []Result, now int64) {
 	for i, l := range taken {
 		if l == nil {
 			continue
@@ -417,14 +418,14 @@ func (ls *leases) putBack(taken []*lease, reqs []Request, res []Result, now int6
 // one asking Redis for their next tokens; ready is closed when it has
 // its answer.
 type leaseClaim struct {
-	leases []*lease
+	leases []*tokenLease
 	ready  chan struct{}
 }
 
 // release ends the claim of a request that asked for leases: their next
 // may be asked for again, and the requests waiting for this one's answer
 // take again.
-func (ls *leases) release(c *leaseClaim) {
+func (ls *tokenLeases) release(c *leaseClaim) {
 	for _, l := range c.leases {
 		l.mu.Lock()
 		l.pending, l.ready = false, nil
@@ -436,7 +437,7 @@ func (ls *leases) release(c *leaseClaim) {
 // unspent adds to each Result of a call the tokens this gateway holds for
 // its limit: Redis counted them, but they are room the gateway has yet
 // to admit from, as a memory store's Remaining would show.
-func (ls *leases) unspent(keys []string, reqs []Request, res []Result, now int64) {
+func (ls *tokenLeases) unspent(keys []string, reqs []Request, res []Result, now int64) {
 	for i, k := range keys {
 		ls.mu.Lock()
 		l := ls.m[k]
@@ -466,7 +467,7 @@ type leaseGrant struct {
 // taken before the call: the bucket ends no sooner in this gateway's
 // time). Tokens of the bucket the lease already holds are added to it;
 // those of another bucket replace it.
-func (ls *leases) grant(keys []string, reqs []Request, res []Result, g []leaseGrant, start, own int64) {
+func (ls *tokenLeases) grant(keys []string, reqs []Request, res []Result, g []leaseGrant, start, own int64) {
 	var back []leaseReturn
 	for i, k := range keys {
 		n := g[i].n - own
@@ -499,9 +500,9 @@ func (ls *leases) grant(keys []string, reqs []Request, res []Result, g []leaseGr
 		l.remaining, l.reset, l.granted = res[i].Remaining, res[i].Reset, start
 		if ls.giveBack != nil {
 			if l.timer == nil {
-				l.timer = time.AfterFunc(ls.idle, func() { ls.idleCheck(l) })
+				l.timer = time.AfterFunc(l.idleAfter(ls.idle), func() { ls.idleCheck(l) })
 			} else {
-				l.timer.Reset(ls.idle)
+				l.timer.Reset(l.idleAfter(ls.idle))
 			}
 		}
 		l.mu.Unlock()
@@ -510,17 +511,33 @@ func (ls *leases) grant(keys []string, reqs []Request, res []Result, g []leaseGr
 	ls.async(back)
 }
 
+// idleAfter returns how long l may go without a request before its
+// tokens go back: three of the mean intervals between its key's requests,
+// at least minLeaseIdle and at most most. A burst's leftover tokens so go
+// back within a few ms, while a steady key's lease is kept between its
+// requests. l.mu is held.
+func (l *tokenLease) idleAfter(most time.Duration) time.Duration {
+	if l.rate <= 0 {
+		return most
+	}
+	return min(max(time.Duration(3*float64(time.Second)/l.rate), min(minLeaseIdle, most)), most)
+}
+
+// minLeaseIdle is the shortest time a lease waits unused before its
+// tokens go back.
+const minLeaseIdle = 2 * time.Millisecond
+
 // idleCheck gives l's tokens back to Redis when no request asked for them
-// for ls.idle, or checks again when that will be so.
-func (ls *leases) idleCheck(l *lease) {
+// for l.idleAfter(ls.idle), or checks again when that will be so.
+func (ls *tokenLeases) idleCheck(l *tokenLease) {
 	l.mu.Lock()
 	if l.tokens == 0 {
 		l.mu.Unlock()
 		return
 	}
 	now := ls.now()
-	if d := now - l.used; d < int64(ls.idle) && l.timer != nil {
-		l.timer.Reset(ls.idle - time.Duration(d))
+	if d, idle := now-l.used, l.idleAfter(ls.idle); d < int64(idle) && l.timer != nil {
+		l.timer.Reset(idle - time.Duration(d))
 		l.mu.Unlock()
 		return
 	}
@@ -533,10 +550,10 @@ func (ls *leases) idleCheck(l *lease) {
 
 // close stops granting leases and returns every token held, for the
 // caller to give back.
-func (ls *leases) close() []leaseReturn {
+func (ls *tokenLeases) close() []leaseReturn {
 	ls.mu.Lock()
 	ls.closed = true
-	all := make([]*lease, 0, len(ls.m))
+	all := make([]*tokenLease, 0, len(ls.m))
 	for _, l := range ls.m {
 		all = append(all, l)
 	}

@@ -320,7 +320,7 @@ func TestRedisLeaseSameBucketLate(t *testing.T) {
 func TestLeaseGrantSameBucket(t *testing.T) {
 	t.Parallel()
 	ms := int64(time.Millisecond)
-	ls := newLeases(8, func() int64 { return 0 })
+	ls := newTokenLeases(8, func() int64 { return 0 })
 	p := &Params{Algorithm: "fixed_window", Limit: 1000, Window: time.Hour}
 	keys, reqs := []string{"k"}, []Request{{Key: "k", Params: p}}
 	res := []Result{{Allowed: true, Limit: 1000, Remaining: 500}}

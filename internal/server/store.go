@@ -217,6 +217,18 @@ func (st *stores) register(reg prometheus.Registerer) {
 			Help: "Leased tokens lost unspent because the bucket or window they were counted in ended first.",
 		}, func() float64 { return float64(red.Stats().LeaseExpired) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_redis_lease_tokens_returned_total",
+			Help: "Leased tokens this gateway stopped using and gave back to Redis unspent.",
+		}, func() float64 { return float64(red.Stats().LeaseReturned) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_redis_written_back_total",
+			Help: "Requests admitted locally (--fail-mode local) while Redis did not answer, counted in Redis afterwards because it had not counted them.",
+		}, func() float64 { return float64(red.Stats().WrittenBack) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_redis_write_backs_dropped_total",
+			Help: "Local admissions not written back to Redis: their bucket had ended, or the write-back's fate is unknown.",
+		}, func() float64 { return float64(red.Stats().WriteBacksDropped) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "gateway_redis_overflow_total",
 			Help: "Requests of new callers that Redis counted against their rule's overflow counter because --redis-max-keys callers' counters were live.",
 		}, func() float64 { return float64(red.Stats().Overflowed) }),

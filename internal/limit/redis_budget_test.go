@@ -247,7 +247,12 @@ func TestRedisBudgetExpiredKeysFreeRoom(t *testing.T) {
 	red := newTestRedis(t, RedisConfig{URL: srv.URL(), Timeout: time.Second, MaxKeys: perBucket * RedisBuckets, DenyCacheSize: -1})
 	ctx := context.Background()
 	c := srv.Client()
-	short := &Params{Algorithm: "token_bucket", Limit: 100, Window: 100 * time.Millisecond}
+	// A key lives until its bucket is full again (5 s for the one token
+	// a caller takes), long enough that the budget is filled before any
+	// expires even on a loaded machine, short enough to wait for; the
+	// overflow counter that the callers past the budget share has room
+	// for all of them.
+	short := &Params{Algorithm: "token_bucket", Limit: 100000, Window: 500000 * time.Second}
 	tag := callerTags[7]
 	ips := ipsInBucket(tag, 1000)
 	res := make([]Result, 1)
@@ -270,7 +275,7 @@ func TestRedisBudgetExpiredKeysFreeRoom(t *testing.T) {
 		t.Fatalf("caller %d past the budget got a key of its own", perBucket)
 	}
 	next := perBucket + 1
-	eventually.True(t, 20*time.Second, func() bool {
+	eventually.True(t, 60*time.Second, func() bool {
 		next++
 		return own(ips[next])
 	}, "no new caller got a key after the bucket's keys expired (%d tried)", next)

@@ -89,10 +89,12 @@ func (a *AccessLog) ObserveCall(c *Call) {
 				break
 			}
 			v := e.GetValue()
-			if !a.raw {
+			if a.raw {
+				v = cut(v)
+			} else {
 				v = proxy.KeyHash(v)
 			}
-			ld.Entries = append(ld.Entries, [2]string{e.GetKey(), v})
+			ld.Entries = append(ld.Entries, [2]string{cut(e.GetKey()), v})
 		}
 		if h := d.GetHitsAddend(); h != nil {
 			v := h.GetValue()
@@ -118,6 +120,16 @@ func (a *AccessLog) ObserveCall(c *Call) {
 		slog.String("peer", c.Peer),
 	)
 	a.h.Handle(context.Background(), rec)
+}
+
+// cut returns s, or its first MaxKeyBytes bytes when longer: only a
+// refused call (its keys and values over MaxKeyBytes) carries a longer
+// one, and the line need not grow with what a caller sends.
+func cut(s string) string {
+	if len(s) <= MaxKeyBytes {
+		return s
+	}
+	return strings.ToValidUTF8(s[:MaxKeyBytes], "")
 }
 
 // Close closes the log file.

@@ -116,9 +116,19 @@ func TestAccessLog(t *testing.T) {
 			t.Fatalf("empty descriptors: got %v, want InvalidArgument", err)
 		}
 
+		// A refused call's values, however long, make a bounded line.
+		huge := strings.Repeat("x", 512<<10)
+		_, err = h.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "ext", Descriptors: descs("sliding=" + huge)})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("a 512 KiB value: got %v, want InvalidArgument", err)
+		}
+
 		lines := buf.lines(t)
-		if len(lines) != 3 {
-			t.Fatalf("raw %v: got %d lines, want 3 (one per call):\n%v", raw, len(lines), lines)
+		if len(lines) != 4 {
+			t.Fatalf("raw %v: got %d lines, want 4 (one per call):\n%v", raw, len(lines), lines)
+		}
+		if b, _ := json.Marshal(lines[3]); len(b) > 2*MaxKeyBytes {
+			t.Errorf("raw %v: the line of a 512 KiB value is %d bytes, want at most %d", raw, len(b), 2*MaxKeyBytes)
 		}
 		u1 := proxy.KeyHash("u1")
 		if raw {

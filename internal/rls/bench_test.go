@@ -2,8 +2,8 @@ package rls
 
 import (
 	"context"
-	"log/slog"
 	"io"
+	"log/slog"
 	"strconv"
 	"testing"
 	"time"

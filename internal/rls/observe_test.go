@@ -96,6 +96,9 @@ func (l *lockedBuffer) lines(t *testing.T) []map[string]any {
 		}
 		out = append(out, m)
 	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("reading the log: %v", err)
+	}
 	return out
 }
 

@@ -35,8 +35,10 @@ directory of files in envoyproxy/ratelimit's configuration format
 
 The config reloads when it changes (--watch) and on SIGHUP; a config that
 does not load is refused and the one in force stays. --admin-listen serves
-/healthz, /readyz, /metrics, /rules and /top (read by gateway top); the gRPC port also serves the
-standard gRPC health service. SIGTERM or SIGINT drains and exits.`,
+/healthz, /readyz, /metrics, /rules and /top (the heaviest descriptor
+values, read by gateway top); the gRPC port also serves the standard gRPC
+health service. --access-log writes one JSON line per call. SIGTERM or
+SIGINT drains and exits.`,
 		Example: `  gateway rls --config examples/rls/config.yaml
   gateway rls --config /etc/ratelimit/config --store redis --redis-url redis://127.0.0.1:6379/0`,
 		Args: cobra.NoArgs,

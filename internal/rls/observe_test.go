@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -38,12 +40,24 @@ func TestTop(t *testing.T) {
 	h.call(t, "caller-made", "sliding=heavy", 0)
 	h.call(t, "ext", "nothing=here", 0)
 	h.call(t, "ext", "detailed=x", 0)
+	// A limit override from Envoy is listed under (override), in a known
+	// domain only.
+	for _, domain := range []string{"ext", "caller-made"} {
+		d := descs("anything=1")
+		d[0].Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_HOUR}
+		if _, err := h.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain, Descriptors: d}); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	got := top.Snapshot(t0, "")
-	if len(got) != 2 || got[0].API != "detailed" || got[1].API != "sliding" {
-		t.Fatalf("limits: got %+v, want ext's detailed and sliding", got)
+	if len(got) != 3 || got[0].API != overrideLabel || got[1].API != "detailed" || got[2].API != "sliding" {
+		t.Fatalf("limits: got %+v, want ext's (override), detailed and sliding", got)
 	}
-	s := got[1]
+	if o := got[0].Keys; len(o) != 1 || o[0].Key != "anything=1" {
+		t.Errorf("override keys: got %+v, want anything=1", o)
+	}
+	s := got[2]
 	if s.App != "ext" || s.By != TopBy || s.Requests != 21 || !s.From.Equal(t0) {
 		t.Errorf("sliding: got %s %s requests %d from %v, want ext descriptor 21 from %v", s.App, s.By, s.Requests, s.From, t0)
 	}
@@ -58,7 +72,7 @@ func TestTop(t *testing.T) {
 			t.Errorf("key %d: got %+v, want %+v", i, s.Keys[i], want)
 		}
 	}
-	if d := got[0].Keys; len(d) != 1 || d[0].Key != "detailed=x" {
+	if d := got[1].Keys; len(d) != 1 || d[0].Key != "detailed=x" {
 		t.Errorf("detailed keys: got %+v, want detailed=x", d)
 	}
 	if got := top.Snapshot(t0, "rl"); len(got) != 0 {

@@ -355,3 +355,81 @@ func TestEndToEndRLSSighup(t *testing.T) {
 		t.Errorf("after the reload to 5: got %v, want OK", got)
 	}
 }
+
+// TestEndToEndRLSTopAndAccessLog runs `gateway rls --access-log` and
+// reads /top with `gateway top`: the heaviest values of the descriptor
+// are listed, at most --admin's K of them, and the log has one line per
+// call with the values hashed.
+func TestEndToEndRLSTopAndAccessLog(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfgFile, logFile := filepath.Join(dir, "config.yaml"), filepath.Join(dir, "access.log")
+	os.WriteFile(cfgFile, fmt.Appendf(nil, rlsE2EConfig, 2), 0o600)
+	g := startRLS(t, nil, nil, "--config", cfgFile, "--access-log", logFile)
+
+	calls := 0
+	ask := func(entries string, want rlsv3.RateLimitResponse_Code) {
+		t.Helper()
+		calls++
+		if got := g.ask(t, "e2e", entries).OverallCode; got != want {
+			t.Errorf("%s: got %v, want %v", entries, got, want)
+		}
+	}
+	for i := range 5 {
+		ask("k=heavy-caller", map[bool]rlsv3.RateLimitResponse_Code{true: rlsv3.RateLimitResponse_OK, false: rlsv3.RateLimitResponse_OVER_LIMIT}[i < 2])
+	}
+	// More distinct values than /top keeps (32 a descriptor).
+	for i := range 40 {
+		ask(fmt.Sprintf("k=v%02d", i), rlsv3.RateLimitResponse_OK)
+	}
+
+	out, err := gatewayCmd(t, context.Background(), "top", "--admin", g.admin, "--app", "e2e").CombinedOutput()
+	if err != nil {
+		t.Fatalf("gateway top: %v\n%s", err, out)
+	}
+	rows := grepLines(string(out), " k ")
+	if n := strings.Count(rows, "\n") + 1; n != 32 {
+		t.Errorf("gateway top: got %d rows, want 32 (K)\n%s", n, out)
+	}
+	if first := strings.Fields(strings.SplitN(rows, "\n", 2)[0]); len(first) != 8 ||
+		strings.Join([]string{first[0], first[1], first[2], first[3], first[4], first[6], first[7]}, " ") != "e2e k descriptor k=heavy-caller 5 2 3" {
+		t.Errorf("gateway top: first row %q, want e2e k descriptor k=heavy-caller 5 ±0 2 3\n%s", first, out)
+	}
+
+	g.cmd.Process.Signal(syscall.SIGTERM)
+	if err := g.waitExit(t, "SIGTERM"); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, g.logs)
+	}
+	data, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), "heavy-caller") {
+		t.Errorf("the access log carries a descriptor value as it is")
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) != calls {
+		t.Fatalf("access log: got %d lines, want %d (one per call)", len(lines), calls)
+	}
+	var l struct {
+		Time        time.Time
+		Domain      string
+		Code        string
+		Peer        string
+		Duration    *float64
+		Descriptors []struct {
+			Entries   [][2]string
+			Code      string
+			Limit     string
+			Remaining *uint32
+		}
+	}
+	if err := json.Unmarshal([]byte(lines[2]), &l); err != nil {
+		t.Fatalf("line 3: %v: %s", err, lines[2])
+	}
+	if l.Time.IsZero() || l.Domain != "e2e" || l.Code != "OVER_LIMIT" || !strings.HasPrefix(l.Peer, "127.0.0.1:") || l.Duration == nil ||
+		len(l.Descriptors) != 1 || len(l.Descriptors[0].Entries) != 1 || l.Descriptors[0].Entries[0][0] != "k" ||
+		l.Descriptors[0].Code != "OVER_LIMIT" || l.Descriptors[0].Limit != "2/minute" || l.Descriptors[0].Remaining == nil {
+		t.Errorf("line 3: got %s, want the third call of k=heavy-caller, denied", lines[2])
+	}
+}

@@ -35,8 +35,10 @@ directory of files in envoyproxy/ratelimit's configuration format
 
 The config reloads when it changes (--watch) and on SIGHUP; a config that
 does not load is refused and the one in force stays. --admin-listen serves
-/healthz, /readyz, /metrics and /rules; the gRPC port also serves the
-standard gRPC health service. SIGTERM or SIGINT drains and exits.`,
+/healthz, /readyz, /metrics, /rules and /top (the heaviest descriptor
+values, read by gateway top); the gRPC port also serves the standard gRPC
+health service. --access-log writes one JSON line per call. SIGTERM or
+SIGINT drains and exits.`,
 		Example: `  gateway rls --config examples/rls/config.yaml
   gateway rls --config /etc/ratelimit/config --store redis --redis-url redis://127.0.0.1:6379/0`,
 		Args: cobra.NoArgs,
@@ -55,13 +57,15 @@ standard gRPC health service. SIGTERM or SIGINT drains and exits.`,
 	f.BoolVar(&cfg.Watch, "watch", cfg.Watch, "reload the config when the file or directory changes (SIGHUP always does)")
 	f.Int64Var(&cfg.MaxConfigBytes, "max-rules-bytes", cfg.MaxConfigBytes, "largest config file read; a larger one is refused and the config in force stays")
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "gRPC listen address")
-	f.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, "admin listen address (/healthz, /readyz, /metrics, /rules); plain HTTP, so keep it on an internal network")
+	f.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, "admin listen address (/healthz, /readyz, /metrics, /rules, /top); plain HTTP, so keep it on an internal network")
 	f.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "PEM certificate (chain) file: with --tls-key, gRPC is served over TLS, the pair reloaded when either file changes")
 	f.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "PEM private key file of --tls-cert")
 	f.Var(&cfg.Headers, "ratelimit-headers", "response headers for Envoy to add: both, draft (RateLimit, RateLimit-Policy), legacy (X-RateLimit-*), none")
 	f.BoolVar(&cfg.ShadowMode, "shadow-mode", cfg.ShadowMode, "decide, count and report every limit but always answer OK (envoyproxy/ratelimit's SHADOW_MODE): try the service on live traffic first")
 	addCounterStoreFlags(f, &cfg.Store)
 	f.Lookup("fail-mode").Usage = "redis store: when Redis fails, local (limit in memory with limit × --local-share), open (answer OK) or closed (answer OVER_LIMIT)"
+	f.StringVar(&cfg.AccessLog, "access-log", cfg.AccessLog, "write one JSON line per ShouldRateLimit call to stdout, stderr or this file (off when empty)")
+	f.BoolVar(&cfg.AccessLogKeys, "access-log-keys", cfg.AccessLogKeys, "write descriptor values to the access log as they are, rather than the first 16 hex digits of their sha256")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "longest drain of calls in flight on SIGTERM")
 	f.Var(&logFormat, "log-format", "log format: json or text")
 	f.Var(&logLevel, "log-level", "log level: debug, info, warn, error")

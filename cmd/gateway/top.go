@@ -27,11 +27,13 @@ func newTopCmd() *cobra.Command {
 		Long: `Show, per app and rule of a running gateway, the counter keys that sent the
 most requests in the last one to two minutes (client address groups, or the
 header or query values of keyed limits), with what was admitted and limited.
-It reads GET /top on the admin port.
+It reads GET /top on the admin port. Pointed at gateway rls, it shows per
+domain (APP) and descriptor (RULE) the heaviest descriptor values.
 
 Counts are upper bounds: a key's requests are at least COUNT minus ±ERR.`,
 		Example: `  gateway top
-  gateway top --admin http://10.0.0.5:9090 --app app-2`,
+  gateway top --admin http://10.0.0.5:9090 --app app-2
+  gateway top --admin http://127.0.0.1:9091 --app my-domain   # gateway rls`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			u, err := topURL(admin, app)

@@ -2,11 +2,9 @@ package proxy
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"time"
 )
 
@@ -24,28 +22,16 @@ type AccessLog struct {
 // OpenAccessLog opens the access log destination: "stdout", "stderr", or a
 // file path, appended to.
 func OpenAccessLog(dest string) (*AccessLog, error) {
-	var (
-		w io.Writer
-		c io.Closer
-	)
-	switch dest {
-	case "stdout":
-		w = os.Stdout
-	case "stderr":
-		w = os.Stderr
-	default:
-		f, err := os.OpenFile(dest, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-		if err != nil {
-			return nil, fmt.Errorf("opening access log: %w", err)
-		}
-		w, c = f, f
+	w, c, err := OpenLogDest(dest)
+	if err != nil {
+		return nil, err
 	}
 	return NewAccessLog(w, c), nil
 }
 
 // NewAccessLog returns an AccessLog writing to w; Close closes c if not nil.
 func NewAccessLog(w io.Writer, c io.Closer) *AccessLog {
-	return &AccessLog{h: slog.NewJSONHandler(w, &slog.HandlerOptions{ReplaceAttr: nanoTime}), c: c}
+	return &AccessLog{h: NewLogLineHandler(w), c: c}
 }
 
 // nanoTime writes the record's time to the nanosecond (slog's default

@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"strconv"
 	"testing"
@@ -13,18 +14,19 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
 )
 
 // newBenchService is a Service on the memory store with the examples and
 // the extension domain of the tests, and metrics.
-func newBenchService(tb testing.TB) *Service {
+func newBenchService(tb testing.TB, observers ...Observer) *Service {
 	tb.Helper()
 	mem, err := limit.NewMemory(limit.MemoryConfig{})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	svc, err := New(Config{Store: mem, Metrics: NewMetrics(prometheus.NewRegistry()), Logger: slog.New(slog.DiscardHandler)})
+	svc, err := New(Config{Store: mem, Metrics: NewMetrics(prometheus.NewRegistry()), Logger: slog.New(slog.DiscardHandler), Observers: observers})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -39,7 +41,16 @@ func newBenchService(tb testing.TB) *Service {
 // BenchmarkShouldRateLimit is one decision of one descriptor, without
 // gRPC: what the service adds to the store.
 func BenchmarkShouldRateLimit(b *testing.B) {
-	svc := newBenchService(b)
+	b.Run("bare", func(b *testing.B) { benchShouldRateLimit(b, newBenchService(b)) })
+	// As `gateway rls` runs: top talkers always, the access log when
+	// asked (here to io.Discard, the cost of the line without the disk).
+	b.Run("top", func(b *testing.B) { benchShouldRateLimit(b, newBenchService(b, NewTop(proxy.TopConfig{}))) })
+	b.Run("top+accesslog", func(b *testing.B) {
+		benchShouldRateLimit(b, newBenchService(b, NewTop(proxy.TopConfig{}), NewAccessLog(io.Discard, nil)))
+	})
+}
+
+func benchShouldRateLimit(b *testing.B, svc *Service) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

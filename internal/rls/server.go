@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -51,6 +52,12 @@ type ServerConfig struct {
 	// Store holds the store settings, as `serve` takes them: Store,
 	// MaxKeys, Redis*, FailMode, LocalShare.
 	Store server.Config
+	// AccessLog, if not empty, is where one JSON line per call goes:
+	// "stdout", "stderr" or a file path (AccessLog).
+	AccessLog string
+	// AccessLogKeys writes descriptor values to the access log as they
+	// are; by default it writes their hashes (proxy.KeyHash).
+	AccessLogKeys bool
 	// ShutdownTimeout bounds the drain of calls in flight.
 	ShutdownTimeout time.Duration
 	// Version is the build's version, for gateway_build_info.
@@ -85,6 +92,8 @@ type Server struct {
 	log     *slog.Logger
 	svc     *Service
 	metrics *Metrics
+	top     *Top
+	alog    *AccessLog
 	stores  *server.Stores
 	certs   *server.CertReloader
 	grpc    *grpc.Server
@@ -158,10 +167,20 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 	closers = append(closers, s.stores.Close)
 	s.stores.Register(reg)
 	s.metrics = NewMetrics(reg)
+	s.top = NewTop(proxy.TopConfig{})
+	observers := []Observer{s.top}
+	if cfg.AccessLog != "" {
+		if s.alog, err = OpenAccessLog(cfg.AccessLog); err != nil {
+			return nil, fmt.Errorf("--access-log: %w", err)
+		}
+		s.alog.SetRawValues(cfg.AccessLogKeys)
+		closers = append(closers, s.alog.Close)
+		observers = append(observers, s.alog)
+	}
 	s.svc, err = New(Config{
 		Store: s.stores.Store(), FailMode: s.stores.FailMode(), Local: s.stores.Local(),
 		LocalShare: server.LocalScale(cfg.Store), Headers: cfg.Headers, ShadowMode: cfg.ShadowMode,
-		Metrics: s.metrics, Logger: s.log,
+		Metrics: s.metrics, Logger: s.log, Observers: observers,
 	})
 	if err != nil {
 		return nil, err
@@ -246,6 +265,9 @@ func (s *Server) Reload() (changed bool, err error) {
 // ShutdownTimeout, and the stores close.
 func (s *Server) Serve(ctx context.Context) error {
 	defer s.stores.Close()
+	if s.alog != nil {
+		defer s.alog.Close() // after the drain: no call is in flight
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if s.certs != nil {
@@ -368,7 +390,7 @@ func (s *Server) watchConfig(ctx context.Context) error {
 	return nil
 }
 
-// adminHandler serves /healthz, /readyz, /metrics and /rules.
+// adminHandler serves /healthz, /readyz, /metrics, /rules and /top.
 func (s *Server) adminHandler(metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -392,7 +414,31 @@ func (s *Server) adminHandler(metrics http.Handler) http.Handler {
 	mux.HandleFunc("GET /rules", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, s.rulesView())
 	})
+	mux.Handle("GET /top", topHandler(s.top, time.Now))
 	return mux
+}
+
+// topView is the JSON of GET /top, as `gateway serve` writes it so that
+// `gateway top` reads both.
+type topView struct {
+	// At is when the listing was taken.
+	At time.Time `json:"at"`
+	// K is how many values each descriptor keeps.
+	K      int              `json:"k"`
+	Limits []proxy.TopLimit `json:"limits"`
+}
+
+// topHandler serves GET /top[?domain=D]: per domain and descriptor, the
+// heaviest values of the last minutes (docs/rls.md "Top talkers"); app=
+// is taken for domain=, as `gateway top --app` sends it. The values are
+// callers' (addresses, user IDs): the admin port must stay internal.
+func topHandler(top *Top, now func() time.Time) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		at := now().UTC()
+		q := r.URL.Query()
+		domain := cmp.Or(q.Get("domain"), q.Get("app"))
+		writeJSON(w, http.StatusOK, topView{At: at, K: top.K(), Limits: top.Snapshot(at, domain)})
+	}
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -24,6 +24,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -76,6 +77,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// Observers see every call once it is answered (Top, AccessLog).
+	Observers []Observer
 }
 
 // Service implements RateLimitService. It is safe for concurrent use; its
@@ -138,15 +141,32 @@ type decision struct {
 // hits. A descriptor that matches no limit, or whose domain is unknown,
 // is OK, as envoyproxy/ratelimit has it.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	now := s.cfg.Now()
+	resp, ds, err := s.shouldRateLimit(ctx, req, now)
+	if len(s.cfg.Observers) > 0 {
+		c := &Call{Start: now, Duration: s.cfg.Now().Sub(now), Request: req, Response: resp, Err: err, ds: ds}
+		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+			c.Peer = p.Addr.String()
+		}
+		for _, o := range s.cfg.Observers {
+			o.ObserveCall(c)
+		}
+	}
+	return resp, err
+}
+
+// shouldRateLimit decides req at now; ds are its descriptors' decisions,
+// nil when req is refused.
+func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest, now time.Time) (*rlsv3.RateLimitResponse, []decision, error) {
 	if req.GetDomain() == "" {
-		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+		return nil, nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
 	}
 	descs := req.GetDescriptors()
 	switch {
 	case len(descs) == 0:
-		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+		return nil, nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
 	case len(descs) > MaxDescriptors:
-		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors: at most %d", len(descs), MaxDescriptors)
+		return nil, nil, status.Errorf(codes.InvalidArgument, "%d descriptors: at most %d", len(descs), MaxDescriptors)
 	}
 	rules := s.rules.Load()
 	dom := rules.Domains[req.Domain]
@@ -161,7 +181,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	for i, d := range descs {
 		ds[i].req = -1
 		if len(d.GetEntries()) > MaxEntries {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries: at most %d", i, len(d.GetEntries()), MaxEntries)
+			return nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries: at most %d", i, len(d.GetEntries()), MaxEntries)
 		}
 		size := 0
 		es := entries[:0]
@@ -170,7 +190,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			es = append(es, rlsconfig.Entry{Key: e.GetKey(), Value: e.GetValue()})
 		}
 		if size > MaxKeyBytes {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d's keys and values are %d bytes: at most %d", i, size, MaxKeyBytes)
+			return nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d's keys and values are %d bytes: at most %d", i, size, MaxKeyBytes)
 		}
 		ds[i].hits = hitsOf(req, d)
 		if dom == nil {
@@ -181,7 +201,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		if o := d.GetLimit(); o != nil {
 			lim, err := overrideLimit(o)
 			if err != nil {
-				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
+				return nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
 			}
 			ds[i].lim, ds[i].label = lim, overrideLabel
 			continue
@@ -234,18 +254,17 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	allowed, how := true, outcome(0)
 	if len(reqs) > 0 {
 		var err error
-		allowed, how, err = s.decide(ctx, reqs, res)
+		allowed, how, err = s.decide(ctx, now, reqs, res)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return s.respond(req.Domain, domLabel, ds, reqs, res, allowed, how), nil
+	return s.respond(req.Domain, domLabel, ds, reqs, res, allowed, how), ds, nil
 }
 
 // decide asks the store, and applies the fail mode when it fails: how
 // is 0 when the store decided, else the fail mode's outcome.
-func (s *Service) decide(ctx context.Context, reqs []limit.Request, res []limit.Result) (bool, outcome, error) {
-	now := s.cfg.Now()
+func (s *Service) decide(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result) (bool, outcome, error) {
 	allowed, err := s.cfg.Store.Allow(ctx, now, reqs, res)
 	if err == nil {
 		return allowed, 0, nil

@@ -23,13 +23,13 @@ const leaseHorizon = 20 * time.Millisecond
 // LeaseIdle is how long a lease's tokens may go unused before the
 // gateway gives them back to Redis, and LeaseWait the longest a request
 // that Redis denied waits for tokens that other gateways may give back
-// (README, "Leases").
+// (docs/fleet.md, "Leases").
 const (
 	LeaseIdle = 20 * time.Millisecond
 	LeaseWait = 50 * time.Millisecond
 )
 
-// leases are a Redis store's leases (README, "Leases"): for a limit of a
+// leases are a Redis store's leases (docs/fleet.md, "Leases"): for a limit of a
 // window algorithm (fixed_window, sliding_window), the script counts
 // more than the request into the bucket or window it counts in, and the
 // gateway admits that many more requests locally, without a call, until

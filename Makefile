@@ -33,7 +33,7 @@ lint:
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
-# The deployment files (README.md, "Deployment"): Prometheus scrape configs
+# The deployment files (docs/operations.md, "Deployment"): Prometheus scrape configs
 # and alerting rules (with their unit tests); the Dockerfile's build command
 # (deploy/build.sh) run here, its binary checked static and stamped; the
 # Compose file, every YAML file and every shell script; the Kubernetes

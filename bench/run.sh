@@ -15,7 +15,7 @@
 #
 # Besides the memory store, two gateways run on a Redis (redis-server on the
 # load's core, its CPU time measured apart): gateway-redis with the defaults
-# (batching and leases, see the README's "Redis" section) and
+# (batching and leases, see docs/fleet.md) and
 # gateway-redis-exact with --redis-batch 1 --redis-leases -1 (one script
 # call per request, in a round trip of its own, as before them). For these
 # the table also gives the script calls per request (from /metrics) and

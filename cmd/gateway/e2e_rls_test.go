@@ -271,7 +271,7 @@ func TestEndToEndRLSFleet(t *testing.T) {
 	os.WriteFile(cfg, []byte(fmt.Sprintf(rlsE2EConfig, 50)), 0o644)
 	// Leases off: with them (the default) a fleet never admits more than
 	// the limit either, but tokens leased to one process and unspent are
-	// room the others lack (README, "Redis: one limit for a fleet of
+	// room the others lack (docs/fleet.md, "Redis: one limit for a fleet of
 	// gateways", Leases), so a burst may get fewer.
 	env := []string{"GATEWAY_STORE=redis", "GATEWAY_REDIS_URL=" + srv.URL(), "GATEWAY_REDIS_TIMEOUT=5s", "GATEWAY_REDIS_LEASES=-1", "GATEWAY_LOCAL_SHARE=0.2"}
 	modes := []string{"closed", "open", "local"}

@@ -37,7 +37,7 @@ func newRulesCmd() *cobra.Command {
 		Short: "Read, write, list and roll back the rules in a rule store (etcd, ZooKeeper)",
 		Long: `Read, write, list and roll back the rules a fleet of gateways reads from a rule
 store (gateway serve --config etcd://host:2379/key or zk://host:2181/path,
-etcds:// and zks:// over TLS; see the README's "Rules for a fleet").
+etcds:// and zks:// over TLS; see docs/sources.md, "Rules for a fleet").
 
 push checks a file exactly as the gateways would check it as the key's value
 (parse, validate, compile) and writes it only if it is valid, and only if the

@@ -13,7 +13,7 @@ import (
 // "claim:NAME", or a combination of ip, headers, query parameters and
 // claims joined by commas
 // ("ip,header:X-User-Id": one counter per pair). Header names are
-// canonical (http.CanonicalHeaderKey). See the README's "Rule file".
+// canonical (http.CanonicalHeaderKey). See docs/rules.md, "Rule file".
 type By string
 
 // The values of By that name no request attribute.

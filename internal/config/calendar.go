@@ -9,7 +9,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 )
 
-// The calendar units (the README's "Calendar units"): unit: calendar-day,
+// The calendar units (docs/algorithms.md, "Calendar units"): unit: calendar-day,
 // calendar-week or calendar-month, in the zone timezone names.
 
 // unitOrCalendar returns the value of a unit field: a calendar unit, with

@@ -12,11 +12,11 @@ import (
 )
 
 // DefaultCostHeader is the response header a cost: {header: ...} rule
-// usually names (the README's "Request cost").
+// usually names (docs/rules.md, "Request cost").
 const DefaultCostHeader = "X-RateLimit-Cost"
 
 // Cost is what one request costs a limit, in the limit's units (the
-// README's "Request cost"). The zero value is a cost of one unit, known
+// docs/rules.md, "Request cost"). The zero value is a cost of one unit, known
 // when the request is decided.
 type Cost struct {
 	// Units is the fixed cost of a request, known when it is decided; 0
@@ -53,7 +53,7 @@ func (c *Cost) Need() int64 {
 	return 1
 }
 
-// String returns the cost as the README writes it: "1", "100", or
+// String returns the cost as docs/rules.md writes it: "1", "100", or
 // "header X-RateLimit-Cost (min 1, max 1000)".
 func (c Cost) String() string {
 	if c.Header == "" {
@@ -67,7 +67,7 @@ func (c Cost) String() string {
 }
 
 // Count says which requests a limit counts: only those whose response
-// status is in Status, once the response's headers arrive (the README's
+// status is in Status, once the response's headers arrive (docs/rules.md,
 // "Counting only some responses"). A nil *Count counts every admitted
 // request when it is decided.
 type Count struct {

@@ -27,7 +27,7 @@ func Load(path string) (*Rules, error) {
 
 // Parse parses, defaults and validates the rule file data read from path.
 // The format follows the extension of path: .yaml or .yml for YAML, .json
-// for JSON, .xml for XML (the README's "Rule file" shows its shape).
+// for JSON, .xml for XML (docs/rules.md, "Rule file" shows its shape).
 //
 // When the file has problems Parse returns nil and an Errors listing all of
 // them, each with the file and line.

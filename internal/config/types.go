@@ -4,7 +4,7 @@
 // The format is the original rule file's (configs → appId → limits →
 // api/limit/unit), extended with defaults, per-rule algorithms and their
 // settings (burst, warmup), lockouts (lockSeconds), methods, shadow mode
-// and the "*" section for unknown callers: see the README's "Rule file"
+// and the "*" section for unknown callers: see docs/rules.md, "Rule file"
 // section. The config knows no algorithm by name: it asks the limit
 // registry which settings each reads, and limit.Params.Validate for the
 // rest.
@@ -69,7 +69,7 @@ type App struct {
 	// across all its APIs, per counter of By; 0 for no such cap.
 	Concurrency int64
 	// TotalCost and TotalCount are the cost and count of the app's
-	// total (the README's "Request cost").
+	// total (docs/rules.md, "Request cost").
 	TotalCost  Cost
 	TotalCount *Count
 	// Limits are the per-API rules in file order.

@@ -30,7 +30,7 @@ var (
 // limit.Params.Validate bounds it further.
 const maxLockSeconds = maxUnitSeconds
 
-// MaxAppIDLen is the longest app ID (the README's "How a request is
+// MaxAppIDLen is the longest app ID (docs/rules.md, "How a request is
 // handled").
 const MaxAppIDLen = 128
 

@@ -15,7 +15,7 @@ import (
 )
 
 // An xmlElement is the shape of one element of an XML rule file (the
-// README's "Rule file"): its settings are attributes, and its lists are
+// docs/rules.md, "Rule file"): its settings are attributes, and its lists are
 // repeated child elements.
 type xmlElement struct {
 	// name is the element's name, for messages.

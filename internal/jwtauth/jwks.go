@@ -1,7 +1,7 @@
 // Package jwtauth verifies the JSON Web Tokens (RFC 7519) that identify
 // callers: signatures are checked by github.com/golang-jwt/jwt/v5 against
 // the keys of a JWKS (RFC 7517), read from a file or a URL and kept fresh,
-// or an HS256 secret. See the README's "Verified callers (JWT)".
+// or an HS256 secret. See docs/security.md, "Verified callers (JWT)".
 package jwtauth
 
 import (

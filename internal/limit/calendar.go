@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Calendar is a calendar unit (the README's "Calendar units"): a fixed
+// Calendar is a calendar unit (docs/algorithms.md, "Calendar units"): a fixed
 // window that starts at local midnight, on Monday at 00:00 or on the first
 // of the month at 00:00 in a time zone (Params.Zone), rather than at a
 // multiple of Params.Window since the Unix epoch. A day is 23 or 25 hours

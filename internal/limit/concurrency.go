@@ -11,7 +11,7 @@ import (
 const MaxConcurrency = 1_000_000
 
 // SlotRequest asks for one slot of a concurrency limit (concurrency in the
-// README's "Concurrency: requests in flight"): at most Limit requests hold
+// docs/algorithms.md, "Concurrency: requests in flight"): at most Limit requests hold
 // a slot of Key at once.
 type SlotRequest struct {
 	// Key names the in-flight count, e.g. "app-1|/v1/upload".

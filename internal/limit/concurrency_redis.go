@@ -32,7 +32,7 @@ type RedisSlotsConfig struct {
 	OnError func(error)
 }
 
-// RedisSlots is the Slots of a Redis store (the README's "Concurrency:
+// RedisSlots is the Slots of a Redis store (docs/algorithms.md, "Concurrency:
 // requests in flight"): each key is a sorted set "gwc:{tag}:rest" beside
 // the counters, in the same Redis Cluster slot (its tag is the
 // counter's), whose members are the slots held, each scored with the

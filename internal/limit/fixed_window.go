@@ -10,7 +10,7 @@ func init() {
 	Register("fixed_window", fixedWindow{})
 }
 
-// fixedWindow is the fixed_window algorithm (the README's "Algorithms"
+// fixedWindow is the fixed_window algorithm (docs/algorithms.md, "Algorithms"
 // section), the plain counter: one count per window, the windows aligned to multiples of
 // Window since the Unix epoch, or to the calendar (Params.Calendar), so
 // that every gateway and every key agree on where a window starts.

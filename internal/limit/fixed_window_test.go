@@ -114,7 +114,7 @@ func TestFixedWindowSteps(t *testing.T) {
 	}
 }
 
-// TestFixedWindowGuarantee is the guarantee in the README's "Algorithms"
+// TestFixedWindowGuarantee is the guarantee in docs/algorithms.md, "Algorithms"
 // table: never more than
 // Limit admitted in one aligned window, and never more than 2×Limit in
 // any interval of length Window (the boundary burst it is documented to

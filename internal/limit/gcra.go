@@ -18,7 +18,7 @@ import (
 // is admitted while due - (b-1)·T ≤ now: while at least one token is left,
 // or the level is at most b-1. In any interval of length t, n admissions
 // push due by n·T while it can run ahead of the clock by at most b·T, so
-// n ≤ b + t/T: the guarantee in the README's "Algorithms" table.
+// n ≤ b + t/T: the guarantee in docs/algorithms.md, "Algorithms" table.
 //
 // T is rarely a whole number of nanoseconds (1s/3), and rounding it would
 // make a bucket drift from its rate or its Retry-After lie by a

@@ -10,7 +10,7 @@ func init() {
 	Register("leaky_bucket", leakyBucket{})
 }
 
-// leakyBucket is the leaky_bucket algorithm (the README's "Algorithms"
+// leakyBucket is the leaky_bucket algorithm (docs/algorithms.md, "Algorithms"
 // section) as a meter: every admitted request pours one unit into a bucket of
 // capacity Burst (default Limit) that leaks Limit per Window; a request is
 // admitted if the level plus it fits, level+1 ≤ capacity. It starts empty.

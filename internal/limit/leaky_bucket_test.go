@@ -80,7 +80,7 @@ func TestLeakyBucketSteps(t *testing.T) {
 	}
 }
 
-// TestLeakyBucketGuarantee is the guarantee in the README's "Algorithms"
+// TestLeakyBucketGuarantee is the guarantee in docs/algorithms.md, "Algorithms"
 // table: never more than
 // capacity + rate·t admitted in any interval of length t. Every decision
 // is also exactly that of a textbook leaky bucket in exact arithmetic, and

@@ -6,7 +6,7 @@
 // per-key state of those algorithms and decides all of a request's limits
 // atomically: a request is admitted only if every enforced limit admits it, and
 // a denied request is counted against none of them. Lockouts (Params.Lock,
-// lockSeconds in the README's "Algorithms" section) are the store's, so
+// lockSeconds in docs/algorithms.md, "Algorithms" section) are the store's, so
 // that every algorithm has them.
 //
 // The core never reads the clock: the memory store takes now as an argument,

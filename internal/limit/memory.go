@@ -31,7 +31,7 @@ type MemoryConfig struct {
 	Shards int
 	// MaxKeys is the number of keys beyond which a new key that has an
 	// Overflow key is counted against that instead (--max-keys in the
-	// README's "Security" section). New keys without one are created
+	// docs/security.md, "Security" section). New keys without one are created
 	// anyway. It is a soft cap: callers racing just below it may each add
 	// a key. 0 means DefaultMaxKeys (1,000,000).
 	MaxKeys int

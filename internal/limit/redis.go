@@ -137,7 +137,7 @@ type RedisConfig struct {
 	Logger *slog.Logger
 }
 
-// Redis is the distributed Store (the README's "Redis: one limit for a
+// Redis is the distributed Store (docs/fleet.md, "Redis: one limit for a
 // fleet of gateways"): the counters live in Redis
 // or Redis Cluster and are shared by every gateway that uses it, so that
 // limits hold for the fleet as a whole.

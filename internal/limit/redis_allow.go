@@ -33,7 +33,7 @@ const (
 // new and the key budget of its tag is used up (RedisConfig.MaxKeys).
 //
 // A request that Redis denies while other gateways may hold leased tokens
-// of its limits waits up to LeaseWait for them to come back (README,
+// of its limits waits up to LeaseWait for them to come back (docs/fleet.md,
 // "Leases") and is decided again.
 func (r *Redis) Allow(ctx context.Context, now time.Time, reqs []Request, res []Result) (allowed bool, err error) {
 	n := len(reqs)

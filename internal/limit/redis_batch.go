@@ -13,7 +13,7 @@ import (
 // node carries (RedisConfig.MaxBatch).
 const DefaultRedisBatch = 64
 
-// batcher coalesces the script calls of one Redis node (README, "Redis:
+// batcher coalesces the script calls of one Redis node (docs/fleet.md, "Redis:
 // one limit for a fleet of gateways", Batching). A call that finds no
 // other in flight goes at once, alone: an idle store adds no wait. While
 // one is in flight, new calls queue; when it returns, the queue — up to

@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// The Redis store's key budget (the README's "Redis: one limit for a fleet
+// The Redis store's key budget (docs/fleet.md, "Redis: one limit for a fleet
 // of gateways", "Key budget"): the counters of callers (requests with an
 // Overflow key) are bounded in Redis for the whole fleet, as MaxKeys bounds
 // them in memory. A script may touch the keys of one Redis Cluster slot

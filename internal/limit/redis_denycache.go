@@ -13,7 +13,7 @@ const denyLocks = 64
 // denyCache remembers which keys Redis denied and until when, so that a
 // caller who keeps asking while denied costs Redis nothing: the Redis
 // store answers from here until the denial's end (the deny cache of the
-// README's "Redis: one limit for a fleet of gateways").
+// docs/fleet.md, "Redis: one limit for a fleet of gateways").
 //
 // It is direct-mapped: a key has one slot, chosen by a hash with a
 // per-process seed, and a new entry replaces whatever held the slot. Its

@@ -15,8 +15,8 @@ import (
 )
 
 // failoverSlack is how long after a failover completes (the replica is
-// promoted) the store may take to decide its keys again: the README
-// promises about two seconds.
+// promoted) the store may take to decide its keys again: docs/fleet.md
+// ("Cluster failover") promises about two seconds.
 const failoverSlack = 2 * time.Second
 
 // counted sends requests for one key of a store from one goroutine, about

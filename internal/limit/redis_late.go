@@ -14,7 +14,7 @@ const maxWriteBacks = 4096
 
 // lateCall is a script call that Redis did not answer in time, so that
 // its request may be decided locally (--fail-mode local): if it is, the
-// fleet's count must include it once (README, "When Redis fails"). The
+// fleet's count must include it once (docs/fleet.md, "When Redis fails"). The
 // call either never reached Redis (it waited in a queue, its node's
 // breaker was open, no connection was free), or it is in flight and its
 // answer, when it comes, says whether Redis counted it. A request

@@ -23,13 +23,13 @@ const leaseHorizon = 20 * time.Millisecond
 // LeaseIdle is how long a lease's tokens may go unused before the
 // gateway gives them back to Redis, and LeaseWait the longest a request
 // that Redis denied waits for tokens that other gateways may give back
-// (README, "Leases").
+// (docs/fleet.md, "Leases").
 const (
 	LeaseIdle = 20 * time.Millisecond
 	LeaseWait = 50 * time.Millisecond
 )
 
-// tokenLeases are a Redis store's leases of tokens (README, "Leases"; not
+// tokenLeases are a Redis store's leases of tokens (docs/fleet.md, "Leases"; not
 // the concurrency slots' Lease): for a limit of a window algorithm
 // (fixed_window, sliding_window), the script counts
 // more than the request into the bucket or window it counts in, and the

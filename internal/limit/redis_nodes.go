@@ -276,7 +276,7 @@ const closedConnTries = 5
 // restart): the call may go again on another, up to closedConnTries in
 // all. If Redis had run the script before it closed the connection, the
 // request is counted twice, which makes the fleet admit less, never more;
-// a call that timed out is never sent again (see the README's "When Redis
+// a call that timed out is never sent again (see docs/fleet.md, "When Redis
 // fails").
 func isClosedConn(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||

@@ -543,7 +543,7 @@ func runRedisSteps(t *testing.T, red *Redis, clock *fixedClock, key string, p *P
 }
 
 // TestRedisGuarantees checks the guarantee of every algorithm (the
-// README's "Algorithms" table)
+// docs/algorithms.md, "Algorithms" table)
 // against real Redis: random arrivals, bunched on the edges where
 // algorithms slip, are offered to one key in order, and the admitted
 // instants must keep the guarantee.
@@ -596,7 +596,7 @@ func TestRedisGuarantees(t *testing.T) {
 }
 
 // checkGuarantee checks the admitted and denied instants (µs, sorted) of
-// one key against p's guarantee (the README's "Algorithms" table).
+// one key against p's guarantee (docs/algorithms.md, "Algorithms" table).
 func checkGuarantee(p *Params, admitted, denied []int64) error {
 	w, l := micros(p.Window), int(p.Limit)
 	switch p.Algorithm {

@@ -15,7 +15,7 @@ func init() {
 // grow with the limit.
 const MaxLogLimit = 10_000
 
-// slidingLog is the sliding_log algorithm (the README's "Algorithms"
+// slidingLog is the sliding_log algorithm (docs/algorithms.md, "Algorithms"
 // section), the classic Redis sorted-set log kept in memory: the instants of the last Limit admissions. A
 // request at now is admitted when fewer than Limit of them lie in the
 // closed interval [now-Window, now], so no closed interval of length

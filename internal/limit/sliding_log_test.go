@@ -95,7 +95,7 @@ func TestSlidingLogSteps(t *testing.T) {
 	}
 }
 
-// TestSlidingLogExact is the guarantee in the README's "Algorithms"
+// TestSlidingLogExact is the guarantee in docs/algorithms.md, "Algorithms"
 // table: never more than
 // Limit admissions in any closed interval of length Window — and, for
 // "exactly", a request is denied only when the interval of length Window

@@ -10,7 +10,7 @@ func init() {
 	Register("sliding_window", slidingWindow{})
 }
 
-// slidingWindow is the sliding_window algorithm (the README's
+// slidingWindow is the sliding_window algorithm (docs/algorithms.md,
 // "Algorithms" section): a ring of
 // bucket counts, each bucket w = ⌈Window/Precision⌉ wide and aligned to the
 // Unix epoch.
@@ -56,7 +56,7 @@ func (slidingWindow) NewState(p *Params) State {
 // down would let an interval of one unit span one bucket more than the ring
 // covers. It is derived from p, not stored: Identity keeps Window and
 // Precision fixed for a state's life, and every byte of state is paid per
-// key (the bytes per key in the README's "Algorithms" section).
+// key (the bytes per key in docs/algorithms.md, "Algorithms" section).
 func swWidth(p *Params) int64 {
 	prec := int64(min(max(p.Precision, 1), MaxPrecision))
 	return max((window(p)+prec-1)/prec, 1)

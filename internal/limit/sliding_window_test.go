@@ -296,7 +296,7 @@ func maxInWindow(admitted []int64, window int64) (most int, at int64) {
 	return most, at
 }
 
-// TestSlidingWindowNeverExceedsLimit is the guarantee in the README's
+// TestSlidingWindowNeverExceedsLimit is the guarantee in docs/algorithms.md,
 // "Algorithms" table: never
 // more than Limit admissions in any closed interval of length Window, under
 // bursts placed on bucket and window edges and random arrivals.
@@ -323,7 +323,7 @@ func TestSlidingWindowNeverExceedsLimit(t *testing.T) {
 // TestSlidingWindowSteadyStream checks what a steady stream at twice the
 // limit gets.
 //
-// The README's "Algorithms" table promises Limit·P/(P+1) per window. That holds as a long-run
+// The "Algorithms" table of docs/algorithms.md promises Limit·P/(P+1) per window. That holds as a long-run
 // rate (Limit per P+1 buckets, i.e. per Window+w), not in every aligned
 // window: admissions clump at the start of each (P+1)-bucket cycle, and a
 // window that misses a full bucket of that clump gets less. For example

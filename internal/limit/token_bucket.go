@@ -15,7 +15,7 @@ func init() {
 // a nanosecond.
 const maxWarmup = 24 * time.Hour
 
-// tokenBucket is the token_bucket algorithm (the README's "Algorithms"
+// tokenBucket is the token_bucket algorithm (docs/algorithms.md, "Algorithms"
 // section): a bucket of Burst tokens (default Limit) that refills
 // at Limit per Window and starts full; each admitted request takes one.
 // Guarantee: never more than Burst + rate·t admitted in any interval of

@@ -218,7 +218,7 @@ func refBucket(log []decision, p *Params, leaky bool) error {
 	return nil
 }
 
-// TestTokenBucketGuarantee is the guarantee in the README's "Algorithms"
+// TestTokenBucketGuarantee is the guarantee in docs/algorithms.md, "Algorithms"
 // table: never more than
 // Burst + rate·t admitted in any interval of length t, with or without a
 // warm-up. Without one, every decision is also exactly that of a textbook

@@ -69,7 +69,7 @@ func (a *AccessLog) ObserveRequest(r *http.Request, o *Outcome) {
 	if o.n > 0 {
 		rec.AddAttrs(keyLogAttrs(r, o, a.rawKeys)...)
 	}
-	// The README's "Request cost": the units counted against the rule,
+	// docs/rules.md, "Request cost": the units counted against the rule,
 	// and the cost the upstream reported, which replay charges again.
 	if c := o.Cost(); c > 0 {
 		rec.AddAttrs(slog.Int64("cost", c))

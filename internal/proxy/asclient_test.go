@@ -172,7 +172,7 @@ configs:
 }
 
 // TestLimitedBodyHasAMessage checks that the limited response, like every
-// response the gateway writes itself (README "Responses"), has a message.
+// response the gateway writes itself (docs/rules.md, "Responses"), has a message.
 func TestLimitedBodyHasAMessage(t *testing.T) {
 	t.Parallel()
 	g := newGW(t, basicRules)

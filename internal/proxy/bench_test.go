@@ -201,7 +201,7 @@ func (c costTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // BenchmarkHandlerCost runs admitted requests through rules with a fixed
 // cost, a cost from the response and a count of some statuses (see
-// "Request cost" in the README), on the memory store and on Redis, where
+// "Request cost" in docs/rules.md), on the memory store and on Redis, where
 // the last two take a second script call after the response.
 func BenchmarkHandlerCost(b *testing.B) {
 	const rules = `

@@ -12,7 +12,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 )
 
-// Concurrency limits (concurrency in the README's "Concurrency: requests
+// Concurrency limits (concurrency in docs/algorithms.md, "Concurrency: requests
 // in flight") take their slots after the keys are built and before the
 // rate limits are asked: a request refused for concurrency is counted
 // against no rate limit, and one that a rate limit (or a fail mode)

@@ -11,7 +11,7 @@ import (
 )
 
 // This file charges what a request costs once its response is known (the
-// README's "Request cost" and "Counting only some responses"): a limit
+// docs/rules.md, "Request cost" and "Counting only some responses"): a limit
 // whose cost the upstream reports in a header, or that counts only some
 // response statuses, admits a request when it has room for its need and
 // for the needs of the requests in flight, and holds its need

@@ -10,7 +10,7 @@ import (
 
 // The handler decides on the request as the client sent it: every key,
 // the caller, the rule matched. What the upstream receives differs from
-// it (README "What the upstream receives"), and those differences are
+// it (docs/rules.md, "What the upstream receives"), and those differences are
 // recorded in a forward while the request is decided and applied in one
 // later step, by the reverse proxy's Rewrite on its own copy (pr.Out),
 // as httputil.ProxyRequest asks ("Rewrite must not modify In"). So no

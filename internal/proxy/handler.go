@@ -130,7 +130,7 @@ type HandlerConfig struct {
 	// new limit.MemorySlots.
 	LocalSlots limit.Slots
 	// JWT, when not nil, verifies callers' bearer tokens: for AppClaim,
-	// and for limits keyed on claims (see the README's "Verified callers
+	// and for limits keyed on claims (see docs/security.md, "Verified callers
 	// (JWT)").
 	JWT *jwtauth.Verifier
 	// JWTHeader carries the token. Default DefaultJWTHeader, whose
@@ -241,7 +241,7 @@ type Outcome struct {
 	// Path is the normalized path that was matched and forwarded; "" if
 	// the request was rejected before.
 	Path string
-	// ClientIP is the caller's address (see README "Security"); invalid
+	// ClientIP is the caller's address (see docs/security.md, "Security"); invalid
 	// for a request refused before its path was matched.
 	ClientIP netip.Addr
 	// Decision is what the limiter decided.
@@ -260,7 +260,7 @@ type Outcome struct {
 	// UpstreamDuration is the time spent forwarding (0 if not forwarded).
 	UpstreamDuration time.Duration
 	// UpstreamCost is the cost the upstream reported in a limit's cost
-	// header (the README's "Request cost"), as it sent it, before any
+	// header (docs/rules.md, "Request cost"), as it sent it, before any
 	// cap; valid when HasUpstreamCost.
 	UpstreamCost    int64
 	HasUpstreamCost bool
@@ -298,7 +298,7 @@ type LimitOutcome struct {
 	// which Key alone cannot tell from a value that is an address.
 	Missing bool
 	// Charged is the number of units counted against a limit that sets
-	// cost or count (the README's "Request cost"): its fixed cost when
+	// cost or count (docs/rules.md, "Request cost"): its fixed cost when
 	// the request was admitted, or what its response was charged; 0 when
 	// nothing was counted, and for limits without cost or count.
 	Charged int64

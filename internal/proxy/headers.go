@@ -9,7 +9,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 )
 
-// The rate-limit headers and the limited response (README "Responses"):
+// The rate-limit headers and the limited response (docs/rules.md, "Responses"):
 // RateLimit-Policy and RateLimit of the IETF httpapi draft -10
 // (draft-ietf-httpapi-ratelimit-headers), the legacy X-RateLimit-*
 // headers, Retry-After, and the JSON body of a 429.
@@ -139,7 +139,7 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// limitedBodyPrefix renders the limited response body (README "Responses") up to
+// limitedBodyPrefix renders the limited response body (docs/rules.md, "Responses") up to
 // the value of retryAfterSeconds, the only part that changes per request:
 // {"error":"rate_limited","message":…,"app":…,"api":…,"limit":…,"window":…,"retryAfterSeconds":
 func limitedBodyPrefix(app, api string, p limit.Params) []byte {

@@ -45,7 +45,7 @@ const overrideParam = "_method"
 var errConflictingOverrides = errors.New("the request names more than one method in its method-override headers or _method parameter")
 
 // ruleMethod returns the method the rules match r by, as the upstream
-// will treat it (README "How a request is handled"): r's method
+// will treat it (docs/rules.md, "How a request is handled"): r's method
 // upper-cased, or on a POST under OverrideMatch the method its override
 // names. Overrides the upstream must not act on are marked in f, to be
 // removed from what the upstream receives; r is not changed. HEAD is

@@ -18,7 +18,7 @@ import (
 const NearLimitRatio = 0.8
 
 // Every label value below is bounded by the rule file: app is a configured
-// app ID or "*", api a rule pattern or "" (README "Metrics"). A caller's raw app
+// app ID or "*", api a rule pattern or "" (docs/operations.md, "Metrics"). A caller's raw app
 // ID or path never becomes a label.
 
 // limiterBuckets resolve the memory store's microsecond decisions up to a

@@ -6,7 +6,7 @@ import (
 )
 
 // Decision is what the gateway did with a request: the decision label of
-// the request metrics and of the access log (README "Metrics").
+// the request metrics and of the access log (docs/operations.md, "Metrics").
 type Decision uint8
 
 // The decisions.
@@ -79,7 +79,7 @@ func (m *HeaderMode) Set(s string) error { return setEnum(headerModeNames, s, (*
 func (*HeaderMode) Type() string { return strings.Join(headerModeNames, "|") }
 
 // FailMode is what the handler does with a request when the store fails
-// (README "Redis: one limit for a fleet of gateways"). It is a
+// (docs/fleet.md, "Redis: one limit for a fleet of gateways"). It is a
 // pflag.Value, for --fail-mode.
 type FailMode uint8
 

@@ -202,7 +202,7 @@ func testRedisFault(t *testing.T, mode FailMode, f redisFault, ip string) {
 
 	// Redis decides again, and its counter holds the limit of 3. The
 	// probe is a new caller each time: the load's hot key may be admitted
-	// from this gateway's leases (README, "Leases") without Redis.
+	// from this gateway's leases (docs/fleet.md, "Leases") without Redis.
 	probe := 0
 	eventually.True(t, 10*time.Second, func() bool {
 		probe++

@@ -307,7 +307,7 @@ func testOutage(t *testing.T, mode FailMode, how string) {
 		}
 	case FailClosed:
 		// Only 503s, but for what the leases held when Redis went away:
-		// those were counted (README, "Leases").
+		// those were counted (docs/fleet.md, "Leases").
 		if leased := g.red.Stats().LeaseGranted; codes[503]+codes[200] != len(latencies) || int64(codes[200]) > leased {
 			t.Errorf("fail closed: got codes %v, want only 503 and at most the %d tokens leased before the outage", codes, leased)
 		}

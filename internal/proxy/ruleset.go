@@ -99,7 +99,7 @@ type compiledLimit struct {
 	// bodyBlocked is the whole body of a limit of 0; nil for others.
 	bodyBlocked []byte
 	// cost and count are what a request costs and which responses count
-	// (the README's "Request cost").
+	// (docs/rules.md, "Request cost").
 	cost  config.Cost
 	count *config.Count
 }

@@ -224,7 +224,7 @@ func (h *Handler) match(w http.ResponseWriter, r *http.Request, sec *section, sc
 }
 
 // keys builds the store requests of the limits in sc: each limit's
-// counter key for this request (see "by" in the README's "Rule file").
+// counter key for this request (see "by" in docs/rules.md, "Rule file").
 // It answers a request whose key cannot be built (a missing value under
 // missing: deny, a value too long or sent twice) with 400 and reports
 // false.

@@ -56,7 +56,7 @@ type TopConfig struct {
 // Top keeps, per app and limit with more than one counter (by ip, a
 // header, a query parameter or a combination), the heaviest counter keys
 // of the last one to two periods, with what was admitted and limited: it
-// answers "who is hitting this limit" (README "Admin port"). Its memory is
+// answers "who is hitting this limit" (docs/operations.md, "Admin port"). Its memory is
 // bounded by K entries per limit whatever callers send. It is an Observer,
 // safe for concurrent use.
 type Top struct {

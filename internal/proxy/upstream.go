@@ -163,7 +163,7 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 		// flows while a quick response leaves in one write. A negative
 		// interval would flush every response's headers at once from a
 		// timer goroutine: a second write and that goroutine for every
-		// response, a fifth of the proxy's CPU (README "Performance").
+		// response, a fifth of the proxy's CPU (docs/performance.md, "Performance").
 		FlushInterval: 100 * time.Millisecond,
 		ModifyResponse: func(resp *http.Response) error {
 			if events != nil {
@@ -202,7 +202,7 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 // goes out as no body at all. (A
 // TRACE, or a request with an Idempotency-Key header, may still be
 // resent: the first is never worth a body, the second asks for it; see
-// README "What the upstream receives".)
+// docs/rules.md, "What the upstream receives".)
 func sendOnce(out *http.Request) {
 	if out.Body != nil && out.Body != http.NoBody {
 		return // a body that cannot be rewound: never resent

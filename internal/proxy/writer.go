@@ -16,7 +16,7 @@ type statusWriter struct {
 	http.ResponseWriter
 	status int
 	// charge, when not nil, is called once with the final status before
-	// the response's headers are written (the README's "Request cost").
+	// the response's headers are written (docs/rules.md, "Request cost").
 	charge func(code int)
 	// unread reports whether the request has a body the gateway has not
 	// read; forwarding, whether the request is being forwarded. A

@@ -124,7 +124,7 @@ var probeAttr = regexp.MustCompile(`data-probe-([a-z]+)="([^"]*)"`)
 
 // TestReplayReportInBrowser opens the report in headless chromium: it must
 // load without errors or console messages, and every chart must draw its
-// series. It also takes the README's screenshot (written to
+// series. It also takes docs/replay.md's screenshot (written to
 // docs/replay-report.png with -update-screenshot).
 func TestReplayReportInBrowser(t *testing.T) {
 	bin := findChromium(t)

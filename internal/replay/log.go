@@ -33,7 +33,7 @@ type replayRecord struct {
 	// status is the status the live gateway answered a forwarded request
 	// with, and cost the cost its upstream reported (upstream_cost), for
 	// rules that count only some responses or charge a reported cost
-	// (the README's "Request cost"); status is 0 for a request the live
+	// (docs/rules.md, "Request cost"); status is 0 for a request the live
 	// gateway did not forward, and cost "" when none was logged.
 	status int
 	cost   string

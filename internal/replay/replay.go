@@ -802,7 +802,7 @@ func (run *replayRun) ObserveRequest(_ *http.Request, o *proxy.Outcome) {
 // the live upstream did, as far as the log says: the logged status (200
 // for a request the live gateway did not forward), and the logged
 // upstream cost in every cost header of the rules. So rules that count
-// only some statuses or charge a reported cost (the README's "Request
+// only some statuses or charge a reported cost (docs/rules.md, "Request
 // cost") replay what happened live.
 func (run *replayRun) answer(w http.ResponseWriter, _ *http.Request) {
 	status := http.StatusOK

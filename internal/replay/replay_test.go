@@ -671,7 +671,7 @@ func TestReplayLongLines(t *testing.T) {
 }
 
 // TestReplayResponses checks that rules that count only some statuses or
-// charge a cost the upstream reports (the README's "Request cost")
+// charge a cost the upstream reports (docs/rules.md, "Request cost")
 // replay what the live upstream answered, as the access log has it: the
 // status and upstream_cost of the requests the live gateway forwarded.
 func TestReplayResponses(t *testing.T) {

@@ -450,7 +450,7 @@ func (s *Service) logStoreError(err error) {
 }
 
 // headers returns the headers for Envoy to add to the response: those of
-// proxy's rate-limit headers (README, "Responses") for the limits that
+// proxy's rate-limit headers (docs/rules.md, "Responses") for the limits that
 // applied, shadow limits left out.
 func (s *Service) headers(ds []decision, reqs []limit.Request, res []limit.Result) []*corev3.HeaderValue {
 	mode := s.cfg.Headers

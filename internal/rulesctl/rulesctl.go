@@ -1,6 +1,6 @@
 // Package rulesctl is `gateway rules`: it reads, writes, lists and
 // restores the rules in a rule store (package source), for a fleet of
-// gateways that read them (the README's "Rules for a fleet").
+// gateways that read them (docs/sources.md, "Rules for a fleet").
 //
 // Every value it writes is first checked exactly as the gateways check
 // what they read (source.Parse, then proxy.Compile), so that nothing it

@@ -76,7 +76,7 @@ type limitView struct {
 	// only concurrency has limit -1.
 	Concurrency int64 `json:"concurrency,omitempty"`
 	// Cost and Count are the limit's cost and counted statuses (the
-	// README's "Request cost"): "100", "header X-RateLimit-Cost (min 1,
+	// docs/rules.md, "Request cost"): "100", "header X-RateLimit-Cost (min 1,
 	// max 8000)"; "401,403,5xx". Empty for one unit per request.
 	Cost  string `json:"cost,omitempty"`
 	Count string `json:"count,omitempty"`
@@ -181,7 +181,7 @@ type AdminConfig struct {
 	// its way out: /readyz is then 503 draining.
 	Draining func() bool
 	// Store, if not nil, reports on the store for /readyz, which is not
-	// ready while the store's Serving is false (README "Admin port").
+	// ready while the store's Serving is false (docs/operations.md, "Admin port").
 	Store func(ctx context.Context) StoreHealth
 	// Metrics, if not nil, is served at /metrics.
 	Metrics http.Handler

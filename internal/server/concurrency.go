@@ -17,7 +17,7 @@ const minSlotTTL = time.Second
 // newRedisSlots builds the Redis store's Slots, whose slots expire
 // --upstream-timeout (at least minSlotTTL) after they were taken or last
 // renewed, and, for --fail-mode local, the memory Slots with the local
-// share of each concurrency (see the README's "Concurrency: requests in
+// share of each concurrency (see docs/algorithms.md, "Concurrency: requests in
 // flight").
 func (st *stores) newRedisSlots(cfg Config) error {
 	rs, err := limit.NewRedisSlots(st.redis, limit.RedisSlotsConfig{

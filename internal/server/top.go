@@ -17,7 +17,7 @@ type topView struct {
 }
 
 // topHandler serves GET /top[?app=ID]: per app and limit, the heaviest
-// counter keys of the last minutes (README "Admin port"). The keys are
+// counter keys of the last minutes (docs/operations.md, "Admin port"). The keys are
 // callers' values (addresses, user IDs): the admin port must stay
 // internal.
 func topHandler(top *proxy.Top, now func() time.Time) http.HandlerFunc {

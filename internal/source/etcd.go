@@ -27,7 +27,7 @@ type EtcdAuth struct {
 	CAFile, CertFile, KeyFile string
 }
 
-// Etcd is the rules in one etcd key, watched (the README's "Rules for a
+// Etcd is the rules in one etcd key, watched (docs/sources.md, "Rules for a
 // fleet"). Its version is the key's mod revision.
 type Etcd struct {
 	*remote

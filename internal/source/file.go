@@ -9,7 +9,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/watch"
 )
 
-// File is the rules in a file, watched with package watch (the README's
+// File is the rules in a file, watched with package watch (docs/sources.md,
 // "Reloading rules").
 type File struct {
 	path     string

@@ -1,5 +1,5 @@
 // Package source is where the gateway's rules come from: a rule file
-// (the default), a key in etcd or a znode in ZooKeeper (the README's
+// (the default), a key in etcd or a znode in ZooKeeper (docs/sources.md,
 // "Rules for a fleet"). Each
 // source loads and validates the rules, and says when they may have
 // changed; the server's Reloader then compiles and swaps them in, so that

@@ -9,7 +9,7 @@ import (
 )
 
 // Store is a source whose rules can also be written: the rule store that
-// `gateway rules` reads, writes, lists and restores (the README's "Rules
+// `gateway rules` reads, writes, lists and restores (docs/sources.md, "Rules
 // for a fleet"). Every write is a compare-and-set on the version read,
 // and keeps the value it replaces, so that two operators cannot silently
 // overwrite each other and a bad change can be rolled back.

@@ -42,7 +42,7 @@ type ZKAuth struct {
 // client, which reconnects within it and misses nothing.
 const zkSessionTimeout = 10 * time.Second
 
-// ZK is the rules in one ZooKeeper znode, watched (the README's "Rules for
+// ZK is the rules in one ZooKeeper znode, watched (docs/sources.md, "Rules for
 // a fleet"). Its version is the znode's data version.
 type ZK struct {
 	*remote

@@ -1,6 +1,6 @@
 // Package trie normalizes request paths and finds the most specific rule for
 // a path in a segment-level prefix trie (steps 2 and 3, "Path" and "Match",
-// of the README's "How a request is handled"). A trie, because rule URLs
+// of docs/rules.md, "How a request is handled"). A trie, because rule URLs
 // share long prefixes and are matched by prefix.
 //
 // A rule pattern such as "/v1/user/{id}/orders" matches every path whose

@@ -24,7 +24,7 @@ var (
 // without the query) into the one path that is both matched against the
 // rules and forwarded upstream, so that the upstream can never be asked for
 // a different resource from the one that was counted (step 2, "Path", of
-// the README's "How a request is handled").
+// docs/rules.md, "How a request is handled").
 //
 // It decodes every percent-escape; drops segment parameters (from the first
 // ";" to the end of each segment, so "/v1/user;jsessionid=1/42" becomes

@@ -27,7 +27,7 @@ const DefaultDebounce = 100 * time.Millisecond
 // modification time) after a burst before the watcher reports it, so that a
 // file written in parts is not reported half-written while its writer
 // pauses for less than this. A writer that pauses longer is reported at
-// its pause: only a write-and-rename (README, "Reloading rules") is never
+// its pause: only a write-and-rename (docs/sources.md, "Reloading rules") is never
 // seen half-written, whatever the writer's speed.
 const DefaultSettle = 2 * time.Second
 

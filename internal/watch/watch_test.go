@@ -241,7 +241,7 @@ func (c *scheduleClock) AfterFunc(d time.Duration, f func()) Timer {
 // it in two parts with a pause between them. A pause shorter than the
 // settle time is never reported half-written, however long it is against
 // the debounce (the watcher once reported the first part after 600ms); a
-// pause longer than the settle time reports the first part, as the README
+// pause longer than the settle time reports the first part, as docs/sources.md
 // says ("Reloading rules": write and rename to be safe from any pause).
 func TestWatcherFileWrittenInTwoParts(t *testing.T) {
 	t.Parallel()

@@ -19,10 +19,10 @@ import (
 // The fields of each part of the rule file, in the order messages list
 // them.
 var (
-	topFields      = []string{"caseSensitive", "caseInsensitive", "defaults", "configs"}
+	topFields      = []string{"caseSensitive", "caseInsensitive", "defaults", "plans", "configs"}
 	settingFields  = []string{"algorithm", "unit", "precision", "burst", "warmup", "lockSeconds", "timezone"}
 	defaultsFields = append(slices.Clone(settingFields), "by", "missing")
-	appFields      = []string{"appId", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "limits", "keys", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count"}
+	appFields      = []string{"appId", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "limits", "keys", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count", "plan"}
 	ruleFields     = []string{"api", "method", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "shadow", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count"}
 )
 
@@ -95,6 +95,9 @@ func (p *parser) rules(root *yaml.Node) *Rules {
 				p.defaultMissing, _ = p.missing(f)
 			}
 		}
+	}
+	if f, ok := fs["plans"]; ok {
+		p.readPlans(f)
 	}
 	f, ok := fs["configs"]
 	switch {
@@ -462,11 +465,18 @@ func (p *parser) app(item *yaml.Node, ids map[string]int) (App, bool) {
 	if hasLimits {
 		app.Limits = p.limits(f)
 	}
+	pf, hasPlan := fs["plan"]
+	if hasPlan {
+		if pl := p.appPlan(pf); pl != nil {
+			app.Plan = pl.name
+			app.Limits = p.withPlan(app.Limits, pl, pf.line)
+		}
+	}
 	conc, hasConc := fs["concurrency"]
 	if hasConc {
 		app.Concurrency, _ = p.concurrency(conc)
 	}
-	if !hasTotal && !hasLimits && !hasConc {
+	if !hasTotal && !hasLimits && !hasConc && !hasPlan {
 		p.errorf(app.Line, "this app section has neither limit nor limits, so it would do nothing; add limits, or set limit: -1 to exempt the app from the \"*\" section explicitly")
 	}
 	return app, true

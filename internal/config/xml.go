@@ -63,14 +63,18 @@ var (
 	}}
 	xmlRoot = &xmlElement{name: "rules", children: []xmlChild{
 		{name: "defaults", field: "defaults", elem: &xmlElement{name: "defaults"}},
+		{name: "plan", field: "plans", list: true, elem: xmlPlan},
 		{name: "config", field: "configs", list: true, elem: xmlApp},
+	}}
+	xmlPlan = &xmlElement{name: "plan", children: []xmlChild{
+		{name: "limit", field: "limits", list: true, elem: xmlRule},
 	}}
 )
 
 // The fields whose XML attribute values are always strings, and those that
 // are true or false; the others are numbers when they look like one.
 var (
-	xmlStringFields = []string{"appId", "api", "algorithm", "by", "missing", "method", "timezone", "header"}
+	xmlStringFields = []string{"appId", "name", "plan", "api", "algorithm", "by", "missing", "method", "timezone", "header"}
 	xmlBoolFields   = []string{"caseSensitive", "caseInsensitive", "shadow", "keep"}
 	xmlNumber       = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$`)
 )

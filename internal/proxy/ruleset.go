@@ -98,6 +98,8 @@ type compiledLimit struct {
 	// (the README's "Request cost").
 	cost  config.Cost
 	count *config.Count
+	// plan is the plan the rule comes from, "" for an app's own rule.
+	plan string
 }
 
 // DefaultLocalShare is the share of each limit that one gateway admits on
@@ -164,7 +166,7 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 				return nil, noJWTError(rules.Path, r.Line, "rule "+r.API, by)
 			}
 			cl := newCompiledLimit(app.ID, r.API, r.Methods, r.Params, r.Shadow, opts)
-			cl.cost, cl.count = r.Cost, r.Count
+			cl.cost, cl.count, cl.plan = r.Cost, r.Count, r.Plan
 			cl.keyBy(cmp.Or(r.By, app.By), cmp.Or(r.Missing, app.Missing))
 			sec.ipTag = sec.ipTag && cl.kind == keyIP
 			cl.head = slices.Contains(r.Methods, http.MethodHead)
@@ -508,6 +510,9 @@ func describe(cl *compiledLimit) string {
 	}
 	if cl.shadow {
 		b.WriteString(" [shadow: never blocks]")
+	}
+	if cl.plan != "" {
+		b.WriteString(" [from plan " + cl.plan + "]")
 	}
 	return b.String()
 }

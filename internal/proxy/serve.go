@@ -50,6 +50,12 @@ var scratches = sync.Pool{New: func() any { return new(scratch) }}
 // match its rules, decide, then forward or reject; and hands the outcome
 // to the observers.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if isGRPC(r) {
+		// Refusals in gRPC's terms (grpc.go).
+		gw := &grpcWriter{ResponseWriter: w}
+		defer gw.finish()
+		w = gw
+	}
 	sc := scratches.Get().(*scratch)
 	defer func() {
 		h.release(sc)

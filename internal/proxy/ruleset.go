@@ -496,7 +496,7 @@ func describe(cl *compiledLimit) string {
 			fmt.Fprintf(&b, ", lockSeconds %s: once limited, denied for that long", strconv.FormatFloat(p.Lock.Seconds(), 'f', -1, 64))
 		}
 		switch {
-		case cl.cost.Header != "":
+		case cl.cost.Header != "" || cl.bodyCost():
 			fmt.Fprintf(&b, ", cost from the response's %s", cl.cost)
 		case cl.cost.Units > 1:
 			fmt.Fprintf(&b, ", cost %d units a request", cl.cost.Units)

@@ -240,6 +240,9 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *section, sc 
 		}
 		q := &sc.reqs[i]
 		*q = limit.Request{Key: key, Tag: tag, Params: &cl.params, Shadow: cl.shadow, Cost: cl.cost.Need(), Defer: cl.deferred()}
+		if cl.bodyCost() {
+			q.Cost, q.Defer = cl.bodyNeed(r)
+		}
 		switch cl.kind {
 		case keyIP:
 			q.Overflow, sc.shown[i] = cl.overflow, group()
@@ -372,6 +375,10 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 				sc.sw.charge(sc.sw.status)
 			}
 		}()
+	}
+	if t := h.startMetering(sc); t != nil {
+		// Deferred, so that a stream broken mid-body is charged too.
+		defer h.settleTokens(r, sc, t)
 	}
 	t0 := time.Now()
 	// Deferred: ReverseProxy panics to abort a response broken mid-body.

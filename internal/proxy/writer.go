@@ -16,6 +16,9 @@ type statusWriter struct {
 	// charge, when not nil, is called once with the final status before
 	// the response's headers are written (the README's "Request cost").
 	charge func(code int)
+	// tap, when not nil, reads the body sent for a cost the body reports
+	// (tokens.go).
+	tap *tokenTap
 }
 
 func (s *statusWriter) WriteHeader(code int) {
@@ -35,7 +38,11 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 			s.charge(http.StatusOK)
 		}
 	}
-	return s.ResponseWriter.Write(b)
+	n, err := s.ResponseWriter.Write(b)
+	if s.tap != nil {
+		s.tap.write(s.Header(), b[:n])
+	}
+	return n, err
 }
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }

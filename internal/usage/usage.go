@@ -59,9 +59,9 @@ type Meter struct {
 	needles [][]byte
 	sse     bool
 	// lf reports that the stream's lines end with LF (lineEnd).
-	lf bool
-	last    []int64
-	seen    []bool
+	lf   bool
+	last []int64
+	seen []bool
 	// buf holds the JSON body so far, or the current line of the
 	// stream; data the current event's data.
 	buf, data []byte
@@ -128,6 +128,12 @@ func (m *Meter) Write(b []byte) (int, error) {
 // stream splits b into lines (LF, CRLF or CR, as the event-stream format
 // allows) and handles each; a line split across writes is gathered in buf.
 func (m *Meter) stream(b []byte) {
+	// Whole events that cannot hold a path are skipped in one search:
+	// b starts where no event is under way and ends with the empty
+	// line that ends an event (the stream's lines end with LF).
+	if m.lf && len(m.buf) == 0 && m.lines == 0 && !m.over && bytes.HasSuffix(b, []byte("\n\n")) && !m.mayHold(b) {
+		return
+	}
 	// An event's data held in b must be copied before b goes back to
 	// the caller.
 	defer m.keepDirect()
@@ -234,16 +240,19 @@ func (m *Meter) dispatch() {
 	m.parse(data)
 }
 
-// parse reads the paths from the JSON document doc, if it may hold one.
-func (m *Meter) parse(doc []byte) {
-	may := false
+// mayHold reports whether b holds one of the needles.
+func (m *Meter) mayHold(b []byte) bool {
 	for _, n := range m.needles {
-		if bytes.Contains(doc, n) {
-			may = true
-			break
+		if bytes.Contains(b, n) {
+			return true
 		}
 	}
-	if !may {
+	return false
+}
+
+// parse reads the paths from the JSON document doc, if it may hold one.
+func (m *Meter) parse(doc []byte) {
+	if !m.mayHold(doc) {
 		return
 	}
 	var v any

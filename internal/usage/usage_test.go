@@ -131,3 +131,23 @@ func BenchmarkMeterStream(b *testing.B) {
 		}
 	}
 }
+
+func BenchmarkMeterEvents(b *testing.B) {
+	var events [][]byte
+	for range 200 {
+		events = append(events, []byte("data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"token \"}}]}\n\n"))
+	}
+	events = append(events, []byte("data: {\"id\":\"c1\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":200,\"total_tokens\":209}}\n\n"), []byte("data: [DONE]\n\n"))
+	ps := []Path{{"usage", "total_tokens"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		m := NewMeter(ps, "text/event-stream", 0)
+		for _, e := range events {
+			m.Write(e)
+		}
+		m.Close()
+		if n, _ := m.Used(); n != 209 {
+			b.Fatal(n)
+		}
+	}
+}

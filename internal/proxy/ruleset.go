@@ -50,6 +50,8 @@ type section struct {
 	// both, nil when it has no concurrency.
 	conc *compiledLimit
 	trie *trie.Trie[*compiledLimit]
+	// all are the total and the rules, in file order (usage.go).
+	all []*compiledLimit
 }
 
 // compiledLimit is one limit with what the request path writes about it.
@@ -153,6 +155,7 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 			sec.total.cost, sec.total.count = app.TotalCost, app.TotalCount
 			sec.total.keyBy(app.By, app.Missing)
 			rs.keys[sec.total.key] = sec.total.params.Window
+			sec.all = append(sec.all, sec.total)
 		}
 		if app.Concurrency > 0 {
 			if opts.NoJWT && app.By.Claims() {
@@ -178,6 +181,7 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 			if err := sec.trie.Insert(r.API, r.Methods, cl); err != nil {
 				return nil, fmt.Errorf("%s:%d: %w", rules.Path, r.Line, err)
 			}
+			sec.all = append(sec.all, cl)
 		}
 		rs.keyed = rs.keyed || len(app.Keys) > 0
 		if app.ID == config.UnknownApp {

@@ -193,6 +193,9 @@ type AdminConfig struct {
 	// plain HTTP, and an endpoint that changes the gateway must not be
 	// open to whoever can reach it.
 	Token string
+	// Usage, if not nil, serves GET /usage and POST /usage/reset (with
+	// the Token; usage.go).
+	Usage *UsageConfig
 }
 
 // NewAdmin returns the admin port's handler: /healthz (the process is
@@ -248,6 +251,9 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 		}
 		proxy.WriteJSON(w, http.StatusOK, map[string]string{"status": status, "sha256": cfg.Rules.Rules().Source.SHA256})
 	}))
+	if cfg.Usage != nil {
+		registerUsage(mux, cfg.Rules, cfg.Usage, auth)
+	}
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics)
 	}

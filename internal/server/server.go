@@ -218,7 +218,7 @@ func New(cfg Config) (_ *Server, err error) {
 		Handler: NewAdmin(AdminConfig{
 			Rules: s.rules, Store: s.st.health, Draining: s.draining.Load,
 			Metrics: s.metrics.Handler(), Pprof: cfg.Pprof, Token: adminToken,
-			Top: top,
+			Top: top, Usage: s.usageConfig(),
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,

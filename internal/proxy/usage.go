@@ -46,6 +46,9 @@ var ErrUnknownApp = errors.New("unknown app")
 type usageTarget struct {
 	cl       *compiledLimit
 	key, tag string
+	// overflow is the limit's overflow key for a keyed counter, so that
+	// reading keys never grows the store past its cap.
+	overflow string
 	note     string
 }
 
@@ -61,6 +64,9 @@ func (rs *RuleSet) usageTargets(app, key string) ([]usageTarget, error) {
 	}
 	if sec == nil {
 		return nil, fmt.Errorf("%w %q: the rules have no section for it", ErrUnknownApp, app)
+	}
+	if len(key) > 2*MaxKeyValueLen {
+		return nil, fmt.Errorf("key is longer than %d bytes; no counter has such a key", 2*MaxKeyValueLen)
 	}
 	var out []usageTarget
 	for _, cl := range sec.all {
@@ -78,7 +84,7 @@ func (rs *RuleSet) usageTargets(app, key string) ([]usageTarget, error) {
 			if cl.kind == keyAttrs && !strings.HasPrefix(k, "=") && !strings.Contains(k, "/") {
 				k = "=" + k
 			}
-			t.key = cl.key + "|" + k
+			t.key, t.overflow = cl.key+"|"+k, cl.overflow
 			if sec.ipTag {
 				t.tag = limit.CallerTag(k)
 			}
@@ -109,7 +115,7 @@ func (rs *RuleSet) Usage(ctx context.Context, store limit.Store, now time.Time, 
 			}
 		}
 		if t.key != "" {
-			reqs := []limit.Request{{Key: t.key, Tag: t.tag, Params: &cl.params, Shadow: true, Defer: true}}
+			reqs := []limit.Request{{Key: t.key, Overflow: t.overflow, Tag: t.tag, Params: &cl.params, Shadow: true, Defer: true}}
 			res := make([]limit.Result, 1)
 			if _, err := store.Allow(ctx, now, reqs, res); err != nil {
 				return nil, fmt.Errorf("reading %s: %w", t.key, err)

@@ -105,6 +105,9 @@ type Rule struct {
 	// Missing is what happens when a request lacks an attribute of the
 	// rule's by; "" means the app's Missing.
 	Missing Missing
+	// MaxDelay is how long a request over the limit may wait for room
+	// before it is refused; 0 refuses at once.
+	MaxDelay time.Duration
 	// Plan is the plan the rule comes from, "" for a rule written in
 	// its app section.
 	Plan string

@@ -23,7 +23,7 @@ var (
 	settingFields  = []string{"algorithm", "unit", "precision", "burst", "warmup", "lockSeconds", "timezone"}
 	defaultsFields = append(slices.Clone(settingFields), "by", "missing")
 	appFields      = []string{"appId", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "limits", "keys", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count", "plan"}
-	ruleFields     = []string{"api", "method", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "shadow", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count"}
+	ruleFields     = []string{"api", "method", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "shadow", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count", "maxDelay"}
 )
 
 // maxLockSeconds is the longest lockSeconds that a time.Duration holds;
@@ -644,6 +644,14 @@ func (p *parser) buildRule(n *yaml.Node) *ruleResult {
 	if f, has := fs["shadow"]; has {
 		if v, good := p.boolean(f); good {
 			res.rule.Shadow = v
+		} else {
+			ok = false
+		}
+	}
+
+	if f, has := fs["maxDelay"]; has {
+		if d, good := p.maxDelay(f, res.rule.Shadow); good {
+			res.rule.MaxDelay = d
 		} else {
 			ok = false
 		}

@@ -74,7 +74,7 @@ var (
 // The fields whose XML attribute values are always strings, and those that
 // are true or false; the others are numbers when they look like one.
 var (
-	xmlStringFields = []string{"appId", "name", "plan", "body", "reserveHeader", "api", "algorithm", "by", "missing", "method", "timezone", "header"}
+	xmlStringFields = []string{"appId", "name", "plan", "body", "reserveHeader", "maxDelay", "api", "algorithm", "by", "missing", "method", "timezone", "header"}
 	xmlBoolFields   = []string{"caseSensitive", "caseInsensitive", "shadow", "keep"}
 	xmlNumber       = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$`)
 )

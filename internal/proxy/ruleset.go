@@ -102,6 +102,9 @@ type compiledLimit struct {
 	count *config.Count
 	// plan is the plan the rule comes from, "" for an app's own rule.
 	plan string
+	// maxDelay is how long a request over the limit may wait for room
+	// (wait.go); 0 refuses at once.
+	maxDelay time.Duration
 }
 
 // DefaultLocalShare is the share of each limit that one gateway admits on
@@ -169,7 +172,7 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 				return nil, noJWTError(rules.Path, r.Line, "rule "+r.API, by)
 			}
 			cl := newCompiledLimit(app.ID, r.API, r.Methods, r.Params, r.Shadow, opts)
-			cl.cost, cl.count, cl.plan = r.Cost, r.Count, r.Plan
+			cl.cost, cl.count, cl.plan, cl.maxDelay = r.Cost, r.Count, r.Plan, r.MaxDelay
 			cl.keyBy(cmp.Or(r.By, app.By), cmp.Or(r.Missing, app.Missing))
 			sec.ipTag = sec.ipTag && cl.kind == keyIP
 			cl.head = slices.Contains(r.Methods, http.MethodHead)

@@ -82,6 +82,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.acquire(&sc.sw, r, sec, sc) {
 		if sc.n > 0 {
 			h.decide(r, sc)
+			if sc.o.Decision == DecisionLimited {
+				h.waitForRoom(r, sc)
+			}
 		}
 		h.settle(sc)
 		h.respond(&sc.sw, r, sc)

@@ -162,6 +162,7 @@ func New(cfg Config) (_ *Server, err error) {
 		ForwardAppHeader: cfg.ForwardAppHeader, KeyHeader: cfg.KeyHeader,
 		RejectUnknown:  cfg.UnknownCallers == RejectUnknown,
 		TrustedProxies: trusted, LimitStatus: cfg.LimitStatus, Headers: cfg.RateLimitHeaders, Logger: log,
+		MaxWaiting: cfg.MaxWaiting, RetryAfterJitter: cfg.RetryAfterJitter,
 		Observers: observers, FailMode: s.st.failMode, Local: s.st.local,
 		Slots: s.st.slots, LocalSlots: s.st.localSlots,
 		MethodOverride: cfg.MethodOverride, AllowUpgrade: cfg.AllowUpgrade,

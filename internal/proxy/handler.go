@@ -312,6 +312,10 @@ type LimitOutcome struct {
 	// from the response or not a whole number ≥ 0, so that its min was
 	// charged.
 	CostMissing bool
+	// Tokens reports whether the limit's cost is read from the response
+	// body (LLM tokens); Plan is the plan its rule comes from.
+	Tokens bool
+	Plan   string
 }
 
 // Cost returns the units counted for the request against its most

@@ -123,7 +123,7 @@ func (h *Handler) settleTokens(r *http.Request, sc *scratch, t *tokenTap) {
 			total = 0
 		}
 		total = max(total, reserved)
-		o.limits[i].Charged = total
+		o.limits[i].Charged, o.limits[i].Tokens, o.limits[i].Plan = total, true, cl.plan
 		if total == reserved {
 			continue
 		}

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
@@ -393,5 +396,39 @@ func TestTokenStreamUnbuffered(t *testing.T) {
 	g.obs.waitFor(t, 1)
 	if got := g.obs.last().limits[0].Charged; got != 30 {
 		t.Errorf("charged %d, want 30", got)
+	}
+}
+
+// TestTokenMetrics checks gateway_token_units_total by app and plan.
+func TestTokenMetrics(t *testing.T) {
+	t.Parallel()
+	llm := newLLMUpstream()
+	us := httptest.NewServer(llm)
+	t.Cleanup(us.Close)
+	m := NewMetrics(MetricsConfig{Registry: prometheus.NewRegistry(), Store: "memory", Version: "test"})
+	g := newGWWith(t, `
+plans:
+  - name: gold
+    limits:
+      - {api: /v1/chat/completions, limit: 1000, unit: 60, cost: {body: usage.total_tokens}}
+configs:
+  - appId: app-1
+    plan: gold
+  - appId: app-2
+    limits:
+      - {api: /v1/chat/completions, limit: 1000, unit: 60, cost: {body: usage.total_tokens, reserve: 50}}
+`, us.URL, &upstreamRecorder{}, func(h *HandlerConfig, _ *UpstreamConfig) {
+		h.Observers = append(h.Observers, m)
+	})
+	g.do("POST", "/v1/chat/completions?tokens=30", "app-1")
+	g.do("POST", "/v1/chat/completions?tokens=30&stream=openai", "app-1")
+	g.do("POST", "/v1/chat/completions?tokens=30", "app-2") // its reserve of 50
+	for _, tc := range []struct {
+		app, plan string
+		want      float64
+	}{{"app-1", "gold", 60}, {"app-2", "", 50}} {
+		if got := testutil.ToFloat64(m.tokenUnits.WithLabelValues(tc.app, tc.plan)); got != tc.want {
+			t.Errorf("tokens of %s on plan %q: got %v, want %v", tc.app, tc.plan, got, tc.want)
+		}
 	}
 }

@@ -52,13 +52,13 @@ type Metrics struct {
 	// tokenUnits are the units charged to limits whose cost the response
 	// body reports (LLM tokens), by app and plan: both come from the
 	// rule file, so the labels are bounded.
-	tokenUnits *prometheus.CounterVec
-	costMissing       *prometheus.CounterVec
-	circuitOpen       prometheus.Gauge
-	reloads           *prometheus.CounterVec
-	lastReload        prometheus.Gauge
-	rulesLoaded       prometheus.Gauge
-	handler           http.Handler
+	tokenUnits  *prometheus.CounterVec
+	costMissing *prometheus.CounterVec
+	circuitOpen prometheus.Gauge
+	reloads     *prometheus.CounterVec
+	lastReload  prometheus.Gauge
+	rulesLoaded prometheus.Gauge
+	handler     http.Handler
 	// rules caches the ruleMetrics of each (app, api), keyed by
 	// ruleLabels. The label values are bounded by the rule files loaded.
 	rules sync.Map

@@ -6,12 +6,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/redistest"
 )
 
 // waitGW is a handler whose upstream records when each request reached
@@ -209,5 +211,49 @@ func TestRetryAfterJitter(t *testing.T) {
 	}
 	if len(seen) < 2 {
 		t.Errorf("200 refusals all said Retry-After %v: no jitter", seen)
+	}
+}
+
+// TestMaxDelayOnRedis: a request that waits for room asks the Redis
+// store again, on Redis's clock, and is admitted; it runs on the real
+// clock, for about a second, and asserts no time.
+func TestMaxDelayOnRedis(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("-short: no redis-server")
+	}
+	srv := redistest.Start(t)
+	red, err := limit.NewRedis(limit.RedisConfig{URL: srv.URL(), Timeout: 5 * time.Second, DenyCacheSize: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { red.Close() })
+	parsed, err := config.Parse("rules.yaml", []byte(`
+configs:
+  - appId: app-1
+    limits:
+      - {api: /v1/chat, limit: 1, unit: 1, algorithm: token_bucket, maxDelay: 30s}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, _ := Compile(parsed, time.Now())
+	var served atomic.Int64
+	h, err := NewHandler(HandlerConfig{Rules: rs, Store: red, FailMode: FailClosed, Logger: slog.New(slog.DiscardHandler),
+		Upstream: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served.Add(1) })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		r := httptest.NewRequest("GET", "/v1/chat", nil)
+		r.Header.Set("X-App-Id", "app-1")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != 200 {
+			t.Fatalf("request %d: %d %s, want 200 after waiting", i+1, w.Code, w.Body)
+		}
+	}
+	if n := served.Load(); n != 3 {
+		t.Errorf("served %d, want 3", n)
 	}
 }

@@ -83,7 +83,7 @@ GATEWAY_UPSTREAM=http://127.0.0.1:8081. A flag given on the command line wins.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newServeCmd(), newRLSCmd(), newValidateCmd(), newMatchCmd(), newReplayCmd(), newRulesCmd(), newTopCmd(), newHealthCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newRLSCmd(), newValidateCmd(), newMatchCmd(), newReplayCmd(), newRulesCmd(), newTopCmd(), newUsageCmd(), newHealthCmd(), newVersionCmd())
 	// cobra's completion command prints its help for a shell it does not
 	// know, and succeeds: make that a usage error.
 	root.InitDefaultCompletionCmd()

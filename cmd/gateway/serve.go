@@ -85,6 +85,8 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 	f.DurationVar(&cfg.UpstreamTimeout, "upstream-timeout", cfg.UpstreamTimeout, "longest wait for the upstream's response headers before 504 (a route may set its own timeout)")
 	f.StringSliceVar(&cfg.ReadyUpstreams, "ready-upstream", cfg.ReadyUpstreams, "upstreams of the rule file that /readyz depends on: 503 while one has no healthy target (repeatable or comma-separated)")
 	f.IntVar(&cfg.LimitStatus, "limit-status", cfg.LimitStatus, "status code of a limited response")
+	f.IntVar(&cfg.MaxWaiting, "max-waiting", cfg.MaxWaiting, "most requests waiting for room at once under rules with maxDelay; past it they are refused at once (0: 1000)")
+	f.DurationVar(&cfg.RetryAfterJitter, "retry-after-jitter", cfg.RetryAfterJitter, "add 0 to this many whole seconds, at random, to each Retry-After, so that refused clients do not return in lockstep (0: none)")
 	f.Var(&cfg.RateLimitHeaders, "ratelimit-headers", "rate-limit response headers: both, draft (RateLimit, RateLimit-Policy), legacy (X-RateLimit-*), none")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "longest drain of in-flight requests on SIGTERM")
 	f.DurationVar(&cfg.DrainDelay, "drain-delay", cfg.DrainDelay, "on SIGTERM, how long /readyz answers 503 while the proxy still accepts and serves new connections, before it stops accepting and drains: longer than a load balancer takes to act on a failing /readyz (its check interval times its failure threshold). 0 stops accepting at once (Kubernetes waits in preStop instead)")

@@ -9,6 +9,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/usage"
 )
 
 // DefaultCostHeader is the response header a cost: {header: ...} rule
@@ -37,6 +38,22 @@ type Cost struct {
 	// Keep reports whether the header is passed on to the client; it is
 	// removed otherwise.
 	Keep bool
+	// Body, when not empty, are the field paths of the response body
+	// whose sum is the cost (tokens.go); Header is then "".
+	Body []usage.Path
+	// Reserve is what a request with a Body cost is charged when it is
+	// admitted, and needs room for; what the response reports above it
+	// is charged when the response ends. 0 for none: the request then
+	// needs room for Min and is charged only at the end.
+	Reserve int64
+	// ReserveHeader, when not empty, is the canonical name of a request
+	// header whose whole number, capped by Max, is the request's
+	// reserve in place of Reserve.
+	ReserveHeader string
+	// Inspect caps the bytes of a JSON body, or of one event of a
+	// stream, that are read for a Body cost; 0 means
+	// usage.DefaultInspect.
+	Inspect int
 	// Line is where cost is set, 0 when it is not.
 	Line int
 }
@@ -45,7 +62,9 @@ type Cost struct {
 // 1) for a fixed cost, Min for a Header cost.
 func (c *Cost) Need() int64 {
 	switch {
-	case c.Header != "":
+	case len(c.Body) > 0 && c.Reserve > 0:
+		return c.Reserve
+	case c.Header != "" || len(c.Body) > 0:
 		return c.Min
 	case c.Units > 0:
 		return c.Units
@@ -56,6 +75,9 @@ func (c *Cost) Need() int64 {
 // String returns the cost as docs/rules.md writes it: "1", "100", or
 // "header X-RateLimit-Cost (min 1, max 1000)".
 func (c Cost) String() string {
+	if len(c.Body) > 0 {
+		return c.bodyString()
+	}
 	if c.Header == "" {
 		return strconv.FormatInt(c.Need(), 10)
 	}
@@ -118,7 +140,7 @@ func (c *Count) String() string {
 }
 
 var (
-	costFields  = []string{"header", "max", "min", "keep"}
+	costFields  = []string{"header", "body", "max", "min", "keep", "reserve", "reserveHeader", "inspect"}
 	countFields = []string{"status"}
 )
 
@@ -155,16 +177,25 @@ func (p *parser) cost(f field, params *limit.Params) (Cost, bool) {
 	fs := p.fields(f.val, "cost", costFields)
 	ok := true
 	h, has := fs["header"]
-	if !has {
-		p.errorf(f.line, "cost has no header; name the response header that reports the cost, like header: %s, or write a fixed cost as a number", DefaultCostHeader)
+	bf, hasBody := fs["body"]
+	switch {
+	case has && hasBody:
+		p.errorf(bf.line, "cost sets both header and body; the cost is reported in one of them, so keep one")
 		ok = false
-	} else if name, good := p.str(h); !good {
+	case hasBody:
+		c.Body, ok = p.bodyPaths(bf)
+	case !has:
+		p.errorf(f.line, "cost has no header; name the response header that reports the cost, like header: %s, or the field of the response body, like body: usage.total_tokens, or write a fixed cost as a number", DefaultCostHeader)
 		ok = false
-	} else if !validHeaderName(name) {
-		p.errorf(h.line, "cost header %q is not a valid header name; use letters, digits and - like %s", name, DefaultCostHeader)
-		ok = false
-	} else {
-		c.Header = textproto.CanonicalMIMEHeaderKey(name)
+	default:
+		if name, good := p.str(h); !good {
+			ok = false
+		} else if !validHeaderName(name) {
+			p.errorf(h.line, "cost header %q is not a valid header name; use letters, digits and - like %s", name, DefaultCostHeader)
+			ok = false
+		} else {
+			c.Header = textproto.CanonicalMIMEHeaderKey(name)
+		}
 	}
 	c.Min, c.Max = 1, capacity
 	if m, has := fs["min"]; has {
@@ -205,6 +236,9 @@ func (p *parser) cost(f field, params *limit.Params) (Cost, bool) {
 	if k, has := fs["keep"]; has {
 		v, good := p.boolean(k)
 		c.Keep, ok = v, ok && good
+	}
+	if !p.bodyOptions(fs, &c, hasBody) {
+		ok = false
 	}
 	return c, ok
 }

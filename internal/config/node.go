@@ -36,6 +36,8 @@ type parser struct {
 	// otherwise expand to millions of rules.
 	ruleMemo map[*yaml.Node]*ruleResult
 	listMemo map[*yaml.Node]*listResult
+	// plans are the plans by name, read before the app sections.
+	plans map[string]*plan
 	// merging is the chain of mappings whose << merge keys are being
 	// resolved, to catch a mapping that merges itself.
 	merging []*yaml.Node

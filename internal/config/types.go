@@ -72,7 +72,12 @@ type App struct {
 	// total (docs/rules.md, "Request cost").
 	TotalCost  Cost
 	TotalCount *Count
-	// Limits are the per-API rules in file order.
+	// Plan is the name of the plan the app takes (plan: NAME), "" for
+	// none. Its rules are in Limits, after the app's own.
+	Plan string
+	// Limits are the per-API rules in file order: the app's own, then
+	// those of its plan that none of them overrides (same api and
+	// methods).
 	Limits []Rule
 	// Line is where the section starts in the file.
 	Line int
@@ -105,6 +110,12 @@ type Rule struct {
 	// Missing is what happens when a request lacks an attribute of the
 	// rule's by; "" means the app's Missing.
 	Missing Missing
+	// MaxDelay is how long a request over the limit may wait for room
+	// before it is refused; 0 refuses at once.
+	MaxDelay time.Duration
+	// Plan is the plan the rule comes from, "" for a rule written in
+	// its app section.
+	Plan string
 	// Line is where the rule starts in the file.
 	Line int
 }

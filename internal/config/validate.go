@@ -19,11 +19,11 @@ import (
 // The fields of each part of the rule file, in the order messages list
 // them.
 var (
-	topFields      = []string{"caseSensitive", "caseInsensitive", "defaults", "configs", "upstreams", "routes"}
+	topFields      = []string{"caseSensitive", "caseInsensitive", "defaults", "plans", "configs", "upstreams", "routes"}
 	settingFields  = []string{"algorithm", "unit", "precision", "burst", "warmup", "lockSeconds", "timezone"}
 	defaultsFields = append(slices.Clone(settingFields), "by", "missing")
-	appFields      = []string{"appId", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "limits", "keys", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count"}
-	ruleFields     = []string{"api", "method", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "shadow", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count"}
+	appFields      = []string{"appId", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "limits", "keys", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count", "plan"}
+	ruleFields     = []string{"api", "method", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "shadow", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count", "maxDelay"}
 )
 
 // maxLockSeconds is the longest lockSeconds that a time.Duration holds;
@@ -95,6 +95,9 @@ func (p *parser) rules(root *yaml.Node) *Rules {
 				p.defaultMissing, _ = p.missing(f)
 			}
 		}
+	}
+	if f, ok := fs["plans"]; ok {
+		p.readPlans(f)
 	}
 	p.upstreamNames = map[string]bool{}
 	if f, ok := fs["upstreams"]; ok {
@@ -469,11 +472,18 @@ func (p *parser) app(item *yaml.Node, ids map[string]int) (App, bool) {
 	if hasLimits {
 		app.Limits = p.limits(f)
 	}
+	pf, hasPlan := fs["plan"]
+	if hasPlan {
+		if pl := p.appPlan(pf); pl != nil {
+			app.Plan = pl.name
+			app.Limits = p.withPlan(app.Limits, pl, pf.line)
+		}
+	}
 	conc, hasConc := fs["concurrency"]
 	if hasConc {
 		app.Concurrency, _ = p.concurrency(conc)
 	}
-	if !hasTotal && !hasLimits && !hasConc {
+	if !hasTotal && !hasLimits && !hasConc && !hasPlan {
 		p.errorf(app.Line, "this app section has neither limit nor limits, so it would do nothing; add limits, or set limit: -1 to exempt the app from the \"*\" section explicitly")
 	}
 	return app, true
@@ -641,6 +651,14 @@ func (p *parser) buildRule(n *yaml.Node) *ruleResult {
 	if f, has := fs["shadow"]; has {
 		if v, good := p.boolean(f); good {
 			res.rule.Shadow = v
+		} else {
+			ok = false
+		}
+	}
+
+	if f, has := fs["maxDelay"]; has {
+		if d, good := p.maxDelay(f, res.rule.Shadow); good {
+			res.rule.MaxDelay = d
 		} else {
 			ok = false
 		}

@@ -146,7 +146,7 @@ configs:
 		// Unknown fields.
 		{name: "unknown top-level field", data: "config:\n  - {appId: a, limit: 1}\n", want: []wantErr{
 			{0, "the rule file has no configs"},
-			{1, `unknown field "config" in the top level (did you mean "configs"?); the allowed fields are caseSensitive, caseInsensitive, defaults, configs`},
+			{1, `unknown field "config" in the top level (did you mean "configs"?); the allowed fields are caseSensitive, caseInsensitive, defaults, plans, configs`},
 		}},
 		{name: "unknown defaults field", data: "defaults: {shadow: true}\nconfigs: [{appId: a, limit: 1}]\n", want: []wantErr{
 			{1, `unknown field "shadow" in defaults; the allowed fields are algorithm, unit, precision, burst`},

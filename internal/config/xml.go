@@ -69,17 +69,21 @@ var (
 	}}
 	xmlRoot = &xmlElement{name: "rules", children: []xmlChild{
 		{name: "defaults", field: "defaults", elem: &xmlElement{name: "defaults"}},
+		{name: "plan", field: "plans", list: true, elem: xmlPlan},
 		{name: "config", field: "configs", list: true, elem: xmlApp},
 		{name: "upstream", field: "upstreams", list: true, elem: xmlUpstream},
 		{name: "route", field: "routes", list: true, elem: &xmlElement{name: "route"}},
+	}}
+	xmlPlan = &xmlElement{name: "plan", children: []xmlChild{
+		{name: "limit", field: "limits", list: true, elem: xmlRule},
 	}}
 )
 
 // The fields whose XML attribute values are always strings, and those that
 // are true or false; the others are numbers when they look like one.
 var (
-	xmlStringFields = []string{"appId", "api", "algorithm", "by", "missing", "method", "timezone", "header",
-		"name", "url", "balancing", "ca", "cert", "key", "serverName", "path", "host", "upstream"}
+	xmlStringFields = []string{"appId", "name", "plan", "body", "reserveHeader", "maxDelay", "api", "algorithm", "by", "missing", "method", "timezone", "header",
+		"url", "balancing", "ca", "cert", "key", "serverName", "path", "host", "upstream"}
 	xmlBoolFields = []string{"caseSensitive", "caseInsensitive", "shadow", "keep", "stripPrefix"}
 	xmlNumber     = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$`)
 )

@@ -34,7 +34,7 @@ import (
 // deferred reports whether cl counts a request only once its response is
 // known.
 func (cl *compiledLimit) deferred() bool {
-	return cl.cost.Header != "" || cl.count != nil
+	return cl.cost.Header != "" || cl.count != nil || cl.bodyCost()
 }
 
 // startCharging arms sc's response writer to charge the deferred limits
@@ -77,8 +77,9 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 	for i, cl := range sc.lims[:sc.n] {
 		// Only a limit that admitted the request counts it and holds
 		// units: not a shadow limit that denied it, nor any when the
-		// store failed open (o.n is 0).
-		if !cl.deferred() || i >= o.n || !o.limits[i].Allowed {
+		// store failed open (o.n is 0). A body cost is charged when the
+		// body ends (tokens.go).
+		if !cl.deferred() || cl.bodyCost() || i >= o.n || !o.limits[i].Allowed {
 			continue
 		}
 		rel := sc.reqs[i]

@@ -62,6 +62,10 @@ type Handler struct {
 	lastErrLog atomic.Int64
 	// lastChargeLog is when a failed charge was last logged (Unix ns).
 	lastChargeLog atomic.Int64
+	// waits are the requests waiting for room (wait.go); retryJitter
+	// the most added to a Retry-After.
+	waits       *waiters
+	retryJitter time.Duration
 }
 
 // HandlerConfig configures a Handler.
@@ -140,6 +144,13 @@ type HandlerConfig struct {
 	// is the caller's app ID: AppHeader is then ignored and removed, and
 	// a request without a valid token gets 401. Needs JWT.
 	AppClaim string
+	// MaxWaiting caps the requests waiting for room at once (maxDelay on
+	// a rule); past it a request is refused at once. 0 means
+	// DefaultMaxWaiting.
+	MaxWaiting int
+	// RetryAfterJitter, when at least a second, adds 0 to that many
+	// whole seconds, at random, to each Retry-After the gateway sends.
+	RetryAfterJitter time.Duration
 }
 
 // NewHandler returns a Handler for cfg.
@@ -171,6 +182,8 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		local:         cfg.Local,
 		slots:         cfg.Slots,
 		localSlots:    cfg.LocalSlots,
+		waits:         newWaiters(cfg.MaxWaiting),
+		retryJitter:   cfg.RetryAfterJitter,
 	}
 	if h.slots == nil {
 		h.slots = limit.NewMemorySlots()
@@ -306,6 +319,10 @@ type LimitOutcome struct {
 	// from the response or not a whole number ≥ 0, so that its min was
 	// charged.
 	CostMissing bool
+	// Tokens reports whether the limit's cost is read from the response
+	// body (LLM tokens); Plan is the plan its rule comes from.
+	Tokens bool
+	Plan   string
 }
 
 // Cost returns the units counted for the request against its most

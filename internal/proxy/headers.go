@@ -36,6 +36,7 @@ func (h *Handler) reject(w http.ResponseWriter, lims []*compiledLimit, res []lim
 	if secs < 1 {
 		secs = 1
 	}
+	secs += h.jitter()
 	w.Header()["Retry-After"] = intHeader(secs)
 	writeLimited(w, h.limitStatus, cl, secs)
 }

@@ -49,13 +49,17 @@ type Metrics struct {
 	storeErrors       prometheus.Counter
 	chargeErrors      prometheus.Counter
 	costUnits         *prometheus.CounterVec
-	costMissing       *prometheus.CounterVec
-	circuitOpen       prometheus.Gauge
-	reloads           *prometheus.CounterVec
-	lastReload        prometheus.Gauge
-	rulesLoaded       prometheus.Gauge
-	routes            routeMetrics
-	handler           http.Handler
+	// tokenUnits are the units charged to limits whose cost the response
+	// body reports (LLM tokens), by app and plan: both come from the
+	// rule file, so the labels are bounded.
+	tokenUnits  *prometheus.CounterVec
+	costMissing *prometheus.CounterVec
+	circuitOpen prometheus.Gauge
+	reloads     *prometheus.CounterVec
+	lastReload  prometheus.Gauge
+	rulesLoaded prometheus.Gauge
+	routes      routeMetrics
+	handler     http.Handler
 	// rules caches the ruleMetrics of each (app, api), keyed by
 	// ruleLabels. The label values are bounded by the rule files loaded.
 	rules sync.Map
@@ -111,6 +115,10 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 			Name: "gateway_cost_units_total",
 			Help: "Units counted against limits, by app and rule (api \"\" is the app total): costs at decision and charges of responses.",
 		}, []string{"app", "api"}),
+		tokenUnits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_token_units_total",
+			Help: "Units (LLM tokens) charged to limits whose cost the response body reports, by app and plan (\"\" for an app's own rules).",
+		}, []string{"app", "plan"}),
 		costMissing: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_cost_header_missing_total",
 			Help: "Responses whose cost header was missing or not a whole number ≥ 0, so that the limit's min was charged, by app and rule.",
@@ -172,6 +180,7 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 	f(storeErrors)
 	f(chargeErrors)
 	f(m.costUnits)
+	f(m.tokenUnits)
 	f(m.costMissing)
 	f(m.circuitOpen)
 	f(m.reloads)
@@ -261,6 +270,9 @@ func (m *Metrics) ObserveRequest(_ *http.Request, o *Outcome) {
 		rm := m.rule(l.App, l.API)
 		if l.Charged > 0 {
 			rm.child(&rm.units, m.costUnits, l.App, l.API).Add(float64(l.Charged))
+			if l.Tokens {
+				m.tokenUnits.WithLabelValues(l.App, l.Plan).Add(float64(l.Charged))
+			}
 		}
 		if l.CostMissing {
 			rm.child(&rm.missing, m.costMissing, l.App, l.API).Inc()

@@ -54,6 +54,8 @@ type section struct {
 	// both, nil when it has no concurrency.
 	conc *compiledLimit
 	trie *trie.Trie[*compiledLimit]
+	// all are the total and the rules, in file order (usage.go).
+	all []*compiledLimit
 }
 
 // compiledLimit is one limit with what the request path writes about it.
@@ -102,6 +104,11 @@ type compiledLimit struct {
 	// (docs/rules.md, "Request cost").
 	cost  config.Cost
 	count *config.Count
+	// plan is the plan the rule comes from, "" for an app's own rule.
+	plan string
+	// maxDelay is how long a request over the limit may wait for room
+	// (wait.go); 0 refuses at once.
+	maxDelay time.Duration
 }
 
 // DefaultLocalShare is the share of each limit that one gateway admits on
@@ -159,6 +166,7 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 			sec.total.cost, sec.total.count = app.TotalCost, app.TotalCount
 			sec.total.keyBy(app.By, app.Missing)
 			rs.keys[sec.total.key] = sec.total.params.Window
+			sec.all = append(sec.all, sec.total)
 		}
 		if app.Concurrency > 0 {
 			if opts.NoJWT && app.By.Claims() {
@@ -172,7 +180,7 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 				return nil, noJWTError(rules.Path, r.Line, "rule "+r.API, by)
 			}
 			cl := newCompiledLimit(app.ID, r.API, r.Methods, r.Params, r.Shadow, opts)
-			cl.cost, cl.count = r.Cost, r.Count
+			cl.cost, cl.count, cl.plan, cl.maxDelay = r.Cost, r.Count, r.Plan, r.MaxDelay
 			cl.keyBy(cmp.Or(r.By, app.By), cmp.Or(r.Missing, app.Missing))
 			sec.ipTag = sec.ipTag && cl.kind == keyIP
 			cl.head = slices.Contains(r.Methods, http.MethodHead)
@@ -184,6 +192,7 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 			if err := sec.trie.Insert(r.API, r.Methods, cl); err != nil {
 				return nil, fmt.Errorf("%s:%d: %w", rules.Path, r.Line, err)
 			}
+			sec.all = append(sec.all, cl)
 		}
 		rs.keyed = rs.keyed || len(app.Keys) > 0
 		rs.addKeyHeaders(app.By)
@@ -523,7 +532,7 @@ func describe(cl *compiledLimit) string {
 			fmt.Fprintf(&b, ", lockSeconds %s: once limited, denied for that long", strconv.FormatFloat(p.Lock.Seconds(), 'f', -1, 64))
 		}
 		switch {
-		case cl.cost.Header != "":
+		case cl.cost.Header != "" || cl.bodyCost():
 			fmt.Fprintf(&b, ", cost from the response's %s", cl.cost)
 		case cl.cost.Units > 1:
 			fmt.Fprintf(&b, ", cost %d units a request", cl.cost.Units)
@@ -537,6 +546,9 @@ func describe(cl *compiledLimit) string {
 	}
 	if cl.shadow {
 		b.WriteString(" [shadow: never blocks]")
+	}
+	if cl.plan != "" {
+		b.WriteString(" [from plan " + cl.plan + "]")
 	}
 	return b.String()
 }

@@ -58,6 +58,12 @@ var scratches = sync.Pool{New: func() any { return new(scratch) }}
 // match its rules, decide, then forward or reject; and hands the outcome
 // to the observers.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if isGRPC(r) {
+		// Refusals in gRPC's terms (grpc.go).
+		gw := &grpcWriter{ResponseWriter: w}
+		defer gw.finish()
+		w = gw
+	}
 	sc := scratches.Get().(*scratch)
 	defer func() {
 		h.release(sc)
@@ -84,6 +90,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.acquire(&sc.sw, r, sec, sc) {
 		if sc.n > 0 {
 			h.decide(r, sc)
+			if sc.o.Decision == DecisionLimited {
+				h.waitForRoom(r, sc)
+			}
 		}
 		h.settle(sc)
 		h.respond(&sc.sw, r, sc)
@@ -249,6 +258,12 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *section, sc 
 		}
 		q := &sc.reqs[i]
 		*q = limit.Request{Key: key, Tag: tag, Params: &cl.params, Shadow: cl.shadow, Cost: cl.cost.Need(), Hold: cl.deferred()}
+		if cl.bodyCost() {
+			// Its reserve is counted at once, or room for min checked
+			// (tokens.go); nothing is held.
+			q.Cost, q.Defer = cl.bodyNeed(r)
+			q.Hold = false
+		}
 		switch cl.kind {
 		case keyIP:
 			q.Overflow, sc.shown[i] = cl.overflow, group()
@@ -395,6 +410,10 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 		defer context.AfterFunc(ctx, uc.clientGone)()
 		sc.sw.up, sc.fwd.client = uc, ctx
 		ctx = up
+	}
+	if t := h.startMetering(sc); t != nil {
+		// Deferred, so that a stream broken mid-body is charged too.
+		defer h.settleTokens(r, sc, t)
 	}
 	t0 := time.Now()
 	// Deferred: ReverseProxy panics to abort a response broken mid-body.

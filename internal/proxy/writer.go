@@ -18,6 +18,9 @@ type statusWriter struct {
 	// charge, when not nil, is called once with the final status before
 	// the response's headers are written (docs/rules.md, "Request cost").
 	charge func(code int)
+	// tap, when not nil, reads the body sent for a cost the body reports
+	// (tokens.go).
+	tap *tokenTap
 	// unread reports whether the request has a body the gateway has not
 	// read; forwarding, whether the request is being forwarded. A
 	// response written before, a refusal, closes the connection
@@ -79,7 +82,11 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 			s.charge(http.StatusOK)
 		}
 	}
-	return s.ResponseWriter.Write(b)
+	n, err := s.ResponseWriter.Write(b)
+	if s.tap != nil {
+		s.tap.write(s.Header(), b[:n])
+	}
+	return n, err
 }
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }

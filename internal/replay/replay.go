@@ -17,6 +17,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/usage"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
@@ -663,16 +664,18 @@ type replayRun struct {
 	// it sets to the logged cost.
 	rec         *replayRecord
 	costHeaders []string
-	store       *limit.Memory
-	nextSweep   time.Time // when, in log time, to evict idle keys next
-	now         time.Time
-	out         replayOutcome
-	req         http.Request
-	url         url.URL
-	hdr         http.Header
-	appHdr      string
-	appVal      []string
-	w           discardWriter
+	// bodyPaths are where the rules read a cost from the body.
+	bodyPaths []usage.Path
+	store     *limit.Memory
+	nextSweep time.Time // when, in log time, to evict idle keys next
+	now       time.Time
+	out       replayOutcome
+	req       http.Request
+	url       url.URL
+	hdr       http.Header
+	appHdr    string
+	appVal    []string
+	w         discardWriter
 	// claims are the logged claim values of the request being decided,
 	// given to the handler as verified ones.
 	claims map[string]string
@@ -689,6 +692,7 @@ func newReplayRun(rs *proxy.RuleSet, maxKeys int) (*replayRun, error) {
 	run := &replayRun{store: store, appHdr: "X-App-Id", appVal: make([]string, 1), hdr: make(http.Header, 1)}
 	run.w.h = make(http.Header, 8)
 	run.costHeaders = costHeaders(rs.Source)
+	run.bodyPaths = bodyPaths(rs.Source)
 	run.h, err = proxy.NewHandler(proxy.HandlerConfig{
 		Rules:     rs,
 		Store:     store,
@@ -813,6 +817,12 @@ func (run *replayRun) answer(w http.ResponseWriter, _ *http.Request) {
 		if rec.cost != "" {
 			for _, name := range run.costHeaders {
 				w.Header()[name] = []string{rec.cost}
+			}
+			if body := usageBody(run.bodyPaths, rec.cost); run.bodyPaths != nil && body != nil {
+				w.Header()["Content-Type"] = []string{"application/json"}
+				w.WriteHeader(status)
+				w.Write(body)
+				return
 			}
 		}
 	}

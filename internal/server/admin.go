@@ -56,8 +56,10 @@ type appView struct {
 	Total *limitView `json:"total,omitempty"`
 	// Concurrency is the most requests of the app in flight at once
 	// (per counter of By); 0, and not shown, for none.
-	Concurrency int64       `json:"concurrency,omitempty"`
-	Limits      []limitView `json:"limits"`
+	Concurrency int64 `json:"concurrency,omitempty"`
+	// Plan is the plan the app takes; its rules are among Limits.
+	Plan   string      `json:"plan,omitempty"`
+	Limits []limitView `json:"limits"`
 }
 
 type limitView struct {
@@ -85,6 +87,8 @@ type limitView struct {
 	By      config.By      `json:"by,omitempty"`
 	Missing config.Missing `json:"missing,omitempty"`
 	Line    int            `json:"line,omitempty"`
+	// Plan is the plan the rule comes from; empty for the app's own.
+	Plan string `json:"plan,omitempty"`
 }
 
 func newLimitView(p *limit.Params) limitView {
@@ -127,7 +131,7 @@ func (r *Reloader) view() rulesView {
 		Routes:        rs.Routes(),
 	}
 	for _, a := range src.Apps {
-		av := appView{AppID: a.ID, By: a.By, Missing: missingOf(a.By, a.Missing), Keys: len(a.Keys), Concurrency: a.Concurrency, Limits: make([]limitView, 0, len(a.Limits))}
+		av := appView{AppID: a.ID, By: a.By, Missing: missingOf(a.By, a.Missing), Keys: len(a.Keys), Concurrency: a.Concurrency, Plan: a.Plan, Limits: make([]limitView, 0, len(a.Limits))}
 		if a.Total != nil {
 			lv := newLimitView(a.Total)
 			lv.Line = a.Line
@@ -137,7 +141,7 @@ func (r *Reloader) view() rulesView {
 		for _, l := range a.Limits {
 			lv := newLimitView(&l.Params)
 			lv.API, lv.Methods, lv.Shadow, lv.Line, lv.Concurrency = l.API, l.Methods, l.Shadow, l.Line, l.Concurrency
-			lv.Cost, lv.Count = costView(l.Cost), l.Count.String()
+			lv.Cost, lv.Count, lv.Plan = costView(l.Cost), l.Count.String(), l.Plan
 			lv.By = cmp.Or(l.By, a.By)
 			lv.Missing = missingOf(lv.By, cmp.Or(l.Missing, a.Missing))
 			av.Limits = append(av.Limits, lv)
@@ -198,6 +202,9 @@ type AdminConfig struct {
 	// plain HTTP, and an endpoint that changes the gateway must not be
 	// open to whoever can reach it.
 	Token string
+	// Usage, if not nil, serves GET /usage and POST /usage/reset (with
+	// the Token; usage.go).
+	Usage *UsageConfig
 }
 
 // NewAdmin returns the admin port's handler: /healthz (the process is
@@ -266,6 +273,9 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 		}
 		proxy.WriteJSON(w, http.StatusOK, map[string]string{"status": status, "sha256": cfg.Rules.Rules().Source.SHA256})
 	}))
+	if cfg.Usage != nil {
+		registerUsage(mux, cfg.Rules, cfg.Usage, auth)
+	}
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics)
 	}

@@ -162,6 +162,12 @@ type Config struct {
 	ReadyUpstreams []string
 	// LimitStatus is the status of a limited response, 4xx or 5xx.
 	LimitStatus int
+	// MaxWaiting caps the requests waiting for room (maxDelay) at once;
+	// 0 means proxy.DefaultMaxWaiting.
+	MaxWaiting int
+	// RetryAfterJitter adds up to that many whole seconds, at random, to
+	// each Retry-After; 0 for none.
+	RetryAfterJitter time.Duration
 	// RateLimitHeaders selects the rate-limit response headers.
 	RateLimitHeaders proxy.HeaderMode
 	// ShutdownTimeout bounds the drain of in-flight requests.
@@ -279,6 +285,10 @@ func (c *Config) Validate() error {
 		return errors.New("--demo-upstream and --upstream are exclusive")
 	case c.LimitStatus < 400 || c.LimitStatus > 599:
 		return fmt.Errorf("--limit-status %d is not a 4xx or 5xx status", c.LimitStatus)
+	case c.MaxWaiting < 0:
+		return fmt.Errorf("--max-waiting %d is negative; set how many requests may wait for room at once, or 0 for the default %d", c.MaxWaiting, proxy.DefaultMaxWaiting)
+	case c.RetryAfterJitter < 0 || c.RetryAfterJitter > time.Hour:
+		return fmt.Errorf("--retry-after-jitter %s is outside 0..1h", c.RetryAfterJitter)
 	case c.IPv4Prefix < 1 || c.IPv4Prefix > 32:
 		return fmt.Errorf("--ipv4-prefix %d is outside 1..32", c.IPv4Prefix)
 	case c.IPv6Prefix < 1 || c.IPv6Prefix > 128:

@@ -177,6 +177,7 @@ func New(cfg Config) (_ *Server, err error) {
 		ForwardAppHeader: cfg.ForwardAppHeader, KeyHeader: cfg.KeyHeader,
 		RejectUnknown:  cfg.UnknownCallers == RejectUnknown,
 		TrustedProxies: trusted, LimitStatus: cfg.LimitStatus, Headers: cfg.RateLimitHeaders, Logger: log,
+		MaxWaiting: cfg.MaxWaiting, RetryAfterJitter: cfg.RetryAfterJitter,
 		Observers: observers, FailMode: s.st.failMode, Local: s.st.local,
 		Slots: s.st.slots, LocalSlots: s.st.localSlots,
 		MethodOverride: cfg.MethodOverride, AllowUpgrade: cfg.AllowUpgrade,
@@ -236,7 +237,7 @@ func New(cfg Config) (_ *Server, err error) {
 		Handler: NewAdmin(AdminConfig{
 			Rules: s.rules, Store: s.st.health, Draining: s.draining.Load,
 			Metrics: s.metrics.Handler(), Pprof: cfg.Pprof, Token: adminToken,
-			Top: top, Upstreams: s.pools, ReadyUpstreams: cfg.ReadyUpstreams,
+			Top: top, Upstreams: s.pools, ReadyUpstreams: cfg.ReadyUpstreams, Usage: s.usageConfig(),
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,

@@ -1,0 +1,58 @@
+package config
+
+import "testing"
+
+func TestBodyCost(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, file, data, want string
+		need                   int64
+	}{
+		{"yaml path", "rules.yaml", "configs:\n  - appId: a\n    limits:\n      - {api: /c, limit: 1000, cost: {body: usage.total_tokens}}\n",
+			"body usage.total_tokens (min 1, max 1000)", 1},
+		{"yaml list and reserve", "rules.yaml", "configs:\n  - appId: a\n    limits:\n      - {api: /c, limit: 1000, cost: {body: [usage.input_tokens, usage.output_tokens], reserve: 200, max: 500}}\n",
+			"body usage.input_tokens+usage.output_tokens (min 1, max 500, reserve 200)", 200},
+		{"json reserve header", "rules.json", `{"configs": [{"appId": "a", "limits": [{"api": "/c", "limit": 1000, "cost": {"body": "usage.total_tokens", "reserveHeader": "x-max-tokens"}}]}]}`,
+			"body usage.total_tokens (min 1, max 1000, reserve from X-Max-Tokens)", 1},
+		{"xml", "rules.xml", `<rules><config appId="a"><limit api="/c" limit="1000"><cost body="usage.input_tokens,usage.output_tokens" reserve="5"/></limit></config></rules>`,
+			"body usage.input_tokens+usage.output_tokens (min 1, max 1000, reserve 5)", 5},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := mustParse(t, tc.file, []byte(tc.data))
+			c := r.Apps[0].Limits[0].Cost
+			if got := c.String(); got != tc.want {
+				t.Errorf("cost: got %q, want %q", got, tc.want)
+			}
+			if got := c.Need(); got != tc.need {
+				t.Errorf("need: got %d, want %d", got, tc.need)
+			}
+		})
+	}
+}
+
+func TestBodyCostErrors(t *testing.T) {
+	t.Parallel()
+	rule := func(cost string) string {
+		return "configs:\n  - appId: a\n    limits:\n      - api: /c\n        limit: 100\n        cost: " + cost + "\n"
+	}
+	tests := []struct {
+		name, data string
+		want       []wantErr
+	}{
+		{"header and body", rule("{header: X-Cost, body: usage.total_tokens}"), []wantErr{{6, "cost sets both header and body"}}},
+		{"empty field", rule("{body: usage..total}"), []wantErr{{6, "has an empty field"}}},
+		{"reserve above max", rule("{body: usage.total_tokens, reserve: 200}"), []wantErr{{6, "cost reserve 200 is outside 0..100"}}},
+		{"reserve without body", rule("{header: X-Cost, reserve: 5}"), []wantErr{{6, "cost reserve applies only to a cost read from the response body"}}},
+		{"inspect too small", rule("{body: usage.total_tokens, inspect: 10}"), []wantErr{{6, "cost inspect 10 is outside 1024.."}}},
+		{"body a number", rule("{body: 5}"), []wantErr{{6, "cost body must be a field path"}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse("rules.yaml", []byte(tc.data))
+			checkErrors(t, err, tc.want)
+		})
+	}
+}

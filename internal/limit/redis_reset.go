@@ -1,0 +1,12 @@
+package limit
+
+import "context"
+
+// Reset deletes the counter key with tag from Redis, with its lockout,
+// for the whole fleet. A gateway that cached a denial of the key (the
+// deny cache) goes on denying it until that denial's end.
+func (r *Redis) Reset(ctx context.Context, key, tag string) (bool, error) {
+	q := Request{Key: key, Tag: tag}
+	n, err := r.client.Del(ctx, redisKey(redisTag(&q), key)).Result()
+	return n > 0, err
+}

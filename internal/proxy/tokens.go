@@ -1,0 +1,149 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+	"strings"
+
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/usage"
+)
+
+// This file charges a cost the response body reports, such as the tokens
+// of an LLM API (cost: {body: usage.total_tokens}; docs/plans-and-tokens.md).
+// The request is admitted with its reserve counted (or, without one, when
+// the limit has room for min, counting nothing); the body streams to the
+// client untouched while a usage.Meter reads the bytes already sent; when
+// the response ends — complete, broken or abandoned by its client — the
+// limit is charged what the response reported (capped by max; min when it
+// reported nothing), and at least the reserve: what the reserve did not
+// cover is charged then, and a reserve the response did not use is not
+// given back.
+
+// bodyCost reports whether cl's cost is read from the response body.
+func (cl *compiledLimit) bodyCost() bool { return len(cl.cost.Body) > 0 }
+
+// bodyNeed returns what a request r asks of a limit with a body cost:
+// its reserve, counted at once, or, without one, room for min, counted
+// for none (Defer).
+func (cl *compiledLimit) bodyNeed(r *http.Request) (units int64, deferred bool) {
+	var vals []string
+	if cl.cost.ReserveHeader != "" {
+		vals = r.Header[cl.cost.ReserveHeader]
+	}
+	if res := cl.cost.ReserveFor(vals); res > 0 {
+		return res, false
+	}
+	return cl.cost.Min, true
+}
+
+// tokenTap feeds the bytes of a response sent to the client to a
+// usage.Meter, created at the first byte from the response's headers.
+type tokenTap struct {
+	paths   []usage.Path
+	inspect int
+	m       *usage.Meter
+	// off reports that the body cannot be read: it is compressed.
+	off bool
+}
+
+func (t *tokenTap) write(hdr http.Header, b []byte) {
+	if t.off {
+		return
+	}
+	if t.m == nil {
+		if ce := hdr["Content-Encoding"]; len(ce) > 0 && !strings.EqualFold(ce[0], "identity") {
+			t.off = true
+			return
+		}
+		var ct string
+		if v := hdr["Content-Type"]; len(v) > 0 {
+			ct = v[0]
+		}
+		t.m = usage.NewMeter(t.paths, ct, t.inspect)
+	}
+	t.m.Write(b)
+}
+
+// used ends the body and returns the usage it reported, and whether it
+// reported any.
+func (t *tokenTap) used() (int64, bool) {
+	if t.m == nil {
+		return 0, false
+	}
+	t.m.Close()
+	return t.m.Used()
+}
+
+// startMetering arms sc's writer to read the usage of the body-cost limits
+// that admitted the request. It returns nil when there are none.
+func (h *Handler) startMetering(sc *scratch) *tokenTap {
+	o := &sc.o
+	for i, cl := range sc.lims[:o.n] {
+		if cl.bodyCost() && o.limits[i].Allowed {
+			// The limits of one request share its body: one meter reads
+			// the paths of the first. Rules that read different fields
+			// of one response are not expected.
+			t := &tokenTap{paths: cl.cost.Body, inspect: cl.cost.Inspect}
+			sc.sw.tap = t
+			return t
+		}
+	}
+	return nil
+}
+
+// settleTokens charges the body-cost limits of sc when the response has
+// ended, whatever way it ended: each is charged the usage reported
+// (capped by max; min when none was), and at least the reserve counted at
+// admission, less that reserve.
+func (h *Handler) settleTokens(r *http.Request, sc *scratch, t *tokenTap) {
+	sc.sw.tap = nil
+	o := &sc.o
+	used, seen := t.used()
+	var charges [maxLimitsPerRequest]limit.Request
+	var idx [maxLimitsPerRequest]int
+	n := 0
+	for i, cl := range sc.lims[:o.n] {
+		if !cl.bodyCost() || !o.limits[i].Allowed {
+			continue
+		}
+		q := sc.reqs[i]
+		var reserved int64
+		if !q.Defer {
+			reserved = q.Cost
+		}
+		total := cl.cost.Min
+		if seen {
+			total = min(used, cl.cost.Max)
+			o.UpstreamCost, o.HasUpstreamCost = used, true
+		} else {
+			o.limits[i].CostMissing = true
+		}
+		if !cl.count.Matches(sc.sw.status) {
+			total = 0
+		}
+		total = max(total, reserved)
+		o.limits[i].Charged, o.limits[i].Tokens, o.limits[i].Plan = total, true, cl.plan
+		if total == reserved {
+			continue
+		}
+		q.Cost, q.Defer, q.Charge = total-reserved, false, true
+		charges[n], idx[n] = q, i
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	store := h.store
+	if sc.local {
+		store = h.local
+	}
+	var res [maxLimitsPerRequest]limit.Result
+	if _, err := store.Allow(context.WithoutCancel(r.Context()), h.now(), charges[:n], res[:n]); err != nil {
+		o.ChargeError = true
+		h.logChargeError(err)
+		for j := range n {
+			o.limits[idx[j]].Charged -= charges[j].Cost
+		}
+	}
+}

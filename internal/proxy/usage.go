@@ -1,0 +1,155 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+)
+
+// This file answers the admin port's usage API (GET /usage, POST
+// /usage/reset; docs/plans-and-tokens.md): what a caller has used of each
+// limit that applies to it, read from the store in use without counting
+// anything, and clearing one counter.
+
+// UsageLine is one limit of a caller, as GET /usage shows it.
+type UsageLine struct {
+	// API is the rule's pattern; "" for the app's total.
+	API     string   `json:"api"`
+	Methods []string `json:"methods,omitempty"`
+	// Plan is the plan the rule comes from, "" for the app's own.
+	Plan  string `json:"plan,omitempty"`
+	Limit int64  `json:"limit"`
+	Unit  string `json:"unit"`
+	// Cost is how a request is charged ("" for one unit).
+	Cost string `json:"cost,omitempty"`
+	// Key is the counter's key in the store.
+	Key string `json:"key,omitempty"`
+	// Used, Remaining and Reset (seconds until the limit is full again)
+	// are read from the store; nil when the counter is not known, for a
+	// limit counted per client or per header value read without key=.
+	Used      *int64   `json:"used,omitempty"`
+	Remaining *int64   `json:"remaining,omitempty"`
+	Reset     *float64 `json:"reset,omitempty"`
+	// Note says why the counter was not read.
+	Note string `json:"note,omitempty"`
+}
+
+// ErrUnknownApp is returned for an app ID that has no section of its own.
+var ErrUnknownApp = errors.New("unknown app")
+
+// usageTarget is one limit of a section and the counter a key names.
+type usageTarget struct {
+	cl       *compiledLimit
+	key, tag string
+	// overflow is the limit's overflow key for a keyed counter, so that
+	// reading keys never grows the store past its cap.
+	overflow string
+	note     string
+}
+
+// usageTargets returns the rate limits of app's section ("*" for the
+// unknown callers' one) and their counters for key: the suffix after the
+// limit's key for limits counted per client address group or per
+// header, query or claim values (with or without its leading "="), as
+// /top and the access log show it; ignored for limits with one counter.
+func (rs *RuleSet) usageTargets(app, key string) ([]usageTarget, error) {
+	sec := rs.unknown
+	if app != config.UnknownApp {
+		sec = rs.apps[app]
+	}
+	if sec == nil {
+		return nil, fmt.Errorf("%w %q: the rules have no section for it", ErrUnknownApp, app)
+	}
+	if len(key) > 2*MaxKeyValueLen {
+		return nil, fmt.Errorf("key is longer than %d bytes; no counter has such a key", 2*MaxKeyValueLen)
+	}
+	var out []usageTarget
+	for _, cl := range sec.all {
+		if cl.params.Limit == limit.Unlimited {
+			continue // only concurrency, or exempt
+		}
+		t := usageTarget{cl: cl, key: cl.key, tag: sec.app}
+		switch cl.kind {
+		case keyIP, keyAttrs:
+			if key == "" {
+				t.key, t.note = "", "counted per "+string(cl.by)+": give key= to read one caller's counter"
+				break
+			}
+			k := key
+			if cl.kind == keyAttrs && !strings.HasPrefix(k, "=") && !strings.Contains(k, "/") {
+				k = "=" + k
+			}
+			t.key, t.overflow = cl.key+"|"+k, cl.overflow
+			if sec.ipTag {
+				t.tag = limit.CallerTag(k)
+			}
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// Usage returns what the counters of app's limits hold in store at now,
+// counting nothing: each is read as a shadow request that counts
+// nothing (limit.Request Shadow and Defer), which starts no lockout.
+func (rs *RuleSet) Usage(ctx context.Context, store limit.Store, now time.Time, app, key string) ([]UsageLine, error) {
+	targets, err := rs.usageTargets(app, key)
+	if err != nil {
+		return nil, err
+	}
+	lines := make([]UsageLine, 0, len(targets))
+	for _, t := range targets {
+		cl := t.cl
+		l := UsageLine{API: cl.api, Plan: cl.plan, Limit: cl.params.Limit, Unit: cl.params.Unit(), Key: t.key, Note: t.note}
+		if cl.cost.Units > 1 || cl.cost.Header != "" || cl.bodyCost() {
+			l.Cost = cl.cost.String()
+		}
+		if cl.api != "" {
+			if _, m, ok := strings.Cut(strings.TrimPrefix(cl.key, cl.app+"|"+cl.api), "|"); ok {
+				l.Methods = strings.Split(m, ",")
+			}
+		}
+		if t.key != "" {
+			reqs := []limit.Request{{Key: t.key, Overflow: t.overflow, Tag: t.tag, Params: &cl.params, Shadow: true, Defer: true}}
+			res := make([]limit.Result, 1)
+			if _, err := store.Allow(ctx, now, reqs, res); err != nil {
+				return nil, fmt.Errorf("reading %s: %w", t.key, err)
+			}
+			rem := res[0].Remaining
+			used := max(cl.params.Capacity()-rem, 0)
+			if cl.params.Limit == 0 {
+				used = 0
+			}
+			reset := res[0].Reset.Seconds()
+			l.Used, l.Remaining, l.Reset = &used, &rem, &reset
+		}
+		lines = append(lines, l)
+	}
+	return lines, nil
+}
+
+// ResetUsage clears the counter of app's limit on api (its pattern as the
+// rules write it, "" for the app's total) for key (see Usage), in store.
+// It returns the key cleared and whether the store held it.
+func (rs *RuleSet) ResetUsage(ctx context.Context, store limit.Resetter, app, api, key string) (string, bool, error) {
+	targets, err := rs.usageTargets(app, key)
+	if err != nil {
+		return "", false, err
+	}
+	for _, t := range targets {
+		if t.cl.api != api {
+			continue
+		}
+		if t.key == "" {
+			return "", false, errors.New(t.note)
+		}
+		existed, err := store.Reset(ctx, t.key, t.tag)
+		return t.key, existed, err
+	}
+	return "", false, fmt.Errorf("app %q has no rate limit on api %q; GET /usage?app=%s lists them", app, api, app)
+}

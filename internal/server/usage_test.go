@@ -1,0 +1,170 @@
+package server
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/gwtest"
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/redistest"
+)
+
+const usageRules = `
+plans:
+  - name: gold
+    limits:
+      - {api: /v1/search, limit: 5, unit: 60, algorithm: fixed_window}
+configs:
+  - appId: acme
+    plan: gold
+    limit: 100
+    unit: 3600
+    algorithm: fixed_window
+    limits:
+      - {api: /v1/chat, limit: 3, unit: 60, algorithm: fixed_window, lockSeconds: 600}
+      - {api: /v1/ip, limit: 3, unit: 60, algorithm: fixed_window, by: ip}
+`
+
+// usageGW is a gateway on store with the admin port's usage API.
+func usageGW(t *testing.T, store limit.Store, reset limit.Resetter) (*gw, http.Handler) {
+	t.Helper()
+	g := newGW(t, usageRules)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	rp, _ := proxy.NewUpstream(proxy.UpstreamConfig{URL: u})
+	parsed, err := config.Parse("rules.yaml", []byte(usageRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, _ := proxy.Compile(parsed, t0)
+	g.h, err = proxy.NewHandler(proxy.HandlerConfig{Rules: rs, Store: store, Upstream: rp, Now: g.clock.Now, Logger: g.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := g.reloader(func() (*config.Rules, error) { return parsed, nil })
+	admin := NewAdmin(AdminConfig{Rules: rules, Token: "tok", Usage: &UsageConfig{Store: store, Resetter: reset, Now: g.clock.Now, Logger: slog.New(slog.DiscardHandler)}})
+	return g, admin
+}
+
+func adminDo(t *testing.T, admin http.Handler, method, target, auth string) (int, map[string]any) {
+	t.Helper()
+	r := httptest.NewRequest(method, target, nil)
+	if auth != "" {
+		r.Header.Set("Authorization", "Bearer "+auth)
+	}
+	w := httptest.NewRecorder()
+	admin.ServeHTTP(w, r)
+	var body map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+		t.Fatalf("%s %s: body is not JSON: %s", method, target, w.Body)
+	}
+	return w.Code, body
+}
+
+// usedOf returns the used count of the limit on api in a GET /usage body.
+func usedOf(t *testing.T, body map[string]any, api string) any {
+	t.Helper()
+	lims, _ := body["limits"].([]any)
+	for _, l := range lims {
+		m := l.(map[string]any)
+		if m["api"] == api {
+			return m["used"]
+		}
+	}
+	t.Fatalf("no limit on %q in %v", api, body)
+	return nil
+}
+
+func TestUsageAPI(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"memory", "redis"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			var store limit.Store
+			var reset limit.Resetter
+			clock := gwtest.NewClock(t0)
+			if kind == "redis" {
+				red, err := limit.NewRedis(limit.RedisConfig{URL: redistest.Start(t).URL(), Timeout: 5 * time.Second, DecisionClock: clock.Now, DenyCacheSize: -1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { red.Close() })
+				store, reset = red, red
+			} else {
+				mem, _ := limit.NewMemory(limit.MemoryConfig{})
+				store, reset = mem, mem
+			}
+			g, admin := usageGW(t, store, reset)
+			g.clock = clock
+			for range 4 { // the fourth is refused and locks /v1/chat out
+				g.do("GET", "/v1/chat", "acme")
+			}
+			g.do("GET", "/v1/search", "acme")
+			code, body := adminDo(t, admin, "GET", "/usage?app=acme", "")
+			if code != 200 || body["plan"] != "gold" {
+				t.Fatalf("GET /usage: %d %v", code, body)
+			}
+			for api, want := range map[string]float64{"": 4, "/v1/chat": 3, "/v1/search": 1} {
+				if got := usedOf(t, body, api); got != want {
+					t.Errorf("used of %q: got %v, want %v", api, got, want)
+				}
+			}
+			if got := usedOf(t, body, "/v1/ip"); got != nil {
+				t.Errorf("a per-client limit read without key: used %v, want none", got)
+			}
+			// Reading counts nothing: a second read gives the same.
+			if _, again := adminDo(t, admin, "GET", "/usage?app=acme", ""); usedOf(t, again, "/v1/chat") != 3.0 || usedOf(t, again, "") != 4.0 {
+				t.Errorf("a second read: %v", again)
+			}
+			g.do("GET", "/v1/ip", "acme")
+			if _, b := adminDo(t, admin, "GET", "/usage?app=acme&key=192.0.2.1", ""); usedOf(t, b, "/v1/ip") != 1.0 {
+				t.Errorf("per-client limit with key: %v", b)
+			}
+
+			// Reset needs the token.
+			if code, b := adminDo(t, admin, "POST", "/usage/reset?app=acme&api=/v1/chat", ""); code != 401 {
+				t.Errorf("reset without a token: %d %v", code, b)
+			}
+			if code, b := adminDo(t, admin, "POST", "/usage/reset?app=acme&api=/v1/chat", "wrong"); code != 401 {
+				t.Errorf("reset with a wrong token: %d %v", code, b)
+			}
+			if w := g.do("GET", "/v1/chat", "acme"); w.Code != 429 {
+				t.Fatalf("before the reset: %d, want 429 (locked out)", w.Code)
+			}
+			if code, b := adminDo(t, admin, "POST", "/usage/reset?app=acme&api=/v1/chat", "tok"); code != 200 || b["existed"] != true {
+				t.Fatalf("reset: %d %v", code, b)
+			}
+			// The counter and its lockout are gone.
+			if w := g.do("GET", "/v1/chat", "acme"); w.Code != 200 {
+				t.Errorf("after the reset: %d, want 200", w.Code)
+			}
+			if _, b := adminDo(t, admin, "GET", "/usage?app=acme", ""); usedOf(t, b, "/v1/chat") != 1.0 {
+				t.Errorf("after the reset: %v", b)
+			}
+			for _, tc := range []struct {
+				target string
+				code   int
+			}{
+				{"/usage/reset?app=nobody&api=/v1/chat", 404},
+				{"/usage/reset?app=acme&api=/v1/none", 400},
+				{"/usage/reset?app=acme", 400},
+				{"/usage/reset?app=acme&api=/v1/ip", 400}, // needs key=
+			} {
+				if code, b := adminDo(t, admin, "POST", tc.target, "tok"); code != tc.code {
+					t.Errorf("POST %s: %d %v, want %d", tc.target, code, b, tc.code)
+				}
+			}
+			if code, _ := adminDo(t, admin, "GET", "/usage", ""); code != 400 {
+				t.Errorf("GET /usage without app: %d, want 400", code)
+			}
+		})
+	}
+}

@@ -259,10 +259,11 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *section, sc 
 		q := &sc.reqs[i]
 		*q = limit.Request{Key: key, Tag: tag, Params: &cl.params, Shadow: cl.shadow, Cost: cl.cost.Need(), Hold: cl.deferred()}
 		if cl.bodyCost() {
-			// Its reserve is counted at once, or room for min checked
-			// (tokens.go); nothing is held.
-			q.Cost, q.Defer = cl.bodyNeed(r)
-			q.Hold = false
+			// Its reserve is held until the response ends, or room for
+			// min checked (tokens.go).
+			var deferred bool
+			q.Cost, deferred = cl.bodyNeed(r)
+			q.Hold, q.Defer = !deferred, deferred
 		}
 		switch cl.kind {
 		case keyIP:
@@ -412,8 +413,15 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 		ctx = up
 	}
 	if t := h.startMetering(sc); t != nil {
-		// Deferred, so that a stream broken mid-body is charged too.
-		defer h.settleTokens(r, sc, t)
+		// Deferred, so that a stream broken mid-body is charged too:
+		// ReverseProxy panics (http.ErrAbortHandler) to abort it.
+		defer func() {
+			p := recover()
+			h.settleTokens(r, sc, t, p != nil || r.Context().Err() != nil)
+			if p != nil {
+				panic(p)
+			}
+		}()
 	}
 	t0 := time.Now()
 	// Deferred: ReverseProxy panics to abort a response broken mid-body.

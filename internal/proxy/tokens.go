@@ -11,21 +11,21 @@ import (
 
 // This file charges a cost the response body reports, such as the tokens
 // of an LLM API (cost: {body: usage.total_tokens}; docs/plans-and-tokens.md).
-// The request is admitted with its reserve counted (or, without one, when
-// the limit has room for min, counting nothing); the body streams to the
+// The request is admitted holding its reserve (limit.Request.Hold: room
+// for it and every unit held, counting none) or, without one, when the
+// limit has room for min, counting nothing; the body streams to the
 // client untouched while a usage.Meter reads the bytes already sent; when
-// the response ends — complete, broken or abandoned by its client — the
-// limit is charged what the response reported (capped by max; min when it
-// reported nothing), and at least the reserve: what the reserve did not
-// cover is charged then, and a reserve the response did not use is not
-// given back.
+// the response ends the limit is charged what the response reported
+// (capped by max; min when it reported nothing) and the reserve is given
+// back in the same store call. A response that broke or was abandoned by
+// its client is charged at least the reserve.
 
 // bodyCost reports whether cl's cost is read from the response body.
 func (cl *compiledLimit) bodyCost() bool { return len(cl.cost.Body) > 0 }
 
 // bodyNeed returns what a request r asks of a limit with a body cost:
-// its reserve, counted at once, or, without one, room for min, counted
-// for none (Defer).
+// its reserve, held until the response ends (Hold), or, without one,
+// room for min, counted for none (Defer).
 func (cl *compiledLimit) bodyNeed(r *http.Request) (units int64, deferred bool) {
 	var vals []string
 	if cl.cost.ReserveHeader != "" {
@@ -93,24 +93,29 @@ func (h *Handler) startMetering(sc *scratch) *tokenTap {
 }
 
 // settleTokens charges the body-cost limits of sc when the response has
-// ended, whatever way it ended: each is charged the usage reported
-// (capped by max; min when none was), and at least the reserve counted at
-// admission, less that reserve.
-func (h *Handler) settleTokens(r *http.Request, sc *scratch, t *tokenTap) {
+// ended, whatever way it ended, and gives back the reserves held: each is
+// charged the usage reported (capped by max; min when none was), and at
+// least its reserve when the response broke or its client left.
+func (h *Handler) settleTokens(r *http.Request, sc *scratch, t *tokenTap, broken bool) {
 	sc.sw.tap = nil
 	o := &sc.o
 	used, seen := t.used()
-	var charges [maxLimitsPerRequest]limit.Request
+	var charges [2 * maxLimitsPerRequest]limit.Request
+	var releases [maxLimitsPerRequest]limit.Request
 	var idx [maxLimitsPerRequest]int
-	n := 0
+	n, nr := 0, 0
 	for i, cl := range sc.lims[:o.n] {
 		if !cl.bodyCost() || !o.limits[i].Allowed {
 			continue
 		}
 		q := sc.reqs[i]
 		var reserved int64
-		if !q.Defer {
+		if q.Hold {
 			reserved = q.Cost
+			rel := q
+			rel.Hold, rel.Release = false, true
+			releases[nr] = rel
+			nr++
 		}
 		total := cl.cost.Min
 		if seen {
@@ -122,24 +127,27 @@ func (h *Handler) settleTokens(r *http.Request, sc *scratch, t *tokenTap) {
 		if !cl.count.Matches(sc.sw.status) {
 			total = 0
 		}
-		total = max(total, reserved)
+		if broken {
+			total = max(total, reserved)
+		}
 		o.limits[i].Charged, o.limits[i].Tokens, o.limits[i].Plan = total, true, cl.plan
-		if total == reserved {
+		if total == 0 {
 			continue
 		}
-		q.Cost, q.Defer, q.Charge = total-reserved, false, true
+		q.Cost, q.Defer, q.Hold, q.Charge = total, false, false, true
 		charges[n], idx[n] = q, i
 		n++
 	}
-	if n == 0 {
+	all := append(charges[:n], releases[:nr]...)
+	if len(all) == 0 {
 		return
 	}
 	store := h.store
 	if sc.local {
 		store = h.local
 	}
-	var res [maxLimitsPerRequest]limit.Result
-	if _, err := store.Allow(context.WithoutCancel(r.Context()), h.now(), charges[:n], res[:n]); err != nil {
+	var res [2 * maxLimitsPerRequest]limit.Result
+	if _, err := store.Allow(context.WithoutCancel(r.Context()), h.now(), all, res[:len(all)]); err != nil {
 		o.ChargeError = true
 		h.logChargeError(err)
 		for j := range n {

@@ -294,29 +294,23 @@ func TestTokenBudgetConcurrent(t *testing.T) {
 	})
 }
 
-// TestTokenBudgetReserveSettled: a response that reports more than its
-// reserve is charged the difference when it ends; one that reports less
-// keeps the reserve charged (a reserve is not given back).
+// TestTokenBudgetReserveSettled: a response is charged what it reports,
+// more or less than its reserve, and the reserve is given back.
 func TestTokenBudgetReserveSettled(t *testing.T) {
 	t.Parallel()
 	g := newTokenGW(t, "memory", nil)
-	steps := []struct {
-		tokens    int
-		remaining string // at the admission of the next probe
-	}{
-		{tokens: 50, remaining: "50"}, // reserve 30, then 20 more
-		{tokens: 10, remaining: "20"}, // reserve 30 kept
-	}
-	for i, s := range steps {
-		resp, _ := g.get(t, "/v1/fixed-reserve?tokens="+strconv.Itoa(s.tokens))
+	// Each request holds its reserve of 30 while in flight and is
+	// charged what its response reports; the reserve is given back.
+	for i, tokens := range []int{50, 10, 35} {
+		resp, _ := g.get(t, "/v1/fixed-reserve?tokens="+strconv.Itoa(tokens))
 		if resp.StatusCode != 200 {
 			t.Fatalf("step %d: status %d", i, resp.StatusCode)
 		}
-		if got := g.obs.last().limits[0].Charged; got != max(int64(s.tokens), 30) {
-			t.Errorf("step %d: charged %d, want %d", i, got, max(s.tokens, 30))
+		if got := g.obs.last().limits[0].Charged; got != int64(tokens) {
+			t.Errorf("step %d: charged %d, want %d", i, got, tokens)
 		}
 	}
-	// The next request needs its reserve of 30: 20 left is not enough.
+	// 100 - 95 = 5 left: not room for a reserve of 30.
 	if resp, _ := g.get(t, "/v1/fixed-reserve?tokens=1"); resp.StatusCode != 429 {
 		t.Errorf("past the budget: status %d, want 429", resp.StatusCode)
 	}
@@ -422,11 +416,11 @@ configs:
 	})
 	g.do("POST", "/v1/chat/completions?tokens=30", "app-1")
 	g.do("POST", "/v1/chat/completions?tokens=30&stream=openai", "app-1")
-	g.do("POST", "/v1/chat/completions?tokens=30", "app-2") // its reserve of 50
+	g.do("POST", "/v1/chat/completions?tokens=30", "app-2") // its reserve of 50 given back
 	for _, tc := range []struct {
 		app, plan string
 		want      float64
-	}{{"app-1", "gold", 60}, {"app-2", "", 50}} {
+	}{{"app-1", "gold", 60}, {"app-2", "", 30}} {
 		if got := testutil.ToFloat64(m.tokenUnits.WithLabelValues(tc.app, tc.plan)); got != tc.want {
 			t.Errorf("tokens of %s on plan %q: got %v, want %v", tc.app, tc.plan, got, tc.want)
 		}

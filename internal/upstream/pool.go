@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,7 +54,11 @@ func (p *Pool) roundTrip(req *http.Request, timeout time.Duration) (*http.Respon
 		}
 		tried[n] = t
 		n++
-		resp, err, reached := p.send(req, body, t, timeout)
+		// Only a try that another target could follow needs to know
+		// whether the request reached its target: the others are not
+		// traced, which spares the trace's allocations.
+		traced := n < maxAttempts && p.another(now, tried[:n])
+		resp, err, reached := p.send(req, body, t, timeout, traced)
 		if err == nil {
 			held.release()
 			p.observe(t, resp.StatusCode >= 500)
@@ -63,7 +68,7 @@ func (p *Pool) roundTrip(req *http.Request, timeout time.Duration) (*http.Respon
 			// The target failed, not the client, who went away.
 			p.observe(t, true)
 		}
-		if reached || held.read() || n == maxAttempts || req.Context().Err() != nil {
+		if !traced || reached || held.read() || req.Context().Err() != nil {
 			held.release()
 			return nil, err
 		}
@@ -73,14 +78,23 @@ func (p *Pool) roundTrip(req *http.Request, timeout time.Duration) (*http.Respon
 }
 
 // send sends req to t with body; reached reports whether a connection to
-// t took the request (so that it may have been written).
-func (p *Pool) send(req *http.Request, body io.ReadCloser, t *Target, timeout time.Duration) (resp *http.Response, err error, reached bool) {
+// t took the request (so that it may have been written). It is only known
+// when traced: the caller traces a try that another target could follow,
+// and needs reached for no other.
+func (p *Pool) send(req *http.Request, body io.ReadCloser, t *Target, timeout time.Duration, traced bool) (resp *http.Response, err error, reached bool) {
+	// One allocation holds the try's request, URL, trace and counted
+	// response body.
 	a := &attempt{}
-	a.trace.GotConn = a.gotConn
-	out := req.WithContext(httptrace.WithClientTrace(req.Context(), &a.trace))
-	u := *req.URL
-	u.Scheme, u.Host = t.url.Scheme, t.url.Host
-	out.URL, out.Body = &u, body
+	if traced {
+		a.trace.GotConn = a.gotConn
+		a.req = *req.WithContext(httptrace.WithClientTrace(req.Context(), &a.trace))
+	} else {
+		a.req = *req
+	}
+	a.url = *req.URL
+	a.url.Scheme, a.url.Host = t.url.Scheme, t.url.Host
+	out := &a.req
+	out.URL, out.Body = &a.url, body
 	t.outstanding.Add(1)
 	resp, err = t.transport(timeout, p.reg.cfg.ResponseHeaderTimeout).RoundTrip(out)
 	if err != nil {
@@ -94,12 +108,18 @@ func (p *Pool) send(req *http.Request, body io.ReadCloser, t *Target, timeout ti
 		t.outstanding.Add(-1)
 		return resp, nil, true
 	}
-	resp.Body = &countedBody{ReadCloser: resp.Body, t: t}
+	a.body = countedBody{ReadCloser: resp.Body, t: t}
+	resp.Body = &a.body
 	return resp, nil, true
 }
 
-// attempt is the trace of one try of a request on a target.
+// attempt is one try of a request on a target: the request sent, its URL
+// and trace, and the response body that ends the target's outstanding
+// count.
 type attempt struct {
+	req     http.Request
+	url     url.URL
+	body    countedBody
 	trace   httptrace.ClientTrace
 	reached atomic.Bool
 }
@@ -228,6 +248,17 @@ func (p *Pool) eligible(i int, now int64, tried []*Target, not int) bool {
 		}
 	}
 	return true
+}
+
+// another reports whether a target not in tried may take a request at
+// now.
+func (p *Pool) another(now int64, tried []*Target) bool {
+	for i := range p.targets {
+		if p.eligible(i, now, tried, -1) {
+			return true
+		}
+	}
+	return false
 }
 
 // pickRandom returns the index of an eligible target other than not,

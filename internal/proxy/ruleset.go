@@ -36,7 +36,7 @@ type RuleSet struct {
 	// keyHeaders are the headers some limit is keyed on, canonical, each
 	// once: their underscore spellings are not forwarded (dropAliases).
 	keyHeaders []string
-	routes  *routeTable // nil when the file has no routes nor upstreams
+	routes     *routeTable // nil when the file has no routes nor upstreams
 }
 
 // section is one app's compiled rules.

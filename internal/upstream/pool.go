@@ -129,11 +129,12 @@ type attempt struct {
 //
 // httputil.ReverseProxy traces every request it sends (for its
 // Got1xxResponse), and httptrace.WithClientTrace composes a second trace
-// with the first by reflection over all its hooks, some 2,500
-// instructions a request, a quarter of what a pool added. So a's trace is the first one's copy with
-// GotConn added, as WithClientTrace would compose it (the new hook before
-// the old), and the context answers it where ctx answered the first.
-// Without a trace in ctx, WithClientTrace composes nothing.
+// with the first by reflection over all its hooks: some 2,500
+// instructions a request, a quarter of what a pool added to one. So a's
+// trace is a copy of the first with GotConn added, as WithClientTrace
+// would compose them (the new hook before the old), and the context
+// answers it where ctx answered the first. Without a trace in ctx,
+// WithClientTrace composes nothing.
 func (a *attempt) traceContext(ctx context.Context) context.Context {
 	old := httptrace.ContextClientTrace(ctx)
 	if old == nil {

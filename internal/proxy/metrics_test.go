@@ -232,3 +232,32 @@ func TestMetricsLabelsStayBounded(t *testing.T) {
 		t.Error("a caller's app ID or path became a label value")
 	}
 }
+
+func TestMetricsCountRoutesByClass(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(MetricsConfig{Registry: reg})
+	for _, o := range []Outcome{
+		{Route: "users", Upstream: "users", Status: 200},
+		{Route: "users", Upstream: "users", Status: 204},
+		{Route: "users", Upstream: "users", Status: 503},
+		{Route: "billing", Upstream: "billing", Status: 200},
+		{Route: "users", Upstream: "users-v2", Status: 200}, // after a reload
+		{Route: "", Status: 200},                            // no route: not counted here
+		{Route: "odd", Upstream: "users", Status: 999},
+	} {
+		m.ObserveRequest(nil, &o)
+	}
+	want := `
+# HELP gateway_route_requests_total Requests that took a route of the rule file, by route, upstream and response status class (1xx..5xx).
+# TYPE gateway_route_requests_total counter
+gateway_route_requests_total{class="0xx",route="odd",upstream="users"} 1
+gateway_route_requests_total{class="2xx",route="billing",upstream="billing"} 1
+gateway_route_requests_total{class="2xx",route="users",upstream="users"} 2
+gateway_route_requests_total{class="2xx",route="users",upstream="users-v2"} 1
+gateway_route_requests_total{class="5xx",route="users",upstream="users"} 1
+`
+	if err := testutil.CollectAndCompare(reg, strings.NewReader(want), "gateway_route_requests_total"); err != nil {
+		t.Error(err)
+	}
+}

@@ -179,8 +179,12 @@ func (rt *routeTable) match(host, path string) *route {
 // hostOnly returns the host of a Host header, lower case, without the
 // port or a trailing dot. It allocates only for a host with upper case.
 func hostOnly(host string) string {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
+	// Without a colon SplitHostPort fails, and allocates its error: the
+	// common Host header of a client on the default port has none.
+	if strings.IndexByte(host, ':') >= 0 {
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
 	}
 	host = strings.TrimSuffix(host, ".")
 	for i := 0; i < len(host); i++ {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
 	"net/url"
 	"strings"
 	"sync"
@@ -480,5 +483,47 @@ routes:
 	}
 	if code, _ := g.get(t, "", "/other"); code != 200 {
 		t.Errorf("another route: got %d, want 200", code)
+	}
+}
+
+// TestRoutesPassEarlyHints checks that a 1xx response of a pool's target
+// reaches the client, as through --upstream: the pool's own trace keeps
+// the reverse proxy's.
+func TestRoutesPassEarlyHints(t *testing.T) {
+	t.Parallel()
+	hints := func() *httptest.Server {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Link", "</app.css>; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+			io.WriteString(w, "ok")
+		}))
+		t.Cleanup(s.Close)
+		return s
+	}
+	g := newRouted(t, fmt.Sprintf(`
+upstreams: [{name: s, targets: [%s, %s]}]
+routes: [{path: /, upstream: s}]
+`+anyApp, hints().URL, hints().URL), "")
+	for i := range 4 {
+		var links []string
+		trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			if code == http.StatusEarlyHints {
+				links = append(links, h.Get("Link"))
+			}
+			return nil
+		}}
+		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, g.srv.URL+"/x", nil)
+		resp, err := g.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != "ok" {
+			t.Errorf("request %d: got %d %q, want 200 ok", i, resp.StatusCode, b)
+		}
+		if len(links) != 1 || links[0] != "</app.css>; rel=preload" {
+			t.Errorf("request %d: early hints %q, want one with the Link header", i, links)
+		}
 	}
 }

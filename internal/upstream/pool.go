@@ -1,10 +1,12 @@
 package upstream
 
 import (
+	"context"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,7 +55,11 @@ func (p *Pool) roundTrip(req *http.Request, timeout time.Duration) (*http.Respon
 		}
 		tried[n] = t
 		n++
-		resp, err, reached := p.send(req, body, t, timeout)
+		// Only a try that another target could follow needs to know
+		// whether the request reached its target: the others are not
+		// traced, which spares the trace's allocations.
+		traced := n < maxAttempts && p.another(now, tried[:n])
+		resp, err, reached := p.send(req, body, t, timeout, traced)
 		if err == nil {
 			held.release()
 			p.observe(t, resp.StatusCode >= 500)
@@ -63,7 +69,7 @@ func (p *Pool) roundTrip(req *http.Request, timeout time.Duration) (*http.Respon
 			// The target failed, not the client, who went away.
 			p.observe(t, true)
 		}
-		if reached || held.read() || n == maxAttempts || req.Context().Err() != nil {
+		if !traced || reached || held.read() || req.Context().Err() != nil {
 			held.release()
 			return nil, err
 		}
@@ -73,14 +79,22 @@ func (p *Pool) roundTrip(req *http.Request, timeout time.Duration) (*http.Respon
 }
 
 // send sends req to t with body; reached reports whether a connection to
-// t took the request (so that it may have been written).
-func (p *Pool) send(req *http.Request, body io.ReadCloser, t *Target, timeout time.Duration) (resp *http.Response, err error, reached bool) {
+// t took the request (so that it may have been written). It is only known
+// when traced: the caller traces a try that another target could follow,
+// and needs reached for no other.
+func (p *Pool) send(req *http.Request, body io.ReadCloser, t *Target, timeout time.Duration, traced bool) (resp *http.Response, err error, reached bool) {
+	// One allocation holds the try's request, URL, trace and counted
+	// response body.
 	a := &attempt{}
-	a.trace.GotConn = a.gotConn
-	out := req.WithContext(httptrace.WithClientTrace(req.Context(), &a.trace))
-	u := *req.URL
-	u.Scheme, u.Host = t.url.Scheme, t.url.Host
-	out.URL, out.Body = &u, body
+	if traced {
+		a.req = *req.WithContext(a.traceContext(req.Context()))
+	} else {
+		a.req = *req
+	}
+	a.url = *req.URL
+	a.url.Scheme, a.url.Host = t.url.Scheme, t.url.Host
+	out := &a.req
+	out.URL, out.Body = &a.url, body
 	t.outstanding.Add(1)
 	resp, err = t.transport(timeout, p.reg.cfg.ResponseHeaderTimeout).RoundTrip(out)
 	if err != nil {
@@ -94,17 +108,71 @@ func (p *Pool) send(req *http.Request, body io.ReadCloser, t *Target, timeout ti
 		t.outstanding.Add(-1)
 		return resp, nil, true
 	}
-	resp.Body = &countedBody{ReadCloser: resp.Body, t: t}
+	a.body = countedBody{ReadCloser: resp.Body, t: t}
+	resp.Body = &a.body
 	return resp, nil, true
 }
 
-// attempt is the trace of one try of a request on a target.
+// attempt is one try of a request on a target: the request sent, its URL
+// and trace, and the response body that ends the target's outstanding
+// count.
 type attempt struct {
+	req     http.Request
+	url     url.URL
+	body    countedBody
 	trace   httptrace.ClientTrace
 	reached atomic.Bool
 }
 
+// traceContext returns ctx with a's trace, which records that a
+// connection took the request, on top of the trace ctx has.
+//
+// httputil.ReverseProxy traces every request it sends (for its
+// Got1xxResponse), and httptrace.WithClientTrace composes a second trace
+// with the first by reflection over all its hooks: some 2,500
+// instructions a request, a quarter of what a pool added to one. So a's
+// trace is a copy of the first with GotConn added, as WithClientTrace
+// would compose them (the new hook before the old), and the context
+// answers it where ctx answered the first. Without a trace in ctx,
+// WithClientTrace composes nothing.
+func (a *attempt) traceContext(ctx context.Context) context.Context {
+	old := httptrace.ContextClientTrace(ctx)
+	if old == nil {
+		a.trace.GotConn = a.gotConn
+		return httptrace.WithClientTrace(ctx, &a.trace)
+	}
+	a.trace = *old
+	if prev := old.GotConn; prev != nil {
+		a.trace.GotConn = func(info httptrace.GotConnInfo) {
+			a.reached.Store(true)
+			prev(info)
+		}
+	} else {
+		a.trace.GotConn = a.gotConn
+	}
+	return &traceContext{Context: ctx, trace: &a.trace}
+}
+
 func (a *attempt) gotConn(httptrace.GotConnInfo) { a.reached.Store(true) }
+
+// traceContext is a context whose client trace (httptrace) replaces its
+// parent's.
+type traceContext struct {
+	context.Context
+	trace *httptrace.ClientTrace
+}
+
+// Value answers the trace where the parent's value is its trace: the
+// httptrace package stores *ClientTrace values under a key of its own.
+// The parent's network hooks (DNS, connect) are kept by the parent,
+// under another key, and a's copy has the same ones.
+func (c *traceContext) Value(key any) any {
+	v := c.Context.Value(key)
+	if _, ok := v.(*httptrace.ClientTrace); ok {
+		return c.trace
+	}
+	return v
+}
 
 // emptyIdentity reports whether req goes out with an empty body and no
 // transfer coding (proxy's sendOnce): there is nothing to keep.
@@ -228,6 +296,17 @@ func (p *Pool) eligible(i int, now int64, tried []*Target, not int) bool {
 		}
 	}
 	return true
+}
+
+// another reports whether a target not in tried may take a request at
+// now.
+func (p *Pool) another(now int64, tried []*Target) bool {
+	for i := range p.targets {
+		if p.eligible(i, now, tried, -1) {
+			return true
+		}
+	}
+	return false
 }
 
 // pickRandom returns the index of an eligible target other than not,

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
 	"net/url"
 	"strings"
 	"sync"
@@ -576,5 +578,82 @@ func TestOutlierSettingsOfAnUpstream(t *testing.T) {
 	}
 	if st := p.Targets()[0].State(c.Now()); !st.EjectedUntil.Equal(c.Now().Add(time.Second)) {
 		t.Errorf("second ejection: got %+v, want 1s again (maxEjection)", st)
+	}
+}
+
+// TestCallersTraceIsKept sends requests that carry a trace of their own,
+// as httputil.ReverseProxy's do (its Got1xxResponse forwards 1xx
+// responses): the pool's retries still tell a refused connection from a
+// request that reached its target, and the caller's hooks all still run,
+// once per request.
+func TestCallersTraceIsKept(t *testing.T) {
+	t.Parallel()
+	hints := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</app.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(hints.Close)
+	cutter1, cut1 := newCutter(t)
+	cutter2, cut2 := newCutter(t)
+	tests := []struct {
+		name    string
+		targets []string
+		// wantErr is a request that reached a target that then failed:
+		// never retried.
+		wantErr  bool
+		want1xx  int64
+		wantSent func() int64
+	}{
+		{name: "refused, then retried", targets: []string{deadURL(t), hints.URL}, want1xx: 1},
+		{name: "reached, not retried", targets: []string{cutter1.URL, cutter2.URL}, wantErr: true,
+			wantSent: func() int64 { return cut1.Load() + cut2.Load() }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// A registry of its own: the dead target is ejected by
+			// failures in a row, which this test must not reach.
+			reg := newRegistry(t, nil)
+			p := build(t, reg, "", nil, tt.targets...)
+			for i := range int64(DefaultFailures - 1) {
+				var gotConn, got1xx atomic.Int64
+				trace := &httptrace.ClientTrace{
+					GotConn: func(httptrace.GotConnInfo) { gotConn.Add(1) },
+					Got1xxResponse: func(code int, _ textproto.MIMEHeader) error {
+						if code == http.StatusEarlyHints {
+							got1xx.Add(1)
+						}
+						return nil
+					},
+				}
+				ctx := httptrace.WithClientTrace(context.Background(), trace)
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.Base().String()+"/x", nil)
+				req.Body = io.NopCloser(strings.NewReader(""))
+				req.ContentLength = 0
+				req.TransferEncoding = []string{"identity"}
+				resp, err := p.RoundTrip(req)
+				if tt.wantErr {
+					if err == nil {
+						resp.Body.Close()
+						t.Fatalf("request %d: got %d, want an error", i, resp.StatusCode)
+					}
+					if got := tt.wantSent(); got != i+1 {
+						t.Fatalf("request %d: the targets got %d requests, want %d: one each, never retried", i, got, i+1)
+					}
+				} else {
+					if err != nil {
+						t.Fatalf("request %d: %v; want it retried on the live target", i, err)
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				if got := gotConn.Load(); got != 1 {
+					t.Errorf("request %d: the caller's GotConn ran %d times, want 1", i, got)
+				}
+				if got := got1xx.Load(); got != tt.want1xx {
+					t.Errorf("request %d: the caller's Got1xxResponse saw %d early hints, want %d", i, got, tt.want1xx)
+				}
+			}
+		})
 	}
 }

@@ -47,14 +47,14 @@ func BenchmarkRedisCold(b *testing.B) {
 		b.ReportMetric(float64(ownCPU()-own)/float64(b.N)/1e3, "cpu-µs/op")
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 	})
-	// "redis" has the key budget, as the gateway does; "redis/no-budget"
-	// shows what its bookkeeping costs.
+	// "redis" has the key budget and leases, as the gateway does; the
+	// others show what the budget's bookkeeping and the leases' cost.
 	for _, tt := range []struct {
-		name    string
-		maxKeys int
-	}{{"redis", 0}, {"redis/no-budget", -1}} {
+		name            string
+		maxKeys, leases int
+	}{{"redis", 0, 0}, {"redis/no-budget", -1, 0}, {"redis/no-leases", 0, -1}} {
 		b.Run(tt.name, func(b *testing.B) {
-			red := newTestRedis(b, RedisConfig{URL: srv.URL(), Timeout: time.Second, MaxKeys: tt.maxKeys})
+			red := newTestRedis(b, RedisConfig{URL: srv.URL(), Timeout: time.Second, MaxKeys: tt.maxKeys, Leases: tt.leases})
 			if err := red.Ready(context.Background()); err != nil {
 				b.Fatal(err)
 			}

@@ -206,7 +206,7 @@ local now
 if ARGV[1] ~= '' then
   now = tonumber(ARGV[1])
 else
-  local t = redis.call('TIME')
+  local t = clock or redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 

@@ -18,6 +18,9 @@
 -- A limit sent to its overflow counter gets that key in KEYS, and
 -- overflowed counts them for the reply.
 local overflowed = 0
+-- clock is Redis's TIME reply, once read: by the budget when a counter is
+-- new, else by the decision (redis.lua), so that a call reads it once.
+local clock
 do
   local top = #ARGV
   local m = tonumber(ARGV[top])
@@ -60,8 +63,8 @@ do
       local key = KEYS[i]
       if redis.call('EXISTS', key) == 0 then
         if not ms then
-          local t = redis.call('TIME')
-          ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+          clock = redis.call('TIME')
+          ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
         end
         if room(key) then
           redis.call('ZADD', set, ms, key)

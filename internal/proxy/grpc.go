@@ -133,14 +133,14 @@ func grpcStatus(code int, e *errorBody) (codes.Code, string) {
 	msg := e.Message
 	switch e.Error {
 	case "rate_limited":
-		if msg == "" {
-			msg = "rate limited"
-			if e.App != nil && e.API != nil && e.Limit != nil {
-				msg += ": app " + *e.App + " " + *e.API + " allows " + strconv.FormatInt(*e.Limit, 10) + " per " + e.Window
-			}
-			if e.RetryAfterSeconds != nil {
-				msg += "; retry after " + strconv.FormatInt(*e.RetryAfterSeconds, 10) + "s"
-			}
+		// The body's message speaks of its own fields; a gRPC client
+		// gets them in the message.
+		msg = "rate limited"
+		if e.App != nil && e.API != nil && e.Limit != nil {
+			msg += ": app " + *e.App + " " + *e.API + " allows " + strconv.FormatInt(*e.Limit, 10) + " per " + e.Window
+		}
+		if e.RetryAfterSeconds != nil {
+			msg += "; retry after " + strconv.FormatInt(*e.RetryAfterSeconds, 10) + "s"
 		}
 		return codes.ResourceExhausted, msg
 	case "blocked":

@@ -70,7 +70,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		*sc = scratch{}
 		scratches.Put(sc)
 	}()
-	sc.sw = statusWriter{ResponseWriter: w, unread: r.ContentLength != 0}
+	// Only HTTP/1 waits for an unread body (refusal.go): HTTP/2 resets
+	// the stream of one itself, and a flush there would end a gRPC
+	// refusal's Trailers-Only response early.
+	sc.sw = statusWriter{ResponseWriter: w, unread: r.ContentLength != 0 && r.ProtoMajor == 1}
 	sc.o.Start = h.now()
 	defer func() {
 		// ReverseProxy aborts a response whose upstream broke mid-body

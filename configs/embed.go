@@ -1,5 +1,8 @@
 // Package configs holds the shipped rule file, built into the binary so
 // that `gateway serve` starts anywhere.
+//
+// It holds the file only: it must not hold defaults or code of its own; the
+// shipped rules are read through package config like any other rule file.
 package configs
 
 import _ "embed"

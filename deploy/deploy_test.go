@@ -1,7 +1,3 @@
-// Package deploy holds the deployment files (Dockerfile support, Compose,
-// Kubernetes, systemd, Prometheus, Grafana); its tests check them against the
-// gateway itself: the flags' defaults in cmd/gateway/serve.go, the admin
-// endpoints the server really serves, and the rule validator.
 package deploy
 
 import (

@@ -1,6 +1,8 @@
 // Command bareproxy is the benchmark's baseline: the gateway's own
 // httputil.ReverseProxy and Transport (proxy.NewUpstream) with no
-// limiting, so that the cost of limiting itself is visible.
+// limiting, so that the cost of limiting itself is visible. It must not
+// add anything of its own to the request path (no logging, no extra
+// handler), or the baseline would no longer be the gateway's.
 package main
 
 import (

@@ -9,7 +9,9 @@
 // --max-keys is reached. Requests go over -conns keep-alive connections.
 //
 // It prints progress on stderr and one markdown table row on stdout (see
-// bench/flood/run.sh, which builds and runs it).
+// bench/flood/run.sh, which builds and runs it). It must not be pointed at
+// a gateway that trusts its forwarded addresses in production: it forges
+// client addresses by design.
 package main
 
 import (

@@ -20,7 +20,9 @@
 // count the writes; when the limited classes were never limited; when the
 // gateway logged an error other than the rejected edits'; or when it did
 // not exit cleanly on SIGTERM. It prints a markdown report and saves it
-// as -out/soak-<UTC timestamp>.md.
+// as -out/soak-<UTC timestamp>.md. It is a tool run by hand or by make
+// soak, never by go test, and it must not change what it checks to get a
+// pass: a failed run exits 1.
 package main
 
 import (

@@ -1,5 +1,7 @@
 // Command upstream is the benchmark's backend: it answers every request
-// with a small JSON body, as cheaply as net/http allows.
+// with a small JSON body, as cheaply as net/http allows. It must not do
+// anything a real backend would not (no limiting, no delay, no state), so
+// that what a benchmark measures is the gateway in front of it.
 package main
 
 import (

@@ -1,4 +1,10 @@
 // Command gateway is a rate-limiting reverse proxy. See README.md.
+//
+// This package is the command line only: one cobra constructor per command
+// (serve, validate, match, replay, rules, rls, top, health, version) turns
+// flags into a config and calls internal/, and exit codes are chosen in one
+// place (Execute). It owns the signals. It must not hold request-path,
+// rule or store logic of its own: what a command does is in internal/.
 package main
 
 import (

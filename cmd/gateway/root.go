@@ -10,6 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/ratelimit-gateway/gateway/internal/enumflag"
 )
 
 // Exit codes, chosen here and nowhere else.
@@ -135,14 +137,7 @@ const (
 
 func (f logFormat) String() string { return string(f) }
 
-func (f *logFormat) Set(s string) error {
-	switch logFormat(s) {
-	case logJSON, logText:
-		*f = logFormat(s)
-		return nil
-	}
-	return fmt.Errorf("%q is not json or text", s)
-}
+func (f *logFormat) Set(s string) error { return enumflag.Set(f, s, logJSON, logText) }
 
 func (*logFormat) Type() string { return "json|text" }
 

@@ -6,6 +6,8 @@
 // short run needs no external program. Otherwise a missing etcd fails the
 // test rather than skipping it, so that CI cannot pass without the etcd
 // tests (.ci/deps installs Debian's etcd-server).
+//
+// It is for tests only and must not be imported by code the gateway runs.
 package etcdtest
 
 import (

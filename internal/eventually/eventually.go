@@ -1,5 +1,9 @@
 // Package eventually waits, in tests, for a condition that becomes true
 // asynchronously: a reload that lands, a server that comes back.
+//
+// It is for tests only. It must not stand in for a sleep or a timing
+// assertion: it waits for a condition the test states, with a generous
+// deadline, and what can be made to happen synchronously must not use it.
 package eventually
 
 import (

@@ -1,6 +1,9 @@
 // Package gwtest holds what the tests of the request path, the server and
 // replay share: a fixed instant, a settable clock and the rules most of
 // them run.
+//
+// It is for tests only and must not be imported by code the gateway runs;
+// it must not read the wall clock: time in tests is a parameter.
 package gwtest
 
 import (

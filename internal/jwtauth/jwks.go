@@ -2,6 +2,10 @@
 // callers: signatures are checked by github.com/golang-jwt/jwt/v5 against
 // the keys of a JWKS (RFC 7517), read from a file or a URL and kept fresh,
 // or an HS256 secret. See docs/security.md, "Verified callers (JWT)".
+//
+// It only verifies tokens and returns their claims: it must not read or
+// change the request, nor decide limits; which claim identifies a caller
+// is the caller's choice.
 package jwtauth
 
 import (

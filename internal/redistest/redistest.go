@@ -6,6 +6,8 @@
 // short run needs no external program. Otherwise a missing redis-server
 // fails the test rather than skipping it, so that CI cannot pass without
 // the Redis tests (.ci/deps installs it).
+//
+// It is for tests only and must not be imported by code the gateway runs.
 package redistest
 
 import (

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/logthrottle"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
 )
@@ -85,10 +86,10 @@ type Config struct {
 // configuration is swapped whole by SetConfig.
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	cfg        Config
-	log        *slog.Logger
-	rules      atomic.Pointer[rlsconfig.Config]
-	lastErrLog atomic.Int64
+	cfg    Config
+	log    *slog.Logger
+	rules  atomic.Pointer[rlsconfig.Config]
+	errLog logthrottle.Throttle // of logStoreError
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
@@ -442,8 +443,7 @@ func (s *Service) logStoreError(err error) {
 	if errors.Is(err, limit.ErrCircuitOpen) {
 		return
 	}
-	now, last := time.Now().UnixNano(), s.lastErrLog.Load()
-	if now-last < int64(time.Second) || !s.lastErrLog.CompareAndSwap(last, now) {
+	if !s.errLog.Allow(time.Now()) {
 		return
 	}
 	s.log.Error("limiter failed; deciding by --fail-mode (logged at most once a second)", "err", err, "fail_mode", s.cfg.FailMode.String())

@@ -7,6 +7,9 @@
 // writes is refused by them; and every write is a compare-and-set on the
 // version read, so that two operators cannot silently overwrite each
 // other.
+//
+// It must not write what a gateway would refuse, nor write without the
+// compare-and-set.
 package rulesctl
 
 import (

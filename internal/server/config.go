@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/enumflag"
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
@@ -382,7 +383,7 @@ const (
 func (k StoreKind) String() string { return string(k) }
 
 // Set parses a --store value.
-func (k *StoreKind) Set(s string) error { return setChoice(k, s, StoreMemory, StoreRedis) }
+func (k *StoreKind) Set(s string) error { return enumflag.Set(k, s, StoreMemory, StoreRedis) }
 
 // Type names the value's kind in help text.
 func (*StoreKind) Type() string { return "store" }
@@ -430,20 +431,7 @@ const (
 func (u UnknownCallers) String() string { return string(u) }
 
 // Set parses an --unknown-callers value.
-func (u *UnknownCallers) Set(s string) error { return setChoice(u, s, AllowUnknown, RejectUnknown) }
-
-// setChoice sets *v to s if s is one of choices, or reports them.
-func setChoice[T ~string](v *T, s string, choices ...T) error {
-	names := make([]string, len(choices))
-	for i, c := range choices {
-		if string(c) == s {
-			*v = c
-			return nil
-		}
-		names[i] = string(c)
-	}
-	return fmt.Errorf("%q is not one of %s", s, strings.Join(names, ", "))
-}
+func (u *UnknownCallers) Set(s string) error { return enumflag.Set(u, s, AllowUnknown, RejectUnknown) }
 
 // Type names the value's kind in help text.
 func (*UnknownCallers) Type() string { return "allow|reject" }

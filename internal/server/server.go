@@ -3,6 +3,10 @@
 // and the rules reloader around the request path of package proxy, and
 // serves until its context ends. Signals are the command's: it calls
 // Serve, and Reload on SIGHUP.
+//
+// It must not hold request-path logic of its own (that is package proxy),
+// nor handle signals: cmd/gateway turns the flags into a Config and owns
+// the signals.
 package server
 
 import (

@@ -1,6 +1,8 @@
 // Package servertest holds what the test helpers that start real servers
 // (redistest, etcdtest, zktest) share: the policy for a program a test
 // needs, and a free loopback address.
+//
+// It is for tests only and must not be imported by code the gateway runs.
 package servertest
 
 import (

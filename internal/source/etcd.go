@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/ratelimit-gateway/gateway/internal/backoff"
 	"github.com/ratelimit-gateway/gateway/internal/config"
 )
 
@@ -170,7 +171,7 @@ func (e *Etcd) Watch(ctx context.Context, onChange func()) error {
 	probed := e.probeEvery(ctx, nil, func(ctx context.Context) { e.check(ctx, e.stamp, onChange) })
 	defer func() { <-probed }()
 
-	backoff := 100 * time.Millisecond
+	wait := backoff.Backoff{Max: maxBackoff}
 	for {
 		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		for resp := range e.client.Watch(wctx, e.key) {
@@ -178,7 +179,7 @@ func (e *Etcd) Watch(ctx context.Context, onChange func()) error {
 				e.setConnected(false, err)
 				break
 			}
-			backoff = 100 * time.Millisecond
+			wait.Reset()
 			for _, ev := range resp.Events {
 				rev := ev.Kv.ModRevision
 				if ev.Type == clientv3.EventTypeDelete {
@@ -188,10 +189,9 @@ func (e *Etcd) Watch(ctx context.Context, onChange func()) error {
 			}
 		}
 		wcancel()
-		if !sleep(ctx, backoff) {
+		if !sleep(ctx, wait.Next()) {
 			return nil
 		}
-		backoff = min(2*backoff, maxBackoff)
 	}
 }
 

@@ -4,6 +4,9 @@
 // source loads and validates the rules, and says when they may have
 // changed; the server's Reloader then compiles and swaps them in, so that
 // every source goes through the same path as a file edit.
+//
+// A source must not compile or swap rules itself, nor hand over rules it
+// has not validated: a bad rule set never replaces good rules.
 package source
 
 import (

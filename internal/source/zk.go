@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/ratelimit-gateway/gateway/internal/backoff"
 	"github.com/ratelimit-gateway/gateway/internal/config"
 )
 
@@ -218,7 +219,8 @@ func do[T any](ctx context.Context, z *ZK, idempotent bool, f func() (T, error))
 		v   T
 		err error
 	}
-	for delay := 50 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+	wait := backoff.Backoff{Base: 50 * time.Millisecond, Max: time.Second}
+	for {
 		ch := make(chan result, 1)
 		go func() {
 			v, err := f()
@@ -231,7 +233,7 @@ func do[T any](ctx context.Context, z *ZK, idempotent bool, f func() (T, error))
 			return r.v, z.explain(ctx.Err())
 		}
 		retry := errors.Is(r.err, zk.ErrNoServer) || idempotent && errors.Is(r.err, zk.ErrConnectionClosed)
-		if !retry || !sleep(ctx, delay) {
+		if !retry || !sleep(ctx, wait.Next()) {
 			return r.v, z.explain(r.err)
 		}
 	}
@@ -327,17 +329,16 @@ func (z *ZK) Watch(ctx context.Context, onChange func()) error {
 	probed := z.probeEvery(ctx, z.kick, func(ctx context.Context) { z.check(ctx, z.stamp, onChange) })
 	defer func() { <-probed }()
 
-	backoff := 100 * time.Millisecond
+	wait := backoff.Backoff{Max: maxBackoff}
 	for {
 		events, stamp, err := z.watchOnce(ctx)
 		if err != nil {
-			if !sleep(ctx, backoff) {
+			if !sleep(ctx, wait.Next()) {
 				return nil
 			}
-			backoff = min(2*backoff, maxBackoff)
 			continue
 		}
-		backoff = 100 * time.Millisecond
+		wait.Reset()
 		z.notify(stamp, false, onChange)
 		// Any event (the data changed, the znode was created or
 		// deleted, or the session expired and the watch with it) sets

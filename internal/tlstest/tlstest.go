@@ -1,5 +1,7 @@
 // Package tlstest makes self-signed certificates for tests, so that no key
 // is checked in.
+//
+// It is for tests only and must not be imported by code the gateway runs.
 package tlstest
 
 import (

@@ -3,6 +3,9 @@
 // Computation of Frequent and Top-k Elements in Data Streams", ICDT 2005),
 // with admitted and limited counts per key, and a window of two
 // generations that rotate.
+//
+// Its counts are estimates with the algorithm's error bound: it must not be
+// used to decide limits, only to show the heaviest keys.
 package topk
 
 import (

@@ -2,6 +2,9 @@
 // replaced: written in place, renamed over, or swapped through a symlink
 // (Kubernetes ConfigMap and Secret volumes). The gateway watches its rule
 // file and its TLS certificate pair with it.
+//
+// It only reports that a file may have changed: it must not parse
+// or validate what the file holds; the caller does that.
 package watch
 
 import (

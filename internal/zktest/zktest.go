@@ -10,6 +10,8 @@
 // fails the test rather than skipping it, so that CI cannot pass without
 // the ZooKeeper tests (.ci/deps installs Debian's zookeeper package and
 // a JRE).
+//
+// It is for tests only and must not be imported by code the gateway runs.
 package zktest
 
 import (

@@ -1,4 +1,7 @@
 // Package adminmetrics reads a gateway's admin /metrics for the bench programs.
+//
+// It only reads what the gateway exports and must not be imported by the
+// gateway itself.
 package adminmetrics
 
 import (

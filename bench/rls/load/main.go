@@ -4,7 +4,8 @@
 // one JSON line: calls, OK and OVER_LIMIT answers, errors and seconds.
 //
 // It measures nothing about the service's CPU; run.sh reads that from
-// /proc.
+// /proc. It must not speak anything but the public protocol, so that the
+// same program measures both services alike.
 package main
 
 import (

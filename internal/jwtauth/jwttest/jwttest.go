@@ -1,5 +1,9 @@
 // Package jwttest makes signing keys, JWKS documents and signed tokens for
 // tests of verified callers.
+//
+// Its RSA keys are fixed and checked in (rsa_keys.pem), so that tests do
+// not spend their time generating them. It must not be imported by code
+// the gateway runs: those keys are public, and so sign nothing real.
 package jwttest
 
 import (
@@ -9,8 +13,13 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/x509"
+	_ "embed"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
 	"math/big"
 	"sync"
 	"testing"
@@ -26,28 +35,72 @@ type Key struct {
 	Private crypto.Signer
 }
 
-// rsaKeys caches RSA keys by kid: generating one takes a noticeable time
-// on a loaded machine, and tests need only a few.
+// rsaPEM holds fixed 2048-bit RSA keys, generated once with
+// `openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048` and
+// checked in: generating one takes a noticeable time on a loaded machine.
+// They sign test tokens only and protect nothing.
+//
+//go:embed rsa_keys.pem
+var rsaPEM []byte
+
+// rsaKeys gives each kid one of the fixed keys, in the order the kids are
+// first asked for, so that different kids have different keys within a
+// test binary.
 var (
 	rsaMu   sync.Mutex
 	rsaKeys = map[string]*rsa.PrivateKey{}
+	rsaPool []*rsa.PrivateKey
 )
 
-// RSA returns a 2048-bit RSA key for RS256, the same for the same kid
-// within a test binary.
+// RSA returns a 2048-bit RSA key for RS256, the same for the same kid and
+// a different one for another kid within a test binary. The keys are
+// fixed (rsa_keys.pem); a binary may use as many kids as the file holds
+// keys.
 func RSA(t testing.TB, kid string) *Key {
 	t.Helper()
 	rsaMu.Lock()
 	defer rsaMu.Unlock()
 	k, ok := rsaKeys[kid]
 	if !ok {
-		var err error
-		if k, err = rsa.GenerateKey(rand.Reader, 2048); err != nil {
-			t.Fatal(err)
+		if rsaPool == nil {
+			pool, err := parseRSAKeys(rsaPEM)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rsaPool = pool
 		}
+		if len(rsaKeys) >= len(rsaPool) {
+			t.Fatalf("jwttest: kid %q would be the %dth RSA kid of this test binary, but rsa_keys.pem holds %d keys: add one", kid, len(rsaKeys)+1, len(rsaPool))
+		}
+		k = rsaPool[len(rsaKeys)]
 		rsaKeys[kid] = k
 	}
 	return &Key{Kid: kid, Alg: "RS256", Private: k}
+}
+
+// parseRSAKeys reads the PKCS #8 RSA private keys of b, in order.
+func parseRSAKeys(b []byte) ([]*rsa.PrivateKey, error) {
+	var keys []*rsa.PrivateKey
+	for {
+		var blk *pem.Block
+		blk, b = pem.Decode(b)
+		if blk == nil {
+			break
+		}
+		k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("jwttest: rsa_keys.pem, key %d: %w", len(keys)+1, err)
+		}
+		rk, ok := k.(*rsa.PrivateKey)
+		if !ok {
+			return nil, fmt.Errorf("jwttest: rsa_keys.pem, key %d: a %T, not an RSA key", len(keys)+1, k)
+		}
+		keys = append(keys, rk)
+	}
+	if len(keys) == 0 {
+		return nil, errors.New("jwttest: rsa_keys.pem holds no key")
+	}
+	return keys, nil
 }
 
 // EC returns a new P-256 key for ES256.

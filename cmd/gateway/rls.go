@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"os"
 	"os/signal"
 	"syscall"
@@ -82,28 +81,7 @@ func runRLS(cfg rls.ServerConfig) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := context.WithCancel(context.Background())
+	ctx, stop := onSignals(sigs, func() { srv.Reload() }, cfg.Logger, cfg.ShutdownTimeout, "")
 	defer stop()
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		for {
-			select {
-			case <-done:
-				return
-			case sig := <-sigs:
-				switch {
-				case sig == syscall.SIGHUP:
-					srv.Reload() // logs its outcome
-				case ctx.Err() == nil:
-					cfg.Logger.Info("draining on "+sig.String()+"; send it again to exit at once", "timeout", cfg.ShutdownTimeout)
-					stop()
-				default:
-					cfg.Logger.Warn("exiting at once on a second " + sig.String())
-					os.Exit(exitFailure)
-				}
-			}
-		}
-	}()
 	return srv.Serve(ctx)
 }

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/ratelimit-gateway/gateway/configs"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
@@ -123,10 +125,19 @@ func serve(cfg server.Config) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := context.WithCancel(context.Background())
+	ctx, stop := onSignals(sigs, func() { srv.Reload() }, cfg.Logger, cfg.ShutdownTimeout, ": requests still in flight are cut off")
 	defer stop()
+	return srv.Serve(ctx)
+}
+
+// onSignals handles the signals of a serving process that arrive on
+// sigs: SIGHUP calls reload (which logs its outcome), a first SIGTERM or
+// SIGINT cancels the returned context (the server drains), a second one
+// exits at once, logged with cut appended. The returned function stops
+// the handling.
+func onSignals(sigs <-chan os.Signal, reload func(), log *slog.Logger, timeout time.Duration, cut string) (context.Context, func()) {
+	ctx, drain := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	defer close(done)
 	go func() {
 		for {
 			select {
@@ -135,18 +146,18 @@ func serve(cfg server.Config) error {
 			case sig := <-sigs:
 				switch {
 				case sig == syscall.SIGHUP:
-					srv.Reload() // logs its outcome
+					reload()
 				case ctx.Err() == nil:
-					cfg.Logger.Info("draining on "+sig.String()+"; send it again to exit at once", "timeout", cfg.ShutdownTimeout)
-					stop()
+					log.Info("draining on "+sig.String()+"; send it again to exit at once", "timeout", timeout)
+					drain()
 				default:
-					cfg.Logger.Warn("exiting at once on a second " + sig.String() + ": requests still in flight are cut off")
+					log.Warn("exiting at once on a second " + sig.String() + cut)
 					os.Exit(exitFailure)
 				}
 			}
 		}
 	}()
-	return srv.Serve(ctx)
+	return ctx, func() { close(done); drain() }
 }
 
 // addCounterStoreFlags adds the flags of the counter store and its fail

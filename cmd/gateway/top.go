@@ -63,15 +63,8 @@ func topURL(admin, app string) (string, error) {
 	return u.String(), nil
 }
 
-// topListing is the JSON of GET /top.
-type topListing struct {
-	At     time.Time        `json:"at"`
-	K      int              `json:"k"`
-	Limits []proxy.TopLimit `json:"limits"`
-}
-
-// printTop reads GET /top at u and prints it as a table.
-func printTop(w io.Writer, u string) error {
+// getAdminJSON reads the JSON answer of GET u, an admin endpoint, into v.
+func getAdminJSON(u string, v any) error {
 	c := &http.Client{Timeout: topTimeout}
 	resp, err := c.Get(u)
 	if err != nil {
@@ -82,9 +75,24 @@ func printTop(w io.Writer, u string) error {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return fmt.Errorf("reading %s: %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
 	}
-	var top topListing
-	if err := json.NewDecoder(resp.Body).Decode(&top); err != nil {
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		return fmt.Errorf("reading %s: %w", u, err)
+	}
+	return nil
+}
+
+// topListing is the JSON of GET /top.
+type topListing struct {
+	At     time.Time        `json:"at"`
+	K      int              `json:"k"`
+	Limits []proxy.TopLimit `json:"limits"`
+}
+
+// printTop reads GET /top at u and prints it as a table.
+func printTop(w io.Writer, u string) error {
+	var top topListing
+	if err := getAdminJSON(u, &top); err != nil {
+		return err
 	}
 	if len(top.Limits) == 0 {
 		fmt.Fprintln(w, "No keyed limit was hit in the last minutes.")
@@ -108,7 +116,7 @@ func printTop(w io.Writer, u string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(w, "Top %d keys per limit since %s, at %s.\n", top.K, oldest(top.Limits).Format(time.TimeOnly), top.At.Format(time.TimeOnly+" MST"))
+	_, err := fmt.Fprintf(w, "Top %d keys per limit since %s, at %s.\n", top.K, oldest(top.Limits).Format(time.TimeOnly), top.At.Format(time.TimeOnly+" MST"))
 	return err
 }
 

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -60,19 +58,9 @@ type usageListing struct {
 
 // printUsage reads GET /usage at u and prints it as a table.
 func printUsage(w io.Writer, u string) error {
-	c := &http.Client{Timeout: topTimeout}
-	resp, err := c.Get(u)
-	if err != nil {
-		return fmt.Errorf("reading %s: %w", u, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("reading %s: %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
-	}
 	var v usageListing
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		return fmt.Errorf("reading %s: %w", u, err)
+	if err := getAdminJSON(u, &v); err != nil {
+		return err
 	}
 	if v.Plan != "" {
 		fmt.Fprintf(w, "App %s, plan %s.\n", v.App, v.Plan)

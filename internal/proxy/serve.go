@@ -16,6 +16,8 @@ import (
 // request allocates none of it: the store's request and result slices
 // escape (Store is an interface), and so would the outcome.
 type scratch struct {
+	// rs is the rule set the request is decided on, loaded once.
+	rs   *RuleSet
 	sw   statusWriter
 	o    Outcome
 	lims [maxLimitsPerRequest]*compiledLimit // the limits that apply
@@ -143,6 +145,7 @@ func (h *Handler) identify(w http.ResponseWriter, r *http.Request, sc *scratch) 
 	}
 	o.AppID = app
 	rs := h.rules.Load()
+	sc.rs = rs
 	sec, configured := rs.lookup(app)
 	if sec != nil {
 		o.App = sec.app
@@ -196,7 +199,7 @@ func (h *Handler) match(w http.ResponseWriter, r *http.Request, sec *section, sc
 		return false
 	}
 	o.Path = clean
-	rs := h.rules.Load()
+	rs := sc.rs
 	if sc.route = rs.routes.match(r.Host, clean); sc.route != nil {
 		o.Route, o.Upstream = sc.route.name, sc.route.upstream
 	} else if rs.routes != nil && rs.routes.noRoute {

@@ -77,7 +77,10 @@ func TestRedisBudgetFlood(t *testing.T) {
 	const budget, callers, rules, workers = 6400, 1_000_000, 32, 8
 	red := newTestRedis(t, RedisConfig{URL: srv.URL(), Timeout: 5 * time.Second, PoolTimeout: 30 * time.Second, MaxKeys: budget, DenyCacheSize: -1})
 	ctx := context.Background()
-	p := &Params{Algorithm: "fixed_window", Limit: MaxLimit, Window: time.Hour}
+	// A sliding window's counters live for a window after their last
+	// request: a fixed window's would all end at the hour's edge, freeing
+	// the budget mid-flood when the test runs across it.
+	p := &Params{Algorithm: "sliding_window", Limit: MaxLimit, Window: time.Hour, Precision: 60}
 
 	// One call decides the rules r0..r31 of 32 callers of one bucket, so
 	// that a million callers take 31,250 calls.

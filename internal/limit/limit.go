@@ -78,8 +78,8 @@ type Params struct {
 	// SmoothWarmingUp): after idling, the admitted rate ramps from a third
 	// of Limit per Window to the full rate over this long. 0 means none.
 	Warmup time.Duration
-	// Lock is the penalty lockout of the original rule design
-	// (lockSeconds in the rule file), for any algorithm: once the
+	// Lock is the penalty lockout (lockSeconds in the rule file, see
+	// docs/rules.md), for any algorithm: once the
 	// limit denies a request, the store denies every request on the same
 	// counter for this long. 0 means none. Stores implement it; States
 	// never see it.

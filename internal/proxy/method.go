@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // MethodOverride is what the gateway does with a method override: a
@@ -49,9 +51,9 @@ var errConflictingOverrides = errors.New("the request names more than one method
 // upper-cased, or on a POST under OverrideMatch the method its override
 // names. Overrides the upstream must not act on are marked in f, to be
 // removed from what the upstream receives; r is not changed. HEAD is
-// matched as GET by RuleSet.match.
+// matched as GET by ruleset.Section.Match.
 func (h *Handler) ruleMethod(r *http.Request, f *forward) (string, error) {
-	method := upperASCII(r.Method)
+	method := ruleset.CanonicalMethod(r.Method)
 	hasHeader := false
 	for _, k := range overrideHeaders {
 		if _, ok := r.Header[k]; ok {
@@ -73,7 +75,7 @@ func (h *Handler) ruleMethod(r *http.Request, f *forward) (string, error) {
 	}
 	named := ""
 	add := func(v string) error {
-		v = upperASCII(strings.TrimSpace(v))
+		v = ruleset.CanonicalMethod(strings.TrimSpace(v))
 		if v == "" {
 			return nil
 		}
@@ -98,35 +100,10 @@ func (h *Handler) ruleMethod(r *http.Request, f *forward) (string, error) {
 	if named == "" {
 		return method, nil
 	}
-	if !validMethod(named) {
+	if !ruleset.ValidMethod(named) {
 		return "", errors.New("the method override names no HTTP method")
 	}
 	return named, nil
-}
-
-// upperASCII returns s with ASCII letters upper-cased; it allocates only
-// when s has a lower-case letter.
-func upperASCII(s string) string {
-	for i := 0; i < len(s); i++ {
-		if 'a' <= s[i] && s[i] <= 'z' {
-			return strings.ToUpper(s)
-		}
-	}
-	return s
-}
-
-// validMethod reports whether m is an HTTP method token (RFC 9110 §9.1).
-func validMethod(m string) bool {
-	if m == "" {
-		return false
-	}
-	for i := 0; i < len(m); i++ {
-		c := m[i]
-		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // queryParams calls f with the unescaped name and the raw value of every

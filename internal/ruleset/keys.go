@@ -1,13 +1,22 @@
-package proxy
+package ruleset
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+)
+
+// DefaultIPv4Prefix and DefaultIPv6Prefix are the prefix lengths that
+// group client addresses into one counter when no --ipv4-prefix or
+// --ipv6-prefix is given (see AddrGroup).
+const (
+	DefaultIPv4Prefix = 32
+	DefaultIPv6Prefix = 64
 )
 
 // MaxKeyValueLen is the longest header or query value a counter is keyed
@@ -19,34 +28,34 @@ const MaxKeyValueLen = 256
 // whatever callers send (the store and the Redis deny cache hold keys).
 const maxEscapedLen = 64
 
-// keyKind is how a limit's counter key is built for a request.
-type keyKind uint8
+// KeyKind is how a limit's counter key is built for a request.
+type KeyKind uint8
 
 const (
-	keyFixed keyKind = iota // one counter: by app or global
-	keyIP                   // one per client address group: the limit's key, "|", the group
-	keyAttrs                // one per value of the limit's header, query and ip parts
+	KeyFixed KeyKind = iota // one counter: by app or global
+	KeyIP                   // one per client address group: the limit's key, "|", the group
+	KeyAttrs                // one per value of the limit's header, query and ip parts
 )
 
 // kindOf returns how the counters of a limit with by are keyed.
-func kindOf(by config.By) keyKind {
+func kindOf(by config.By) KeyKind {
 	switch {
 	case by == config.ByIP:
-		return keyIP
+		return KeyIP
 	case by.Parts() == nil:
-		return keyFixed
+		return KeyFixed
 	}
-	return keyAttrs
+	return KeyAttrs
 }
 
-// attrKey returns the counter key of limit cl (of kind keyAttrs) for r,
-// or the code and message of the 400 the request gets: invalid_key for a
-// value that is longer than MaxKeyValueLen, sent more than once or badly
-// escaped, missing_key for a missing one under missing: deny,
-// invalid_query for a query with a raw ';' when a part is a query
-// parameter (see semicolonQuery). group
+// AttrKey returns the counter key of limit cl (of kind KeyAttrs) for a
+// request with these headers and raw query, or the code and message of
+// the 400 the request gets: invalid_key for a value that is longer than
+// MaxKeyValueLen, sent more than once or badly escaped, missing_key for a
+// missing one under missing: deny, invalid_query for a query with a raw
+// ';' when a part is a query parameter (see semicolonQuery). group
 // returns the client's address group, claim the value of a claim of the
-// caller's verified token (see claimValue).
+// caller's verified token (see AttrValue).
 //
 // The key is the limit's key, "|=", then each part's value, escaped,
 // separated by ",": a value with no byte outside [A-Za-z0-9-._~:@/] as it
@@ -57,11 +66,11 @@ func kindOf(by config.By) keyKind {
 // of another limit, a client address group's or the overflow key, and
 // Redis reads no hash tag in it. A value missing under missing: ip gives
 // the key by: ip would.
-func attrKey(r *http.Request, cl *compiledLimit, group func() string, claim func(string) (string, string)) (key, code, msg string) {
+func (cl *Limit) AttrKey(header http.Header, rawQuery string, group func() string, claim func(string) (string, string)) (key, code, msg string) {
 	var buf [128]byte
-	b := append(buf[:0], cl.key...)
+	b := append(buf[:0], cl.Key...)
 	b = append(b, "|="...)
-	for i, p := range cl.parts {
+	for i, p := range cl.Parts {
 		if i > 0 {
 			b = append(b, ',')
 		}
@@ -69,10 +78,10 @@ func attrKey(r *http.Request, cl *compiledLimit, group func() string, claim func
 			b = appendKeyValue(b, group())
 			continue
 		}
-		if p.Kind == config.KeyQuery && strings.IndexByte(r.URL.RawQuery, ';') >= 0 {
+		if p.Kind == config.KeyQuery && strings.IndexByte(rawQuery, ';') >= 0 {
 			return "", "invalid_query", semicolonQuery(cl, p)
 		}
-		v, err := attrValue(r, p, claim)
+		v, err := AttrValue(header, rawQuery, p, claim)
 		switch {
 		case err != "":
 			return "", "invalid_key", "the " + partWhat(p) + " that " + ruleName(cl) + " counts by " + err
@@ -82,26 +91,27 @@ func attrKey(r *http.Request, cl *compiledLimit, group func() string, claim func
 			b = appendKeyValue(b, v)
 			continue
 		}
-		switch cl.missing {
+		switch cl.Missing {
 		case config.MissingDeny:
 			return "", "missing_key", ruleName(cl) + " counts by the " + partWhat(p) + "; send it"
 		case config.MissingShare:
 			b = append(b, '!')
 		default:
-			return cl.key + "|" + group(), "", ""
+			return cl.Key + "|" + group(), "", ""
 		}
 	}
 	return string(b), "", ""
 }
 
-// attrValue returns the value of the header, query parameter or claim p
-// names ("" if it is absent or empty), or why it cannot be counted by.
-// claim looks up the caller's verified claims. An address group is not
-// an attribute: its value is "".
-func attrValue(r *http.Request, p config.KeyPart, claim func(string) (string, string)) (string, string) {
+// AttrValue returns the value of the header, query parameter or claim p
+// names ("" if it is absent or empty) in a request with these headers
+// and raw query, or why it cannot be counted by. claim looks up the
+// caller's verified claims: the value of a claim, or why it cannot be
+// counted by. An address group is not an attribute: its value is "".
+func AttrValue(header http.Header, rawQuery string, p config.KeyPart, claim func(string) (string, string)) (string, string) {
 	switch p.Kind {
 	case config.KeyHeader:
-		vs := r.Header[p.Name]
+		vs := header[p.Name]
 		switch len(vs) {
 		case 0:
 			return "", ""
@@ -110,7 +120,7 @@ func attrValue(r *http.Request, p config.KeyPart, claim func(string) (string, st
 		}
 		return "", "is sent more than once"
 	case config.KeyQuery:
-		return queryValue(r.URL.RawQuery, p.Name)
+		return queryValue(rawQuery, p.Name)
 	case config.KeyClaim:
 		return claim(p.Name)
 	}
@@ -159,11 +169,11 @@ func queryValue(raw, name string) (string, string) {
 // before 3.9.2): ?user=alice;n=1 would be counted as the user
 // "alice;n=1" and served as alice, a new counter for every request.
 // Refusing is safer than guessing how the upstream reads it.
-func semicolonQuery(cl *compiledLimit, p config.KeyPart) string {
+func semicolonQuery(cl *Limit, p config.KeyPart) string {
 	return ruleName(cl) + " counts by the " + partWhat(p) + ", and the query has a raw ';', which some servers read as a separator between parameters; separate parameters with '&' and send a ';' in a value as %3B"
 }
 
-// appendKeyValue appends v to b as attrKey's doc describes.
+// appendKeyValue appends v to b as AttrKey's doc describes.
 func appendKeyValue(b []byte, v string) []byte {
 	start := len(b)
 	for i := 0; i < len(v); i++ {
@@ -195,9 +205,26 @@ func partWhat(p config.KeyPart) string {
 
 // ruleName names a limit in messages: "rule /v1/user", or "app app-1's
 // total".
-func ruleName(cl *compiledLimit) string {
-	if cl.api == "" {
-		return "app " + cl.app + "'s total"
+func ruleName(cl *Limit) string {
+	if cl.API == "" {
+		return "app " + cl.App + "'s total"
 	}
-	return "rule " + cl.api
+	return "rule " + cl.API
+}
+
+// AddrGroup returns the network of ip's first v4Bits or v6Bits bits, as a
+// counter key part.
+func AddrGroup(ip netip.Addr, v4Bits, v6Bits int) string {
+	bits := v4Bits
+	if ip.Is6() {
+		bits = v6Bits
+	}
+	if !ip.IsValid() || bits >= ip.BitLen() {
+		return ip.String()
+	}
+	p, err := ip.Prefix(bits)
+	if err != nil {
+		return ip.String()
+	}
+	return p.String()
 }

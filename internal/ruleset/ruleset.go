@@ -1,13 +1,14 @@
-package proxy
+package ruleset
 
 import (
 	"cmp"
 	"crypto/sha256"
 	"fmt"
+	"iter"
 	"maps"
+	"math"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,96 +20,100 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/trie"
 )
 
-// RuleSet is a compiled rule file: a trie per app and the limits the
+// Set is a compiled rule file: a trie per app and the limits the
 // request path needs, with every string it writes precomputed. It is
-// immutable once built; a reload builds a new one and swaps it in.
-type RuleSet struct {
+// immutable once built, and so safe for concurrent use; a reload builds
+// a new one and swaps it in.
+type Set struct {
 	// Source is the rule file it was compiled from.
 	Source *config.Rules
 	// LoadedAt is when it was compiled.
 	LoadedAt time.Time
 
-	apps    map[string]*section
-	unknown *section                 // the "*" section, nil if the file has none
+	apps    map[string]*Section
+	unknown *Section                 // the "*" section, nil if the file has none
 	keyed   bool                     // some app has API keys
-	keys    map[string]time.Duration // every compiledLimit.key, with its window
+	keys    map[string]time.Duration // every Limit.Key, with its window
 	opts    CompileOptions
 	// keyHeaders are the headers some limit is keyed on, canonical, each
-	// once: their underscore spellings are not forwarded (dropAliases).
+	// once: their underscore spellings are not forwarded.
 	keyHeaders []string
 	routes     *routeTable // nil when the file has no routes nor upstreams
 }
 
-// section is one app's compiled rules.
-type section struct {
-	app string
-	// ipTag reports whether every limit of the section is by ip: only
+// Section is one app's compiled rules. Its fields must not be modified.
+type Section struct {
+	// App is the app ID, config.UnknownApp for the "*" section.
+	App string
+	// IPTag reports whether every limit of the section is by ip: only
 	// then are its keys tagged by the client address group
 	// (limit.CallerTag), spreading unknown callers over a Redis Cluster (a
 	// key must always come with the same tag; see limit.Request.Tag).
-	ipTag bool
-	by    config.By           // the section's own by, for Explain
-	keys  [][sha256.Size]byte // digests of the app's API keys; nil if none
-	total *compiledLimit      // nil when the app has no total
-	// conc is the limit of the app's concurrency: total when the app has
+	IPTag bool
+	By    config.By           // the section's own by, for Explain
+	Keys  [][sha256.Size]byte // digests of the app's API keys; nil if none
+	Total *Limit              // nil when the app has no total
+	// Conc is the limit of the app's concurrency: Total when the app has
 	// both, nil when it has no concurrency.
-	conc *compiledLimit
-	trie *trie.Trie[*compiledLimit]
-	// all are the total and the rules, in file order (usage.go).
-	all []*compiledLimit
+	Conc *Limit
+	trie *trie.Trie[*Limit]
+	// all are the total and the rules, in file order (Usage).
+	all []*Limit
 }
 
-// compiledLimit is one limit with what the request path writes about it.
-type compiledLimit struct {
-	app string
-	api string // rule pattern; "" for an app total
+// Limit is one limit with what the request path writes about it. Its
+// fields must not be modified: requests on every goroutine read them.
+type Limit struct {
+	App string
+	API string // rule pattern; "" for an app total
 	// head reports whether the rule lists HEAD among its methods: only
 	// then does a HEAD request match it rather than GET's rules.
 	head   bool
-	params limit.Params
-	// local are the params of --fail-mode local: params with Limit (and
+	Params limit.Params
+	// Local are the params of --fail-mode local: Params with Limit (and
 	// Burst) scaled by the local share, decided in memory when the shared
 	// store fails.
-	local  limit.Params
-	shadow bool
-	// key is the counter key; for a by other than app or global a
+	Local  limit.Params
+	Shadow bool
+	// Key is the counter key; for a by other than app or global a
 	// suffix is appended after a "|" (the client address group, or the
-	// values of attrKey), and callers past the store's key cap share
-	// overflow.
-	key, overflow string
-	// kind, parts and missing say how the counter key of a request is
-	// built: parts are those of by, missing what a missing header or
+	// values of AttrKey), and callers past the store's key cap share
+	// Overflow.
+	Key, Overflow string
+	// Kind, Parts and Missing say how the counter key of a request is
+	// built: Parts are those of By, Missing what a missing header or
 	// query value does.
-	kind    keyKind
-	by      config.By
-	parts   []config.KeyPart
-	missing config.Missing
-	// claims reports whether by names a claim of the caller's token.
-	claims bool
-	// conc is the most requests in flight per key, 0 for no cap;
-	// concLocal the same scaled by the local share (--fail-mode local).
-	conc, concLocal int64
-	// policy is the RateLimit-Policy item for this limit.
-	policy string
-	// name is the quoted policy name used in the RateLimit header.
-	name string
+	Kind    KeyKind
+	By      config.By
+	Parts   []config.KeyPart
+	Missing config.Missing
+	// Claims reports whether By names a claim of the caller's token.
+	Claims bool
+	// Conc is the most requests in flight per key, 0 for no cap;
+	// ConcLocal the same scaled by the local share (--fail-mode local).
+	Conc, ConcLocal int64
+	// Policy is the RateLimit-Policy item for this limit.
+	Policy string
+	// Name is the quoted policy name used in the RateLimit header.
+	Name string
 	// The header values and the limited body that never change, built
 	// once here rather than per request.
-	policyHdr  []string // RateLimit-Policy of this limit alone
-	pairPolicy []string // RateLimit-Policy of the section's total and this rule
-	limitHdr   []string // X-RateLimit-Limit
-	body429    []byte   // the limited body up to retryAfterSeconds' value
-	// bodyBlocked is the whole body of a limit of 0; nil for others.
-	bodyBlocked []byte
-	// cost and count are what a request costs and which responses count
+	PolicyHdr  []string // RateLimit-Policy of this limit alone
+	PairPolicy []string // RateLimit-Policy of the section's total and this rule
+	LimitHdr   []string // X-RateLimit-Limit
+	Body429    []byte   // the limited body up to retryAfterSeconds' value
+	// BodyBlocked is the whole body of a limit of 0; nil for others.
+	BodyBlocked []byte
+	// Cost and Count are what a request costs and which responses count
 	// (docs/rules.md, "Request cost").
-	cost  config.Cost
-	count *config.Count
-	// plan is the plan the rule comes from, "" for an app's own rule.
-	plan string
-	// maxDelay is how long a request over the limit may wait for room
-	// (wait.go); 0 refuses at once.
-	maxDelay time.Duration
+	Cost  config.Cost
+	Count *config.Count
+	// Plan is the plan the rule comes from, "" for an app's own rule.
+	Plan string
+	// MaxDelay is how long a request over the limit may wait for room
+	// (docs/plans-and-tokens.md, "Waiting for room instead of 429"); 0
+	// refuses at once.
+	MaxDelay time.Duration
 }
 
 // DefaultLocalShare is the share of each limit that one gateway admits on
@@ -134,45 +139,45 @@ type CompileOptions struct {
 	Routes *RouteOptions
 }
 
-// Compile builds a RuleSet from parsed rules with the default options.
-func Compile(rules *config.Rules, now time.Time) (*RuleSet, error) {
+// Compile builds a Set from parsed rules with the default options.
+func Compile(rules *config.Rules, now time.Time) (*Set, error) {
 	return CompileWith(rules, now, CompileOptions{})
 }
 
-// CompileWith builds a RuleSet from parsed rules. A reload compiles the new
+// CompileWith builds a Set from parsed rules. A reload compiles the new
 // rules with the options of the rule set in force.
-func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*RuleSet, error) {
+func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Set, error) {
 	if opts.LocalShare == 0 {
 		opts.LocalShare = DefaultLocalShare
 	}
 	if !(opts.LocalShare > 0 && opts.LocalShare <= 1) {
 		return nil, fmt.Errorf("local share %v is outside (0, 1]", opts.LocalShare)
 	}
-	rs := &RuleSet{Source: rules, LoadedAt: now, apps: make(map[string]*section, len(rules.Apps)), keys: map[string]time.Duration{}, opts: opts}
+	rs := &Set{Source: rules, LoadedAt: now, apps: make(map[string]*Section, len(rules.Apps)), keys: map[string]time.Duration{}, opts: opts}
 	for i := range rules.Apps {
 		app := &rules.Apps[i]
-		sec := &section{
-			app:   app.ID,
-			ipTag: app.By == config.ByIP,
-			by:    app.By,
-			keys:  app.Keys,
-			trie:  trie.New[*compiledLimit](trie.Options{CaseInsensitive: rules.CaseInsensitive}),
+		sec := &Section{
+			App:   app.ID,
+			IPTag: app.By == config.ByIP,
+			By:    app.By,
+			Keys:  app.Keys,
+			trie:  trie.New[*Limit](trie.Options{CaseInsensitive: rules.CaseInsensitive}),
 		}
 		if opts.NoJWT && app.Total != nil && app.By.Claims() {
 			return nil, noJWTError(rules.Path, app.Line, "app "+app.ID+"'s total", app.By)
 		}
 		if app.Total != nil && app.Total.Limit != limit.Unlimited {
-			sec.total = newCompiledLimit(app.ID, "", nil, *app.Total, false, opts)
-			sec.total.cost, sec.total.count = app.TotalCost, app.TotalCount
-			sec.total.keyBy(app.By, app.Missing)
-			rs.keys[sec.total.key] = sec.total.params.Window
-			sec.all = append(sec.all, sec.total)
+			sec.Total = newCompiledLimit(app.ID, "", nil, *app.Total, false, opts)
+			sec.Total.Cost, sec.Total.Count = app.TotalCost, app.TotalCount
+			sec.Total.keyBy(app.By, app.Missing)
+			rs.keys[sec.Total.Key] = sec.Total.Params.Window
+			sec.all = append(sec.all, sec.Total)
 		}
 		if app.Concurrency > 0 {
 			if opts.NoJWT && app.By.Claims() {
 				return nil, noJWTError(rules.Path, app.Line, "app "+app.ID+"'s concurrency", app.By)
 			}
-			sec.conc = appConcurrency(sec.total, app, opts)
+			sec.Conc = appConcurrency(sec.Total, app, opts)
 		}
 		for j := range app.Limits {
 			r := &app.Limits[j]
@@ -180,14 +185,14 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 				return nil, noJWTError(rules.Path, r.Line, "rule "+r.API, by)
 			}
 			cl := newCompiledLimit(app.ID, r.API, r.Methods, r.Params, r.Shadow, opts)
-			cl.cost, cl.count, cl.plan, cl.maxDelay = r.Cost, r.Count, r.Plan, r.MaxDelay
+			cl.Cost, cl.Count, cl.Plan, cl.MaxDelay = r.Cost, r.Count, r.Plan, r.MaxDelay
 			cl.keyBy(cmp.Or(r.By, app.By), cmp.Or(r.Missing, app.Missing))
-			sec.ipTag = sec.ipTag && cl.kind == keyIP
+			sec.IPTag = sec.IPTag && cl.Kind == KeyIP
 			cl.head = slices.Contains(r.Methods, http.MethodHead)
 			cl.setConcurrency(r.Concurrency, opts)
-			rs.keys[cl.key] = cl.params.Window
-			if t := sec.total; t != nil && !t.shadow && !cl.shadow {
-				cl.pairPolicy = []string{t.policy + ", " + cl.policy}
+			rs.keys[cl.Key] = cl.Params.Window
+			if t := sec.Total; t != nil && !t.Shadow && !cl.Shadow {
+				cl.PairPolicy = []string{t.Policy + ", " + cl.Policy}
 			}
 			if err := sec.trie.Insert(r.API, r.Methods, cl); err != nil {
 				return nil, fmt.Errorf("%s:%d: %w", rules.Path, r.Line, err)
@@ -212,7 +217,7 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Rule
 	return rs, nil
 }
 
-func newCompiledLimit(app, api string, methods []string, p limit.Params, shadow bool, opts CompileOptions) *compiledLimit {
+func newCompiledLimit(app, api string, methods []string, p limit.Params, shadow bool, opts CompileOptions) *Limit {
 	key := app + "|" + api
 	if len(methods) > 0 {
 		key += "|" + strings.Join(methods, ",")
@@ -223,28 +228,28 @@ func newCompiledLimit(app, api string, methods []string, p limit.Params, shadow 
 	}
 	w := int64((p.Window + time.Second - 1) / time.Second)
 	quoted := sfString(name)
-	cl := &compiledLimit{
-		app:      app,
-		api:      api,
-		params:   p,
-		local:    p.Scaled(opts.LocalShare),
-		shadow:   shadow,
-		key:      key,
-		overflow: key + "|overflow",
-		name:     quoted,
-		policy:   quoted + ";q=" + strconv.FormatInt(p.Limit, 10) + ";w=" + strconv.FormatInt(w, 10),
-		limitHdr: []string{strconv.FormatInt(p.Limit, 10)},
+	cl := &Limit{
+		App:      app,
+		API:      api,
+		Params:   p,
+		Local:    p.Scaled(opts.LocalShare),
+		Shadow:   shadow,
+		Key:      key,
+		Overflow: key + "|overflow",
+		Name:     quoted,
+		Policy:   quoted + ";q=" + strconv.FormatInt(p.Limit, 10) + ";w=" + strconv.FormatInt(w, 10),
+		LimitHdr: []string{strconv.FormatInt(p.Limit, 10)},
 	}
-	cl.policyHdr = []string{cl.policy}
-	cl.body429 = limitedBodyPrefix(app, api, p)
+	cl.PolicyHdr = []string{cl.Policy}
+	cl.Body429 = limitedBodyPrefix(app, api, p)
 	if p.Limit == 0 {
-		cl.bodyBlocked = blockedBody(app, api, p)
+		cl.BodyBlocked = blockedBody(app, api, p)
 	}
 	return cl
 }
 
 // addKeyHeaders adds the headers by is keyed on to rs.keyHeaders.
-func (rs *RuleSet) addKeyHeaders(by config.By) {
+func (rs *Set) addKeyHeaders(by config.By) {
 	for _, p := range by.Parts() {
 		if p.Kind == config.KeyHeader && !slices.Contains(rs.keyHeaders, p.Name) {
 			rs.keyHeaders = append(rs.keyHeaders, p.Name)
@@ -254,9 +259,9 @@ func (rs *RuleSet) addKeyHeaders(by config.By) {
 
 // keyBy sets how cl's counter keys are built: by by, with missing for
 // a missing header or query value ("" means config.MissingIP).
-func (cl *compiledLimit) keyBy(by config.By, missing config.Missing) {
-	cl.by, cl.kind, cl.parts, cl.claims = by, kindOf(by), by.Parts(), by.Claims()
-	cl.missing = cmp.Or(missing, config.MissingIP)
+func (cl *Limit) keyBy(by config.By, missing config.Missing) {
+	cl.By, cl.Kind, cl.Parts, cl.Claims = by, kindOf(by), by.Parts(), by.Claims()
+	cl.Missing = cmp.Or(missing, config.MissingIP)
 }
 
 // sfString renders s as a structured-field string (RFC 8941 §3.3.3),
@@ -278,14 +283,26 @@ func sfString(s string) string {
 	return b.String()
 }
 
-// limitCount returns the number of limits in force: API rules plus app
+// Keyed reports whether some app of rs has API keys.
+func (rs *Set) Keyed() bool { return rs.keyed }
+
+// KeyHeaders returns the headers some limit of rs is keyed on, canonical,
+// each once: their underscore spellings are not forwarded. The caller
+// must not modify the slice.
+func (rs *Set) KeyHeaders() []string { return rs.keyHeaders }
+
+// Sections returns the sections of rs's configured apps, in no order;
+// not the "*" section of unknown callers.
+func (rs *Set) Sections() iter.Seq[*Section] { return maps.Values(rs.apps) }
+
+// LimitCount returns the number of limits in force: API rules plus app
 // totals.
-func (rs *RuleSet) limitCount() int { return len(rs.keys) }
+func (rs *Set) LimitCount() int { return len(rs.keys) }
 
 // OwnsKey reports whether a store key belongs to one of rs's limits: a
 // limit's own key, or that key plus "|" and a client address group (or
 // "overflow").
-func (rs *RuleSet) OwnsKey(key string) bool {
+func (rs *Set) OwnsKey(key string) bool {
 	return KeyOf(key, func(limitKey string) bool { _, ok := rs.keys[limitKey]; return ok })
 }
 
@@ -303,14 +320,14 @@ func KeyOf(key string, has func(limitKey string) bool) bool {
 
 // LimitKeys returns the counter key of every limit of rs, with the
 // limit's window.
-func (rs *RuleSet) LimitKeys() map[string]time.Duration { return maps.Clone(rs.keys) }
+func (rs *Set) LimitKeys() map[string]time.Duration { return maps.Clone(rs.keys) }
 
-// match returns the most specific rule of the section for a request with
+// Match returns the most specific rule of the section for a request with
 // this method (upper-case) and normalized path. A HEAD request is matched
 // as GET, as the upstream serves it (net/http, Express, Flask, Django,
 // Rails and Spring serve HEAD with the GET handler), unless a rule lists
 // HEAD itself.
-func (sec *section) match(method, path string) (*compiledLimit, string, bool) {
+func (sec *Section) Match(method, path string) (*Limit, string, bool) {
 	cl, pattern, ok := sec.trie.Match(method, path)
 	if method == http.MethodHead && !(ok && cl.head) {
 		return sec.trie.Match(http.MethodGet, path)
@@ -318,10 +335,10 @@ func (sec *section) match(method, path string) (*compiledLimit, string, bool) {
 	return cl, pattern, ok
 }
 
-// lookup returns the section for a caller's app ID and whether the app is
+// Lookup returns the section for a caller's app ID and whether the app is
 // configured. Callers with no or an unconfigured app ID get the "*"
 // section, which may be nil.
-func (rs *RuleSet) lookup(app string) (*section, bool) {
+func (rs *Set) Lookup(app string) (*Section, bool) {
 	if app != "" {
 		if s, ok := rs.apps[app]; ok {
 			return s, true
@@ -332,7 +349,7 @@ func (rs *RuleSet) lookup(app string) (*section, bool) {
 
 // Explain describes, for the match command, which of rs's rules apply to a
 // request and why. app is the caller's app ID ("" for none).
-func (rs *RuleSet) Explain(app, method, path string) (string, error) {
+func (rs *Set) Explain(app, method, path string) (string, error) {
 	return rs.ExplainRequest(ExplainRequest{App: app, Method: method, Target: path})
 }
 
@@ -360,7 +377,7 @@ type ExplainRequest struct {
 // ExplainRequest describes, for the match command, which of rs's rules
 // apply to q and why, and the counter key each limit would count it
 // under (the client address grouped by the default prefixes).
-func (rs *RuleSet) ExplainRequest(q ExplainRequest) (string, error) {
+func (rs *Set) ExplainRequest(q ExplainRequest) (string, error) {
 	app, method, path := q.App, q.Method, q.Target
 	var rawQuery string
 	path, rawQuery, _ = strings.Cut(path, "?")
@@ -373,10 +390,10 @@ func (rs *RuleSet) ExplainRequest(q ExplainRequest) (string, error) {
 			return "", fmt.Errorf("app ID %q would be rejected with 400 invalid_app_id: %w", app, err)
 		}
 	}
-	if !validMethod(method) {
+	if !ValidMethod(method) {
 		return "", fmt.Errorf("method %q is not an HTTP method", method)
 	}
-	method = upperASCII(method)
+	method = CanonicalMethod(method)
 	var b strings.Builder
 	if clean != path {
 		fmt.Fprintf(&b, "path %q is normalized to %q\n", path, clean)
@@ -385,30 +402,30 @@ func (rs *RuleSet) ExplainRequest(q ExplainRequest) (string, error) {
 		b.WriteString("method HEAD is matched as GET, unless a rule lists HEAD\n")
 	}
 	b.WriteString(rs.explainRoute(q.Host, clean))
-	sec, known := rs.lookup(app)
+	sec, known := rs.Lookup(app)
 	refused := false
 	switch {
 	case sec == nil:
 		fmt.Fprintf(&b, "app %q is not configured and the rule file has no \"*\" section: forwarded unlimited (decision unmatched)\n", app)
 		return b.String(), nil
 	case known:
-		fmt.Fprintf(&b, "app %q: section at line %d\n", app, rs.sectionLine(sec.app))
-		if n := len(sec.keys); n > 0 {
+		fmt.Fprintf(&b, "app %q: section at line %d\n", app, rs.sectionLine(sec.App))
+		if n := len(sec.Keys); n > 0 {
 			fmt.Fprintf(&b, "  requires an API key: one of the app's %d key(s) in the key header (--key-header), else 401\n", n)
 		}
 	default:
-		fmt.Fprintf(&b, "app %q is not configured: unknown caller, section \"*\" (counted per %s)\n", app, byName(sec.by))
+		fmt.Fprintf(&b, "app %q is not configured: unknown caller, section \"*\" (counted per %s)\n", app, byName(sec.By))
 	}
-	if sec.total != nil {
-		fmt.Fprintf(&b, "  applies: app total %s\n", describe(sec.total))
-		line, bad := explainKey(sec.total, q, rawQuery)
+	if sec.Total != nil {
+		fmt.Fprintf(&b, "  applies: app total %s\n", describe(sec.Total))
+		line, bad := explainKey(sec.Total, q, rawQuery)
 		b.WriteString(line)
 		refused = refused || bad
 	} else {
 		b.WriteString("  no app total\n")
 	}
-	if c := sec.conc; c != nil && c != sec.total {
-		fmt.Fprintf(&b, "  applies: app concurrency: at most %d in flight\n", c.conc)
+	if c := sec.Conc; c != nil && c != sec.Total {
+		fmt.Fprintf(&b, "  applies: app concurrency: at most %d in flight\n", c.Conc)
 		line, bad := explainKey(c, q, rawQuery)
 		b.WriteString(line)
 		refused = refused || bad
@@ -418,18 +435,18 @@ func (rs *RuleSet) ExplainRequest(q ExplainRequest) (string, error) {
 		explainMethod = http.MethodGet
 	}
 	cands := sec.trie.Explain(explainMethod, clean)
-	chosen, blocked := false, sec.total != nil && sec.total.params.Limit == 0 && !sec.total.shadow
+	chosen, blocked := false, sec.Total != nil && sec.Total.Params.Limit == 0 && !sec.Total.Shadow
 	for _, c := range cands {
 		var mark string
 		if c.Chosen {
 			mark = "  applies:"
 			chosen = true
-			blocked = blocked || c.Value.params.Limit == 0 && !c.Value.shadow
+			blocked = blocked || c.Value.Params.Limit == 0 && !c.Value.Shadow
 		} else {
 			mark = "  skipped:"
 		}
 		fmt.Fprintf(&b, "%s rule %s %s — %s\n", mark, c.Pattern, describe(c.Value), c.Reason)
-		if c.Chosen && (c.Value.params.Limit != limit.Unlimited || c.Value.conc > 0) {
+		if c.Chosen && (c.Value.Params.Limit != limit.Unlimited || c.Value.Conc > 0) {
 			line, bad := explainKey(c.Value, q, rawQuery)
 			b.WriteString(line)
 			refused = refused || bad
@@ -441,7 +458,7 @@ func (rs *RuleSet) ExplainRequest(q ExplainRequest) (string, error) {
 	switch {
 	case refused:
 		b.WriteString("decision: refused with 400 (see above)\n")
-	case sec.total == nil && sec.conc == nil && !chosen:
+	case sec.Total == nil && sec.Conc == nil && !chosen:
 		b.WriteString("decision: forwarded without a limit (unmatched)\n")
 	case blocked:
 		b.WriteString("decision: never admitted (blocked by a limit of 0)\n")
@@ -454,33 +471,29 @@ func (rs *RuleSet) ExplainRequest(q ExplainRequest) (string, error) {
 // explainKey says, as a line of Explain, which counter of cl request q
 // would count against, or why it would be refused; "" for a limit with
 // one counter.
-func explainKey(cl *compiledLimit, q ExplainRequest, rawQuery string) (line string, refused bool) {
-	group := func() string { return addrGroup(q.ClientIP, DefaultIPv4Prefix, DefaultIPv6Prefix) }
+func explainKey(cl *Limit, q ExplainRequest, rawQuery string) (line string, refused bool) {
+	group := func() string { return AddrGroup(q.ClientIP, DefaultIPv4Prefix, DefaultIPv6Prefix) }
 	if !q.ClientIP.IsValid() {
 		group = func() string { return "<client address group>" }
 	}
-	switch cl.kind {
-	case keyIP:
-		return "    counted per client address group: key " + cl.key + "|" + group() + "\n", false
-	case keyAttrs:
-		r := &http.Request{Header: q.Header, URL: &url.URL{RawQuery: rawQuery}}
-		if r.Header == nil {
-			r.Header = http.Header{}
-		}
-		claims := noClaims
+	switch cl.Kind {
+	case KeyIP:
+		return "    counted per client address group: key " + cl.Key + "|" + group() + "\n", false
+	case KeyAttrs:
+		claims := func(string) (string, string) { return "", "" }
 		if q.Claims != nil {
 			claims = jwtauth.ClaimsOf(q.Claims).Value
 		}
-		key, code, msg := attrKey(r, cl, group, claims)
+		key, code, msg := cl.AttrKey(q.Header, rawQuery, group, claims)
 		if code != "" {
-			return "    counted by " + string(cl.by) + ": refused with 400 " + code + ": " + msg + "\n", true
+			return "    counted by " + string(cl.By) + ": refused with 400 " + code + ": " + msg + "\n", true
 		}
-		return "    counted by " + string(cl.by) + " (missing: " + string(cl.missing) + "): key " + key + "\n", false
+		return "    counted by " + string(cl.By) + " (missing: " + string(cl.Missing) + "): key " + key + "\n", false
 	}
 	return "", false
 }
 
-func (rs *RuleSet) sectionLine(app string) int {
+func (rs *Set) sectionLine(app string) int {
 	for _, a := range rs.Source.Apps {
 		if a.ID == app {
 			return a.Line
@@ -501,12 +514,12 @@ func byName(by config.By) string {
 }
 
 // describe says everything about a limit that decides a request.
-func describe(cl *compiledLimit) string {
-	p := cl.params
+func describe(cl *Limit) string {
+	p := cl.Params
 	var b strings.Builder
 	switch p.Limit {
 	case limit.Unlimited:
-		if cl.conc > 0 {
+		if cl.Conc > 0 {
 			b.WriteString("no rate limit")
 		} else {
 			b.WriteString("unlimited")
@@ -532,23 +545,23 @@ func describe(cl *compiledLimit) string {
 			fmt.Fprintf(&b, ", lockSeconds %s: once limited, denied for that long", strconv.FormatFloat(p.Lock.Seconds(), 'f', -1, 64))
 		}
 		switch {
-		case cl.cost.Header != "" || cl.bodyCost():
-			fmt.Fprintf(&b, ", cost from the response's %s", cl.cost)
-		case cl.cost.Units > 1:
-			fmt.Fprintf(&b, ", cost %d units a request", cl.cost.Units)
+		case cl.Cost.Header != "" || cl.BodyCost():
+			fmt.Fprintf(&b, ", cost from the response's %s", cl.Cost)
+		case cl.Cost.Units > 1:
+			fmt.Fprintf(&b, ", cost %d units a request", cl.Cost.Units)
 		}
-		if cl.count != nil {
-			fmt.Fprintf(&b, ", counts only responses with status %s", cl.count)
+		if cl.Count != nil {
+			fmt.Fprintf(&b, ", counts only responses with status %s", cl.Count)
 		}
 	}
-	if cl.conc > 0 {
-		fmt.Fprintf(&b, ", at most %d in flight", cl.conc)
+	if cl.Conc > 0 {
+		fmt.Fprintf(&b, ", at most %d in flight", cl.Conc)
 	}
-	if cl.shadow {
+	if cl.Shadow {
 		b.WriteString(" [shadow: never blocks]")
 	}
-	if cl.plan != "" {
-		b.WriteString(" [from plan " + cl.plan + "]")
+	if cl.Plan != "" {
+		b.WriteString(" [from plan " + cl.Plan + "]")
 	}
 	return b.String()
 }
@@ -557,4 +570,34 @@ func describe(cl *compiledLimit) string {
 // verified.
 func noJWTError(path string, line int, what string, by config.By) error {
 	return fmt.Errorf("%s:%d: %s counts by %s, a claim of a verified JWT, but callers' tokens are not verified: set --jwt-jwks or --jwt-hmac-secret-file, or count by something else", path, line, what, by)
+}
+
+// Deferred reports whether cl counts a request only once its response is
+// known.
+func (cl *Limit) Deferred() bool {
+	return cl.Cost.Header != "" || cl.Count != nil || cl.BodyCost()
+}
+
+// BodyCost reports whether cl's cost is read from the response body.
+func (cl *Limit) BodyCost() bool { return len(cl.Cost.Body) > 0 }
+
+// setConcurrency sets cl's in-flight cap, and its local share.
+func (cl *Limit) setConcurrency(n int64, opts CompileOptions) {
+	if n <= 0 {
+		return
+	}
+	cl.Conc = n
+	cl.ConcLocal = min(max(int64(math.Ceil(float64(n)*opts.LocalShare-1e-9)), 1), n)
+}
+
+// appConcurrency returns the limit of an app's concurrency: its total's,
+// when it has one, so that both count by the same key.
+func appConcurrency(total *Limit, app *config.App, opts CompileOptions) *Limit {
+	cl := total
+	if cl == nil {
+		cl = newCompiledLimit(app.ID, "", nil, limit.Params{Limit: limit.Unlimited}, false, opts)
+		cl.keyBy(app.By, app.Missing)
+	}
+	cl.setConcurrency(app.Concurrency, opts)
+	return cl
 }

@@ -3,9 +3,9 @@ package proxy
 import (
 	"errors"
 	"net/http"
-	"net/url"
 	"strings"
 
+	"github.com/ratelimit-gateway/gateway/internal/query"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
@@ -63,7 +63,7 @@ func (h *Handler) ruleMethod(r *http.Request, f *forward) (string, error) {
 	}
 	var params []string
 	if q := r.URL.RawQuery; strings.Contains(q, overrideParam) || strings.IndexByte(q, '%') >= 0 {
-		params = paramValues(q, overrideParam)
+		params = query.Values(q, overrideParam)
 	}
 	hasParam := len(params) > 0
 	if !hasHeader && !hasParam {
@@ -104,55 +104,4 @@ func (h *Handler) ruleMethod(r *http.Request, f *forward) (string, error) {
 		return "", errors.New("the method override names no HTTP method")
 	}
 	return named, nil
-}
-
-// queryParams calls f with the unescaped name and the raw value of every
-// &-separated parameter of the raw query q, with the parameter's bounds.
-func queryParams(q string, f func(name, value string, start, end int)) {
-	for start := 0; start <= len(q); {
-		end := strings.IndexByte(q[start:], '&')
-		if end < 0 {
-			end = len(q)
-		} else {
-			end += start
-		}
-		name, value, _ := strings.Cut(q[start:end], "=")
-		if n, err := url.QueryUnescape(name); err == nil {
-			name = n
-		}
-		f(name, value, start, end)
-		start = end + 1
-	}
-}
-
-// paramValues returns the unescaped values of the parameter name in the
-// raw query q.
-func paramValues(q, name string) []string {
-	var vs []string
-	queryParams(q, func(n, v string, _, _ int) {
-		if n == name {
-			if u, err := url.QueryUnescape(v); err == nil {
-				vs = append(vs, u)
-			} else {
-				vs = append(vs, v)
-			}
-		}
-	})
-	return vs
-}
-
-// withoutParam returns the raw query q without the parameter name, every
-// other parameter byte for byte as it was.
-func withoutParam(q, name string) string {
-	var b strings.Builder
-	queryParams(q, func(n, _ string, start, end int) {
-		if n == name {
-			return
-		}
-		if b.Len() > 0 {
-			b.WriteByte('&')
-		}
-		b.WriteString(q[start:end])
-	})
-	return b.String()
 }

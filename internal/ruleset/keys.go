@@ -3,12 +3,13 @@ package ruleset
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"strings"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/query"
 )
 
 // DefaultIPv4Prefix and DefaultIPv6Prefix are the prefix lengths that
@@ -129,35 +130,14 @@ func AttrValue(header http.Header, rawQuery string, p config.KeyPart, claim func
 
 // queryValue returns the value of the query parameter name in raw ("" if
 // it is absent or empty), or why it cannot be counted by: sent more than
-// once, or badly escaped. Unlike url.ParseQuery it builds no map.
+// once, or badly escaped.
 func queryValue(raw, name string) (string, string) {
-	var v string
-	found := false
-	for raw != "" {
-		var kv string
-		kv, raw, _ = strings.Cut(raw, "&")
-		k, val, _ := strings.Cut(kv, "=")
-		if k != name {
-			if strings.IndexByte(k, '%') < 0 && strings.IndexByte(k, '+') < 0 {
-				continue
-			}
-			if uk, err := url.QueryUnescape(k); err != nil || uk != name {
-				continue
-			}
-		}
-		if found {
-			return "", "is sent more than once"
-		}
-		found = true
-		if strings.IndexByte(val, '%') < 0 && strings.IndexByte(val, '+') < 0 {
-			v = val
-			continue
-		}
-		u, err := url.QueryUnescape(val)
-		if err != nil {
-			return "", "is not validly escaped"
-		}
-		v = u
+	v, err := query.Value(raw, name)
+	switch {
+	case errors.Is(err, query.ErrRepeated):
+		return "", "is sent more than once"
+	case err != nil:
+		return "", "is not validly escaped"
 	}
 	return v, ""
 }

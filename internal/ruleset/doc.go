@@ -3,8 +3,8 @@
 // app, which limits apply to which methods and paths, how their counter
 // keys are built, where each route forwards (docs/routes.md), and the
 // header values and refusal bodies each limit answers with, all built
-// once. Explain says in words what a Set does with a request, for
-// `gateway match`, replay and tests; Usage reads a caller's counters for
+// once. Explain says in words what a Set does with a request (gateway
+// match); Usage reads a caller's counters for
 // the admin port's /usage. Package proxy decides requests on a Set;
 // server compiles and swaps them on reload.
 //

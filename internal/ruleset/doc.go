@@ -4,9 +4,9 @@
 // keys are built, where each route forwards (docs/routes.md), and the
 // header values and refusal bodies each limit answers with, all built
 // once. Explain says in words what a Set does with a request (gateway
-// match); Usage reads a caller's counters for
-// the admin port's /usage. Package proxy decides requests on a Set;
-// server compiles and swaps them on reload.
+// match); Usage reads a caller's counters for the admin port's /usage.
+// Package proxy decides requests on a Set; server compiles and swaps
+// them on reload.
 //
 // A Set must not be modified once compiled: a reload compiles a new one
 // and swaps it in whole (the fields Limit, Section and Route export are

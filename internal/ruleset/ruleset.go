@@ -32,7 +32,6 @@ type Set struct {
 	unknown *Section                 // the "*" section, nil if the file has none
 	keyed   bool                     // some app has API keys
 	keys    map[string]time.Duration // every Limit.Key, with its window
-	opts    CompileOptions
 	// keyHeaders are the headers some limit is keyed on, canonical, each
 	// once: their underscore spellings are not forwarded.
 	keyHeaders []string
@@ -151,7 +150,7 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Set,
 	if !(opts.LocalShare > 0 && opts.LocalShare <= 1) {
 		return nil, fmt.Errorf("local share %v is outside (0, 1]", opts.LocalShare)
 	}
-	rs := &Set{Source: rules, LoadedAt: now, apps: make(map[string]*Section, len(rules.Apps)), keys: map[string]time.Duration{}, opts: opts}
+	rs := &Set{Source: rules, LoadedAt: now, apps: make(map[string]*Section, len(rules.Apps)), keys: map[string]time.Duration{}}
 	for i := range rules.Apps {
 		app := &rules.Apps[i]
 		sec := &Section{

@@ -9,7 +9,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/configs"
 	"github.com/ratelimit-gateway/gateway/internal/config"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/spf13/cobra"
 )
 
@@ -46,11 +46,11 @@ the binary are used, as 'gateway serve' does.`,
 			if fellBack {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s not found: the rules built into the binary\n", path)
 			}
-			rs, err := proxy.Compile(rules, timeZero)
+			rs, err := ruleset.Compile(rules, timeZero)
 			if err != nil {
 				return err
 			}
-			q := proxy.ExplainRequest{App: app, Method: method, Target: args[0], Header: http.Header{}, Host: host}
+			q := ruleset.ExplainRequest{App: app, Method: method, Target: args[0], Header: http.Header{}, Host: host}
 			for _, h := range headers {
 				name, value, ok := strings.Cut(h, ":")
 				if !ok || strings.TrimSpace(name) == "" {

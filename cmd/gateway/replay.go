@@ -9,8 +9,8 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/replay"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/spf13/cobra"
 )
 
@@ -80,7 +80,7 @@ func runReplay(cfg replayConfig, stdout, stderr io.Writer) error {
 		return usageError{fmt.Errorf("--reorder-window %s is negative", cfg.ReorderWindow)}
 	}
 	cand, ok := loadRuleSet(cfg.Rules, stderr)
-	var base *proxy.RuleSet
+	var base *ruleset.Set
 	if cfg.Baseline != "" {
 		var bok bool
 		base, bok = loadRuleSet(cfg.Baseline, stderr)
@@ -132,10 +132,10 @@ func runReplay(cfg replayConfig, stdout, stderr io.Writer) error {
 
 // loadRuleSet loads and compiles a rule file, printing every problem as
 // `gateway validate` does; ok is false if there was one.
-func loadRuleSet(path string, stderr io.Writer) (rs *proxy.RuleSet, ok bool) {
+func loadRuleSet(path string, stderr io.Writer) (rs *ruleset.Set, ok bool) {
 	rules, err := config.Load(path)
 	if err == nil {
-		rs, err = proxy.Compile(rules, timeZero)
+		rs, err = ruleset.Compile(rules, timeZero)
 	}
 	if err == nil {
 		return rs, true

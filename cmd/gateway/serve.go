@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/configs"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/server"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -119,7 +119,7 @@ func serve(cfg server.Config) error {
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, os.Interrupt)
 	defer signal.Stop(sigs)
 	srv, err := server.New(cfg)
-	if errors.Is(err, proxy.ErrNoUpstream) {
+	if errors.Is(err, ruleset.ErrNoUpstream) {
 		return usageError{err} // as a missing flag is
 	}
 	if err != nil {

@@ -8,9 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/spf13/cobra"
-
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
 )
 
 func newUsageCmd() *cobra.Command {
@@ -51,9 +50,9 @@ group or the values, as 'gateway top' shows them.`,
 
 // usageListing is the JSON of GET /usage.
 type usageListing struct {
-	App    string            `json:"app"`
-	Plan   string            `json:"plan"`
-	Limits []proxy.UsageLine `json:"limits"`
+	App    string              `json:"app"`
+	Plan   string              `json:"plan"`
+	Limits []ruleset.UsageLine `json:"limits"`
 }
 
 // printUsage reads GET /usage at u and prints it as a table.

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // TestFormatsAgree checks that the demo rules written in YAML
@@ -52,7 +52,7 @@ func TestFormatsAgree(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		rs, err := proxy.Compile(r, t0)
+		rs, err := ruleset.Compile(r, t0)
 		if err != nil {
 			t.Fatalf("%s: compiling: %v", f, err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // stubTransport answers every request in memory, so the benchmark measures
@@ -37,7 +38,7 @@ func benchHandler(b *testing.B, rules string, opts ...func(*HandlerConfig)) *Han
 	if err != nil {
 		b.Fatal(err)
 	}
-	rs, err := Compile(parsed, time.Now())
+	rs, err := ruleset.Compile(parsed, time.Now())
 	if err != nil {
 		b.Fatal(err)
 	}

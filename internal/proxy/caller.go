@@ -8,13 +8,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/ratelimit-gateway/gateway/internal/config"
-)
-
-var (
-	errAppIDEmpty   = errors.New("the app ID header is present but empty")
-	errAppIDTooLong = errors.New("the app ID header is longer than 128 bytes")
-	errAppIDChars   = errors.New("the app ID header may contain only letters, digits and . _ : -")
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // appID returns the caller's app ID from header h: "" when the header is
@@ -27,21 +21,7 @@ func appID(r *http.Request, h string) (string, error) {
 	if len(vs) != 1 {
 		return "", errors.New("the app ID header is sent more than once")
 	}
-	return CheckAppID(vs[0])
-}
-
-// CheckAppID returns v if it is a valid app ID, or why it is not, as the
-// gateway judges the app header (replay judges logged app IDs with it).
-func CheckAppID(v string) (string, error) {
-	switch {
-	case v == "":
-		return "", errAppIDEmpty
-	case len(v) > config.MaxAppIDLen:
-		return "", errAppIDTooLong
-	case !config.ValidAppID(v):
-		return "", errAppIDChars
-	}
-	return v, nil
+	return ruleset.CheckAppID(vs[0])
 }
 
 // clientIP returns the address the request came from: the peer, or, when
@@ -136,21 +116,21 @@ func sameUnderscored(k, name string) bool {
 // presents one of the app's keys, else the error code and message of a
 // 401. Every digest is compared in constant time, so neither the time nor
 // which digest is tried first tells a caller anything about the keys.
-func (h *Handler) checkKey(r *http.Request, sec *section) (code, msg string) {
+func (h *Handler) checkKey(r *http.Request, sec *ruleset.Section) (code, msg string) {
 	vs := r.Header[h.keyHeader]
 	switch {
 	case len(vs) == 0 || vs[0] == "":
-		return "missing_api_key", "app " + sec.app + " requires an API key in the " + h.keyHeader + " header"
+		return "missing_api_key", "app " + sec.App + " requires an API key in the " + h.keyHeader + " header"
 	case len(vs) > 1:
 		return "invalid_api_key", "the " + h.keyHeader + " header is sent more than once"
 	}
 	d := sha256.Sum256([]byte(vs[0]))
 	match := 0
-	for i := range sec.keys {
-		match |= subtle.ConstantTimeCompare(d[:], sec.keys[i][:])
+	for i := range sec.Keys {
+		match |= subtle.ConstantTimeCompare(d[:], sec.Keys[i][:])
 	}
 	if match != 1 {
-		return "invalid_api_key", "the API key in the " + h.keyHeader + " header is not one of app " + sec.app + "'s keys"
+		return "invalid_api_key", "the API key in the " + h.keyHeader + " header is not one of app " + sec.App + "'s keys"
 	}
 	return "", ""
 }
@@ -159,31 +139,14 @@ func (h *Handler) checkKey(r *http.Request, sec *section) (code, msg string) {
 // itself, or the network of its --ipv4-prefix or --ipv6-prefix bits, so
 // that one client holding a whole IPv6 /64 gets one counter, not 2^64.
 func (h *Handler) addrGroup(ip netip.Addr) string {
-	return addrGroup(ip, h.v4Bits, h.v6Bits)
-}
-
-// addrGroup returns the network of ip's first v4Bits or v6Bits bits, as a
-// counter key part.
-func addrGroup(ip netip.Addr, v4Bits, v6Bits int) string {
-	bits := v4Bits
-	if ip.Is6() {
-		bits = v6Bits
-	}
-	if !ip.IsValid() || bits >= ip.BitLen() {
-		return ip.String()
-	}
-	p, err := ip.Prefix(bits)
-	if err != nil {
-		return ip.String()
-	}
-	return p.String()
+	return ruleset.AddrGroup(ip, h.v4Bits, h.v6Bits)
 }
 
 // foreignKey reports whether the request's key header holds an API key of
 // one of rs's apps. It is asked only when the request is not counted under
 // an app with keys. Every digest is compared in constant time, as in
 // checkKey.
-func (h *Handler) foreignKey(r *http.Request, rs *RuleSet) bool {
+func (h *Handler) foreignKey(r *http.Request, rs *ruleset.Set) bool {
 	vs := r.Header[h.keyHeader]
 	if len(vs) == 0 {
 		return false
@@ -191,9 +154,9 @@ func (h *Handler) foreignKey(r *http.Request, rs *RuleSet) bool {
 	match := 0
 	for _, v := range vs {
 		d := sha256.Sum256([]byte(v))
-		for _, sec := range rs.apps {
-			for i := range sec.keys {
-				match |= subtle.ConstantTimeCompare(d[:], sec.keys[i][:])
+		for sec := range rs.Sections() {
+			for i := range sec.Keys {
+				match |= subtle.ConstantTimeCompare(d[:], sec.Keys[i][:])
 			}
 		}
 	}

@@ -58,26 +58,3 @@ func TestParseTrustedProxiesRejectsGarbage(t *testing.T) {
 		t.Error("proxy.local: got no error")
 	}
 }
-
-func TestCheckAppID(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		id string
-		ok bool
-	}{
-		{"app-1", true}, {"a.b_c:d-E9", true}, {string(make([]byte, 128)), false},
-		{"", false}, {"app/1", false}, {"app 1", false}, {"ä", false},
-	} {
-		_, err := CheckAppID(tt.id)
-		if got := err == nil; got != tt.ok {
-			t.Errorf("CheckAppID(%q): ok %v, want %v (err %v)", tt.id, got, tt.ok, err)
-		}
-	}
-	long := make([]byte, 128)
-	for i := range long {
-		long[i] = 'a'
-	}
-	if _, err := CheckAppID(string(long)); err != nil {
-		t.Errorf("128-byte ID: got %v, want ok", err)
-	}
-}

@@ -5,13 +5,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
-	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 func digest(key string) string {
@@ -212,7 +212,7 @@ configs:
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := Compile(parsed, t0)
+	rs, err := ruleset.Compile(parsed, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,21 +241,6 @@ func TestUnauthorizedMetrics(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.requests.WithLabelValues("*", "", "unauthorized")); got != 1 {
 		t.Errorf(`requests{"*", unauthorized} = %v, want 1`, got)
-	}
-}
-
-func TestExplainKeys(t *testing.T) {
-	t.Parallel()
-	g := newGW(t, keyRules)
-	got, err := g.h.Rules().Explain("app-k", "GET", "/v1/x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(got, "requires an API key: one of the app's 2 key(s)") {
-		t.Errorf("Explain(app-k) does not say a key is required:\n%s", got)
-	}
-	if got, _ := g.h.Rules().Explain("app-1", "GET", "/v1/x"); strings.Contains(got, "API key") {
-		t.Errorf("Explain(app-1) speaks of a key:\n%s", got)
 	}
 }
 

@@ -1,15 +1,14 @@
 package proxy
 
 import (
-	"math"
 	"net/http"
 	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // Concurrency limits (concurrency in docs/algorithms.md, "Concurrency: requests
@@ -21,35 +20,14 @@ import (
 // the client gone, the upstream failed or timed out, a WebSocket tunnel
 // closed (ReverseProxy serves it inside ServeHTTP), or a panic.
 
-// setConcurrency sets cl's in-flight cap, and its local share.
-func (cl *compiledLimit) setConcurrency(n int64, opts CompileOptions) {
-	if n <= 0 {
-		return
-	}
-	cl.conc = n
-	cl.concLocal = min(max(int64(math.Ceil(float64(n)*opts.LocalShare-1e-9)), 1), n)
-}
-
-// appConcurrency returns the limit of an app's concurrency: its total's,
-// when it has one, so that both count by the same key.
-func appConcurrency(total *compiledLimit, app *config.App, opts CompileOptions) *compiledLimit {
-	cl := total
-	if cl == nil {
-		cl = newCompiledLimit(app.ID, "", nil, limit.Params{Limit: limit.Unlimited}, false, opts)
-		cl.keyBy(app.By, app.Missing)
-	}
-	cl.setConcurrency(app.Concurrency, opts)
-	return cl
-}
-
 // addConcurrency adds the concurrency limits of a request's section and
 // matched rule (nil for none) to sc.
-func (sc *scratch) addConcurrency(sec *section, rule *compiledLimit) {
-	if sec.conc != nil {
-		sc.conc[sc.nc] = sec.conc
+func (sc *scratch) addConcurrency(sec *ruleset.Section, rule *ruleset.Limit) {
+	if sec.Conc != nil {
+		sc.conc[sc.nc] = sec.Conc
 		sc.nc++
 	}
-	if rule != nil && rule.conc > 0 {
+	if rule != nil && rule.Conc > 0 {
 		sc.conc[sc.nc] = rule
 		sc.nc++
 	}
@@ -62,20 +40,20 @@ func (sc *scratch) addConcurrency(sec *section, rule *compiledLimit) {
 // gets its 401. Under --fail-mode local the slots are taken in memory,
 // with each limit's local share; under open the request goes on without
 // a slot.
-func (h *Handler) acquire(w http.ResponseWriter, r *http.Request, sec *section, sc *scratch) bool {
+func (h *Handler) acquire(w http.ResponseWriter, r *http.Request, sec *ruleset.Section, sc *scratch) bool {
 	if sc.nc == 0 {
 		return true
 	}
 	o := &sc.o
 	group := func() string { return h.group(sc) }
-	tag := sec.app
-	if sec.ipTag {
-		tag = sec.app + "|" + group()
+	tag := sec.App
+	if sec.IPTag {
+		tag = sec.App + "|" + group()
 	}
 	reqs := sc.slots[:sc.nc]
 next:
 	for i, cl := range sc.conc[:sc.nc] {
-		reqs[i] = limit.SlotRequest{Key: cl.key, Tag: tag, Limit: cl.conc}
+		reqs[i] = limit.SlotRequest{Key: cl.Key, Tag: tag, Limit: cl.Conc}
 		for j, rl := range sc.lims[:sc.n] {
 			if rl == cl { // keys built it already
 				reqs[i].Key = sc.reqs[j].Key
@@ -101,7 +79,7 @@ next:
 			return false
 		case FailLocal:
 			for i, cl := range sc.conc[:sc.nc] {
-				reqs[i].Limit = cl.concLocal
+				reqs[i].Limit = cl.ConcLocal
 			}
 			lease, full, err = h.localSlots.Acquire(r.Context(), reqs)
 		}
@@ -114,11 +92,11 @@ next:
 	if lease == nil {
 		cl := sc.conc[full]
 		o.Decision = DecisionConcurrencyLimited
-		h.inFlight.of(cl.app, cl.api).refused.Add(1)
+		h.inFlight.of(cl.App, cl.API).refused.Add(1)
 		w.Header()["Retry-After"] = smallInts[1]
 		// The body of a refused request is not read (refusal.go).
 		WriteJSON(w, h.limitStatus, inFlightBody{
-			Error: "too_many_in_flight", App: cl.app, API: cl.api, Concurrency: reqs[full].Limit,
+			Error: "too_many_in_flight", App: cl.App, API: cl.API, Concurrency: reqs[full].Limit,
 			RetryAfterSeconds: 1,
 			Message:           "too many requests of this caller are in flight; retry when one has completed",
 		})
@@ -126,7 +104,7 @@ next:
 	}
 	sc.lease = lease
 	for i, cl := range sc.conc[:sc.nc] {
-		c := h.inFlight.of(cl.app, cl.api)
+		c := h.inFlight.of(cl.App, cl.API)
 		c.cur.Add(1)
 		sc.inFlight[i] = c
 	}

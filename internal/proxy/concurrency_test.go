@@ -22,6 +22,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/eventually"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // concGW is a gateway with concurrency limits on a store, served over
@@ -338,7 +339,7 @@ func TestConcurrencySlotsAlwaysReleased(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			reloaded, err := Compile(parsed, t0)
+			reloaded, err := ruleset.Compile(parsed, t0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -525,41 +526,5 @@ configs:
 			}
 			g.waitNoSlots(t, [2]string{"app-1", "/upload"})
 		})
-	}
-}
-
-// TestConcurrencyExplain checks that gateway match shows each
-// concurrency and the key it counts by.
-func TestConcurrencyExplain(t *testing.T) {
-	t.Parallel()
-	const rules = `
-configs:
-  - appId: app-1
-    concurrency: 20
-    limits:
-      - api: /up
-        concurrency: 2
-        by: header:X-User-Id
-`
-	parsed, err := config.Parse("rules.yaml", []byte(rules))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := Compile(parsed, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := rs.ExplainRequest(ExplainRequest{App: "app-1", Method: "POST", Target: "/up", Header: http.Header{"X-User-Id": {"42"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{
-		"applies: app concurrency: at most 20 in flight",
-		"applies: rule /up no rate limit, at most 2 in flight",
-		"counted by header:X-User-Id (missing: ip): key app-1|/up|=42",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("explain: got\n%s\nwant it to contain %q", got, want)
-		}
 	}
 }

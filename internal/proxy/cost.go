@@ -31,19 +31,13 @@ import (
 // says what the request cost, and it is charged its worst case: a
 // reported cost's max, and a count as a matching status.
 
-// deferred reports whether cl counts a request only once its response is
-// known.
-func (cl *compiledLimit) deferred() bool {
-	return cl.cost.Header != "" || cl.count != nil || cl.bodyCost()
-}
-
 // startCharging arms sc's response writer to charge the deferred limits
 // of an admitted request when the response's headers are written. It
 // reports whether there is any to charge.
 func (h *Handler) startCharging(r *http.Request, sc *scratch) bool {
 	any := false
 	for _, cl := range sc.lims[:sc.n] {
-		if cl.deferred() {
+		if cl.Deferred() {
 			any = true
 			break
 		}
@@ -79,29 +73,29 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 		// units: not a shadow limit that denied it, nor any when the
 		// store failed open (o.n is 0). A body cost is charged when the
 		// body ends (tokens.go).
-		if !cl.deferred() || cl.bodyCost() || i >= o.n || !o.limits[i].Allowed {
+		if !cl.Deferred() || cl.BodyCost() || i >= o.n || !o.limits[i].Allowed {
 			continue
 		}
 		rel := sc.reqs[i]
 		rel.Hold, rel.Release = false, true
 		releases[nr] = rel
 		nr++
-		units := cl.cost.Need()
-		switch name := cl.cost.Header; {
+		units := cl.Cost.Need()
+		switch name := cl.Cost.Header; {
 		case name != "" && worst:
-			units = cl.cost.Max
+			units = cl.Cost.Max
 			o.limits[i].CostMissing = true
 		case name != "":
 			v, ok := reportedCost(hdr[name])
 			if ok {
-				units = min(v, cl.cost.Max)
+				units = min(v, cl.Cost.Max)
 				o.UpstreamCost, o.HasUpstreamCost = v, true
 			} else {
-				units = cl.cost.Min
+				units = cl.Cost.Min
 				o.limits[i].CostMissing = true
 			}
 		}
-		if !worst && !cl.count.Matches(code) || units == 0 {
+		if !worst && !cl.Count.Matches(code) || units == 0 {
 			continue
 		}
 		q := sc.reqs[i]
@@ -110,8 +104,8 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 		n++
 	}
 	for _, cl := range sc.lims[:sc.n] {
-		if cl.cost.Header != "" && !cl.cost.Keep {
-			delete(hdr, cl.cost.Header)
+		if cl.Cost.Header != "" && !cl.Cost.Keep {
+			delete(hdr, cl.Cost.Header)
 		}
 	}
 	store := h.store
@@ -153,8 +147,8 @@ func reportedCost(vals []string) (int64, bool) {
 func chargeFixed(sc *scratch) {
 	o := &sc.o
 	for i, cl := range sc.lims[:o.n] {
-		if cl.cost.Units > 0 && !cl.deferred() && o.limits[i].Allowed {
-			o.limits[i].Charged = cl.cost.Units
+		if cl.Cost.Units > 0 && !cl.Deferred() && o.limits[i].Allowed {
+			o.limits[i].Charged = cl.Cost.Units
 		}
 	}
 }

@@ -2,13 +2,15 @@
 // normalizes and matches the path against the rules, asks a limit.Store
 // whether the request may pass, and then forwards it to the upstream or
 // answers the refusal itself (docs/rules.md, "How a request is handled").
-// It also holds, for now, the compiled rule set (RuleSet, Explain) and the
-// observers of decisions (metrics, access log, /top).
+// It decides on a compiled rule set (package ruleset), which it only
+// reads. It also holds, for now, the observers of decisions (metrics,
+// access log, /top).
 //
 // It must not start listeners, read flags or signals, or own the process:
 // that is package server and cmd/gateway. It must not read the clock in
 // the decision itself (the Handler takes a clock, so that replay and tests
 // fix time), must not forward a request that was not counted, and must
 // not import server, replay or any package that imports it: the import
-// graph runs one way, from cmd through server and replay to proxy.
+// graph runs one way, from cmd through server and replay to proxy, and
+// from proxy to ruleset.
 package proxy

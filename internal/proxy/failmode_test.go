@@ -67,16 +67,6 @@ func TestScaleParams(t *testing.T) {
 	}
 }
 
-func TestCompileRejectsBadShare(t *testing.T) {
-	t.Parallel()
-	g := newGW(t, basicRules)
-	for _, share := range []float64{-0.1, 1.5} {
-		if _, err := CompileWith(g.h.Rules().Source, t0, CompileOptions{LocalShare: share}); err == nil {
-			t.Errorf("CompileWith(share %v): got nil, want an error", share)
-		}
-	}
-}
-
 // TestFailModes checks what each --fail-mode does with a request when the
 // store fails.
 func TestFailModes(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // floodRules has a configured app with a small limit (app-1: 50 a minute
@@ -194,7 +195,7 @@ func runFlood(t *testing.T, n, workers int) {
 	if err != nil {
 		t.Fatalf("parsing rules: %v", err)
 	}
-	rs, err := Compile(parsed, t0)
+	rs, err := ruleset.Compile(parsed, t0)
 	if err != nil {
 		t.Fatalf("compiling rules: %v", err)
 	}

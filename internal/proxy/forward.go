@@ -6,6 +6,8 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"strings"
+
+	"github.com/ratelimit-gateway/gateway/internal/query"
 )
 
 // The handler decides on the request as the client sent it: every key,
@@ -95,7 +97,7 @@ func (f *forward) apply(out *http.Request) {
 		}
 	}
 	if f.dropParam {
-		out.URL.RawQuery = withoutParam(out.URL.RawQuery, overrideParam)
+		out.URL.RawQuery = query.Without(out.URL.RawQuery, overrideParam)
 	}
 	if f.dropUpgrade {
 		// ReverseProxy has put back Connection: Upgrade for the upgrade it

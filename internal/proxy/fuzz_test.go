@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/ratelimit-gateway/gateway/internal/config"
 )
 
 // FuzzClientIP checks the X-Forwarded-For walk on arbitrary headers: it
@@ -54,21 +52,4 @@ func hops(xff string) []netip.Addr {
 		}
 	}
 	return addrs
-}
-
-// FuzzAppID checks the app header validation: an accepted ID is one the
-// rule file could configure.
-func FuzzAppID(f *testing.F) {
-	for _, s := range []string{"app-1", "", "a b", "ä", strings.Repeat("x", 129), "a.b_c:d-E9", "\x00"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, id string) {
-		got, err := CheckAppID(id)
-		if err != nil {
-			return
-		}
-		if got != id || !config.ValidAppID(id) {
-			t.Fatalf("accepted %q as %q, which the rule file would reject", id, got)
-		}
-	})
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // grpcGateway starts a real gRPC server (the standard health service)
@@ -50,7 +51,7 @@ func grpcGateway(t *testing.T, rules string) (*grpc.ClientConn, *atomic.Int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := Compile(parsed, t0)
+	rs, err := ruleset.Compile(parsed, t0)
 	if err != nil {
 		t.Fatal(err)
 	}

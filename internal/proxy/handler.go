@@ -13,14 +13,15 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // Defaults of HandlerConfig.
 const (
 	DefaultAppHeader  = "X-App-Id"
 	DefaultKeyHeader  = "X-Api-Key"
-	DefaultIPv4Prefix = 32
-	DefaultIPv6Prefix = 64
+	DefaultIPv4Prefix = ruleset.DefaultIPv4Prefix
+	DefaultIPv6Prefix = ruleset.DefaultIPv6Prefix
 )
 
 // maxLimitsPerRequest is how many limits one request can meet: the app
@@ -31,7 +32,7 @@ const maxLimitsPerRequest = 2
 // match the path, ask the store, then forward or reject. It is safe for
 // concurrent use; the rule set is swapped atomically by SetRules.
 type Handler struct {
-	rules         atomic.Pointer[RuleSet]
+	rules         atomic.Pointer[ruleset.Set]
 	store         limit.Store
 	upstream      http.Handler
 	appHeader     string
@@ -71,7 +72,7 @@ type Handler struct {
 // HandlerConfig configures a Handler.
 type HandlerConfig struct {
 	// Rules is the initial rule set. Required.
-	Rules *RuleSet
+	Rules *ruleset.Set
 	// Store decides limits. Required.
 	Store limit.Store
 	// Upstream forwards admitted requests: the reverse proxy NewUpstream
@@ -233,11 +234,11 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 }
 
 // Rules returns the rule set in force.
-func (h *Handler) Rules() *RuleSet { return h.rules.Load() }
+func (h *Handler) Rules() *ruleset.Set { return h.rules.Load() }
 
 // SetRules swaps in a new rule set. Requests already past matching finish
 // on the set they started with.
-func (h *Handler) SetRules(rs *RuleSet) { h.rules.Store(rs) }
+func (h *Handler) SetRules(rs *ruleset.Set) { h.rules.Store(rs) }
 
 // Outcome is what the handler did with one request, for an Observer.
 type Outcome struct {
@@ -303,7 +304,7 @@ type LimitOutcome struct {
 	// missing: ip; the header or query value for a keyed limit, raw (not
 	// escaped as in the counter key), with the values of a combination
 	// joined by ", " and a value missing under missing: share as "".
-	// It may be as long as the values allowed (see MaxKeyValueLen):
+	// It may be as long as the values allowed (see ruleset.MaxKeyValueLen):
 	// observers bound what they keep.
 	Key string
 	// Missing reports whether Key is the client address group of a

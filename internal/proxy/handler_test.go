@@ -17,6 +17,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 var t0 = gwtest.T0
@@ -114,7 +115,7 @@ func newGWWith(t *testing.T, rules, upstreamURL string, up *upstreamRecorder, op
 	if err != nil {
 		t.Fatalf("parsing rules: %v", err)
 	}
-	rs, err := Compile(parsed, t0)
+	rs, err := ruleset.Compile(parsed, t0)
 	if err != nil {
 		t.Fatalf("compiling rules: %v", err)
 	}
@@ -582,7 +583,7 @@ func TestSetRulesSwapsAtomically(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := Compile(parsed, t0)
+	rs, err := ruleset.Compile(parsed, t0)
 	if err != nil {
 		t.Fatal(err)
 	}

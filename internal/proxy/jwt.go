@@ -123,6 +123,3 @@ func (h *Handler) appFromToken(w http.ResponseWriter, r *http.Request, sc *scrat
 	}
 	return app, true
 }
-
-// noClaims is the claims lookup of a request without a verified token.
-func noClaims(string) (string, string) { return "", "" }

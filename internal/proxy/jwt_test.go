@@ -12,7 +12,6 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth/jwttest"
 )
@@ -261,33 +260,6 @@ configs:
 	last := g.obs.last()
 	if ls := last.Limits(); len(ls) != 1 || ls[0].Key != "dave" {
 		t.Errorf("the outcome's key of a claim:sub limit: got %+v, want the subject dave", ls)
-	}
-}
-
-// TestCompileNoJWT checks that rules keyed on a claim are refused, naming
-// the rule's file and line, when tokens are not verified.
-func TestCompileNoJWT(t *testing.T) {
-	t.Parallel()
-	tests := []struct{ name, rules, want string }{
-		{"rule", "configs:\n  - appId: a\n    limits:\n      - api: /\n        limit: 1\n      - api: /x\n        by: claim:sub\n        limit: 1\n", "rules.yaml:6: rule /x counts by claim:sub"},
-		{"total", "configs:\n  - appId: a\n    by: [ip, claim:sub]\n    limit: 5\n", "rules.yaml:2: app a's total counts by ip,claim:sub"},
-		{"inherited", "configs:\n  - appId: a\n    by: claim:tenant\n    limits:\n      - api: /x\n        limit: 1\n", "rules.yaml:5: rule /x counts by claim:tenant"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			parsed, err := config.Parse("rules.yaml", []byte(tt.rules))
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = CompileWith(parsed, t0, CompileOptions{NoJWT: true})
-			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "--jwt-jwks") {
-				t.Errorf("CompileWith NoJWT: got %v, want %q and the flags", err, tt.want)
-			}
-			if _, err := CompileWith(parsed, t0, CompileOptions{}); err != nil {
-				t.Errorf("CompileWith: got %v, want no error", err)
-			}
-		})
 	}
 }
 

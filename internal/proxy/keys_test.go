@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // keyStores are the stores the keyed-limit tests run on.
@@ -94,7 +94,7 @@ func cmpOr(a, b string) string {
 // stores.
 func TestKeyedLimits(t *testing.T) {
 	t.Parallel()
-	long := strings.Repeat("u", MaxKeyValueLen)
+	long := strings.Repeat("u", ruleset.MaxKeyValueLen)
 	tests := []struct {
 		name  string
 		rules string
@@ -418,67 +418,5 @@ configs:
 	store.Forget(func(k string) bool { found = found || k == "app-1|/v1/user|overflow"; return true })
 	if !found {
 		t.Errorf("no overflow key app-1|/v1/user|overflow")
-	}
-}
-
-// TestExplainShowsKeys checks that the match command's explanation names
-// the counter key a request would get, or the 400 it would get instead.
-func TestExplainShowsKeys(t *testing.T) {
-	t.Parallel()
-	g := newGW(t, `
-configs:
-  - appId: app-1
-    limit: 10
-    limits:
-      - {api: /u, limit: 1, by: [ip, header:X-User-Id, query:q], missing: deny}
-      - {api: /me, limit: 1, by: claim:sub}
-  - appId: "*"
-    limits:
-      - {api: /, limit: 1}
-`)
-	tests := []struct {
-		name string
-		q    ExplainRequest
-		want []string
-	}{
-		{
-			name: "combination",
-			q:    ExplainRequest{App: "app-1", Method: "GET", Target: "/u?q=a%7Cb", Header: http.Header{"X-User-Id": {"{x}"}}, ClientIP: netip.MustParseAddr("203.0.113.7")},
-			want: []string{"counted by ip,header:X-User-Id,query:q (missing: deny): key app-1|/u|=203.0.113.7,%7Bx%7D,a%7Cb\n", "decision: admitted"},
-		},
-		{
-			name: "missing",
-			q:    ExplainRequest{App: "app-1", Method: "GET", Target: "/u?q=a"},
-			want: []string{"refused with 400 missing_key: rule /u counts by the header X-User-Id", "decision: refused with 400"},
-		},
-		{
-			name: "claim",
-			q:    ExplainRequest{App: "app-1", Method: "GET", Target: "/me", Claims: map[string]string{"sub": "al|ce"}},
-			want: []string{"counted by claim:sub (missing: ip): key app-1|/me|=al%7Cce\n"},
-		},
-		{
-			name: "claim missing",
-			q:    ExplainRequest{App: "app-1", Method: "GET", Target: "/me", ClientIP: netip.MustParseAddr("203.0.113.7")},
-			want: []string{"counted by claim:sub (missing: ip): key app-1|/me|203.0.113.7\n"},
-		},
-		{
-			name: "per ip",
-			q:    ExplainRequest{Method: "GET", Target: "/x", ClientIP: netip.MustParseAddr("2001:db8::1")},
-			want: []string{"counted per client address group: key *|/|2001:db8::/64\n"},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			got, err := g.h.Rules().ExplainRequest(tt.q)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(got, w) {
-					t.Errorf("ExplainRequest: got\n%s\nwant it to contain %q", got, w)
-				}
-			}
-		})
 	}
 }

@@ -3,8 +3,10 @@ package proxy
 import (
 	"errors"
 	"net/http"
-	"net/url"
 	"strings"
+
+	"github.com/ratelimit-gateway/gateway/internal/query"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // MethodOverride is what the gateway does with a method override: a
@@ -49,9 +51,9 @@ var errConflictingOverrides = errors.New("the request names more than one method
 // upper-cased, or on a POST under OverrideMatch the method its override
 // names. Overrides the upstream must not act on are marked in f, to be
 // removed from what the upstream receives; r is not changed. HEAD is
-// matched as GET by RuleSet.match.
+// matched as GET by ruleset.Section.Match.
 func (h *Handler) ruleMethod(r *http.Request, f *forward) (string, error) {
-	method := upperASCII(r.Method)
+	method := ruleset.CanonicalMethod(r.Method)
 	hasHeader := false
 	for _, k := range overrideHeaders {
 		if _, ok := r.Header[k]; ok {
@@ -61,7 +63,7 @@ func (h *Handler) ruleMethod(r *http.Request, f *forward) (string, error) {
 	}
 	var params []string
 	if q := r.URL.RawQuery; strings.Contains(q, overrideParam) || strings.IndexByte(q, '%') >= 0 {
-		params = paramValues(q, overrideParam)
+		params = query.Values(q, overrideParam)
 	}
 	hasParam := len(params) > 0
 	if !hasHeader && !hasParam {
@@ -73,7 +75,7 @@ func (h *Handler) ruleMethod(r *http.Request, f *forward) (string, error) {
 	}
 	named := ""
 	add := func(v string) error {
-		v = upperASCII(strings.TrimSpace(v))
+		v = ruleset.CanonicalMethod(strings.TrimSpace(v))
 		if v == "" {
 			return nil
 		}
@@ -98,84 +100,8 @@ func (h *Handler) ruleMethod(r *http.Request, f *forward) (string, error) {
 	if named == "" {
 		return method, nil
 	}
-	if !validMethod(named) {
+	if !ruleset.ValidMethod(named) {
 		return "", errors.New("the method override names no HTTP method")
 	}
 	return named, nil
-}
-
-// upperASCII returns s with ASCII letters upper-cased; it allocates only
-// when s has a lower-case letter.
-func upperASCII(s string) string {
-	for i := 0; i < len(s); i++ {
-		if 'a' <= s[i] && s[i] <= 'z' {
-			return strings.ToUpper(s)
-		}
-	}
-	return s
-}
-
-// validMethod reports whether m is an HTTP method token (RFC 9110 §9.1).
-func validMethod(m string) bool {
-	if m == "" {
-		return false
-	}
-	for i := 0; i < len(m); i++ {
-		c := m[i]
-		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// queryParams calls f with the unescaped name and the raw value of every
-// &-separated parameter of the raw query q, with the parameter's bounds.
-func queryParams(q string, f func(name, value string, start, end int)) {
-	for start := 0; start <= len(q); {
-		end := strings.IndexByte(q[start:], '&')
-		if end < 0 {
-			end = len(q)
-		} else {
-			end += start
-		}
-		name, value, _ := strings.Cut(q[start:end], "=")
-		if n, err := url.QueryUnescape(name); err == nil {
-			name = n
-		}
-		f(name, value, start, end)
-		start = end + 1
-	}
-}
-
-// paramValues returns the unescaped values of the parameter name in the
-// raw query q.
-func paramValues(q, name string) []string {
-	var vs []string
-	queryParams(q, func(n, v string, _, _ int) {
-		if n == name {
-			if u, err := url.QueryUnescape(v); err == nil {
-				vs = append(vs, u)
-			} else {
-				vs = append(vs, v)
-			}
-		}
-	})
-	return vs
-}
-
-// withoutParam returns the raw query q without the parameter name, every
-// other parameter byte for byte as it was.
-func withoutParam(q, name string) string {
-	var b strings.Builder
-	queryParams(q, func(n, _ string, start, end int) {
-		if n == name {
-			return
-		}
-		if b.Len() > 0 {
-			b.WriteByte('&')
-		}
-		b.WriteString(q[start:end])
-	})
-	return b.String()
 }

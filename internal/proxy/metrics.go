@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // NearLimitRatio is the share of a limit that, once used by an admitted
@@ -306,14 +307,14 @@ func (m *Metrics) UpstreamError(kind string) {
 }
 
 // RulesLoaded records a rule load (the initial one or a reload).
-func (m *Metrics) RulesLoaded(ok bool, rs *RuleSet, at time.Time) {
+func (m *Metrics) RulesLoaded(ok bool, rs *ruleset.Set, at time.Time) {
 	if !ok {
 		m.reloads.WithLabelValues("failure").Inc()
 		return
 	}
 	m.reloads.WithLabelValues("success").Inc()
 	m.lastReload.Set(float64(at.UnixNano()) / 1e9)
-	m.rulesLoaded.Set(float64(rs.limitCount()))
+	m.rulesLoaded.Set(float64(rs.LimitCount()))
 }
 
 // RulesUnchanged records a reload that read the rules in force again.

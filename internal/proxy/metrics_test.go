@@ -16,6 +16,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // metered is a gateway with metrics on its own registry.
@@ -157,7 +158,7 @@ func TestMetricsReloads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := Compile(parsed, t0.Add(time.Minute))
+	rs, err := ruleset.Compile(parsed, t0.Add(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,7 +91,7 @@ const (
 	// FailClosed answers 503 limiter_unavailable (decision fail_closed).
 	FailClosed
 	// FailLocal decides in memory with each limit scaled by the local
-	// share (RuleSet's CompileOptions), as if each gateway had its share
+	// share (ruleset.CompileOptions), as if each gateway had its share
 	// of the fleet's limit.
 	FailLocal
 )

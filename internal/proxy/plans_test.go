@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 const planRules = `plans:
@@ -21,13 +22,13 @@ configs:
     plan: gold
 `
 
-func compilePlans(t *testing.T, chat string) *RuleSet {
+func compilePlans(t *testing.T, chat string) *ruleset.Set {
 	t.Helper()
 	parsed, err := config.Parse("rules.yaml", []byte(strings.ReplaceAll(planRules, "%CHAT%", chat)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := Compile(parsed, t0)
+	rs, err := ruleset.Compile(parsed, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,24 +74,5 @@ func TestPlansThroughReload(t *testing.T) {
 		if w := g.do("GET", "/v1/chat", s.app); w.Code != s.want {
 			t.Fatalf("after reload step %d: %s: got %d, want %d", i, s.app, w.Code, s.want)
 		}
-	}
-}
-
-func TestExplainShowsPlan(t *testing.T) {
-	t.Parallel()
-	rs := compilePlans(t, "2")
-	out, err := rs.Explain("acme", "GET", "/v1/chat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(out, "applies: rule /v1/chat 2 per 1m0s") || !strings.Contains(out, "[from plan gold]") {
-		t.Errorf("explain of a plan rule:\n%s\nwant the rule and its plan", out)
-	}
-	out, err = rs.Explain("acme", "GET", "/v1/search")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(out, "3 per 1m0s") || strings.Contains(out, "from plan") {
-		t.Errorf("explain of an override:\n%s\nwant acme's own rule of 3, not the plan's", out)
 	}
 }

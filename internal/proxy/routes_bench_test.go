@@ -16,6 +16,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/upstream"
 )
 
@@ -72,7 +73,7 @@ routes: [{path: /v1, upstream: users}]
 			m := NewMetrics(MetricsConfig{Registry: prometheus.NewRegistry()})
 			reg, _ := upstream.New(upstream.Config{Events: m, Logger: quiet})
 			fw := UpstreamConfig{Logger: quiet, Events: m}
-			rs, err := CompileWith(parsed, time.Now(), CompileOptions{Routes: &RouteOptions{Registry: reg, Forward: fw}})
+			rs, err := ruleset.CompileWith(parsed, time.Now(), ruleset.CompileOptions{Routes: &ruleset.RouteOptions{Registry: reg, Forwarder: RouteForwarder(fw)}})
 			if err != nil {
 				b.Fatal(err)
 			}

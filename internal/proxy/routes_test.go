@@ -21,6 +21,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/upstream"
 )
 
@@ -65,14 +66,14 @@ type routed struct {
 	top *Top
 }
 
-func (g *routed) compile(t *testing.T, rules string, noDefault bool) *RuleSet {
+func (g *routed) compile(t *testing.T, rules string, noDefault bool) *ruleset.Set {
 	t.Helper()
 	parsed, err := config.Parse("rules.yaml", []byte(rules))
 	if err != nil {
 		t.Fatalf("parsing rules: %v", err)
 	}
-	rs, err := CompileWith(parsed, t0, CompileOptions{Routes: &RouteOptions{
-		Registry: g.reg, Forward: UpstreamConfig{Logger: slog.New(slog.DiscardHandler)}, NoDefault: noDefault,
+	rs, err := ruleset.CompileWith(parsed, t0, ruleset.CompileOptions{Routes: &ruleset.RouteOptions{
+		Registry: g.reg, Forwarder: RouteForwarder(UpstreamConfig{Logger: slog.New(slog.DiscardHandler)}), NoDefault: noDefault,
 	}})
 	if err != nil {
 		t.Fatalf("compiling rules: %v", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/trie"
 )
 
@@ -17,10 +18,10 @@ import (
 // escape (Store is an interface), and so would the outcome.
 type scratch struct {
 	// rs is the rule set the request is decided on, loaded once.
-	rs   *RuleSet
+	rs   *ruleset.Set
 	sw   statusWriter
 	o    Outcome
-	lims [maxLimitsPerRequest]*compiledLimit // the limits that apply
+	lims [maxLimitsPerRequest]*ruleset.Limit // the limits that apply
 	n    int                                 // how many of lims
 	reqs [maxLimitsPerRequest]limit.Request
 	res  [maxLimitsPerRequest]limit.Result
@@ -38,7 +39,7 @@ type scratch struct {
 	// The concurrency limits that apply (concurrency.go), their slot
 	// requests, the lease of the slots taken and their in-flight
 	// counts; concFailOpen is set when the request went on without them.
-	conc         [maxLimitsPerRequest]*compiledLimit
+	conc         [maxLimitsPerRequest]*ruleset.Limit
 	nc           int
 	slots        [maxLimitsPerRequest]limit.SlotRequest
 	lease        limit.Lease
@@ -51,7 +52,7 @@ type scratch struct {
 	// (forward.go).
 	fwd forward
 	// route is the route the request takes, nil for --upstream.
-	route *route
+	route *ruleset.Route
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
@@ -126,7 +127,7 @@ func (h *Handler) observe(r *http.Request, sc *scratch) {
 // the upstream has no use for. It answers a refused caller itself (400,
 // 401, 403) and reports false. The section is nil for an unknown caller when
 // the rules have no "*" section.
-func (h *Handler) identify(w http.ResponseWriter, r *http.Request, sc *scratch) (*section, bool) {
+func (h *Handler) identify(w http.ResponseWriter, r *http.Request, sc *scratch) (*ruleset.Section, bool) {
 	o := &sc.o
 	o.App, o.Decision = config.UnknownApp, DecisionInvalid
 	var app string
@@ -146,9 +147,9 @@ func (h *Handler) identify(w http.ResponseWriter, r *http.Request, sc *scratch) 
 	o.AppID = app
 	rs := h.rules.Load()
 	sc.rs = rs
-	sec, configured := rs.lookup(app)
+	sec, configured := rs.Lookup(app)
 	if sec != nil {
-		o.App = sec.app
+		o.App = sec.App
 	}
 	if !configured && h.rejectUnknown {
 		o.Decision = DecisionUnauthorized
@@ -156,7 +157,7 @@ func (h *Handler) identify(w http.ResponseWriter, r *http.Request, sc *scratch) 
 			"this gateway serves only configured apps; send a configured app ID in the "+h.appHeader+" header")
 		return nil, false
 	}
-	if configured && len(sec.keys) > 0 && !h.trustKeys {
+	if configured && len(sec.Keys) > 0 && !h.trustKeys {
 		if code, msg := h.checkKey(r, sec); code != "" {
 			o.Decision = DecisionUnauthorized
 			w.Header()["Www-Authenticate"] = []string{h.keyAuth}
@@ -166,7 +167,7 @@ func (h *Handler) identify(w http.ResponseWriter, r *http.Request, sc *scratch) 
 		// The key was the gateway's to check; the upstream has no use
 		// for it.
 		sc.fwd.dropKey = true
-	} else if !h.trustKeys && rs.keyed && h.foreignKey(r, rs) {
+	} else if !h.trustKeys && rs.Keyed() && h.foreignKey(r, rs) {
 		// A configured app's key on a request that is not counted under
 		// that app: the upstream might take it as that app's.
 		o.Decision = DecisionUnauthorized
@@ -176,7 +177,7 @@ func (h *Handler) identify(w http.ResponseWriter, r *http.Request, sc *scratch) 
 		return nil, false
 	}
 	f := &sc.fwd
-	f.app, f.key, f.keyed = h.appHeader, h.keyHeader, rs.keyHeaders
+	f.app, f.key, f.keyed = h.appHeader, h.keyHeader, rs.KeyHeaders()
 	switch {
 	case !h.forwardApp:
 		f.dropApp = true
@@ -191,7 +192,7 @@ func (h *Handler) identify(w http.ResponseWriter, r *http.Request, sc *scratch) 
 // It answers a path that cannot be normalized with 400 and reports false.
 // The upstream receives exactly the path that was matched (sc.fwd), so
 // that it cannot see a resource other than the one counted.
-func (h *Handler) match(w http.ResponseWriter, r *http.Request, sec *section, sc *scratch) bool {
+func (h *Handler) match(w http.ResponseWriter, r *http.Request, sec *ruleset.Section, sc *scratch) bool {
 	o := &sc.o
 	clean, err := trie.Normalize(r.URL.EscapedPath())
 	if err != nil {
@@ -200,9 +201,9 @@ func (h *Handler) match(w http.ResponseWriter, r *http.Request, sec *section, sc
 	}
 	o.Path = clean
 	rs := sc.rs
-	if sc.route = rs.routes.match(r.Host, clean); sc.route != nil {
-		o.Route, o.Upstream = sc.route.name, sc.route.upstream
-	} else if rs.routes != nil && rs.routes.noRoute {
+	if sc.route = rs.Route(r.Host, clean); sc.route != nil {
+		o.Route, o.Upstream = sc.route.Name, sc.route.Upstream
+	} else if rs.NoRoute() {
 		// Refused before anything is counted: it could go nowhere.
 		WriteError(w, http.StatusNotFound, "no_route", "no route of the gateway matches this host and path")
 		return false
@@ -217,15 +218,15 @@ func (h *Handler) match(w http.ResponseWriter, r *http.Request, sec *section, sc
 	sc.fwd.realIP = o.ClientIP
 	o.Decision = DecisionUnmatched
 	if sec != nil {
-		if sec.total != nil {
-			sc.lims[sc.n] = sec.total
+		if sec.Total != nil {
+			sc.lims[sc.n] = sec.Total
 			sc.n++
 		}
-		cl, pattern, ok := sec.match(method, clean)
+		cl, pattern, ok := sec.Match(method, clean)
 		if ok {
 			o.API = pattern
 			o.Decision = DecisionAllowed
-			if cl.params.Limit != limit.Unlimited {
+			if cl.Params.Limit != limit.Unlimited {
 				sc.lims[sc.n] = cl
 				sc.n++
 			}
@@ -243,7 +244,7 @@ func (h *Handler) match(w http.ResponseWriter, r *http.Request, sec *section, sc
 // It answers a request whose key cannot be built (a missing value under
 // missing: deny, a value too long or sent twice) with 400 and reports
 // false.
-func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *section, sc *scratch) bool {
+func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *ruleset.Section, sc *scratch) bool {
 	if sc.n == 0 {
 		return true
 	}
@@ -253,8 +254,8 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *section, sc 
 	// address, one of the caller buckets that hold the Redis key budget,
 	// chosen by the caller, so that unknown callers spread over the
 	// cluster and a flood of them is bounded (limit.CallerTag).
-	tag := sec.app
-	if sec.ipTag {
+	tag := sec.App
+	if sec.IPTag {
 		tag = limit.CallerTag(group())
 	}
 	for i, cl := range sc.lims[:sc.n] {
@@ -263,19 +264,19 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *section, sc 
 			return false
 		}
 		q := &sc.reqs[i]
-		*q = limit.Request{Key: key, Tag: tag, Params: &cl.params, Shadow: cl.shadow, Cost: cl.cost.Need(), Hold: cl.deferred()}
-		if cl.bodyCost() {
+		*q = limit.Request{Key: key, Tag: tag, Params: &cl.Params, Shadow: cl.Shadow, Cost: cl.Cost.Need(), Hold: cl.Deferred()}
+		if cl.BodyCost() {
 			// Its reserve is held until the response ends, or room for
 			// min checked (tokens.go).
 			var deferred bool
-			q.Cost, deferred = cl.bodyNeed(r)
+			q.Cost, deferred = bodyNeed(cl, r)
 			q.Hold, q.Defer = !deferred, deferred
 		}
-		switch cl.kind {
-		case keyIP:
-			q.Overflow, sc.shown[i] = cl.overflow, group()
-		case keyAttrs:
-			q.Overflow = cl.overflow
+		switch cl.Kind {
+		case ruleset.KeyIP:
+			q.Overflow, sc.shown[i] = cl.Overflow, group()
+		case ruleset.KeyAttrs:
+			q.Overflow = cl.Overflow
 			sc.shown[i], sc.missing[i] = shownKey(r, cl, group, sc.o.claimValue)
 		}
 	}
@@ -297,18 +298,18 @@ func (h *Handler) group(sc *scratch) string {
 // is verified. It answers a request whose key cannot be built (a missing
 // value under missing: deny, a value too long or sent twice, a token that
 // does not verify) and reports false.
-func (h *Handler) counterKey(w http.ResponseWriter, r *http.Request, cl *compiledLimit, sc *scratch, group func() string) (string, bool) {
-	if cl.claims && h.jwt != nil && !h.verifyCaller(w, r, sc, false) {
+func (h *Handler) counterKey(w http.ResponseWriter, r *http.Request, cl *ruleset.Limit, sc *scratch, group func() string) (string, bool) {
+	if cl.Claims && h.jwt != nil && !h.verifyCaller(w, r, sc, false) {
 		return "", false
 	}
-	if cl.claims && h.replayClaims != nil && !sc.jwtDone {
+	if cl.Claims && h.replayClaims != nil && !sc.jwtDone {
 		sc.o.claims, sc.jwtDone = h.replayClaims(r), true
 	}
-	switch cl.kind {
-	case keyIP:
-		return cl.key + "|" + group(), true
-	case keyAttrs:
-		key, code, msg := attrKey(r, cl, group, sc.o.claimValue)
+	switch cl.Kind {
+	case ruleset.KeyIP:
+		return cl.Key + "|" + group(), true
+	case ruleset.KeyAttrs:
+		key, code, msg := cl.AttrKey(r.Header, r.URL.RawQuery, group, sc.o.claimValue)
 		if code != "" {
 			sc.o.Decision = DecisionInvalid
 			WriteError(w, http.StatusBadRequest, code, msg)
@@ -316,7 +317,7 @@ func (h *Handler) counterKey(w http.ResponseWriter, r *http.Request, cl *compile
 		}
 		return key, true
 	}
-	return cl.key, true
+	return cl.Key, true
 }
 
 // decide asks the store about the limits in sc and sets the outcome's
@@ -340,7 +341,7 @@ func (h *Handler) decide(r *http.Request, sc *scratch) {
 			return
 		case FailLocal:
 			for i := range reqs {
-				reqs[i].Params = &lims[i].local
+				reqs[i].Params = &lims[i].Local
 			}
 			var lerr error
 			allowed, lerr = h.local.Allow(r.Context(), o.Start, reqs, res)
@@ -361,8 +362,8 @@ func (h *Handler) decide(r *http.Request, sc *scratch) {
 	}
 	for i, cl := range lims {
 		o.limits[i] = LimitOutcome{
-			App: cl.app, API: cl.api, Limit: res[i].Limit, Remaining: res[i].Remaining,
-			Allowed: res[i].Allowed, Shadow: cl.shadow, By: cl.by, Key: sc.shown[i], Missing: sc.missing[i],
+			App: cl.App, API: cl.API, Limit: res[i].Limit, Remaining: res[i].Remaining,
+			Allowed: res[i].Allowed, Shadow: cl.Shadow, By: cl.By, Key: sc.shown[i], Missing: sc.missing[i],
 		}
 	}
 	o.n = n
@@ -434,8 +435,8 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 	defer func() { o.UpstreamDuration = time.Since(t0) }()
 	sc.sw.forwarding = true
 	out := r.WithContext(context.WithValue(ctx, forwardKey{}, &sc.fwd))
-	if sc.route != nil && sc.route.handler != nil {
-		sc.route.handler.ServeHTTP(w, out)
+	if sc.route != nil && sc.route.Handler != nil {
+		sc.route.Handler.ServeHTTP(w, out)
 		return
 	}
 	h.upstream.ServeHTTP(w, out)

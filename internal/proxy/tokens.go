@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/usage"
 )
 
@@ -20,21 +21,18 @@ import (
 // back in the same store call. A response that broke or was abandoned by
 // its client is charged at least the reserve.
 
-// bodyCost reports whether cl's cost is read from the response body.
-func (cl *compiledLimit) bodyCost() bool { return len(cl.cost.Body) > 0 }
-
-// bodyNeed returns what a request r asks of a limit with a body cost:
+// bodyNeed returns what a request r asks of a limit cl with a body cost:
 // its reserve, held until the response ends (Hold), or, without one,
 // room for min, counted for none (Defer).
-func (cl *compiledLimit) bodyNeed(r *http.Request) (units int64, deferred bool) {
+func bodyNeed(cl *ruleset.Limit, r *http.Request) (units int64, deferred bool) {
 	var vals []string
-	if cl.cost.ReserveHeader != "" {
-		vals = r.Header[cl.cost.ReserveHeader]
+	if cl.Cost.ReserveHeader != "" {
+		vals = r.Header[cl.Cost.ReserveHeader]
 	}
-	if res := cl.cost.ReserveFor(vals); res > 0 {
+	if res := cl.Cost.ReserveFor(vals); res > 0 {
 		return res, false
 	}
-	return cl.cost.Min, true
+	return cl.Cost.Min, true
 }
 
 // tokenTap feeds the bytes of a response sent to the client to a
@@ -80,11 +78,11 @@ func (t *tokenTap) used() (int64, bool) {
 func (h *Handler) startMetering(sc *scratch) *tokenTap {
 	o := &sc.o
 	for i, cl := range sc.lims[:o.n] {
-		if cl.bodyCost() && o.limits[i].Allowed {
+		if cl.BodyCost() && o.limits[i].Allowed {
 			// The limits of one request share its body: one meter reads
 			// the paths of the first. Rules that read different fields
 			// of one response are not expected.
-			t := &tokenTap{paths: cl.cost.Body, inspect: cl.cost.Inspect}
+			t := &tokenTap{paths: cl.Cost.Body, inspect: cl.Cost.Inspect}
 			sc.sw.tap = t
 			return t
 		}
@@ -105,7 +103,7 @@ func (h *Handler) settleTokens(r *http.Request, sc *scratch, t *tokenTap, broken
 	var idx [maxLimitsPerRequest]int
 	n, nr := 0, 0
 	for i, cl := range sc.lims[:o.n] {
-		if !cl.bodyCost() || !o.limits[i].Allowed {
+		if !cl.BodyCost() || !o.limits[i].Allowed {
 			continue
 		}
 		q := sc.reqs[i]
@@ -117,20 +115,20 @@ func (h *Handler) settleTokens(r *http.Request, sc *scratch, t *tokenTap, broken
 			releases[nr] = rel
 			nr++
 		}
-		total := cl.cost.Min
+		total := cl.Cost.Min
 		if seen {
-			total = min(used, cl.cost.Max)
+			total = min(used, cl.Cost.Max)
 			o.UpstreamCost, o.HasUpstreamCost = used, true
 		} else {
 			o.limits[i].CostMissing = true
 		}
-		if !cl.count.Matches(sc.sw.status) {
+		if !cl.Count.Matches(sc.sw.status) {
 			total = 0
 		}
 		if broken {
 			total = max(total, reserved)
 		}
-		o.limits[i].Charged, o.limits[i].Tokens, o.limits[i].Plan = total, true, cl.plan
+		o.limits[i].Charged, o.limits[i].Tokens, o.limits[i].Plan = total, true, cl.Plan
 		if total == 0 {
 			continue
 		}

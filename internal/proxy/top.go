@@ -10,27 +10,28 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/topk"
 )
 
-// shownKey returns the LimitOutcome.Key of limit cl (of kind keyAttrs)
-// for r, whose key attrKey built, and whether it is the client address
+// shownKey returns the LimitOutcome.Key of limit cl (of kind KeyAttrs)
+// for r, whose key Limit.AttrKey built, and whether it is the client address
 // group of a request missing a value under missing: ip
 // (LimitOutcome.Missing). A single value is returned as it is, without
 // allocating.
-func shownKey(r *http.Request, cl *compiledLimit, group func() string, claim func(string) (string, string)) (string, bool) {
+func shownKey(r *http.Request, cl *ruleset.Limit, group func() string, claim func(string) (string, string)) (string, bool) {
 	var vals []string
-	for _, p := range cl.parts {
+	for _, p := range cl.Parts {
 		v := ""
 		if p.Kind == config.KeyIP {
 			v = group()
 		} else {
 			v, _ = attrValue(r, p, claim)
 		}
-		if p.Kind != config.KeyIP && v == "" && cl.missing != config.MissingShare && cl.missing != config.MissingDeny {
+		if p.Kind != config.KeyIP && v == "" && cl.Missing != config.MissingShare && cl.Missing != config.MissingDeny {
 			return group(), true // counted as by: ip
 		}
-		if len(cl.parts) == 1 {
+		if len(cl.Parts) == 1 {
 			return v, false
 		}
 		vals = append(vals, v)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // DefaultAllowUpgrade is the default HandlerConfig.AllowUpgrade.
@@ -25,7 +27,7 @@ func newUpgradeAllowList(protocols []string) (upgradeAllowList, error) {
 			continue
 		case p == "h2c":
 			return nil, fmt.Errorf("the upgrade to h2c cannot be allowed: the upstream would serve HTTP/2 requests on that connection that the gateway never counts")
-		case !validMethod(p): // a token, as a protocol name is
+		case !ruleset.ValidMethod(p): // a token, as a protocol name is
 			return nil, fmt.Errorf("upgrade protocol %q is not a token", p)
 		}
 		allow[p] = true

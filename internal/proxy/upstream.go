@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/upstream"
 )
 
@@ -79,6 +80,20 @@ type UpstreamConfig struct {
 	// StripSegments removes that many leading segments of the path
 	// before it is joined to URL's (a route's stripPrefix).
 	StripSegments int
+}
+
+// RouteForwarder returns what builds the reverse proxy of each route of a
+// rule set (ruleset.RouteOptions.Forwarder): NewUpstream with cfg, and the
+// route's pool, timeout and stripped segments in place of cfg's URL,
+// Transport and StripSegments.
+func RouteForwarder(cfg UpstreamConfig) func(*ruleset.Route) (http.Handler, error) {
+	return func(r *ruleset.Route) (http.Handler, error) {
+		fw := cfg
+		fw.URL = r.Pool.Base()
+		fw.Transport = upstream.WithTimeout(r.Pool, r.Timeout)
+		fw.StripSegments = r.Strip
+		return NewUpstream(fw)
+	}
 }
 
 // UpstreamEvents receives what happens upstream.
@@ -290,3 +305,19 @@ func (b *bufferPool) Put(p []byte) {
 }
 
 var _ httputil.BufferPool = (*bufferPool)(nil)
+
+// stripSegments removes the first n segments of the normalized path p;
+// "/" when nothing is left.
+func stripSegments(p string, n int) string {
+	for ; n > 0 && p != ""; n-- {
+		i := strings.IndexByte(p[1:], '/')
+		if i < 0 {
+			return "/"
+		}
+		p = p[i+1:]
+	}
+	if p == "" {
+		return "/"
+	}
+	return p
+}

@@ -167,14 +167,14 @@ func waitable(sc *scratch) (budget, wait time.Duration, key string, ok bool) {
 	budget = -1
 	for i := range o.n {
 		cl, res := sc.lims[i], &sc.res[i]
-		if res.Allowed || cl.shadow {
+		if res.Allowed || cl.Shadow {
 			continue
 		}
-		if cl.maxDelay <= 0 || cl.params.Limit == 0 {
+		if cl.MaxDelay <= 0 || cl.Params.Limit == 0 {
 			return 0, 0, "", false
 		}
-		if budget < 0 || cl.maxDelay < budget {
-			budget = cl.maxDelay
+		if budget < 0 || cl.MaxDelay < budget {
+			budget = cl.MaxDelay
 		}
 		if res.RetryAfter >= wait {
 			wait, key = res.RetryAfter, sc.reqs[i].Key

@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // waitGW is a handler whose upstream records when each request reached
@@ -32,7 +33,7 @@ func newWaitGW(t *testing.T, rules string, maxWaiting int) *waitGW {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := Compile(parsed, time.Now())
+	rs, err := ruleset.Compile(parsed, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +238,7 @@ configs:
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, _ := Compile(parsed, time.Now())
+	rs, _ := ruleset.Compile(parsed, time.Now())
 	var served atomic.Int64
 	h, err := NewHandler(HandlerConfig{Rules: rs, Store: red, FailMode: FailClosed, Logger: slog.New(slog.DiscardHandler),
 		Upstream: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served.Add(1) })})

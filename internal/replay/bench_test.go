@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // benchLogLines is the size of the benchmark's log: the figure.
@@ -81,7 +81,7 @@ func BenchmarkReplay(b *testing.B) {
 	base := compileRules(b, "current.yaml", benchRuleFile(100))
 	for _, bc := range []struct {
 		name     string
-		baseline *proxy.RuleSet
+		baseline *ruleset.Set
 	}{
 		{"candidate", nil},
 		{"candidate+baseline", base},

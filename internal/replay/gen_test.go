@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 )
@@ -136,13 +137,13 @@ configs:
 `
 )
 
-func compileRules(t testing.TB, name, rules string) *proxy.RuleSet {
+func compileRules(t testing.TB, name, rules string) *ruleset.Set {
 	t.Helper()
 	parsed, err := config.Parse(name, []byte(rules))
 	if err != nil {
 		t.Fatalf("parsing %s: %v", name, err)
 	}
-	rs, err := proxy.Compile(parsed, replayStart)
+	rs, err := ruleset.Compile(parsed, replayStart)
 	if err != nil {
 		t.Fatalf("compiling %s: %v", name, err)
 	}

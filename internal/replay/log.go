@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // replayRecord is one access-log line as replay needs it: what identifies
@@ -179,7 +180,7 @@ func (p *lineParser) parse(line []byte, rec *replayRecord) (lineKind, error) {
 		return lineMalformed, fmt.Errorf("path %q does not start with a slash", path)
 	}
 	if len(app) > 0 {
-		if _, err := proxy.CheckAppID(string(app)); err != nil {
+		if _, err := ruleset.CheckAppID(string(app)); err != nil {
 			return lineMalformed, fmt.Errorf("app_id %q: %v", app, strings.TrimPrefix(err.Error(), "the app ID header "))
 		}
 	}

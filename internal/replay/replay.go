@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 )
@@ -20,10 +21,10 @@ import (
 // Config configures Replay.
 type Config struct {
 	// Candidate is the rule set to try. Required.
-	Candidate *proxy.RuleSet
+	Candidate *ruleset.Set
 	// Baseline is the rule set to compare with (the rules in force), or
 	// nil for none.
-	Baseline *proxy.RuleSet
+	Baseline *ruleset.Set
 	// MaxKeys caps each replay store's keys, as --max-keys does the live
 	// gateway's. Default limit.DefaultMaxKeys (1,000,000).
 	MaxKeys int

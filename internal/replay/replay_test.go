@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 func replayBytes(t *testing.T, cfg Config, logs ...[]byte) *Result {
@@ -67,7 +68,7 @@ func TestReplayKnownPattern(t *testing.T) {
 	}
 	tests := []struct {
 		name       string
-		cand, base *proxy.RuleSet
+		cand, base *ruleset.Set
 		wantCand   map[string]counts
 		wantBase   map[string]counts
 	}{

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // Counts counts the decisions of one rule set over some requests.
@@ -111,7 +112,7 @@ type Result struct {
 	// Files are the inputs' names, in replay order.
 	Files []string
 	// Candidate and Baseline are the rule sets (Baseline nil if none).
-	Candidate, Baseline *proxy.RuleSet
+	Candidate, Baseline *ruleset.Set
 	// Lines is the number of lines read, blank ones included.
 	Lines int64
 	// Requests is the number of requests replayed.

@@ -13,6 +13,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/usage"
 )
 
@@ -52,7 +53,7 @@ type replayRun struct {
 	keyHdrs []string
 }
 
-func newReplayRun(rs *proxy.RuleSet, maxKeys int) (*replayRun, error) {
+func newReplayRun(rs *ruleset.Set, maxKeys int) (*replayRun, error) {
 	store, err := limit.NewMemory(limit.MemoryConfig{MaxKeys: maxKeys})
 	if err != nil {
 		return nil, fmt.Errorf("replay store: %w", err)

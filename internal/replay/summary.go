@@ -8,7 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // Limits of the terminal summary; the HTML report shows more.
@@ -259,7 +259,7 @@ func spanText(first, last time.Time) string {
 	return fmt.Sprintf("%s → %s UTC (%s)", first.Format("2006-01-02 15:04:05.000"), end, last.Sub(first).Round(time.Millisecond))
 }
 
-func ruleSetText(rs *proxy.RuleSet) string {
+func ruleSetText(rs *ruleset.Set) string {
 	src := rs.Source
 	name := src.Path
 	if name == "" {

@@ -3,7 +3,7 @@
 // gateways that read them (docs/sources.md, "Rules for a fleet").
 //
 // Every value it writes is first checked exactly as the gateways check
-// what they read (source.Parse, then proxy.Compile), so that nothing it
+// what they read (source.Parse, then ruleset.Compile), so that nothing it
 // writes is refused by them; and every write is a compare-and-set on the
 // version read, so that two operators cannot silently overwrite each
 // other.
@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/source"
 )
 
@@ -52,7 +52,7 @@ type Config struct {
 // Result is what Push or Rollback did.
 type Result struct {
 	// Rules are the rules now in the store, compiled.
-	Rules *proxy.RuleSet
+	Rules *ruleset.Set
 	// Previous is the version replaced (source.NoVersion: there was
 	// none); Version is the new one.
 	Previous, Version int64
@@ -93,7 +93,7 @@ func (e *InvalidError) Problems() []string {
 // (source.Parse), validated and compiled. Problems are reported as a
 // config.Errors, each at name:line, or as the compiler's error at
 // name:line.
-func Check(key, name string, data []byte, maxBytes int64) (*proxy.RuleSet, error) {
+func Check(key, name string, data []byte, maxBytes int64) (*ruleset.Set, error) {
 	if maxBytes <= 0 {
 		maxBytes = config.DefaultMaxBytes
 	}
@@ -104,14 +104,14 @@ func Check(key, name string, data []byte, maxBytes int64) (*proxy.RuleSet, error
 	if err != nil {
 		return nil, err
 	}
-	return proxy.Compile(parsed, time.Time{})
+	return ruleset.Compile(parsed, time.Time{})
 }
 
 // CheckFile is Check for the rules of the file name, which must also be
 // in the format the gateways would read the key in, when its extension
 // names one: otherwise the file would be read otherwise than `gateway
 // validate` reads it.
-func CheckFile(key, name string, data []byte, maxBytes int64) (*proxy.RuleSet, error) {
+func CheckFile(key, name string, data []byte, maxBytes int64) (*ruleset.Set, error) {
 	if own, ok := formatOfName(name); ok {
 		if f := config.FormatOf(key, data); f != own {
 			return nil, config.Errors{{File: name, Msg: fmt.Sprintf(
@@ -210,7 +210,7 @@ func VersionName(st source.Store, version int64) string {
 
 // write writes data, the rules rs, with compare-and-set on the version
 // it reads first.
-func write(ctx context.Context, cfg Config, rs *proxy.RuleSet, data []byte) (Result, error) {
+func write(ctx context.Context, cfg Config, rs *ruleset.Set, data []byte) (Result, error) {
 	cur, err := cfg.Store.Get(ctx)
 	if err != nil {
 		return Result{}, err

@@ -13,6 +13,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/source"
 	"github.com/ratelimit-gateway/gateway/internal/upstream"
 )
@@ -42,7 +43,7 @@ type rulesView struct {
 	Source *source.Status `json:"source,omitempty"`
 	// Routes are the rule file's routes; their upstreams' state is at
 	// /upstreams.
-	Routes []proxy.RouteView `json:"routes,omitempty"`
+	Routes []ruleset.RouteView `json:"routes,omitempty"`
 }
 
 type appView struct {

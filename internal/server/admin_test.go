@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 func TestAdminEndpoints(t *testing.T) {
@@ -24,7 +25,7 @@ func TestAdminEndpoints(t *testing.T) {
 		return config.Parse("rules.yaml", []byte(current))
 	})
 	var reloads []bool
-	rules.onReload = func(ok bool, _ *proxy.RuleSet) { reloads = append(reloads, ok) }
+	rules.onReload = func(ok bool, _ *ruleset.Set) { reloads = append(reloads, ok) }
 	admin := NewAdmin(AdminConfig{Rules: rules, Token: "admin-secret"})
 	get := func(method, path string) (int, map[string]any) {
 		w := httptest.NewRecorder()

@@ -153,7 +153,7 @@ type Config struct {
 	FailMode proxy.FailMode
 	// LocalShare scales each limit under FailMode local, in (0, 1]; 0
 	// (auto, the default) is 1 / the number of gateways last seen in the
-	// fleet (limit.Redis.FleetSize), proxy.DefaultLocalShare until one is.
+	// fleet (limit.Redis.FleetSize), ruleset.DefaultLocalShare until one is.
 	LocalShare float64
 	// UpstreamTimeout bounds the wait for the upstream's response
 	// headers, --upstream's and the routes' that set no timeout.

@@ -12,6 +12,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 var t0 = gwtest.T0
@@ -44,7 +45,7 @@ func newGW(t *testing.T, rules string) *gw {
 	if err != nil {
 		t.Fatalf("parsing rules: %v", err)
 	}
-	rs, err := proxy.Compile(parsed, t0)
+	rs, err := ruleset.Compile(parsed, t0)
 	if err != nil {
 		t.Fatalf("compiling rules: %v", err)
 	}

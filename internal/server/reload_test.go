@@ -17,7 +17,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/eventually"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/watch"
 )
 
@@ -58,7 +58,7 @@ func newWatched(t *testing.T, path string) *watched {
 	g := newGW(t, string(data))
 	rules := g.reloader(func() (*config.Rules, error) { return config.Load(path) })
 	w := &watched{gw: g, rules: rules, path: path, reloads: make(chan bool, 100)}
-	rules.onReload = func(ok bool, _ *proxy.RuleSet) { w.reloads <- ok }
+	rules.onReload = func(ok bool, _ *ruleset.Set) { w.reloads <- ok }
 	fw, err := watch.New(watch.Config{Path: path, OnChange: func() { rules.Reload() }, Debounce: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

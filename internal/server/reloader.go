@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/source"
 )
 
@@ -18,9 +19,9 @@ type Reloader struct {
 	handler  *proxy.Handler
 	load     func() (*config.Rules, error)
 	source   source.Source
-	opts     proxy.CompileOptions
+	opts     ruleset.CompileOptions
 	forget   func(keep func(key string) bool) int
-	onReload func(ok bool, rs *proxy.RuleSet)
+	onReload func(ok bool, rs *ruleset.Set)
 	onSame   func()
 	now      func() time.Time
 	log      *slog.Logger
@@ -56,7 +57,7 @@ type ReloaderConfig struct {
 	Source source.Source
 	// Options compile every reloaded rule set; they should be those the
 	// handler's rules were compiled with.
-	Options proxy.CompileOptions
+	Options ruleset.CompileOptions
 	// Forget, if not nil, releases the store's counters for which keep
 	// returns false (limit.Memory.Forget): a reload releases the state
 	// of rules that are gone.
@@ -64,7 +65,7 @@ type ReloaderConfig struct {
 	// OnReload, if not nil, is called after every reload that changed
 	// the rules or failed, with whether it succeeded and the rules then
 	// in force; the metrics hang here.
-	OnReload func(ok bool, rs *proxy.RuleSet)
+	OnReload func(ok bool, rs *ruleset.Set)
 	// OnUnchanged, if not nil, is called after every reload that read
 	// the rules in force again (the same sha256).
 	OnUnchanged func()
@@ -96,7 +97,7 @@ func NewReloader(cfg ReloaderConfig) *Reloader {
 }
 
 // Rules returns the rule set in force.
-func (r *Reloader) Rules() *proxy.RuleSet { return r.handler.Rules() }
+func (r *Reloader) Rules() *ruleset.Set { return r.handler.Rules() }
 
 // Reload reads and compiles the rules and, if they are valid and differ
 // from the rules in force, swaps them in. It reports whether it swapped.
@@ -148,7 +149,7 @@ func (r *Reloader) reload() (bool, error) {
 	if parsed.SHA256 == r.handler.Rules().Source.SHA256 {
 		return false, nil
 	}
-	rs, err := proxy.CompileWith(parsed, r.now(), r.opts)
+	rs, err := ruleset.CompileWith(parsed, r.now(), r.opts)
 	if err != nil {
 		return false, err
 	}
@@ -161,7 +162,7 @@ func (r *Reloader) reload() (bool, error) {
 
 // retire notes the limits of old that rs no longer has, and forgets the
 // notes of those rs has again. r.mu is held.
-func (r *Reloader) retire(old, rs *proxy.RuleSet) {
+func (r *Reloader) retire(old, rs *ruleset.Set) {
 	now, keys := r.now(), rs.LimitKeys()
 	for k, window := range old.LimitKeys() {
 		if _, ok := keys[k]; !ok {
@@ -200,7 +201,7 @@ func (r *Reloader) sweep() {
 	}
 	rs := r.handler.Rules()
 	r.forget(func(key string) bool {
-		return rs.OwnsKey(key) || proxy.KeyOf(key, func(k string) bool { _, ok := r.retired[k]; return ok })
+		return rs.OwnsKey(key) || ruleset.KeyOf(key, func(k string) bool { _, ok := r.retired[k]; return ok })
 	})
 }
 

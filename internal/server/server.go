@@ -27,6 +27,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/source"
 	"github.com/ratelimit-gateway/gateway/internal/upstream"
 	"github.com/ratelimit-gateway/gateway/internal/watch"
@@ -168,9 +169,9 @@ func New(cfg Config) (_ *Server, err error) {
 		s.metrics.RulesLoaded(false, nil, time.Time{})
 		return nil, err
 	}
-	copts := proxy.CompileOptions{LocalShare: compileShare(cfg), NoJWT: jwtv == nil,
-		Routes: &proxy.RouteOptions{Registry: s.pools, Forward: forward, NoDefault: s.upstream == ""}}
-	rs, err := proxy.CompileWith(parsed, time.Now(), copts)
+	copts := ruleset.CompileOptions{LocalShare: compileShare(cfg), NoJWT: jwtv == nil,
+		Routes: &ruleset.RouteOptions{Registry: s.pools, Forwarder: proxy.RouteForwarder(forward), NoDefault: s.upstream == ""}}
+	rs, err := ruleset.CompileWith(parsed, time.Now(), copts)
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +203,7 @@ func New(cfg Config) (_ *Server, err error) {
 		Source:  s.src,
 		Options: copts,
 		Forget:  s.st.forget(),
-		OnReload: func(ok bool, rs *proxy.RuleSet) {
+		OnReload: func(ok bool, rs *ruleset.Set) {
 			if ok {
 				commitUpstreams(s.pools, rs)
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // stores are the stores New built from Config.
@@ -131,7 +132,7 @@ func compileShare(cfg Config) float64 {
 
 // fleetShare is the local store of --local-share auto: the memory store,
 // deciding each limit (and burst) × 1 / the fleet size last seen in
-// Redis, rounded up, or × proxy.DefaultLocalShare before any was seen.
+// Redis, rounded up, or × ruleset.DefaultLocalShare before any was seen.
 // The counts survive a change of the fleet size: a limit's counter does
 // not depend on its limit (limit.Params.Identity).
 type fleetShare struct {
@@ -146,7 +147,7 @@ func (f *fleetShare) share() float64 {
 	if n := f.red.FleetSize(); n > 0 {
 		return 1 / float64(n)
 	}
-	return proxy.DefaultLocalShare
+	return ruleset.DefaultLocalShare
 }
 
 // Allow decides reqs in memory with their limits scaled by the share.

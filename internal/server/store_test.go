@@ -13,6 +13,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 func TestLocalShareFlag(t *testing.T) {
@@ -79,7 +80,7 @@ func TestLocalShareAuto(t *testing.T) {
 		return n
 	}
 	if got := admitted("before|/"); got != 3 {
-		t.Errorf("before a heartbeat: admitted %d, want 30 × %v = 3", got, proxy.DefaultLocalShare)
+		t.Errorf("before a heartbeat: admitted %d, want 30 × %v = 3", got, ruleset.DefaultLocalShare)
 	}
 	for _, id := range []string{"other-1", "other-2"} {
 		other, err := limit.NewRedis(limit.RedisConfig{URL: srv.URL(), Timeout: time.Second, FleetID: id})

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/upstream"
 )
 
@@ -43,7 +44,7 @@ func notReadyUpstreams(set *upstream.Set, names []string, now time.Time) []strin
 }
 
 // commitUpstreams puts the pools of rs in force in reg.
-func commitUpstreams(reg *upstream.Registry, rs *proxy.RuleSet) {
+func commitUpstreams(reg *upstream.Registry, rs *ruleset.Set) {
 	set := rs.Upstreams()
 	if set == nil {
 		set, _ = reg.Build(nil) // none: every pool is dropped

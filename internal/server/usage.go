@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // UsageConfig is what the admin port's usage API reads and clears
@@ -26,10 +27,10 @@ type UsageConfig struct {
 
 // usageView is the JSON of GET /usage.
 type usageView struct {
-	App    string            `json:"app"`
-	Key    string            `json:"key,omitempty"`
-	Plan   string            `json:"plan,omitempty"`
-	Limits []proxy.UsageLine `json:"limits"`
+	App    string              `json:"app"`
+	Key    string              `json:"key,omitempty"`
+	Plan   string              `json:"plan,omitempty"`
+	Limits []ruleset.UsageLine `json:"limits"`
 }
 
 // registerUsage adds GET /usage and POST /usage/reset (with the admin
@@ -92,7 +93,7 @@ func registerUsage(mux *http.ServeMux, rules *Reloader, u *UsageConfig, auth adm
 // usageError answers a failed usage request.
 func usageError(w http.ResponseWriter, err error) {
 	switch {
-	case errors.Is(err, proxy.ErrUnknownApp):
+	case errors.Is(err, ruleset.ErrUnknownApp):
 		proxy.WriteError(w, http.StatusNotFound, "unknown_app", err.Error())
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		proxy.WriteError(w, http.StatusServiceUnavailable, "store_unavailable", err.Error())

@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 const usageRules = `
@@ -44,7 +45,7 @@ func usageGW(t *testing.T, store limit.Store, reset limit.Resetter) (*gw, http.H
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, _ := proxy.Compile(parsed, t0)
+	rs, _ := ruleset.Compile(parsed, t0)
 	g.h, err = proxy.NewHandler(proxy.HandlerConfig{Rules: rs, Store: store, Upstream: rp, Now: g.clock.Now, Logger: g.log})
 	if err != nil {
 		t.Fatal(err)

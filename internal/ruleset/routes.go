@@ -1,4 +1,4 @@
-package proxy
+package ruleset
 
 import (
 	"cmp"
@@ -20,51 +20,57 @@ import (
 var ErrNoUpstream = errors.New("no upstream")
 
 // RouteOptions are what compiling routes needs beyond the rule file: the
-// registry that keeps the upstreams' pools across reloads, and the
-// settings of the reverse proxies the routes forward through.
+// registry that keeps the upstreams' pools across reloads, and what
+// builds the reverse proxy each route forwards through.
 type RouteOptions struct {
 	// Registry builds the pools. Nil compiles the routes without pools,
 	// for match and validate: they then only name their route.
 	Registry *upstream.Registry
-	// Forward are the settings of each route's reverse proxy; URL and
-	// Transport are the route's own.
-	Forward UpstreamConfig
+	// Forwarder builds the handler that forwards a route's requests to
+	// its pool (Route.Pool, with Route.Timeout and Route.Strip), once per
+	// compiled route; package proxy provides it (proxy.RouteForwarder).
+	// Nil leaves Route.Handler nil.
+	Forwarder func(*Route) (http.Handler, error)
 	// NoDefault reports that there is no --upstream: a rule file must
 	// then have routes, and a request no route matches gets 404.
 	NoDefault bool
 }
 
-// route is one compiled route.
-type route struct {
-	name, upstream string
-	host, pattern  string
-	line           int
-	// strip is the number of leading segments removed from the
+// Route is one compiled route of the rule file (docs/routes.md). Like the
+// Set that holds it, it must not be modified.
+type Route struct {
+	// Name, Upstream, Host, Pattern and Line are the route's entry of the
+	// rule file.
+	Name, Upstream string
+	Host, Pattern  string
+	Line           int
+	// Strip is the number of leading segments removed from the
 	// forwarded path, 0 when the route keeps the path.
-	strip   int
-	timeout time.Duration
-	pool    *upstream.Pool
-	// handler forwards to the pool; nil without a Registry.
-	handler http.Handler
+	Strip   int
+	Timeout time.Duration
+	Pool    *upstream.Pool
+	// Handler forwards to the pool; nil without a Registry or a
+	// Forwarder.
+	Handler http.Handler
 }
 
 // routeTable finds the route of a request: by host, exact before the
 // longest wildcard suffix before the routes for every host, then by the
 // most specific path, as the limits match.
 type routeTable struct {
-	exact map[string]*trie.Trie[*route]
+	exact map[string]*trie.Trie[*Route]
 	// wild are the *.suffix routes' tries, longest suffix first; each
 	// suffix starts with ".".
 	wild    []wildRoutes
-	any     *trie.Trie[*route]
-	routes  []*route
+	any     *trie.Trie[*Route]
+	routes  []*Route
 	set     *upstream.Set
 	noRoute bool // no --upstream: a request no route matches is 404
 }
 
 type wildRoutes struct {
 	suffix string
-	t      *trie.Trie[*route]
+	t      *trie.Trie[*Route]
 }
 
 // compileRoutes builds the route table of rules; nil when the file has no
@@ -86,7 +92,7 @@ func compileRoutes(rules *config.Rules, opts *CompileOptions) (*routeTable, erro
 		}
 		return nil, nil
 	}
-	rt := &routeTable{exact: map[string]*trie.Trie[*route]{}}
+	rt := &routeTable{exact: map[string]*trie.Trie[*Route]{}}
 	rt.noRoute = ro != nil && ro.NoDefault
 	if ro != nil && ro.Registry != nil {
 		var err error
@@ -95,46 +101,44 @@ func compileRoutes(rules *config.Rules, opts *CompileOptions) (*routeTable, erro
 		}
 	}
 	topts := trie.Options{CaseInsensitive: rules.CaseInsensitive}
-	wild := map[string]*trie.Trie[*route]{}
+	wild := map[string]*trie.Trie[*Route]{}
 	for i := range rules.Routes {
 		cr := &rules.Routes[i]
 		_, segs, err := trie.ParsePattern(cr.Path)
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", rules.Path, cr.Line, err)
 		}
-		r := &route{name: cr.Name, upstream: cr.Upstream, host: cr.Host, pattern: cr.Path, line: cr.Line, timeout: cr.Timeout}
+		r := &Route{Name: cr.Name, Upstream: cr.Upstream, Host: cr.Host, Pattern: cr.Path, Line: cr.Line, Timeout: cr.Timeout}
 		if cr.StripPrefix {
-			r.strip = len(segs)
+			r.Strip = len(segs)
 		}
 		if rt.set != nil {
-			if r.pool = rt.set.Pool(cr.Upstream); r.pool == nil {
+			if r.Pool = rt.set.Pool(cr.Upstream); r.Pool == nil {
 				return nil, fmt.Errorf("%s:%d: route names upstream %q, which is not defined", rules.Path, cr.Line, cr.Upstream)
 			}
-			fw := ro.Forward
-			fw.URL = r.pool.Base()
-			fw.Transport = upstream.WithTimeout(r.pool, cr.Timeout)
-			fw.StripSegments = r.strip
-			if r.handler, err = NewUpstream(fw); err != nil {
-				return nil, fmt.Errorf("%s:%d: %w", rules.Path, cr.Line, err)
+			if ro.Forwarder != nil {
+				if r.Handler, err = ro.Forwarder(r); err != nil {
+					return nil, fmt.Errorf("%s:%d: %w", rules.Path, cr.Line, err)
+				}
 			}
 		}
-		var t *trie.Trie[*route]
+		var t *trie.Trie[*Route]
 		switch {
 		case cr.Host == "":
 			if rt.any == nil {
-				rt.any = trie.New[*route](topts)
+				rt.any = trie.New[*Route](topts)
 			}
 			t = rt.any
 		case strings.HasPrefix(cr.Host, "*."):
 			suffix := cr.Host[1:]
 			if t = wild[suffix]; t == nil {
-				t = trie.New[*route](topts)
+				t = trie.New[*Route](topts)
 				wild[suffix] = t
 				rt.wild = append(rt.wild, wildRoutes{suffix: suffix, t: t})
 			}
 		default:
 			if t = rt.exact[cr.Host]; t == nil {
-				t = trie.New[*route](topts)
+				t = trie.New[*Route](topts)
 				rt.exact[cr.Host] = t
 			}
 		}
@@ -149,7 +153,7 @@ func compileRoutes(rules *config.Rules, opts *CompileOptions) (*routeTable, erro
 
 // match returns the route of a request for host (the Host header, port
 // and all) and its normalized path, nil if none matches.
-func (rt *routeTable) match(host, path string) *route {
+func (rt *routeTable) match(host, path string) *Route {
 	if rt == nil {
 		return nil
 	}
@@ -176,6 +180,15 @@ func (rt *routeTable) match(host, path string) *route {
 	return nil
 }
 
+// Route returns the route of a request for host (the Host header, port
+// and all) and its normalized path, nil if none matches or rs has no
+// routes.
+func (rs *Set) Route(host, path string) *Route { return rs.routes.match(host, path) }
+
+// NoRoute reports whether a request that no route matches is refused
+// with 404 no_route: rs was compiled with RouteOptions.NoDefault.
+func (rs *Set) NoRoute() bool { return rs.routes != nil && rs.routes.noRoute }
+
 // hostOnly returns the host of a Host header, lower case, without the
 // port or a trailing dot. It allocates only for a host with upper case.
 func hostOnly(host string) string {
@@ -197,7 +210,7 @@ func hostOnly(host string) string {
 
 // Upstreams returns the pools of rs's upstreams, nil when it has none or
 // was compiled without a registry.
-func (rs *RuleSet) Upstreams() *upstream.Set {
+func (rs *Set) Upstreams() *upstream.Set {
 	if rs.routes == nil {
 		return nil
 	}
@@ -216,15 +229,15 @@ type RouteView struct {
 }
 
 // Routes describes rs's routes in file order.
-func (rs *RuleSet) Routes() []RouteView {
+func (rs *Set) Routes() []RouteView {
 	if rs.routes == nil {
 		return nil
 	}
 	var out []RouteView
 	for _, r := range rs.routes.routes {
-		v := RouteView{Name: r.name, Host: r.host, Path: r.pattern, Upstream: r.upstream, StripPrefix: r.strip > 0, Line: r.line}
-		if r.timeout > 0 {
-			v.Timeout = r.timeout.String()
+		v := RouteView{Name: r.Name, Host: r.Host, Path: r.Pattern, Upstream: r.Upstream, StripPrefix: r.Strip > 0, Line: r.Line}
+		if r.Timeout > 0 {
+			v.Timeout = r.Timeout.String()
 		}
 		out = append(out, v)
 	}
@@ -233,7 +246,7 @@ func (rs *RuleSet) Routes() []RouteView {
 
 // explainRoute says, as a line of Explain, where a request for host and
 // the normalized path goes.
-func (rs *RuleSet) explainRoute(host, clean string) string {
+func (rs *Set) explainRoute(host, clean string) string {
 	rt := rs.routes
 	if rt == nil || len(rt.routes) == 0 {
 		return ""
@@ -241,8 +254,8 @@ func (rs *RuleSet) explainRoute(host, clean string) string {
 	r := rt.match(host, clean)
 	switch {
 	case r != nil:
-		s := fmt.Sprintf("route %s (line %d): host %s, path %s → upstream %s", r.name, r.line, cmp.Or(r.host, "any"), r.pattern, r.upstream)
-		if r.strip > 0 {
+		s := fmt.Sprintf("route %s (line %d): host %s, path %s → upstream %s", r.Name, r.Line, cmp.Or(r.Host, "any"), r.Pattern, r.Upstream)
+		if r.Strip > 0 {
 			s += ", prefix stripped"
 		}
 		return s + "\n"
@@ -250,20 +263,4 @@ func (rs *RuleSet) explainRoute(host, clean string) string {
 		return "no route matches: refused with 404 no_route\n"
 	}
 	return "no route matches: forwarded to --upstream\n"
-}
-
-// stripSegments removes the first n segments of the normalized path p;
-// "/" when nothing is left.
-func stripSegments(p string, n int) string {
-	for ; n > 0 && p != ""; n-- {
-		i := strings.IndexByte(p[1:], '/')
-		if i < 0 {
-			return "/"
-		}
-		p = p[i+1:]
-	}
-	if p == "" {
-		return "/"
-	}
-	return p
 }

@@ -1,4 +1,4 @@
-package proxy
+package ruleset
 
 import (
 	"context"
@@ -44,7 +44,7 @@ var ErrUnknownApp = errors.New("unknown app")
 
 // usageTarget is one limit of a section and the counter a key names.
 type usageTarget struct {
-	cl       *compiledLimit
+	cl       *Limit
 	key, tag string
 	// overflow is the limit's overflow key for a keyed counter, so that
 	// reading keys never grows the store past its cap.
@@ -57,7 +57,7 @@ type usageTarget struct {
 // limit's key for limits counted per client address group or per
 // header, query or claim values (with or without its leading "="), as
 // /top and the access log show it; ignored for limits with one counter.
-func (rs *RuleSet) usageTargets(app, key string) ([]usageTarget, error) {
+func (rs *Set) usageTargets(app, key string) ([]usageTarget, error) {
 	sec := rs.unknown
 	if app != config.UnknownApp {
 		sec = rs.apps[app]
@@ -70,22 +70,22 @@ func (rs *RuleSet) usageTargets(app, key string) ([]usageTarget, error) {
 	}
 	var out []usageTarget
 	for _, cl := range sec.all {
-		if cl.params.Limit == limit.Unlimited {
+		if cl.Params.Limit == limit.Unlimited {
 			continue // only concurrency, or exempt
 		}
-		t := usageTarget{cl: cl, key: cl.key, tag: sec.app}
-		switch cl.kind {
-		case keyIP, keyAttrs:
+		t := usageTarget{cl: cl, key: cl.Key, tag: sec.App}
+		switch cl.Kind {
+		case KeyIP, KeyAttrs:
 			if key == "" {
-				t.key, t.note = "", "counted per "+string(cl.by)+": give key= to read one caller's counter"
+				t.key, t.note = "", "counted per "+string(cl.By)+": give key= to read one caller's counter"
 				break
 			}
 			k := key
-			if cl.kind == keyAttrs && !strings.HasPrefix(k, "=") && !strings.Contains(k, "/") {
+			if cl.Kind == KeyAttrs && !strings.HasPrefix(k, "=") && !strings.Contains(k, "/") {
 				k = "=" + k
 			}
-			t.key, t.overflow = cl.key+"|"+k, cl.overflow
-			if sec.ipTag {
+			t.key, t.overflow = cl.Key+"|"+k, cl.Overflow
+			if sec.IPTag {
 				t.tag = limit.CallerTag(k)
 			}
 		}
@@ -97,7 +97,7 @@ func (rs *RuleSet) usageTargets(app, key string) ([]usageTarget, error) {
 // Usage returns what the counters of app's limits hold in store at now,
 // counting nothing: each is read as a shadow request that counts
 // nothing (limit.Request Shadow and Defer), which starts no lockout.
-func (rs *RuleSet) Usage(ctx context.Context, store limit.Store, now time.Time, app, key string) ([]UsageLine, error) {
+func (rs *Set) Usage(ctx context.Context, store limit.Store, now time.Time, app, key string) ([]UsageLine, error) {
 	targets, err := rs.usageTargets(app, key)
 	if err != nil {
 		return nil, err
@@ -105,24 +105,24 @@ func (rs *RuleSet) Usage(ctx context.Context, store limit.Store, now time.Time, 
 	lines := make([]UsageLine, 0, len(targets))
 	for _, t := range targets {
 		cl := t.cl
-		l := UsageLine{API: cl.api, Plan: cl.plan, Limit: cl.params.Limit, Unit: cl.params.Unit(), Key: t.key, Note: t.note}
-		if cl.cost.Units > 1 || cl.cost.Header != "" || cl.bodyCost() {
-			l.Cost = cl.cost.String()
+		l := UsageLine{API: cl.API, Plan: cl.Plan, Limit: cl.Params.Limit, Unit: cl.Params.Unit(), Key: t.key, Note: t.note}
+		if cl.Cost.Units > 1 || cl.Cost.Header != "" || cl.BodyCost() {
+			l.Cost = cl.Cost.String()
 		}
-		if cl.api != "" {
-			if _, m, ok := strings.Cut(strings.TrimPrefix(cl.key, cl.app+"|"+cl.api), "|"); ok {
+		if cl.API != "" {
+			if _, m, ok := strings.Cut(strings.TrimPrefix(cl.Key, cl.App+"|"+cl.API), "|"); ok {
 				l.Methods = strings.Split(m, ",")
 			}
 		}
 		if t.key != "" {
-			reqs := []limit.Request{{Key: t.key, Overflow: t.overflow, Tag: t.tag, Params: &cl.params, Shadow: true, Defer: true}}
+			reqs := []limit.Request{{Key: t.key, Overflow: t.overflow, Tag: t.tag, Params: &cl.Params, Shadow: true, Defer: true}}
 			res := make([]limit.Result, 1)
 			if _, err := store.Allow(ctx, now, reqs, res); err != nil {
 				return nil, fmt.Errorf("reading %s: %w", t.key, err)
 			}
 			rem := res[0].Remaining
-			used := max(cl.params.Capacity()-rem, 0)
-			if cl.params.Limit == 0 {
+			used := max(cl.Params.Capacity()-rem, 0)
+			if cl.Params.Limit == 0 {
 				used = 0
 			}
 			reset := res[0].Reset.Seconds()
@@ -136,13 +136,13 @@ func (rs *RuleSet) Usage(ctx context.Context, store limit.Store, now time.Time, 
 // ResetUsage clears the counter of app's limit on api (its pattern as the
 // rules write it, "" for the app's total) for key (see Usage), in store.
 // It returns the key cleared and whether the store held it.
-func (rs *RuleSet) ResetUsage(ctx context.Context, store limit.Resetter, app, api, key string) (string, bool, error) {
+func (rs *Set) ResetUsage(ctx context.Context, store limit.Resetter, app, api, key string) (string, bool, error) {
 	targets, err := rs.usageTargets(app, key)
 	if err != nil {
 		return "", false, err
 	}
 	for _, t := range targets {
-		if t.cl.api != api {
+		if t.cl.API != api {
 			continue
 		}
 		if t.key == "" {

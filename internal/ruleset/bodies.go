@@ -1,0 +1,53 @@
+package ruleset
+
+import (
+	"encoding/json"
+
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+)
+
+// refusalBody is the JSON body of a limited or blocked response
+// (docs/rules.md, "Responses"). Its fields are those of every error body
+// package proxy writes, in the same order, so that a refusal reads like
+// any other error of the gateway.
+type refusalBody struct {
+	Error             string  `json:"error"`
+	Message           string  `json:"message,omitempty"`
+	App               *string `json:"app,omitempty"`
+	API               *string `json:"api,omitempty"`
+	Limit             *int64  `json:"limit,omitempty"`
+	Window            string  `json:"window,omitempty"`
+	RetryAfterSeconds *int64  `json:"retryAfterSeconds,omitempty"`
+}
+
+// limitedBodyPrefix renders the limited response body (docs/rules.md, "Responses") up to
+// the value of retryAfterSeconds, the only part that changes per request:
+// {"error":"rate_limited","message":…,"app":…,"api":…,"limit":…,"window":…,"retryAfterSeconds":
+func limitedBodyPrefix(app, api string, p limit.Params) []byte {
+	var zero int64
+	body, err := json.Marshal(refusalBody{
+		Error: "rate_limited", Message: limitedMessage, App: &app, API: &api, Limit: &p.Limit,
+		Window: p.Unit(), RetryAfterSeconds: &zero,
+	})
+	if err != nil {
+		panic("ruleset: marshaling a limited body: " + err.Error())
+	}
+	// Cut `0}` off the end.
+	return body[:len(body)-2]
+}
+
+// limitedMessage is the message of every limited response.
+const limitedMessage = "this caller has reached the limit of this API (or of its app's total when api is empty); retry after retryAfterSeconds seconds, as Retry-After says"
+
+// blockedBody renders the response body of a limit of 0, built once when
+// the rules are compiled.
+func blockedBody(app, api string, p limit.Params) []byte {
+	body, err := json.Marshal(refusalBody{
+		Error: "blocked", App: &app, API: &api, Limit: &p.Limit,
+		Message: "this API is blocked for this caller (its limit is 0): no request is admitted, whenever it is sent",
+	})
+	if err != nil {
+		panic("ruleset: marshaling a blocked body: " + err.Error())
+	}
+	return append(body, '\n')
+}

@@ -77,9 +77,9 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 	for i, cl := range sc.lims[:sc.n] {
 		// Only a limit that admitted the request counts it and holds
 		// units: not a shadow limit that denied it, nor any when the
-		// store failed open (o.n is 0). A body cost is charged when the
+		// store failed open (the outcome has no limits). A body cost is charged when the
 		// body ends (tokens.go).
-		if !cl.deferred() || cl.bodyCost() || i >= o.n || !o.limits[i].Allowed {
+		if !cl.deferred() || cl.bodyCost() || i >= len(o.Limits()) || !o.Limits()[i].Allowed {
 			continue
 		}
 		rel := sc.reqs[i]
@@ -90,7 +90,7 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 		switch name := cl.cost.Header; {
 		case name != "" && worst:
 			units = cl.cost.Max
-			o.limits[i].CostMissing = true
+			o.Limits()[i].CostMissing = true
 		case name != "":
 			v, ok := reportedCost(hdr[name])
 			if ok {
@@ -98,7 +98,7 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 				o.UpstreamCost, o.HasUpstreamCost = v, true
 			} else {
 				units = cl.cost.Min
-				o.limits[i].CostMissing = true
+				o.Limits()[i].CostMissing = true
 			}
 		}
 		if !worst && !cl.count.Matches(code) || units == 0 {
@@ -131,7 +131,7 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 		return
 	}
 	for j := range n {
-		o.limits[idx[j]].Charged = reqs[j].Cost
+		o.Limits()[idx[j]].Charged = reqs[j].Cost
 	}
 }
 
@@ -152,9 +152,9 @@ func reportedCost(vals []string) (int64, bool) {
 // left out of the cost metrics and the access log's cost.
 func chargeFixed(sc *scratch) {
 	o := &sc.o
-	for i, cl := range sc.lims[:o.n] {
-		if cl.cost.Units > 0 && !cl.deferred() && o.limits[i].Allowed {
-			o.limits[i].Charged = cl.cost.Units
+	for i, cl := range sc.lims[:len(o.Limits())] {
+		if cl.cost.Units > 0 && !cl.deferred() && o.Limits()[i].Allowed {
+			o.Limits()[i].Charged = cl.cost.Units
 		}
 	}
 }

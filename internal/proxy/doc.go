@@ -2,8 +2,9 @@
 // normalizes and matches the path against the rules, asks a limit.Store
 // whether the request may pass, and then forwards it to the upstream or
 // answers the refusal itself (docs/rules.md, "How a request is handled").
-// It also holds, for now, the compiled rule set (RuleSet, Explain) and the
-// observers of decisions (metrics, access log, /top).
+// It also holds, for now, the compiled rule set (RuleSet, Explain). It
+// reports each request to the observers (package observe) through the
+// Observer interface only, and does not know which observers exist.
 //
 // It must not start listeners, read flags or signals, or own the process:
 // that is package server and cmd/gateway. It must not read the clock in

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 )
 
 // MaxKeyValueLen is the longest header or query value a counter is keyed
@@ -44,9 +45,8 @@ func kindOf(by config.By) keyKind {
 // value that is longer than MaxKeyValueLen, sent more than once or badly
 // escaped, missing_key for a missing one under missing: deny,
 // invalid_query for a query with a raw ';' when a part is a query
-// parameter (see semicolonQuery). group
-// returns the client's address group, claim the value of a claim of the
-// caller's verified token (see claimValue).
+// parameter (see semicolonQuery). group returns the client's address
+// group; the values of the other parts are those readKeys recorded in o.
 //
 // The key is the limit's key, "|=", then each part's value, escaped,
 // separated by ",": a value with no byte outside [A-Za-z0-9-._~:@/] as it
@@ -57,7 +57,7 @@ func kindOf(by config.By) keyKind {
 // of another limit, a client address group's or the overflow key, and
 // Redis reads no hash tag in it. A value missing under missing: ip gives
 // the key by: ip would.
-func attrKey(r *http.Request, cl *compiledLimit, group func() string, claim func(string) (string, string)) (key, code, msg string) {
+func attrKey(r *http.Request, cl *compiledLimit, group func() string, o *observe.Outcome) (key, code, msg string) {
 	var buf [128]byte
 	b := append(buf[:0], cl.key...)
 	b = append(b, "|="...)
@@ -72,7 +72,8 @@ func attrKey(r *http.Request, cl *compiledLimit, group func() string, claim func
 		if p.Kind == config.KeyQuery && strings.IndexByte(r.URL.RawQuery, ';') >= 0 {
 			return "", "invalid_query", semicolonQuery(cl, p)
 		}
-		v, err := attrValue(r, p, claim)
+		kv, _ := o.Key(p)
+		v, err := kv.Value, kv.Bad
 		switch {
 		case err != "":
 			return "", "invalid_key", "the " + partWhat(p) + " that " + ruleName(cl) + " counts by " + err
@@ -94,11 +95,54 @@ func attrKey(r *http.Request, cl *compiledLimit, group func() string, claim func
 	return string(b), "", ""
 }
 
+// readKeys records in o the values of cl's header, query and claim parts
+// that o does not hold yet. A request's values are read from it once,
+// here: its counter keys (attrKey), the keys it is listed under
+// (shownKey, /top) and the access log all take them from o, so that
+// they cannot differ.
+func readKeys(r *http.Request, cl *compiledLimit, o *observe.Outcome) {
+	for _, p := range cl.parts {
+		if p.Kind == config.KeyIP {
+			continue
+		}
+		if _, ok := o.Key(p); !ok {
+			v, bad := attrValue(r, p, o)
+			o.AddKey(observe.KeyValue{Part: p, Value: v, Bad: bad})
+		}
+	}
+}
+
+// shownKey returns the LimitOutcome.Key of limit cl (of kind keyAttrs),
+// whose key attrKey built from the values in o, and whether it is the
+// client address group of a request missing a value under missing: ip
+// (LimitOutcome.Missing). A single value is returned as it is, without
+// allocating.
+func shownKey(cl *compiledLimit, group func() string, o *observe.Outcome) (string, bool) {
+	var vals []string
+	for _, p := range cl.parts {
+		v := ""
+		if p.Kind == config.KeyIP {
+			v = group()
+		} else {
+			kv, _ := o.Key(p)
+			v = kv.Value
+		}
+		if p.Kind != config.KeyIP && v == "" && cl.missing != config.MissingShare && cl.missing != config.MissingDeny {
+			return group(), true // counted as by: ip
+		}
+		if len(cl.parts) == 1 {
+			return v, false
+		}
+		vals = append(vals, v)
+	}
+	return strings.Join(vals, ", "), false
+}
+
 // attrValue returns the value of the header, query parameter or claim p
-// names ("" if it is absent or empty), or why it cannot be counted by.
-// claim looks up the caller's verified claims. An address group is not
+// names ("" if it is absent or empty), or why it cannot be counted by;
+// a claim is looked up in o's verified claims. An address group is not
 // an attribute: its value is "".
-func attrValue(r *http.Request, p config.KeyPart, claim func(string) (string, string)) (string, string) {
+func attrValue(r *http.Request, p config.KeyPart, o *observe.Outcome) (string, string) {
 	switch p.Kind {
 	case config.KeyHeader:
 		vs := r.Header[p.Name]
@@ -112,7 +156,7 @@ func attrValue(r *http.Request, p config.KeyPart, claim func(string) (string, st
 	case config.KeyQuery:
 		return queryValue(r.URL.RawQuery, p.Name)
 	case config.KeyClaim:
-		return claim(p.Name)
+		return o.ClaimValue(p.Name)
 	}
 	return "", ""
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/trie"
 )
 
@@ -278,10 +279,6 @@ func sfString(s string) string {
 	return b.String()
 }
 
-// limitCount returns the number of limits in force: API rules plus app
-// totals.
-func (rs *RuleSet) limitCount() int { return len(rs.keys) }
-
 // OwnsKey reports whether a store key belongs to one of rs's limits: a
 // limit's own key, or that key plus "|" and a client address group (or
 // "overflow").
@@ -467,11 +464,12 @@ func explainKey(cl *compiledLimit, q ExplainRequest, rawQuery string) (line stri
 		if r.Header == nil {
 			r.Header = http.Header{}
 		}
-		claims := noClaims
+		o := &observe.Outcome{}
 		if q.Claims != nil {
-			claims = jwtauth.ClaimsOf(q.Claims).Value
+			o.Claims = jwtauth.ClaimsOf(q.Claims)
 		}
-		key, code, msg := attrKey(r, cl, group, claims)
+		readKeys(r, cl, o)
+		key, code, msg := attrKey(r, cl, group, o)
 		if code != "" {
 			return "    counted by " + string(cl.by) + ": refused with 400 " + code + ": " + msg + "\n", true
 		}

@@ -76,7 +76,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// the stream of one itself, and a flush there would end a gRPC
 	// refusal's Trailers-Only response early.
 	sc.sw = statusWriter{ResponseWriter: w, unread: r.ContentLength != 0 && r.ProtoMajor == 1}
-	sc.o.Start = h.now()
+	sc.o.Start, sc.o.Method = h.now(), r.Method
 	defer func() {
 		// ReverseProxy aborts a response whose upstream broke mid-body
 		// by panicking with http.ErrAbortHandler, so that the client
@@ -86,7 +86,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if p := recover(); p != nil {
 			h.release(sc)
 			if !sc.observed { // not a panic of an observer
-				h.observe(r, sc)
+				h.observe(sc)
 			}
 			panic(p)
 		}
@@ -106,18 +106,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if sc.sw.unread && !sc.sw.forwarding && sc.sw.status != 0 {
 		closeUnread(&sc.sw)
 	}
-	h.observe(r, sc)
+	h.observe(sc)
 }
 
 // observe completes the outcome of a served request and hands it to the
 // observers.
-func (h *Handler) observe(r *http.Request, sc *scratch) {
+func (h *Handler) observe(sc *scratch) {
 	sc.observed = true
 	o := &sc.o
 	o.Status = sc.sw.status
 	o.Duration = h.now().Sub(o.Start)
 	for _, obs := range h.observers {
-		obs.ObserveRequest(r, o)
+		obs.ObserveRequest(o)
 	}
 }
 
@@ -276,7 +276,7 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *section, sc 
 			q.Overflow, sc.shown[i] = cl.overflow, group()
 		case keyAttrs:
 			q.Overflow = cl.overflow
-			sc.shown[i], sc.missing[i] = shownKey(r, cl, group, sc.o.claimValue)
+			sc.shown[i], sc.missing[i] = shownKey(cl, group, &sc.o)
 		}
 	}
 	return true
@@ -302,13 +302,14 @@ func (h *Handler) counterKey(w http.ResponseWriter, r *http.Request, cl *compile
 		return "", false
 	}
 	if cl.claims && h.replayClaims != nil && !sc.jwtDone {
-		sc.o.claims, sc.jwtDone = h.replayClaims(r), true
+		sc.o.Claims, sc.jwtDone = h.replayClaims(r), true
 	}
 	switch cl.kind {
 	case keyIP:
 		return cl.key + "|" + group(), true
 	case keyAttrs:
-		key, code, msg := attrKey(r, cl, group, sc.o.claimValue)
+		readKeys(r, cl, &sc.o)
+		key, code, msg := attrKey(r, cl, group, &sc.o)
 		if code != "" {
 			sc.o.Decision = DecisionInvalid
 			WriteError(w, http.StatusBadRequest, code, msg)
@@ -359,13 +360,13 @@ func (h *Handler) decide(r *http.Request, sc *scratch) {
 		o.Decision = DecisionFailOpen
 		return
 	}
+	o.ResetLimits()
 	for i, cl := range lims {
-		o.limits[i] = LimitOutcome{
+		o.AddLimit(LimitOutcome{
 			App: cl.app, API: cl.api, Limit: res[i].Limit, Remaining: res[i].Remaining,
 			Allowed: res[i].Allowed, Shadow: cl.shadow, By: cl.by, Key: sc.shown[i], Missing: sc.missing[i],
-		}
+		})
 	}
-	o.n = n
 	if !allowed {
 		o.Decision = DecisionLimited
 		return
@@ -390,11 +391,11 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 			"the rate limiter cannot decide right now; retry shortly")
 		return
 	case DecisionLimited:
-		h.writeHeaders(w.Header(), sc.lims[:o.n], sc.res[:o.n])
-		h.reject(w, sc.lims[:o.n], sc.res[:o.n])
+		h.writeHeaders(w.Header(), sc.lims[:len(o.Limits())], sc.res[:len(o.Limits())])
+		h.reject(w, sc.lims[:len(o.Limits())], sc.res[:len(o.Limits())])
 		return
 	}
-	h.writeHeaders(w.Header(), sc.lims[:o.n], sc.res[:o.n])
+	h.writeHeaders(w.Header(), sc.lims[:len(o.Limits())], sc.res[:len(o.Limits())])
 	chargeFixed(sc)
 	ctx := r.Context()
 	if h.startCharging(r, sc) {

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -108,4 +109,33 @@ configs:
 			t.Errorf("line %d: query hash %v, want acme's %s", i, got, want)
 		}
 	}
+}
+
+// BenchmarkHandlerAccessLog is BenchmarkHandler's admitted-by-header
+// with an access log (to io.Discard) beside the metrics and /top: the
+// observers of `gateway serve --access-log`.
+func BenchmarkHandlerAccessLog(b *testing.B) {
+	const rules = `
+configs:
+  - appId: app-user
+    limit: 1000000000
+    limits:
+      - api: /v1/user/{id}
+        by: header:X-User-Id
+        limit: 1000000000
+`
+	h := benchHandler(b, rules, func(c *HandlerConfig) {
+		c.Observers = append(c.Observers, observe.NewAccessLog(io.Discard, nil))
+	})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		r := httptest.NewRequest("GET", "/v1/user/42", nil)
+		r.Header.Set("X-User-Id", "user-42")
+		app := []string{"app-user"}
+		for pb.Next() {
+			r.URL.Path = "/v1/user/42"
+			r.Header["X-App-Id"] = app
+			h.ServeHTTP(httptest.NewRecorder(), r)
+		}
+	})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/logthrottle"
 	"github.com/ratelimit-gateway/gateway/internal/observe"
 )
 
@@ -57,11 +58,11 @@ type Handler struct {
 	inFlight      inFlightCounts
 	jwt           *jwtCaller // nil without JWT verification
 	replayClaims  func(*http.Request) *jwtauth.Claims
-	// lastErrLog is when a store error was last logged (Unix ns): an
-	// outage fails every request, and one line a second tells as much.
-	lastErrLog atomic.Int64
-	// lastChargeLog is when a failed charge was last logged (Unix ns).
-	lastChargeLog atomic.Int64
+	// errLog lets a store error be logged once a second: an outage
+	// fails every request, and one line a second tells as much.
+	errLog logthrottle.Throttle
+	// chargeLog does the same for failed charges.
+	chargeLog logthrottle.Throttle
 	// waits are the requests waiting for room (wait.go); retryJitter
 	// the most added to a Retry-After.
 	waits       *waiters
@@ -246,8 +247,7 @@ func (h *Handler) logStoreError(r *http.Request, err error) {
 	if r.Context().Err() != nil || errors.Is(err, limit.ErrCircuitOpen) {
 		return
 	}
-	now, last := time.Now().UnixNano(), h.lastErrLog.Load()
-	if now-last < int64(time.Second) || !h.lastErrLog.CompareAndSwap(last, now) {
+	if !h.errLog.Allow(time.Now()) {
 		return
 	}
 	h.log.Error("limiter failed; deciding by --fail-mode (logged at most once a second)",

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -18,7 +18,7 @@ import (
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	proxy.NewMetrics(proxy.MetricsConfig{Registry: reg})
+	observe.NewMetrics(observe.MetricsConfig{Registry: reg})
 	ch := make(chan *prometheus.Desc, 100)
 	go func() {
 		reg.Describe(ch)

@@ -11,9 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/spf13/cobra"
-
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
 )
 
 // topTimeout bounds the whole GET /top exchange.
@@ -83,9 +82,9 @@ func getAdminJSON(u string, v any) error {
 
 // topListing is the JSON of GET /top.
 type topListing struct {
-	At     time.Time        `json:"at"`
-	K      int              `json:"k"`
-	Limits []proxy.TopLimit `json:"limits"`
+	At     time.Time          `json:"at"`
+	K      int                `json:"k"`
+	Limits []observe.TopLimit `json:"limits"`
 }
 
 // printTop reads GET /top at u and prints it as a table.
@@ -133,7 +132,7 @@ func shownTopKey(k string) string {
 }
 
 // oldest returns when the oldest window of ls began.
-func oldest(ls []proxy.TopLimit) time.Time {
+func oldest(ls []observe.TopLimit) time.Time {
 	t := ls[0].From
 	for _, l := range ls[1:] {
 		if l.From.Before(t) {

@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 )
 
 // TestAccessLogKeys checks the key fields of access lines: the hash of
@@ -39,23 +41,23 @@ configs:
 		want   map[string]string // key fields
 	}{
 		{name: "hashed", target: "/pair?tenant=a%26b", user: "alice", want: map[string]string{
-			"key_hash.header:X-User-Id": KeyHash("alice"), "key_hash.query:tenant": KeyHash("a&b"),
+			"key_hash.header:X-User-Id": observe.KeyHash("alice"), "key_hash.query:tenant": observe.KeyHash("a&b"),
 		}},
 		{name: "raw", raw: true, target: "/pair?tenant=a%26b", user: "alice", want: map[string]string{
 			"key.header:X-User-Id": "alice", "key.query:tenant": "a&b",
 		}},
 		{name: "missing value", target: "/pair", user: "alice", want: map[string]string{
-			"key_hash.header:X-User-Id": KeyHash("alice"),
+			"key_hash.header:X-User-Id": observe.KeyHash("alice"),
 		}},
 		{name: "the total keyed, the rule by app", target: "/app", user: "bob", want: map[string]string{
-			"key_hash.header:X-User-Id": KeyHash("bob"),
+			"key_hash.header:X-User-Id": observe.KeyHash("bob"),
 		}},
 		{name: "nothing keyed", target: "/app", want: map[string]string{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var buf bytes.Buffer
-			al := NewAccessLog(&lockedWriter{w: &buf}, nil)
+			al := observe.NewAccessLog(&lockedWriter{w: &buf}, nil)
 			al.SetRawKeys(tc.raw)
 			g := newGW(t, rules, withObserver(al))
 			r := httptest.NewRequest("GET", tc.target, nil)
@@ -74,7 +76,7 @@ configs:
 			}
 			got := map[string]string{}
 			for k, v := range line {
-				if strings.HasPrefix(k, KeyHashField) || strings.HasPrefix(k, KeyValueField) {
+				if strings.HasPrefix(k, observe.KeyHashField) || strings.HasPrefix(k, observe.KeyValueField) {
 					got[k], _ = v.(string)
 				}
 			}
@@ -88,8 +90,8 @@ configs:
 			}
 		})
 	}
-	if h := KeyHash("alice"); len(h) != KeyHashLen || strings.Trim(h, "0123456789abcdef") != "" {
-		t.Errorf("KeyHash: got %q, want %d hex digits", h, KeyHashLen)
+	if h := observe.KeyHash("alice"); len(h) != observe.KeyHashLen || strings.Trim(h, "0123456789abcdef") != "" {
+		t.Errorf("observe.KeyHash: got %q, want %d hex digits", h, observe.KeyHashLen)
 	}
 }
 

@@ -7,12 +7,14 @@ import (
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 )
 
 func TestAccessLog(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
-	al := NewAccessLog(&lockedWriter{w: &buf}, nil)
+	al := observe.NewAccessLog(&lockedWriter{w: &buf}, nil)
 	g := newGW(t, basicRules, func(h *HandlerConfig, _ *UpstreamConfig) {
 		h.Observers = append(h.Observers, al)
 	})

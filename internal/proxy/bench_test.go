@@ -15,6 +15,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
@@ -50,9 +51,9 @@ func benchHandler(b *testing.B, rules string, opts ...func(*HandlerConfig)) *Han
 	}
 	rp.Transport = stubTransport{}
 	// As `gateway serve` runs it: with metrics and /top's observer.
-	m := NewMetrics(MetricsConfig{Registry: prometheus.NewRegistry(), Keys: store.Len})
+	m := observe.NewMetrics(observe.MetricsConfig{Registry: prometheus.NewRegistry(), Keys: store.Len})
 	rp.ModifyResponse = func(r *http.Response) error { m.UpstreamResponse(r.StatusCode); return nil }
-	hcfg := HandlerConfig{Rules: rs, Store: store, Upstream: rp, Observers: []Observer{m, NewTop(TopConfig{})}}
+	hcfg := HandlerConfig{Rules: rs, Store: store, Upstream: rp, Observers: []Observer{m, observe.NewTop(observe.TopConfig{})}}
 	for _, o := range opts {
 		o(&hcfg)
 	}

@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
@@ -228,7 +228,7 @@ configs:
 func TestUnauthorizedMetrics(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	m := NewMetrics(MetricsConfig{Registry: reg, Store: "memory"})
+	m := observe.NewMetrics(observe.MetricsConfig{Registry: reg, Store: "memory"})
 	g := newGW(t, keyRules, func(h *HandlerConfig, _ *UpstreamConfig) {
 		h.RejectUnknown = true
 		h.Observers = append(h.Observers, m)
@@ -236,10 +236,10 @@ func TestUnauthorizedMetrics(t *testing.T) {
 	g.do("GET", "/v1/x", "app-k")
 	g.do("GET", "/v1/x", "app-k", "X-Api-Key", "nope")
 	g.do("GET", "/v1/x", "stranger")
-	if got := testutil.ToFloat64(m.requests.WithLabelValues("app-k", "", "unauthorized")); got != 2 {
+	if got := metric(m, "gateway_requests_total", "app", "app-k", "api", "", "decision", "unauthorized"); got != 2 {
 		t.Errorf("requests{app-k, unauthorized} = %v, want 2", got)
 	}
-	if got := testutil.ToFloat64(m.requests.WithLabelValues("*", "", "unauthorized")); got != 1 {
+	if got := metric(m, "gateway_requests_total", "app", "*", "api", "", "decision", "unauthorized"); got != 1 {
 		t.Errorf(`requests{"*", unauthorized} = %v, want 1`, got)
 	}
 }
@@ -271,7 +271,7 @@ func TestUnderscoreAliasesDropped(t *testing.T) {
 // panicky is an observer that panics once, after counting.
 type panicky struct{ calls int }
 
-func (p *panicky) ObserveRequest(*http.Request, *Outcome) {
+func (p *panicky) ObserveRequest(*Outcome) {
 	p.calls++
 	if p.calls == 1 {
 		panic("observer failed")

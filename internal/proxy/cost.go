@@ -71,9 +71,9 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 	for i, cl := range sc.lims[:sc.n] {
 		// Only a limit that admitted the request counts it and holds
 		// units: not a shadow limit that denied it, nor any when the
-		// store failed open (o.n is 0). A body cost is charged when the
+		// store failed open (the outcome has no limits). A body cost is charged when the
 		// body ends (tokens.go).
-		if !cl.Deferred() || cl.BodyCost() || i >= o.n || !o.limits[i].Allowed {
+		if !cl.Deferred() || cl.BodyCost() || i >= len(o.Limits()) || !o.Limits()[i].Allowed {
 			continue
 		}
 		rel := sc.reqs[i]
@@ -84,7 +84,7 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 		switch name := cl.Cost.Header; {
 		case name != "" && worst:
 			units = cl.Cost.Max
-			o.limits[i].CostMissing = true
+			o.Limits()[i].CostMissing = true
 		case name != "":
 			v, ok := reportedCost(hdr[name])
 			if ok {
@@ -92,7 +92,7 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 				o.UpstreamCost, o.HasUpstreamCost = v, true
 			} else {
 				units = cl.Cost.Min
-				o.limits[i].CostMissing = true
+				o.Limits()[i].CostMissing = true
 			}
 		}
 		if !worst && !cl.Count.Matches(code) || units == 0 {
@@ -125,7 +125,7 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 		return
 	}
 	for j := range n {
-		o.limits[idx[j]].Charged = reqs[j].Cost
+		o.Limits()[idx[j]].Charged = reqs[j].Cost
 	}
 }
 
@@ -146,17 +146,16 @@ func reportedCost(vals []string) (int64, bool) {
 // left out of the cost metrics and the access log's cost.
 func chargeFixed(sc *scratch) {
 	o := &sc.o
-	for i, cl := range sc.lims[:o.n] {
-		if cl.Cost.Units > 0 && !cl.Deferred() && o.limits[i].Allowed {
-			o.limits[i].Charged = cl.Cost.Units
+	for i, cl := range sc.lims[:len(o.Limits())] {
+		if cl.Cost.Units > 0 && !cl.Deferred() && o.Limits()[i].Allowed {
+			o.Limits()[i].Charged = cl.Cost.Units
 		}
 	}
 }
 
 // logChargeError logs a failed charge, at most once a second.
 func (h *Handler) logChargeError(err error) {
-	now, last := time.Now().UnixNano(), h.lastChargeLog.Load()
-	if now-last < int64(time.Second) || !h.lastChargeLog.CompareAndSwap(last, now) {
+	if !h.chargeLog.Allow(time.Now()) {
 		return
 	}
 	h.log.Error("charging a response's cost failed; the request stays uncounted (logged at most once a second)", "err", err)

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 )
 
@@ -44,7 +44,7 @@ func (u *costUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type costGW struct {
 	*gw
 	up      *costUpstream
-	metrics *Metrics
+	metrics *observe.Metrics
 	log     *bytes.Buffer
 }
 
@@ -54,11 +54,11 @@ func newCostGW(t *testing.T, rules, store string, srv *redistest.Server) *costGW
 	us := httptest.NewServer(up)
 	t.Cleanup(us.Close)
 	clock := gwtest.NewClock(t0)
-	m := NewMetrics(MetricsConfig{Registry: prometheus.NewRegistry(), Store: store, Version: "test"})
+	m := observe.NewMetrics(observe.MetricsConfig{Registry: prometheus.NewRegistry(), Store: store, Version: "test"})
 	logBuf := &bytes.Buffer{}
 	g := newGWWith(t, rules, us.URL, &upstreamRecorder{}, func(h *HandlerConfig, _ *UpstreamConfig) {
 		h.Now = clock.Now
-		h.Observers = append(h.Observers, m, NewAccessLog(&lockedWriter{w: logBuf}, nil))
+		h.Observers = append(h.Observers, m, observe.NewAccessLog(&lockedWriter{w: logBuf}, nil))
 		if store == "redis" {
 			red, err := limit.NewRedis(limit.RedisConfig{URL: srv.URL(), Timeout: 5 * time.Second, DecisionClock: clock.Now,
 				// The deny cache runs on the real clock, not the test's.
@@ -138,7 +138,7 @@ configs:
 		if n := g.up.served.Load(); n != 10 {
 			t.Errorf("the upstream served %d requests, want 10", n)
 		}
-		if got := testutil.ToFloat64(g.metrics.costUnits.WithLabelValues("app-1", "/v1/chat")); got != 1000 {
+		if got := metric(g.metrics, "gateway_cost_units_total", "app", "app-1", "api", "/v1/chat"); got != 1000 {
 			t.Errorf("gateway_cost_units_total: got %v, want 1000", got)
 		}
 		if !strings.Contains(g.log.String(), `"cost":100`) {
@@ -184,10 +184,10 @@ configs:
 		if n := g.up.served.Load(); n != 9 {
 			t.Errorf("the upstream served %d requests, want 9", n)
 		}
-		if got := testutil.ToFloat64(g.metrics.costUnits.WithLabelValues("app-1", "/v1/complete")); got != 400+500+10+10+80+500+490+1 {
+		if got := metric(g.metrics, "gateway_cost_units_total", "app", "app-1", "api", "/v1/complete"); got != 400+500+10+10+80+500+490+1 {
 			t.Errorf("gateway_cost_units_total: got %v, want %d", got, 400+500+10+10+80+500+490+1)
 		}
-		if got := testutil.ToFloat64(g.metrics.costMissing.WithLabelValues("app-1", "/v1/complete")); got != 2 {
+		if got := metric(g.metrics, "gateway_cost_header_missing_total", "app", "app-1", "api", "/v1/complete"); got != 2 {
 			t.Errorf("gateway_cost_header_missing_total: got %v, want 2", got)
 		}
 		// The access log has what was charged and what was reported.

@@ -3,8 +3,9 @@
 // whether the request may pass, and then forwards it to the upstream or
 // answers the refusal itself (docs/rules.md, "How a request is handled").
 // It decides on a compiled rule set (package ruleset), which it only
-// reads. It also holds, for now, the observers of decisions (metrics,
-// access log, /top).
+// reads. It reports each request to the observers (package observe)
+// through the Observer interface only, and does not know which observers
+// exist.
 //
 // It must not start listeners, read flags or signals, or own the process:
 // that is package server and cmd/gateway. It must not read the clock in

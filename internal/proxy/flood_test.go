@@ -20,6 +20,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
@@ -217,7 +218,7 @@ func runFlood(t *testing.T, n, workers int) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	metrics := NewMetrics(MetricsConfig{Registry: reg, Keys: store.Len})
+	metrics := observe.NewMetrics(observe.MetricsConfig{Registry: reg, Keys: store.Len})
 	clk := &floodClock{}
 	h, err := NewHandler(HandlerConfig{
 		Rules: rs, Store: store, Upstream: rp, Now: clk.now, Logger: log,

@@ -10,9 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/logthrottle"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
@@ -26,7 +27,7 @@ const (
 
 // maxLimitsPerRequest is how many limits one request can meet: the app
 // total and one API rule.
-const maxLimitsPerRequest = 2
+const maxLimitsPerRequest = observe.MaxLimits
 
 // Handler is the proxy's request path: identify the caller, normalize and
 // match the path, ask the store, then forward or reject. It is safe for
@@ -58,11 +59,11 @@ type Handler struct {
 	inFlight      inFlightCounts
 	jwt           *jwtCaller // nil without JWT verification
 	replayClaims  func(*http.Request) *jwtauth.Claims
-	// lastErrLog is when a store error was last logged (Unix ns): an
-	// outage fails every request, and one line a second tells as much.
-	lastErrLog atomic.Int64
-	// lastChargeLog is when a failed charge was last logged (Unix ns).
-	lastChargeLog atomic.Int64
+	// errLog lets a store error be logged once a second: an outage
+	// fails every request, and one line a second tells as much.
+	errLog logthrottle.Throttle
+	// chargeLog does the same for failed charges.
+	chargeLog logthrottle.Throttle
 	// waits are the requests waiting for room (wait.go); retryJitter
 	// the most added to a Retry-After.
 	waits       *waiters
@@ -240,121 +241,6 @@ func (h *Handler) Rules() *ruleset.Set { return h.rules.Load() }
 // on the set they started with.
 func (h *Handler) SetRules(rs *ruleset.Set) { h.rules.Store(rs) }
 
-// Outcome is what the handler did with one request, for an Observer.
-type Outcome struct {
-	// App is the metrics label of the caller: its configured app ID, or
-	// "*" for every other caller (unknown, or rejected as invalid).
-	App string
-	// AppID is the app ID the caller sent, if it was valid ("" if none).
-	AppID string
-	// API is the matched rule pattern, "" if none.
-	API string
-	// Route and Upstream name the route the request took and its
-	// upstream; "" when it went to --upstream or was refused before.
-	Route, Upstream string
-	// Path is the normalized path that was matched and forwarded; "" if
-	// the request was rejected before.
-	Path string
-	// ClientIP is the caller's address (see docs/security.md, "Security"); invalid
-	// for a request refused before its path was matched.
-	ClientIP netip.Addr
-	// Decision is what the limiter decided.
-	Decision Decision
-	// Status is the response status (499 when the client went away).
-	Status int
-	// Start is when the request reached the handler.
-	Start time.Time
-	// Duration is the whole request's time in the gateway.
-	Duration time.Duration
-	// LimiterDuration is the time the store took to decide (0 if it was
-	// not asked).
-	LimiterDuration time.Duration
-	// StoreError reports whether the store failed.
-	StoreError bool
-	// UpstreamDuration is the time spent forwarding (0 if not forwarded).
-	UpstreamDuration time.Duration
-	// UpstreamCost is the cost the upstream reported in a limit's cost
-	// header (docs/rules.md, "Request cost"), as it sent it, before any
-	// cap; valid when HasUpstreamCost.
-	UpstreamCost    int64
-	HasUpstreamCost bool
-	// ChargeError reports whether charging the response's cost failed.
-	ChargeError bool
-
-	limits [maxLimitsPerRequest]LimitOutcome
-	n      int
-	// claims are the caller's verified token's claims (replay's logged
-	// ones), read by the app claim, claim keys and the access log; nil
-	// without a token.
-	claims *jwtauth.Claims
-}
-
-// LimitOutcome is one limit's part in a decision.
-type LimitOutcome struct {
-	App, API  string
-	Limit     int64
-	Remaining int64
-	Allowed   bool
-	Shadow    bool
-	// By is what the limit's counters are shared by.
-	By config.By
-	// Key is the request's counter of the limit as the operator wrote
-	// it: "" for by app and global (the limit has one counter); the
-	// client address group for by ip, or for a missing value under
-	// missing: ip; the header or query value for a keyed limit, raw (not
-	// escaped as in the counter key), with the values of a combination
-	// joined by ", " and a value missing under missing: share as "".
-	// It may be as long as the values allowed (see ruleset.MaxKeyValueLen):
-	// observers bound what they keep.
-	Key string
-	// Missing reports whether Key is the client address group of a
-	// request that lacked the value the limit counts by (missing: ip),
-	// which Key alone cannot tell from a value that is an address.
-	Missing bool
-	// Charged is the number of units counted against a limit that sets
-	// cost or count (docs/rules.md, "Request cost"): its fixed cost when
-	// the request was admitted, or what its response was charged; 0 when
-	// nothing was counted, and for limits without cost or count.
-	Charged int64
-	// CostMissing reports whether the limit's cost header was missing
-	// from the response or not a whole number ≥ 0, so that its min was
-	// charged.
-	CostMissing bool
-	// Tokens reports whether the limit's cost is read from the response
-	// body (LLM tokens); Plan is the plan its rule comes from.
-	Tokens bool
-	Plan   string
-}
-
-// Cost returns the units counted for the request against its most
-// specific limit (its rule, else its app's total), 0 when none counted
-// it.
-func (o *Outcome) Cost() int64 {
-	if o.n == 0 {
-		return 0
-	}
-	return o.limits[o.n-1].Charged
-}
-
-// claimValue looks up a claim of the caller's verified token: "" without
-// one.
-func (o *Outcome) claimValue(name string) (string, string) {
-	if o.claims == nil {
-		return "", ""
-	}
-	return o.claims.Value(name)
-}
-
-// Limits returns the limits the request was decided against.
-func (o *Outcome) Limits() []LimitOutcome { return o.limits[:o.n] }
-
-// Observer receives the outcome of every request; metrics and access logs
-// hang here. Implementations must be safe for concurrent use and fast, and
-// must not keep o after they return: it is reused.
-type Observer interface {
-	ObserveRequest(r *http.Request, o *Outcome)
-}
-
 // logStoreError logs a store error, at most once a second, unless the
 // caller went away or the circuit breaker is open (the breaker's opening
 // was logged).
@@ -362,8 +248,7 @@ func (h *Handler) logStoreError(r *http.Request, err error) {
 	if r.Context().Err() != nil || errors.Is(err, limit.ErrCircuitOpen) {
 		return
 	}
-	now, last := time.Now().UnixNano(), h.lastErrLog.Load()
-	if now-last < int64(time.Second) || !h.lastErrLog.CompareAndSwap(last, now) {
+	if !h.errLog.Allow(time.Now()) {
 		return
 	}
 	h.log.Error("limiter failed; deciding by --fail-mode (logged at most once a second)",

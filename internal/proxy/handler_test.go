@@ -54,7 +54,7 @@ type observed struct {
 	more chan struct{} // signalled after each outcome
 }
 
-func (o *observed) ObserveRequest(_ *http.Request, oc *Outcome) {
+func (o *observed) ObserveRequest(oc *Outcome) {
 	o.mu.Lock()
 	o.out = append(o.out, *oc)
 	o.mu.Unlock()
@@ -84,6 +84,9 @@ func (o *observed) waitFor(t *testing.T, n int) {
 		}
 	}
 }
+
+// limitsOf returns the limits of an outcome that observed kept.
+func limitsOf(o Outcome) []LimitOutcome { return o.Limits() }
 
 func (o *observed) last() Outcome {
 	o.mu.Lock()

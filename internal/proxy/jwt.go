@@ -84,7 +84,7 @@ func (h *Handler) verifyCaller(w http.ResponseWriter, r *http.Request, sc *scrat
 		return false
 	}
 	if err == nil {
-		sc.o.claims, err = j.v.Verify(tok, sc.o.Start)
+		sc.o.Claims, err = j.v.Verify(tok, sc.o.Start)
 	}
 	if err != nil {
 		h.refuseToken(w, sc, err.Error())
@@ -109,7 +109,7 @@ func (h *Handler) appFromToken(w http.ResponseWriter, r *http.Request, sc *scrat
 		return "", false
 	}
 	name := h.jwt.appClaim
-	app, why := sc.o.claimValue(name)
+	app, why := sc.o.ClaimValue(name)
 	switch {
 	case why != "":
 		h.refuseToken(w, sc, "the token's "+name+" claim "+why)

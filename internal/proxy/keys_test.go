@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
@@ -285,7 +286,7 @@ func TestKeyedValuesNeverCollide(t *testing.T) {
 		t.Run(store, func(t *testing.T) {
 			t.Parallel()
 			reg := prometheus.NewRegistry()
-			m := NewMetrics(MetricsConfig{Registry: reg, Store: store, Version: "test"})
+			m := observe.NewMetrics(observe.MetricsConfig{Registry: reg, Store: store, Version: "test"})
 			var red *redistest.Server
 			var g *gw
 			if store == "memory" {

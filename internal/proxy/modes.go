@@ -5,57 +5,6 @@ import (
 	"strings"
 )
 
-// Decision is what the gateway did with a request: the decision label of
-// the request metrics and of the access log (docs/operations.md, "Metrics").
-type Decision uint8
-
-// The decisions.
-const (
-	DecisionAllowed Decision = iota
-	DecisionLimited
-	DecisionShadowLimited
-	DecisionUnmatched
-	DecisionInvalid
-	DecisionFailOpen
-	DecisionFailClosed
-	// DecisionUnauthorized is a caller refused before any limit: an app
-	// with keys named without one of them (401), or an unknown caller
-	// under --unknown-callers reject (403).
-	DecisionUnauthorized
-	// DecisionConcurrencyLimited is a request refused because its
-	// caller had as many requests in flight as a concurrency limit
-	// allows (429 too_many_in_flight).
-	DecisionConcurrencyLimited
-	numDecisions
-)
-
-var decisionNames = [numDecisions]string{
-	"allowed", "limited", "shadow_limited", "unmatched",
-	"invalid", "fail_open", "fail_closed", "unauthorized",
-	"concurrency_limited",
-}
-
-// String returns the decision's label, e.g. "shadow_limited".
-func (d Decision) String() string {
-	if d < numDecisions {
-		return decisionNames[d]
-	}
-	return fmt.Sprintf("Decision(%d)", uint8(d))
-}
-
-// MarshalText returns the decision's label.
-func (d Decision) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
-
-// ParseDecision returns the decision whose label is s.
-func ParseDecision(s string) (Decision, bool) {
-	for i, name := range decisionNames {
-		if name == s {
-			return Decision(i), true
-		}
-	}
-	return 0, false
-}
-
 // HeaderMode selects which rate-limit headers responses carry. It is a
 // pflag.Value, for --ratelimit-headers.
 type HeaderMode uint8

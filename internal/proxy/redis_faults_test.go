@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-gateway/gateway/internal/eventually"
@@ -184,7 +183,7 @@ func testRedisFault(t *testing.T, mode FailMode, f redisFault, ip string) {
 		defer mu.Unlock()
 		return background[byRedis] >= 20
 	}, "the load is not decided by Redis before the fault: %v", background)
-	errs0 := testutil.ToFloat64(g.metrics.storeErrors)
+	errs0 := metric(g.metrics, "gateway_store_errors_total")
 
 	// The fault, and the requests while it lasts.
 	during := map[string]int{}
@@ -220,7 +219,7 @@ func testRedisFault(t *testing.T, mode FailMode, f redisFault, ip string) {
 		}
 	}
 	stopLoad()
-	errs := testutil.ToFloat64(g.metrics.storeErrors) - errs0
+	errs := metric(g.metrics, "gateway_store_errors_total") - errs0
 	t.Logf("Redis decides again %v after the fault ended; during it: %v; the load: %v; %v store errors",
 		took, during, background, errs)
 

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 )
 
@@ -22,7 +22,7 @@ import (
 type redisGW struct {
 	*gw
 	red     *limit.Redis
-	metrics *Metrics
+	metrics *observe.Metrics
 }
 
 // newRedisGW returns a gateway whose store is a Redis store on srv with
@@ -31,7 +31,7 @@ type redisGW struct {
 // the test is about timeouts (the default 25ms is a production value).
 func newRedisGW(t *testing.T, rules string, srv *redistest.Server, mode FailMode, timeout time.Duration, opts ...func(*limit.RedisConfig)) *redisGW {
 	t.Helper()
-	var m *Metrics
+	var m *observe.Metrics
 	rcfg := limit.RedisConfig{URL: srv.URL(), Timeout: timeout, OnCircuitChange: func(open bool) { m.SetCircuitOpen(open) }}
 	for _, o := range opts {
 		o(&rcfg)
@@ -41,7 +41,7 @@ func newRedisGW(t *testing.T, rules string, srv *redistest.Server, mode FailMode
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { red.Close() })
-	m = NewMetrics(MetricsConfig{Registry: prometheus.NewRegistry(), Store: "redis", Version: "test"})
+	m = observe.NewMetrics(observe.MetricsConfig{Registry: prometheus.NewRegistry(), Store: "redis", Version: "test"})
 	g := newGW(t, rules, func(h *HandlerConfig, _ *UpstreamConfig) {
 		h.Store, h.FailMode = red, mode
 		h.Observers = append(h.Observers, m)
@@ -249,7 +249,7 @@ func testOutage(t *testing.T, mode FailMode, how string) {
 		bodies    []string
 		measuring bool
 	)
-	open := func() bool { return testutil.ToFloat64(g.metrics.circuitOpen) == 1 }
+	open := func() bool { return metric(g.metrics, "gateway_store_circuit_open") == 1 }
 	deadline := time.Now().Add(60 * time.Second)
 	var wg sync.WaitGroup
 	for w := range 2 {
@@ -321,7 +321,7 @@ func testOutage(t *testing.T, mode FailMode, how string) {
 		}
 	}
 	// Every request was a store error but those admitted from leases.
-	if got, want := testutil.ToFloat64(g.metrics.storeErrors), len(latencies)-int(g.red.Stats().LeaseSpent); got < float64(want) {
+	if got, want := metric(g.metrics, "gateway_store_errors_total"), len(latencies)-int(g.red.Stats().LeaseSpent); got < float64(want) {
 		t.Errorf("store errors: got %v, want at least %d", got, want)
 	}
 

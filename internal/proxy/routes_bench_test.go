@@ -16,6 +16,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/upstream"
 )
@@ -70,7 +71,7 @@ routes: [{path: /v1, upstream: users}]
 			if err != nil {
 				b.Fatal(err)
 			}
-			m := NewMetrics(MetricsConfig{Registry: prometheus.NewRegistry()})
+			m := observe.NewMetrics(observe.MetricsConfig{Registry: prometheus.NewRegistry()})
 			reg, _ := upstream.New(upstream.Config{Events: m, Logger: quiet})
 			fw := UpstreamConfig{Logger: quiet, Events: m}
 			rs, err := ruleset.CompileWith(parsed, time.Now(), ruleset.CompileOptions{Routes: &ruleset.RouteOptions{Registry: reg, Forwarder: RouteForwarder(fw)}})
@@ -87,7 +88,7 @@ routes: [{path: /v1, upstream: users}]
 			if err != nil {
 				b.Fatal(err)
 			}
-			h, err := NewHandler(HandlerConfig{Rules: rs, Store: store, Upstream: rp, Logger: quiet, Observers: []Observer{m, NewTop(TopConfig{})}})
+			h, err := NewHandler(HandlerConfig{Rules: rs, Store: store, Upstream: rp, Logger: quiet, Observers: []Observer{m, observe.NewTop(observe.TopConfig{})}})
 			if err != nil {
 				b.Fatal(err)
 			}

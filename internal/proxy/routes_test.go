@@ -21,6 +21,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/upstream"
 )
@@ -63,7 +64,7 @@ type routed struct {
 	srv *httptest.Server
 	reg *upstream.Registry
 	obs *observed
-	top *Top
+	top *observe.Top
 }
 
 func (g *routed) compile(t *testing.T, rules string, noDefault bool) *ruleset.Set {
@@ -97,7 +98,7 @@ func newRouted(t *testing.T, rules, defaultURL string) *routed {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &routed{reg: reg, obs: &observed{more: make(chan struct{}, 1)}, top: NewTop(TopConfig{})}
+	g := &routed{reg: reg, obs: &observed{more: make(chan struct{}, 1)}, top: observe.NewTop(observe.TopConfig{})}
 	rs := g.compile(t, rules, defaultURL == "")
 	reg.Commit(rs.Upstreams())
 	store, err := limit.NewMemory(limit.MemoryConfig{})

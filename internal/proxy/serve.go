@@ -77,7 +77,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// the stream of one itself, and a flush there would end a gRPC
 	// refusal's Trailers-Only response early.
 	sc.sw = statusWriter{ResponseWriter: w, unread: r.ContentLength != 0 && r.ProtoMajor == 1}
-	sc.o.Start = h.now()
+	sc.o.Start, sc.o.Method = h.now(), r.Method
 	defer func() {
 		// ReverseProxy aborts a response whose upstream broke mid-body
 		// by panicking with http.ErrAbortHandler, so that the client
@@ -87,7 +87,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if p := recover(); p != nil {
 			h.release(sc)
 			if !sc.observed { // not a panic of an observer
-				h.observe(r, sc)
+				h.observe(sc)
 			}
 			panic(p)
 		}
@@ -107,18 +107,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if sc.sw.unread && !sc.sw.forwarding && sc.sw.status != 0 {
 		closeUnread(&sc.sw)
 	}
-	h.observe(r, sc)
+	h.observe(sc)
 }
 
 // observe completes the outcome of a served request and hands it to the
 // observers.
-func (h *Handler) observe(r *http.Request, sc *scratch) {
+func (h *Handler) observe(sc *scratch) {
 	sc.observed = true
 	o := &sc.o
 	o.Status = sc.sw.status
 	o.Duration = h.now().Sub(o.Start)
 	for _, obs := range h.observers {
-		obs.ObserveRequest(r, o)
+		obs.ObserveRequest(o)
 	}
 }
 
@@ -277,7 +277,7 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *ruleset.Sect
 			q.Overflow, sc.shown[i] = cl.Overflow, group()
 		case ruleset.KeyAttrs:
 			q.Overflow = cl.Overflow
-			sc.shown[i], sc.missing[i] = shownKey(r, cl, group, sc.o.claimValue)
+			sc.shown[i], sc.missing[i] = shownKey(cl, group, &sc.o)
 		}
 	}
 	return true
@@ -303,13 +303,14 @@ func (h *Handler) counterKey(w http.ResponseWriter, r *http.Request, cl *ruleset
 		return "", false
 	}
 	if cl.Claims && h.replayClaims != nil && !sc.jwtDone {
-		sc.o.claims, sc.jwtDone = h.replayClaims(r), true
+		sc.o.Claims, sc.jwtDone = h.replayClaims(r), true
 	}
 	switch cl.Kind {
 	case ruleset.KeyIP:
 		return cl.Key + "|" + group(), true
 	case ruleset.KeyAttrs:
-		key, code, msg := cl.AttrKey(r.Header, r.URL.RawQuery, group, sc.o.claimValue)
+		readKeys(r, cl, &sc.o)
+		key, code, msg := cl.AttrKey(r.URL.RawQuery, group, &sc.o)
 		if code != "" {
 			sc.o.Decision = DecisionInvalid
 			WriteError(w, http.StatusBadRequest, code, msg)
@@ -360,13 +361,13 @@ func (h *Handler) decide(r *http.Request, sc *scratch) {
 		o.Decision = DecisionFailOpen
 		return
 	}
+	o.ResetLimits()
 	for i, cl := range lims {
-		o.limits[i] = LimitOutcome{
+		o.AddLimit(LimitOutcome{
 			App: cl.App, API: cl.API, Limit: res[i].Limit, Remaining: res[i].Remaining,
 			Allowed: res[i].Allowed, Shadow: cl.Shadow, By: cl.By, Key: sc.shown[i], Missing: sc.missing[i],
-		}
+		})
 	}
-	o.n = n
 	if !allowed {
 		o.Decision = DecisionLimited
 		return
@@ -391,11 +392,11 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 			"the rate limiter cannot decide right now; retry shortly")
 		return
 	case DecisionLimited:
-		h.writeHeaders(w.Header(), sc.lims[:o.n], sc.res[:o.n])
-		h.reject(w, sc.lims[:o.n], sc.res[:o.n])
+		h.writeHeaders(w.Header(), sc.lims[:len(o.Limits())], sc.res[:len(o.Limits())])
+		h.reject(w, sc.lims[:len(o.Limits())], sc.res[:len(o.Limits())])
 		return
 	}
-	h.writeHeaders(w.Header(), sc.lims[:o.n], sc.res[:o.n])
+	h.writeHeaders(w.Header(), sc.lims[:len(o.Limits())], sc.res[:len(o.Limits())])
 	chargeFixed(sc)
 	ctx := r.Context()
 	if h.startCharging(r, sc) {

@@ -77,8 +77,8 @@ func (t *tokenTap) used() (int64, bool) {
 // that admitted the request. It returns nil when there are none.
 func (h *Handler) startMetering(sc *scratch) *tokenTap {
 	o := &sc.o
-	for i, cl := range sc.lims[:o.n] {
-		if cl.BodyCost() && o.limits[i].Allowed {
+	for i, cl := range sc.lims[:len(o.Limits())] {
+		if cl.BodyCost() && o.Limits()[i].Allowed {
 			// The limits of one request share its body: one meter reads
 			// the paths of the first. Rules that read different fields
 			// of one response are not expected.
@@ -102,8 +102,8 @@ func (h *Handler) settleTokens(r *http.Request, sc *scratch, t *tokenTap, broken
 	var releases [maxLimitsPerRequest]limit.Request
 	var idx [maxLimitsPerRequest]int
 	n, nr := 0, 0
-	for i, cl := range sc.lims[:o.n] {
-		if !cl.BodyCost() || !o.limits[i].Allowed {
+	for i, cl := range sc.lims[:len(o.Limits())] {
+		if !cl.BodyCost() || !o.Limits()[i].Allowed {
 			continue
 		}
 		q := sc.reqs[i]
@@ -120,7 +120,7 @@ func (h *Handler) settleTokens(r *http.Request, sc *scratch, t *tokenTap, broken
 			total = min(used, cl.Cost.Max)
 			o.UpstreamCost, o.HasUpstreamCost = used, true
 		} else {
-			o.limits[i].CostMissing = true
+			o.Limits()[i].CostMissing = true
 		}
 		if !cl.Count.Matches(sc.sw.status) {
 			total = 0
@@ -128,7 +128,7 @@ func (h *Handler) settleTokens(r *http.Request, sc *scratch, t *tokenTap, broken
 		if broken {
 			total = max(total, reserved)
 		}
-		o.limits[i].Charged, o.limits[i].Tokens, o.limits[i].Plan = total, true, cl.Plan
+		o.Limits()[i].Charged, o.Limits()[i].Tokens, o.Limits()[i].Plan = total, true, cl.Plan
 		if total == 0 {
 			continue
 		}
@@ -149,7 +149,7 @@ func (h *Handler) settleTokens(r *http.Request, sc *scratch, t *tokenTap, broken
 		o.ChargeError = true
 		h.logChargeError(err)
 		for j := range n {
-			o.limits[idx[j]].Charged -= charges[j].Cost
+			o.Limits()[idx[j]].Charged -= charges[j].Cost
 		}
 	}
 }

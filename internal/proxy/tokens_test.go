@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 )
 
@@ -209,7 +209,7 @@ func TestTokenBudgetExact(t *testing.T) {
 						}
 					}
 				}
-				if got := g.obs.last().limits[0].Charged; got != 0 {
+				if got := limitsOf(g.obs.last())[0].Charged; got != 0 {
 					t.Errorf("refused request charged %d", got)
 				}
 			})
@@ -306,7 +306,7 @@ func TestTokenBudgetReserveSettled(t *testing.T) {
 		if resp.StatusCode != 200 {
 			t.Fatalf("step %d: status %d", i, resp.StatusCode)
 		}
-		if got := g.obs.last().limits[0].Charged; got != int64(tokens) {
+		if got := limitsOf(g.obs.last())[0].Charged; got != int64(tokens) {
 			t.Errorf("step %d: charged %d, want %d", i, got, tokens)
 		}
 	}
@@ -388,7 +388,7 @@ func TestTokenStreamUnbuffered(t *testing.T) {
 	}
 	resp.Body.Close()
 	g.obs.waitFor(t, 1)
-	if got := g.obs.last().limits[0].Charged; got != 30 {
+	if got := limitsOf(g.obs.last())[0].Charged; got != 30 {
 		t.Errorf("charged %d, want 30", got)
 	}
 }
@@ -399,7 +399,7 @@ func TestTokenMetrics(t *testing.T) {
 	llm := newLLMUpstream()
 	us := httptest.NewServer(llm)
 	t.Cleanup(us.Close)
-	m := NewMetrics(MetricsConfig{Registry: prometheus.NewRegistry(), Store: "memory", Version: "test"})
+	m := observe.NewMetrics(observe.MetricsConfig{Registry: prometheus.NewRegistry(), Store: "memory", Version: "test"})
 	g := newGWWith(t, `
 plans:
   - name: gold
@@ -421,7 +421,7 @@ configs:
 		app, plan string
 		want      float64
 	}{{"app-1", "gold", 60}, {"app-2", "", 30}} {
-		if got := testutil.ToFloat64(m.tokenUnits.WithLabelValues(tc.app, tc.plan)); got != tc.want {
+		if got := metric(m, "gateway_token_units_total", "app", tc.app, "plan", tc.plan); got != tc.want {
 			t.Errorf("tokens of %s on plan %q: got %v, want %v", tc.app, tc.plan, got, tc.want)
 		}
 	}

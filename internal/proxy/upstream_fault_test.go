@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 )
 
 // These tests put the real Handler, wired as Run wires it (metrics as an
@@ -46,7 +46,7 @@ configs:
 // liveGW is a gateway served over a real loopback server.
 type liveGW struct {
 	*gw
-	m      *Metrics
+	m      *observe.Metrics
 	url    string // the gateway's base URL
 	client *http.Client
 	logw   *lockedWriter
@@ -60,7 +60,7 @@ func newLiveGW(t *testing.T, upstreamURL string, opts ...gwOption) *liveGW {
 	logbuf := &bytes.Buffer{}
 	logw := &lockedWriter{w: logbuf}
 	log := slog.New(slog.NewTextHandler(logw, nil))
-	m := NewMetrics(MetricsConfig{Registry: prometheus.NewRegistry(), Version: "test"})
+	m := observe.NewMetrics(observe.MetricsConfig{Registry: prometheus.NewRegistry(), Version: "test"})
 	wire := func(h *HandlerConfig, u *UpstreamConfig) {
 		h.Logger, u.Logger = log, log
 		h.Observers = append(h.Observers, m)
@@ -92,7 +92,7 @@ func (g *liveGW) get(ctx context.Context, path string) (*http.Response, error) {
 }
 
 func (g *liveGW) upstreamErrors(kind string) float64 {
-	return testutil.ToFloat64(g.m.upstreamErrors.WithLabelValues(kind))
+	return metric(g.m, "gateway_upstream_errors_total", "kind", kind)
 }
 
 // closedPortURL returns the URL of a loopback port nothing listens on.
@@ -316,7 +316,7 @@ func TestRealUpstreamResetMidResponse(t *testing.T) {
 			if first.Path != "/reset" || first.Status != 200 || first.Decision != DecisionAllowed {
 				t.Errorf("the reset request's outcome: path %q, status %d, decision %s; want /reset, 200, allowed", first.Path, first.Status, first.Decision)
 			}
-			if got := testutil.ToFloat64(g.m.requests.WithLabelValues("app-1", "/", DecisionAllowed.String())); got != 2 {
+			if got := metric(g.m, "gateway_requests_total", "app", "app-1", "api", "/", "decision", DecisionAllowed.String()); got != 2 {
 				t.Errorf("requests{app-1, /, allowed}: got %v, want 2: both requests counted", got)
 			}
 			logs := g.logs()
@@ -611,7 +611,7 @@ func TestRealUpstreamUpgradeTunnel(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests || body["error"] != "rate_limited" || body["api"] != "/ws" {
 		t.Errorf("second upgrade: got %d %v, want 429 rate_limited on /ws", resp.StatusCode, body)
 	}
-	if got := testutil.ToFloat64(g.m.requests.WithLabelValues("app-1", "/ws", DecisionLimited.String())); got != 1 {
+	if got := metric(g.m, "gateway_requests_total", "app", "app-1", "api", "/ws", "decision", DecisionLimited.String()); got != 1 {
 		t.Errorf("requests{app-1,/ws,limited}: got %v, want 1", got)
 	}
 }

@@ -165,7 +165,7 @@ func (h *Handler) waitForRoom(r *http.Request, sc *scratch) {
 func waitable(sc *scratch) (budget, wait time.Duration, key string, ok bool) {
 	o := &sc.o
 	budget = -1
-	for i := range o.n {
+	for i := range len(o.Limits()) {
 		cl, res := sc.lims[i], &sc.res[i]
 		if res.Allowed || cl.Shadow {
 			continue

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 
@@ -33,17 +34,15 @@ type genRequest struct {
 }
 
 // writeAccessLog writes reqs as the gateway's access log does (the real
-// proxy.AccessLog). Only what replay reads matters; the rest is filler.
+// observe.AccessLog). Only what replay reads matters; the rest is filler.
 func writeAccessLog(w io.Writer, reqs []genRequest) {
-	al := proxy.NewAccessLog(w, nil)
-	r := &http.Request{}
+	al := observe.NewAccessLog(w, nil)
 	for _, q := range reqs {
-		r.Method = q.method
-		o := &proxy.Outcome{App: "*", AppID: q.app, Path: q.path, Decision: proxy.DecisionAllowed, Status: 200, Start: q.at}
+		o := &proxy.Outcome{App: "*", AppID: q.app, Method: q.method, Path: q.path, Decision: proxy.DecisionAllowed, Status: 200, Start: q.at}
 		if q.ip != "" {
 			o.ClientIP = netip.MustParseAddr(q.ip)
 		}
-		al.ObserveRequest(r, o)
+		al.ObserveRequest(o)
 	}
 }
 
@@ -189,7 +188,7 @@ func newLiveGateway(t *testing.T, rules string, log io.Writer, opts ...func(*pro
 		Now: func() time.Time { return g.now }, Observers: []proxy.Observer{g},
 	}
 	if log != nil {
-		cfg.Observers = append(cfg.Observers, proxy.NewAccessLog(log, nil))
+		cfg.Observers = append(cfg.Observers, observe.NewAccessLog(log, nil))
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -202,4 +201,4 @@ func newLiveGateway(t *testing.T, rules string, log io.Writer, opts ...func(*pro
 
 // ObserveRequest keeps the decision. The test serves one request at a
 // time.
-func (g *liveGateway) ObserveRequest(_ *http.Request, o *proxy.Outcome) { g.last = o.Decision }
+func (g *liveGateway) ObserveRequest(o *proxy.Outcome) { g.last = o.Decision }

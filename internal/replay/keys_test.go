@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth/jwttest"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 )
 
@@ -85,7 +86,7 @@ func TestReplayKeyedRules(t *testing.T) {
 	if limited < 200 || limited > len(reqs)-200 {
 		t.Fatalf("the traffic should exercise the limits: %d of %d limited", limited, len(reqs))
 	}
-	if strings.Contains(logBuf.String(), "alice") || !strings.Contains(logBuf.String(), `"key_hash.header:X-User-Id":"`+proxy.KeyHash("alice")+`"`) {
+	if strings.Contains(logBuf.String(), "alice") || !strings.Contains(logBuf.String(), `"key_hash.header:X-User-Id":"`+observe.KeyHash("alice")+`"`) {
 		t.Fatal("the access log should carry the users' hashes, not their IDs")
 	}
 	seen := 0
@@ -186,7 +187,7 @@ configs:
 		t.Fatalf("the traffic should exercise the limit: %d of 300 limited", limited)
 	}
 	if strings.Contains(logBuf.String(), "alice") || strings.Contains(logBuf.String(), "eyJ") ||
-		!strings.Contains(logBuf.String(), `"key_hash.claim:sub":"`+proxy.KeyHash("alice")+`"`) {
+		!strings.Contains(logBuf.String(), `"key_hash.claim:sub":"`+observe.KeyHash("alice")+`"`) {
 		t.Fatalf("the access log should carry the subjects' hashes, never the subjects or tokens:\n%.600s", logBuf.String())
 	}
 	seen := 0

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
@@ -86,8 +87,8 @@ type rawLine struct {
 	have      uint16 // fields present
 	nonString uint16 // fields present with a value that is not a string
 	// (its raw JSON is in vals: status and upstream_cost are numbers)
-	// keys are the string fields named proxy.KeyHashField or
-	// proxy.KeyValueField and a key part: name (without the prefix) and
+	// keys are the string fields named observe.KeyHashField or
+	// observe.KeyValueField and a key part: name (without the prefix) and
 	// value.
 	keys  [maxKeyFields][2][]byte
 	nkeys int
@@ -95,9 +96,9 @@ type rawLine struct {
 
 // addKey keeps the field key with string value val if it is a key field.
 func (f *rawLine) addKey(key, val []byte) {
-	part, ok := bytes.CutPrefix(key, []byte(proxy.KeyHashField))
+	part, ok := bytes.CutPrefix(key, []byte(observe.KeyHashField))
 	if !ok {
-		part, ok = bytes.CutPrefix(key, []byte(proxy.KeyValueField))
+		part, ok = bytes.CutPrefix(key, []byte(observe.KeyValueField))
 	}
 	if ok && f.nkeys < maxKeyFields {
 		f.keys[f.nkeys] = [2][]byte{part, val}

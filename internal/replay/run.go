@@ -167,7 +167,7 @@ func (run *replayRun) setKeys(keys []keyValue) {
 }
 
 // ObserveRequest records the outcome. It implements proxy.Observer.
-func (run *replayRun) ObserveRequest(_ *http.Request, o *proxy.Outcome) {
+func (run *replayRun) ObserveRequest(o *proxy.Outcome) {
 	run.out = replayOutcome{app: o.App, api: o.API, decision: o.Decision}
 }
 

@@ -7,15 +7,14 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"google.golang.org/grpc/status"
-
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
 )
 
 // AccessLog writes one JSON line per ShouldRateLimit call (--access-log),
 // in the handler of `gateway serve`'s access log: "time" is when the
 // call was decided, to the nanosecond. Descriptor values are written as
-// the first 16 hex digits of their sha256 (proxy.KeyHash), as serve
+// the first 16 hex digits of their sha256 (observe.KeyHash), as serve
 // writes the values of keyed limits, unless SetRawValues: they are
 // client addresses, user IDs and the like. Keys are written as they are.
 // It is safe for concurrent use.
@@ -28,7 +27,7 @@ type AccessLog struct {
 // OpenAccessLog opens dest: "stdout", "stderr", or a file path, appended
 // to.
 func OpenAccessLog(dest string) (*AccessLog, error) {
-	w, c, err := proxy.OpenLogDest(dest)
+	w, c, err := observe.OpenLogDest(dest)
 	if err != nil {
 		return nil, err
 	}
@@ -38,7 +37,7 @@ func OpenAccessLog(dest string) (*AccessLog, error) {
 // NewAccessLog returns an AccessLog writing to w; Close closes c if not
 // nil.
 func NewAccessLog(w io.Writer, c io.Closer) *AccessLog {
-	return &AccessLog{h: proxy.NewLogLineHandler(w), c: c}
+	return &AccessLog{h: observe.NewLogLineHandler(w), c: c}
 }
 
 // SetRawValues writes descriptor values as they are rather than hashed.
@@ -92,7 +91,7 @@ func (a *AccessLog) ObserveCall(c *Call) {
 			if a.raw {
 				v = cut(v)
 			} else {
-				v = proxy.KeyHash(v)
+				v = observe.KeyHash(v)
 			}
 			ld.Entries = append(ld.Entries, [2]string{cut(e.GetKey()), v})
 		}

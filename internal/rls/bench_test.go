@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
 )
 
@@ -44,9 +44,9 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	b.Run("bare", func(b *testing.B) { benchShouldRateLimit(b, newBenchService(b)) })
 	// As `gateway rls` runs: top talkers always, the access log when
 	// asked (here to io.Discard, the cost of the line without the disk).
-	b.Run("top", func(b *testing.B) { benchShouldRateLimit(b, newBenchService(b, NewTop(proxy.TopConfig{}))) })
+	b.Run("top", func(b *testing.B) { benchShouldRateLimit(b, newBenchService(b, NewTop(observe.TopConfig{}))) })
 	b.Run("top+accesslog", func(b *testing.B) {
-		benchShouldRateLimit(b, newBenchService(b, NewTop(proxy.TopConfig{}), NewAccessLog(io.Discard, nil)))
+		benchShouldRateLimit(b, newBenchService(b, NewTop(observe.TopConfig{}), NewAccessLog(io.Discard, nil)))
 	})
 }
 

@@ -13,15 +13,14 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
 )
 
 func TestTop(t *testing.T) {
 	t.Parallel()
-	top := NewTop(proxy.TopConfig{K: 3, Period: time.Minute})
+	top := NewTop(observe.TopConfig{K: 3, Period: time.Minute})
 	h := newHarness(t, Config{Observers: []Observer{top}})
 	// sliding allows 2 a minute per value: heavy is admitted twice and
 	// denied 8 times, mid twice and 4 times.
@@ -64,7 +63,7 @@ func TestTop(t *testing.T) {
 	if len(s.Keys) != 3 {
 		t.Fatalf("sliding keys: got %d (%+v), want K = 3", len(s.Keys), s.Keys)
 	}
-	for i, want := range []proxy.TopKey{
+	for i, want := range []observe.TopKey{
 		{Key: "sliding=heavy", Count: 10, Admitted: 2, Limited: 8},
 		{Key: "sliding=mid", Count: 6, Admitted: 2, Limited: 4},
 	} {
@@ -147,14 +146,14 @@ func TestAccessLog(t *testing.T) {
 		if b, _ := json.Marshal(lines[3]); len(b) > 2*MaxKeyBytes {
 			t.Errorf("raw %v: the line of a 512 KiB value is %d bytes, want at most %d", raw, len(b), 2*MaxKeyBytes)
 		}
-		u1 := proxy.KeyHash("u1")
+		u1 := observe.KeyHash("u1")
 		if raw {
 			u1 = "u1"
 		}
 		first, _ := json.Marshal(lines[0]["descriptors"])
 		wantDescs := `[{"code":"OVER_LIMIT","entries":[["sliding","` + u1 + `"]],"limit":"2/minute","remaining":0,"reset":60},` +
-			`{"code":"OK","entries":[["pair","` + map[bool]string{false: proxy.KeyHash("b"), true: "b"}[raw] + `"]],"hits_addend":0,"limit":"1/minute","remaining":1},` +
-			`{"code":"OK","entries":[["nothing","` + map[bool]string{false: proxy.KeyHash("here"), true: "here"}[raw] + `"]],"remaining":0}]`
+			`{"code":"OK","entries":[["pair","` + map[bool]string{false: observe.KeyHash("b"), true: "b"}[raw] + `"]],"hits_addend":0,"limit":"1/minute","remaining":1},` +
+			`{"code":"OK","entries":[["nothing","` + map[bool]string{false: observe.KeyHash("here"), true: "here"}[raw] + `"]],"remaining":0}]`
 		if string(first) != wantDescs {
 			t.Errorf("raw %v: descriptors:\n got %s\nwant %s", raw, first, wantDescs)
 		}

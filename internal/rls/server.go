@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
 	"github.com/ratelimit-gateway/gateway/internal/server"
@@ -56,7 +57,7 @@ type ServerConfig struct {
 	// "stdout", "stderr" or a file path (AccessLog).
 	AccessLog string
 	// AccessLogKeys writes descriptor values to the access log as they
-	// are; by default it writes their hashes (proxy.KeyHash).
+	// are; by default it writes their hashes (observe.KeyHash).
 	AccessLogKeys bool
 	// ShutdownTimeout bounds the drain of calls in flight.
 	ShutdownTimeout time.Duration
@@ -167,7 +168,7 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 	closers = append(closers, s.stores.Close)
 	s.stores.Register(reg)
 	s.metrics = NewMetrics(reg)
-	s.top = NewTop(proxy.TopConfig{})
+	s.top = NewTop(observe.TopConfig{})
 	observers := []Observer{s.top}
 	if cfg.AccessLog != "" {
 		if s.alog, err = OpenAccessLog(cfg.AccessLog); err != nil {
@@ -424,8 +425,8 @@ type topView struct {
 	// At is when the listing was taken.
 	At time.Time `json:"at"`
 	// K is how many values each descriptor keeps.
-	K      int              `json:"k"`
-	Limits []proxy.TopLimit `json:"limits"`
+	K      int                `json:"k"`
+	Limits []observe.TopLimit `json:"limits"`
 }
 
 // topHandler serves GET /top[?domain=D]: per domain and descriptor, the

@@ -10,7 +10,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/topk"
 )
 
@@ -44,11 +44,11 @@ type topLimit struct {
 }
 
 // NewTop returns an empty Top; cfg's zero fields take
-// proxy.DefaultTopK and proxy.DefaultTopPeriod, as `gateway serve` has.
-func NewTop(cfg proxy.TopConfig) *Top {
+// observe.DefaultTopK and observe.DefaultTopPeriod, as `gateway serve` has.
+func NewTop(cfg observe.TopConfig) *Top {
 	return &Top{
-		k:      cmp.Or(cfg.K, proxy.DefaultTopK),
-		period: cmp.Or(cfg.Period, proxy.DefaultTopPeriod),
+		k:      cmp.Or(cfg.K, observe.DefaultTopK),
+		period: cmp.Or(cfg.Period, observe.DefaultTopPeriod),
 		limits: map[topLabels]*topLimit{},
 	}
 }
@@ -108,7 +108,7 @@ func (t *Top) limit(domain, path string) *topLimit {
 // domain and path, in the shape of `gateway serve`'s GET /top: App is
 // the domain, API the descriptor's path, a Key the request's entries
 // ("key=value, key=value").
-func (t *Top) Snapshot(now time.Time, domain string) []proxy.TopLimit {
+func (t *Top) Snapshot(now time.Time, domain string) []observe.TopLimit {
 	t.mu.RLock()
 	type named struct {
 		k  topLabels
@@ -121,7 +121,7 @@ func (t *Top) Snapshot(now time.Time, domain string) []proxy.TopLimit {
 		}
 	}
 	t.mu.RUnlock()
-	out := make([]proxy.TopLimit, 0, len(lims))
+	out := make([]observe.TopLimit, 0, len(lims))
 	for _, l := range lims {
 		l.tl.mu.Lock()
 		keys, n, from := l.tl.w.Top(now)
@@ -135,13 +135,13 @@ func (t *Top) Snapshot(now time.Time, domain string) []proxy.TopLimit {
 			t.mu.Unlock()
 			continue
 		}
-		shown := make([]proxy.TopKey, len(keys))
+		shown := make([]observe.TopKey, len(keys))
 		for i, k := range keys {
-			shown[i] = proxy.TopKey{Key: k.Key, Count: k.Count, Error: k.Error, Admitted: k.Admitted, Limited: k.Limited}
+			shown[i] = observe.TopKey{Key: k.Key, Count: k.Count, Error: k.Error, Admitted: k.Admitted, Limited: k.Limited}
 		}
-		out = append(out, proxy.TopLimit{App: l.k.domain, API: l.k.path, By: TopBy, Requests: n, From: from.UTC(), Keys: shown})
+		out = append(out, observe.TopLimit{App: l.k.domain, API: l.k.path, By: TopBy, Requests: n, From: from.UTC(), Keys: shown})
 	}
-	slices.SortFunc(out, func(a, b proxy.TopLimit) int {
+	slices.SortFunc(out, func(a, b observe.TopLimit) int {
 		return cmp.Or(strings.Compare(a.App, b.App), strings.Compare(a.API, b.API))
 	})
 	return out

@@ -150,7 +150,7 @@ func explainKey(cl *Limit, q ExplainRequest, rawQuery string) (line string, refu
 		if q.Claims != nil {
 			claims = jwtauth.ClaimsOf(q.Claims).Value
 		}
-		key, code, msg := cl.AttrKey(q.Header, rawQuery, group, claims)
+		key, code, msg := cl.AttrKey(rawQuery, group, requestValues{q.Header, rawQuery, claims})
 		if code != "" {
 			return "    counted by " + string(cl.By) + ": refused with 400 " + code + ": " + msg + "\n", true
 		}
@@ -230,4 +230,16 @@ func describe(cl *Limit) string {
 		b.WriteString(" [from plan " + cl.Plan + "]")
 	}
 	return b.String()
+}
+
+// requestValues reads a limit's key parts from the request Explain
+// describes.
+type requestValues struct {
+	header   http.Header
+	rawQuery string
+	claim    func(string) (string, string)
+}
+
+func (v requestValues) AttrValue(p config.KeyPart) (string, string) {
+	return AttrValue(v.header, v.rawQuery, p, v.claim)
 }

@@ -67,7 +67,7 @@ func kindOf(by config.By) KeyKind {
 // of another limit, a client address group's or the overflow key, and
 // Redis reads no hash tag in it. A value missing under missing: ip gives
 // the key by: ip would.
-func (cl *Limit) AttrKey(header http.Header, rawQuery string, group func() string, claim func(string) (string, string)) (key, code, msg string) {
+func (cl *Limit) AttrKey(rawQuery string, group func() string, vals Values) (key, code, msg string) {
 	var buf [128]byte
 	b := append(buf[:0], cl.Key...)
 	b = append(b, "|="...)
@@ -82,7 +82,7 @@ func (cl *Limit) AttrKey(header http.Header, rawQuery string, group func() strin
 		if p.Kind == config.KeyQuery && strings.IndexByte(rawQuery, ';') >= 0 {
 			return "", "invalid_query", semicolonQuery(cl, p)
 		}
-		v, err := AttrValue(header, rawQuery, p, claim)
+		v, err := vals.AttrValue(p)
 		switch {
 		case err != "":
 			return "", "invalid_key", "the " + partWhat(p) + " that " + ruleName(cl) + " counts by " + err
@@ -102,6 +102,15 @@ func (cl *Limit) AttrKey(header http.Header, rawQuery string, group func() strin
 		}
 	}
 	return string(b), "", ""
+}
+
+// Values gives the values of one request's key parts: the value of the
+// header, query parameter or claim p names ("" if it is absent or empty),
+// or why it cannot be counted by. The request path reads each value once
+// and keeps it for the observers too (package observe's Outcome);
+// Explain reads them from the request it describes.
+type Values interface {
+	AttrValue(p config.KeyPart) (value, bad string)
 }
 
 // AttrValue returns the value of the header, query parameter or claim p

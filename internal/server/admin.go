@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/source"
@@ -191,7 +192,7 @@ type AdminConfig struct {
 	// Metrics, if not nil, is served at /metrics.
 	Metrics http.Handler
 	// Top, if not nil, is served at /top.
-	Top *proxy.Top
+	Top *observe.Top
 	// Pprof serves the Go profiler at /debug/pprof/.
 	Pprof bool
 	// Upstreams, if not nil, are the rule file's pools, shown at

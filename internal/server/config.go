@@ -208,7 +208,7 @@ type Config struct {
 	AccessLog string
 	// AccessLogKeys writes the header and query values of keyed limits
 	// to the access log as they are; by default it writes their hashes
-	// (proxy.KeyHash), which replay counts by just as well.
+	// (observe.KeyHash), which replay counts by just as well.
 	AccessLogKeys bool
 	// Pprof serves the Go profiler on the admin port at /debug/pprof/.
 	Pprof bool

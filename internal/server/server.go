@@ -26,6 +26,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/source"
@@ -48,7 +49,7 @@ type Server struct {
 	// src is the rule store (etcd, ZooKeeper), nil for a rule file.
 	src      source.Source
 	handler  *proxy.Handler
-	metrics  *proxy.Metrics
+	metrics  *observe.Metrics
 	proxySrv *http.Server
 	adminSrv *http.Server
 	pl, al   net.Listener
@@ -118,12 +119,12 @@ func New(cfg Config) (_ *Server, err error) {
 		log.Info("demo upstream started", "url", s.upstream)
 	}
 	reg := prometheus.NewRegistry()
-	s.metrics = proxy.NewMetrics(proxy.MetricsConfig{Registry: reg, Store: string(cfg.Store), Keys: s.st.keys, Version: cfg.Version})
+	s.metrics = observe.NewMetrics(observe.MetricsConfig{Registry: reg, Store: string(cfg.Store), Keys: s.st.keys, Version: cfg.Version})
 	s.st.register(reg)
-	top := proxy.NewTop(proxy.TopConfig{})
+	top := observe.NewTop(observe.TopConfig{})
 	observers := []proxy.Observer{s.metrics, top}
 	if cfg.AccessLog != "" {
-		al, err := proxy.OpenAccessLog(cfg.AccessLog)
+		al, err := observe.OpenAccessLog(cfg.AccessLog)
 		if err != nil {
 			return nil, fmt.Errorf("--access-log: %w", err)
 		}
@@ -166,7 +167,7 @@ func New(cfg Config) (_ *Server, err error) {
 		parsed, err = s.loadInitialRules()
 	}
 	if err != nil {
-		s.metrics.RulesLoaded(false, nil, time.Time{})
+		s.metrics.RulesFailed()
 		return nil, err
 	}
 	copts := ruleset.CompileOptions{LocalShare: compileShare(cfg), NoJWT: jwtv == nil,
@@ -176,7 +177,7 @@ func New(cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	commitUpstreams(s.pools, rs)
-	s.metrics.RulesLoaded(true, rs, rs.LoadedAt)
+	s.metrics.RulesLoaded(len(rs.LimitKeys()), rs.LoadedAt)
 	s.handler, err = proxy.NewHandler(proxy.HandlerConfig{
 		Rules: rs, Store: s.st.store, Upstream: rp, AppHeader: cfg.AppHeader,
 		ForwardAppHeader: cfg.ForwardAppHeader, KeyHeader: cfg.KeyHeader,
@@ -206,8 +207,10 @@ func New(cfg Config) (_ *Server, err error) {
 		OnReload: func(ok bool, rs *ruleset.Set) {
 			if ok {
 				commitUpstreams(s.pools, rs)
+				s.metrics.RulesLoaded(len(rs.LimitKeys()), rs.LoadedAt)
+			} else {
+				s.metrics.RulesFailed()
 			}
-			s.metrics.RulesLoaded(ok, rs, rs.LoadedAt)
 			if ok && s.src == nil && rs.Source.Path == cfg.ConfigPath {
 				if err := s.watchRules(); err != nil {
 					log.Error("cannot watch the rule file; reload it with SIGHUP or POST /rules/reload", "err", err)

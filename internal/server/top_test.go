@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/eventually"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 )
 
 // topRules limit app-1's /v1/profile per user.
@@ -68,8 +68,8 @@ func TestTopEndpoint(t *testing.T) {
 		return len(got.Limits) == 1 && got.Limits[0].Requests == 6
 	}, "GET /top never counted the 6 requests: %+v", &got)
 	l := got.Limits[0]
-	if l.App != "app-1" || l.API != "/v1/profile" || l.By != "header:X-User-Id" || got.K != proxy.DefaultTopK {
-		t.Errorf("limit: got %s %s by %s (k %d), want app-1 /v1/profile by header:X-User-Id (k %d)", l.App, l.API, l.By, got.K, proxy.DefaultTopK)
+	if l.App != "app-1" || l.API != "/v1/profile" || l.By != "header:X-User-Id" || got.K != observe.DefaultTopK {
+		t.Errorf("limit: got %s %s by %s (k %d), want app-1 /v1/profile by header:X-User-Id (k %d)", l.App, l.API, l.By, got.K, observe.DefaultTopK)
 	}
 	if len(l.Keys) != 2 {
 		t.Fatalf("keys: got %+v, want 2", l.Keys)

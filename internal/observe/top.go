@@ -1,43 +1,16 @@
-package proxy
+package observe
 
 import (
 	"cmp"
 	"maps"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
-	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/topk"
 )
-
-// shownKey returns the LimitOutcome.Key of limit cl (of kind KeyAttrs)
-// for r, whose key Limit.AttrKey built, and whether it is the client address
-// group of a request missing a value under missing: ip
-// (LimitOutcome.Missing). A single value is returned as it is, without
-// allocating.
-func shownKey(r *http.Request, cl *ruleset.Limit, group func() string, claim func(string) (string, string)) (string, bool) {
-	var vals []string
-	for _, p := range cl.Parts {
-		v := ""
-		if p.Kind == config.KeyIP {
-			v = group()
-		} else {
-			v, _ = attrValue(r, p, claim)
-		}
-		if p.Kind != config.KeyIP && v == "" && cl.Missing != config.MissingShare && cl.Missing != config.MissingDeny {
-			return group(), true // counted as by: ip
-		}
-		if len(cl.Parts) == 1 {
-			return v, false
-		}
-		vals = append(vals, v)
-	}
-	return strings.Join(vals, ", "), false
-}
 
 // Defaults of TopConfig.
 const (
@@ -89,7 +62,7 @@ func NewTop(cfg TopConfig) *Top {
 
 // ObserveRequest counts the request's keys. It implements Observer. A
 // request whose limits each have one counter costs a loop over them.
-func (t *Top) ObserveRequest(_ *http.Request, o *Outcome) {
+func (t *Top) ObserveRequest(o *Outcome) {
 	for _, l := range o.Limits() {
 		if l.By == "" || l.By == config.ByApp || l.By == config.ByGlobal {
 			continue // one counter: nothing to rank

@@ -1,4 +1,4 @@
-package proxy
+package observe
 
 import (
 	"net/http"
@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // NearLimitRatio is the share of a limit that, once used by an admitted
@@ -42,7 +41,7 @@ type Metrics struct {
 	requests          *prometheus.CounterVec
 	nearLimit         *prometheus.CounterVec
 	requestDuration   *prometheus.HistogramVec
-	durations         [numDecisions]prometheus.Observer
+	durations         [NumDecisions]prometheus.Observer
 	codes             [600]atomic.Pointer[prometheus.Counter] // upstreamResponses children by code
 	limiterDuration   prometheus.Observer
 	upstreamResponses *prometheus.CounterVec
@@ -192,7 +191,7 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 	m.routes = newRouteMetrics(f)
 	f(collectors.NewGoCollector())
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	for d := range numDecisions {
+	for d := range NumDecisions {
 		m.durations[d] = m.requestDuration.WithLabelValues(d.String())
 	}
 	// Both results exist from the start, so rate() and alerts see a 0.
@@ -210,7 +209,7 @@ func (m *Metrics) Handler() http.Handler { return m.handler }
 // first use and kept by Metrics, so that the request path does not hash
 // label values into the vectors.
 type ruleMetrics struct {
-	requests [numDecisions]prometheus.Counter
+	requests [NumDecisions]prometheus.Counter
 	near     prometheus.Counter
 	// units and missing are the cost metrics, resolved on first use:
 	// most rules have no cost.
@@ -237,7 +236,7 @@ func (m *Metrics) rule(app, api string) *ruleMetrics {
 		return rm.(*ruleMetrics)
 	}
 	rm := &ruleMetrics{near: m.nearLimit.WithLabelValues(app, api)}
-	for d := range numDecisions {
+	for d := range NumDecisions {
 		rm.requests[d] = m.requests.WithLabelValues(app, api, d.String())
 	}
 	got, _ := m.rules.LoadOrStore(k, rm)
@@ -245,7 +244,7 @@ func (m *Metrics) rule(app, api string) *ruleMetrics {
 }
 
 // ObserveRequest records one request. It implements Observer.
-func (m *Metrics) ObserveRequest(_ *http.Request, o *Outcome) {
+func (m *Metrics) ObserveRequest(o *Outcome) {
 	d := o.Decision
 	m.rule(o.App, o.API).requests[d].Inc()
 	m.durations[d].Observe(o.Duration.Seconds())
@@ -306,16 +305,17 @@ func (m *Metrics) UpstreamError(kind string) {
 	m.upstreamErrors.WithLabelValues(kind).Inc()
 }
 
-// RulesLoaded records a rule load (the initial one or a reload).
-func (m *Metrics) RulesLoaded(ok bool, rs *ruleset.Set, at time.Time) {
-	if !ok {
-		m.reloads.WithLabelValues("failure").Inc()
-		return
-	}
+// RulesLoaded records a successful rule load (the initial one or a
+// reload) at at, of a rule set with limits limits in force (API rules
+// plus app totals).
+func (m *Metrics) RulesLoaded(limits int, at time.Time) {
 	m.reloads.WithLabelValues("success").Inc()
 	m.lastReload.Set(float64(at.UnixNano()) / 1e9)
-	m.rulesLoaded.Set(float64(rs.LimitCount()))
+	m.rulesLoaded.Set(float64(limits))
 }
+
+// RulesFailed records a rule load that failed: the rules in force stay.
+func (m *Metrics) RulesFailed() { m.reloads.WithLabelValues("failure").Inc() }
 
 // RulesUnchanged records a reload that read the rules in force again.
 func (m *Metrics) RulesUnchanged() { m.reloads.WithLabelValues("unchanged").Inc() }

@@ -1,13 +1,9 @@
-package proxy
+package observe
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
 	"log/slog"
-	"net/http"
-	"slices"
-
-	"github.com/ratelimit-gateway/gateway/internal/config"
 )
 
 // Access-log fields of keyed limits: the prefix, then the key part as
@@ -33,31 +29,22 @@ func KeyHash(v string) string {
 }
 
 // keyLogAttrs returns the access-log attributes of the header, query and
-// verified claim values that the request's limits counted by, each part once: hashed,
-// or as they are when raw. A part whose value was missing is left out,
-// so that a replay counts the request as the missing setting says, as
-// the gateway did.
-func keyLogAttrs(r *http.Request, o *Outcome, raw bool) []slog.Attr {
+// verified claim values that the request's limits counted by, each part
+// once: hashed, or as they are when raw. They are the values the request
+// path read and keyed the counters on (Outcome.Keys), never read again
+// from the request. A part whose value was missing is left out, so that
+// a replay counts the request as the missing setting says, as the
+// gateway did.
+func keyLogAttrs(o *Outcome, raw bool) []slog.Attr {
 	var attrs []slog.Attr
-	var seen []config.KeyPart
-	for _, l := range o.Limits() {
-		if l.By == "" || l.By == config.ByApp || l.By == config.ByGlobal || l.By == config.ByIP {
+	for _, kv := range o.Keys() {
+		if kv.Value == "" || kv.Bad != "" {
 			continue
 		}
-		for _, p := range l.By.Parts() {
-			if p.Kind == config.KeyIP || slices.Contains(seen, p) {
-				continue
-			}
-			seen = append(seen, p)
-			v, bad := attrValue(r, p, o.claimValue)
-			if v == "" || bad != "" {
-				continue
-			}
-			if raw {
-				attrs = append(attrs, slog.String(KeyValueField+p.String(), v))
-			} else {
-				attrs = append(attrs, slog.String(KeyHashField+p.String(), KeyHash(v)))
-			}
+		if raw {
+			attrs = append(attrs, slog.String(KeyValueField+kv.Part.String(), kv.Value))
+		} else {
+			attrs = append(attrs, slog.String(KeyHashField+kv.Part.String(), KeyHash(kv.Value)))
 		}
 	}
 	return attrs

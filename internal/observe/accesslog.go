@@ -1,10 +1,9 @@
-package proxy
+package observe
 
 import (
 	"context"
 	"io"
 	"log/slog"
-	"net/http"
 	"time"
 )
 
@@ -45,7 +44,7 @@ func nanoTime(groups []string, a slog.Attr) slog.Attr {
 }
 
 // ObserveRequest writes the request's line. It implements Observer.
-func (a *AccessLog) ObserveRequest(r *http.Request, o *Outcome) {
+func (a *AccessLog) ObserveRequest(o *Outcome) {
 	rec := slog.NewRecord(o.Start, slog.LevelInfo, "access", 0)
 	ip := ""
 	if o.ClientIP.IsValid() {
@@ -55,7 +54,7 @@ func (a *AccessLog) ObserveRequest(r *http.Request, o *Outcome) {
 		slog.String("app", o.App),
 		slog.String("app_id", o.AppID),
 		slog.String("rule", o.API),
-		slog.String("method", r.Method),
+		slog.String("method", o.Method),
 		slog.String("path", o.Path),
 		slog.String("client_ip", ip),
 		slog.String("decision", o.Decision.String()),
@@ -67,7 +66,7 @@ func (a *AccessLog) ObserveRequest(r *http.Request, o *Outcome) {
 		rec.AddAttrs(slog.String("route", o.Route), slog.String("upstream", o.Upstream))
 	}
 	if o.n > 0 {
-		rec.AddAttrs(keyLogAttrs(r, o, a.rawKeys)...)
+		rec.AddAttrs(keyLogAttrs(o, a.rawKeys)...)
 	}
 	// docs/rules.md, "Request cost": the units counted against the rule,
 	// and the cost the upstream reported, which replay charges again.

@@ -1,0 +1,75 @@
+package observe
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestMetricsReloads(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(MetricsConfig{Registry: reg})
+	// The initial load of 8 limits, a failed load, then a good one of
+	// one limit a minute later, as the server's reloader reports them.
+	m.RulesLoaded(8, t0)
+	m.RulesFailed()
+	m.RulesLoaded(1, t0.Add(time.Minute))
+	want := `
+# HELP gateway_rules_reloads_total Rule loads (the initial one included) by result: success, failure, or unchanged (the rules read were those in force).
+# TYPE gateway_rules_reloads_total counter
+gateway_rules_reloads_total{result="failure"} 1
+gateway_rules_reloads_total{result="success"} 2
+gateway_rules_reloads_total{result="unchanged"} 0
+# HELP gateway_rules_loaded Limits in force: API rules plus app totals.
+# TYPE gateway_rules_loaded gauge
+gateway_rules_loaded 1
+`
+	if err := testutil.CollectAndCompare(reg, strings.NewReader(want), "gateway_rules_reloads_total", "gateway_rules_loaded"); err != nil {
+		t.Error(err)
+	}
+	if got, want := testutil.ToFloat64(m.lastReload), float64(t0.Add(time.Minute).Unix()); got != want {
+		t.Errorf("last reload timestamp: got %v, want %v", got, want)
+	}
+}
+
+func TestMetricsReloadSeriesExistFromStart(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	NewMetrics(MetricsConfig{Registry: reg})
+	if got := testutil.CollectAndCount(reg, "gateway_rules_reloads_total"); got != 3 {
+		t.Errorf("reload series before any load: got %d, want 3", got)
+	}
+}
+
+func TestMetricsCountRoutesByClass(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(MetricsConfig{Registry: reg})
+	for _, o := range []Outcome{
+		{Route: "users", Upstream: "users", Status: 200},
+		{Route: "users", Upstream: "users", Status: 204},
+		{Route: "users", Upstream: "users", Status: 503},
+		{Route: "billing", Upstream: "billing", Status: 200},
+		{Route: "users", Upstream: "users-v2", Status: 200}, // after a reload
+		{Route: "", Status: 200},                            // no route: not counted here
+		{Route: "odd", Upstream: "users", Status: 999},
+	} {
+		m.ObserveRequest(&o)
+	}
+	want := `
+# HELP gateway_route_requests_total Requests that took a route of the rule file, by route, upstream and response status class (1xx..5xx).
+# TYPE gateway_route_requests_total counter
+gateway_route_requests_total{class="0xx",route="odd",upstream="users"} 1
+gateway_route_requests_total{class="2xx",route="billing",upstream="billing"} 1
+gateway_route_requests_total{class="2xx",route="users",upstream="users"} 2
+gateway_route_requests_total{class="2xx",route="users",upstream="users-v2"} 1
+gateway_route_requests_total{class="5xx",route="users",upstream="users"} 1
+`
+	if err := testutil.CollectAndCompare(reg, strings.NewReader(want), "gateway_route_requests_total"); err != nil {
+		t.Error(err)
+	}
+}

@@ -88,28 +88,17 @@ next:
 		}
 		reqs[i].Key = key
 	}
-	lease, full, err := h.slots.Acquire(r.Context(), reqs)
-	if err != nil {
+	lease, full, v := h.failover.acquire(r.Context(), reqs, sc.conc[:sc.nc])
+	switch v {
+	case failedClosed:
+		o.StoreError, o.Decision = true, DecisionFailClosed
+		refuseUnavailable(w)
+		return false
+	case failedOpen:
+		o.StoreError, sc.concFailOpen = true, true
+		return true
+	case localDecided:
 		o.StoreError = true
-		h.logStoreError(r, err)
-		switch h.failMode {
-		case FailClosed:
-			o.Decision = DecisionFailClosed
-			w.Header()["Retry-After"] = smallInts[1]
-			WriteError(w, http.StatusServiceUnavailable, "limiter_unavailable",
-				"the rate limiter cannot decide right now; retry shortly")
-			return false
-		case FailLocal:
-			for i, cl := range sc.conc[:sc.nc] {
-				reqs[i].Limit = cl.concLocal
-			}
-			lease, full, err = h.localSlots.Acquire(r.Context(), reqs)
-		}
-		if err != nil {
-			// Fail open: forwarded without a slot.
-			sc.concFailOpen = true
-			return true
-		}
 	}
 	if lease == nil {
 		cl := sc.conc[full]
@@ -117,8 +106,12 @@ next:
 		h.inFlight.of(cl.app, cl.api).refused.Add(1)
 		w.Header()["Retry-After"] = smallInts[1]
 		// The body of a refused request is not read (refusal.go).
+		n := cl.conc
+		if v == localDecided {
+			n = cl.concLocal
+		}
 		WriteJSON(w, h.limitStatus, inFlightBody{
-			Error: "too_many_in_flight", App: cl.app, API: cl.api, Concurrency: reqs[full].Limit,
+			Error: "too_many_in_flight", App: cl.app, API: cl.api, Concurrency: n,
 			RetryAfterSeconds: 1,
 			Message:           "too many requests of this caller are in flight; retry when one has completed",
 		})

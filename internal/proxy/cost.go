@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"strconv"
@@ -55,10 +56,12 @@ func (h *Handler) startCharging(r *http.Request, sc *scratch) bool {
 	return true
 }
 
-// chargeResponse charges the deferred limits of sc for a response with
-// status code, whose headers are those of sc's writer, and removes the
-// cost headers that are not kept. It runs once, before the headers are
-// sent.
+// chargeResponse works out what the deferred limits of sc are charged
+// for a response with status code, whose headers are those of sc's
+// writer, and removes the cost headers that are not kept. It runs once,
+// before the headers are sent, and asks the store nothing: settle counts
+// the charges once the response has ended, so that no store round trip
+// stands between the upstream's headers and the client.
 func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 	sc.sw.charge = nil
 	gone := r.Context().Err() != nil
@@ -68,12 +71,6 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 	worst := gone && sc.sw.upstreamFailed
 	o := &sc.o
 	hdr := sc.sw.Header()
-	// The charges, then the releases of the units held, in one call:
-	// the request is never counted by neither.
-	var reqs [2 * maxLimitsPerRequest]limit.Request
-	var releases [maxLimitsPerRequest]limit.Request
-	var idx [maxLimitsPerRequest]int
-	n, nr := 0, 0
 	for i, cl := range sc.lims[:sc.n] {
 		// Only a limit that admitted the request counts it and holds
 		// units: not a shadow limit that denied it, nor any when the
@@ -82,10 +79,7 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 		if !cl.deferred() || cl.bodyCost() || i >= o.n || !o.limits[i].Allowed {
 			continue
 		}
-		rel := sc.reqs[i]
-		rel.Hold, rel.Release = false, true
-		releases[nr] = rel
-		nr++
+		sc.owed.release(sc.reqs[i], i)
 		units := cl.cost.Need()
 		switch name := cl.cost.Header; {
 		case name != "" && worst:
@@ -104,34 +98,94 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 		if !worst && !cl.count.Matches(code) || units == 0 {
 			continue
 		}
-		q := sc.reqs[i]
-		q.Cost, q.Hold, q.Charge = units, false, true
-		reqs[n], idx[n] = q, i
-		n++
+		sc.owed.charge(sc.reqs[i], i, units)
 	}
 	for _, cl := range sc.lims[:sc.n] {
 		if cl.cost.Header != "" && !cl.cost.Keep {
 			delete(hdr, cl.cost.Header)
 		}
 	}
-	store := h.store
-	if sc.local {
-		store = h.local
+}
+
+// owed is what a response's cost counts in the store once the response
+// has ended: the charges, then the releases of the units held, sent in
+// one call, so that the request is never counted by neither.
+type owed struct {
+	charges   [maxLimitsPerRequest]limit.Request
+	chargeOf  [maxLimitsPerRequest]int // the limit of each charge
+	releases  [maxLimitsPerRequest]limit.Request
+	releaseOf [maxLimitsPerRequest]int
+	n, nr     int
+	// settled is set once the response's end was settled.
+	settled bool
+}
+
+// charge adds a charge of units to q's limit, the ith of the request.
+func (ow *owed) charge(q limit.Request, i int, units int64) {
+	q.Cost, q.Defer, q.Hold, q.Release, q.Charge = units, false, false, false, true
+	ow.charges[ow.n], ow.chargeOf[ow.n] = q, i
+	ow.n++
+}
+
+// release adds the release of the units q holds, of the ith limit.
+func (ow *owed) release(q limit.Request, i int) {
+	q.Defer, q.Hold, q.Charge, q.Release = false, false, false, true
+	ow.releases[ow.nr], ow.releaseOf[ow.nr] = q, i
+	ow.nr++
+}
+
+// settleCharges counts what the response of an admitted request cost, once it
+// has ended, however it ended: broken reports whether it broke or its
+// client left. It charges the limits whose cost a status or a header
+// says (chargeResponse, run here for a status never written, such as 499
+// for a client that went away), and those whose cost the body reports
+// (tokens.go), and gives back the units they held, in one store call.
+func (h *Handler) settleCharges(r *http.Request, sc *scratch, t *tokenTap, broken bool) {
+	ow := &sc.owed
+	if ow.settled {
+		return
 	}
-	all := append(reqs[:n], releases[:nr]...)
-	if len(all) == 0 {
+	ow.settled = true
+	if sc.sw.charge != nil {
+		sc.sw.charge(cmp.Or(sc.sw.status, StatusClientClosed))
+	}
+	tokens := false
+	if t != nil {
+		tokens = h.chargeTokens(sc, t, broken)
+	}
+	o := &sc.o
+	var all [2 * maxLimitsPerRequest]limit.Request
+	var lims [2 * maxLimitsPerRequest]*compiledLimit
+	k := 0
+	for j := range ow.n {
+		all[k], lims[k] = ow.charges[j], sc.lims[ow.chargeOf[j]]
+		k++
+	}
+	for j := range ow.nr {
+		all[k], lims[k] = ow.releases[j], sc.lims[ow.releaseOf[j]]
+		k++
+	}
+	if k == 0 {
 		return
 	}
 	var res [2 * maxLimitsPerRequest]limit.Result
 	// The charge is owed whether or not the client is still there.
 	ctx := context.WithoutCancel(r.Context())
-	if _, err := store.Allow(ctx, h.now(), all, res[:len(all)]); err != nil {
-		o.ChargeError = n > 0
+	if err := h.failover.charge(ctx, h.now(), sc.decidedBy, all[:k], lims[:k], res[:k]); err != nil {
+		o.ChargeError = ow.n > 0 || tokens
 		h.logChargeError(err)
+		for j := range ow.n {
+			if i := ow.chargeOf[j]; sc.lims[i].bodyCost() {
+				o.limits[i].Charged -= ow.charges[j].Cost
+			}
+		}
 		return
 	}
-	for j := range n {
-		o.limits[idx[j]].Charged = reqs[j].Cost
+	for j := range ow.n {
+		i := ow.chargeOf[j]
+		if !sc.lims[i].bodyCost() {
+			o.limits[i].Charged = ow.charges[j].Cost
+		}
 	}
 }
 

@@ -31,8 +31,9 @@ const maxLimitsPerRequest = 2
 // match the path, ask the store, then forward or reject. It is safe for
 // concurrent use; the rule set is swapped atomically by SetRules.
 type Handler struct {
-	rules         atomic.Pointer[RuleSet]
-	store         limit.Store
+	rules atomic.Pointer[RuleSet]
+	// failover holds the stores and applies --fail-mode (failover.go).
+	failover
 	upstream      http.Handler
 	appHeader     string
 	keyHeader     string
@@ -46,20 +47,13 @@ type Handler struct {
 	now           func() time.Time
 	log           *slog.Logger
 	observers     []Observer
-	failMode      FailMode
 	override      MethodOverride
 	upgrades      upgradeAllowList
 	v4Bits        int
 	v6Bits        int
-	local         limit.Store
-	slots         limit.Slots
-	localSlots    limit.Slots
 	inFlight      inFlightCounts
 	jwt           *jwtCaller // nil without JWT verification
 	replayClaims  func(*http.Request) *jwtauth.Claims
-	// lastErrLog is when a store error was last logged (Unix ns): an
-	// outage fails every request, and one line a second tells as much.
-	lastErrLog atomic.Int64
 	// lastChargeLog is when a failed charge was last logged (Unix ns).
 	lastChargeLog atomic.Int64
 	// waits are the requests waiting for room (wait.go); retryJitter
@@ -162,7 +156,10 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		return nil, errors.New("proxy: NewHandler needs a Local store for fail mode local")
 	}
 	h := &Handler{
-		store:         cfg.Store,
+		failover: failover{
+			failMode: cfg.FailMode, store: cfg.Store, local: cfg.Local,
+			slots: cfg.Slots, localSlots: cfg.LocalSlots, logger: cfg.Logger,
+		},
 		upstream:      cfg.Upstream,
 		appHeader:     http.CanonicalHeaderKey(cfg.AppHeader),
 		keyHeader:     http.CanonicalHeaderKey(cfg.KeyHeader),
@@ -178,10 +175,6 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		override:      cfg.MethodOverride,
 		v4Bits:        cmp.Or(cfg.IPv4Prefix, DefaultIPv4Prefix),
 		v6Bits:        cmp.Or(cfg.IPv6Prefix, DefaultIPv6Prefix),
-		failMode:      cfg.FailMode,
-		local:         cfg.Local,
-		slots:         cfg.Slots,
-		localSlots:    cfg.LocalSlots,
 		waits:         newWaiters(cfg.MaxWaiting),
 		retryJitter:   cfg.RetryAfterJitter,
 	}
@@ -228,6 +221,7 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	if h.log == nil {
 		h.log = slog.Default()
 	}
+	h.logger = h.log
 	h.rules.Store(cfg.Rules)
 	return h, nil
 }
@@ -352,19 +346,4 @@ func (o *Outcome) Limits() []LimitOutcome { return o.limits[:o.n] }
 // must not keep o after they return: it is reused.
 type Observer interface {
 	ObserveRequest(r *http.Request, o *Outcome)
-}
-
-// logStoreError logs a store error, at most once a second, unless the
-// caller went away or the circuit breaker is open (the breaker's opening
-// was logged).
-func (h *Handler) logStoreError(r *http.Request, err error) {
-	if r.Context().Err() != nil || errors.Is(err, limit.ErrCircuitOpen) {
-		return
-	}
-	now, last := time.Now().UnixNano(), h.lastErrLog.Load()
-	if now-last < int64(time.Second) || !h.lastErrLog.CompareAndSwap(last, now) {
-		return
-	}
-	h.log.Error("limiter failed; deciding by --fail-mode (logged at most once a second)",
-		"err", err, "fail_mode", h.failMode.String())
 }

@@ -16,12 +16,14 @@ import (
 // whose cost the upstream reports in a header, or that counts only some
 // response statuses, admits a request when it has room for its need and
 // for the needs of the requests in flight, and holds its need
-// (limit.Request.Hold) while it is in flight; when the response's headers
-// are written, by the upstream or by the gateway itself (a 502 or 504),
-// it is charged (limit.Request.Charge) what the response says and gives
-// back what it held (limit.Request.Release), so that the status counted
-// is the one the client got and the one the access log records, and no
-// more requests than the limit's room can be in flight at once.
+// (limit.Request.Hold) while it is in flight. What the response says it
+// cost is read when its headers are written, by the upstream or by the
+// gateway itself (a 502 or 504), and counted when it has ended
+// (limit.Request.Charge), in one store call with the release of what it
+// held (limit.Request.Release): so the status counted is the one the
+// client got and the one the access log records, no more requests than
+// the limit's room can be in flight at once, and no store round trip
+// delays the response's headers.
 //
 // A client that hangs up does not lower what its request costs. The
 // upstream's request is not canceled with the client's until the

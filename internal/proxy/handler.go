@@ -40,7 +40,6 @@ type Handler struct {
 	keyAuth       string // the WWW-Authenticate value of a 401
 	rejectUnknown bool
 	forwardApp    bool
-	trustKeys     bool
 	trusted       []netip.Prefix
 	limitStatus   int
 	headers       HeaderMode
@@ -53,7 +52,7 @@ type Handler struct {
 	v6Bits        int
 	inFlight      inFlightCounts
 	jwt           *jwtCaller // nil without JWT verification
-	replayClaims  func(*http.Request) *jwtauth.Claims
+	replay        Replay     // nil when serving
 	// lastChargeLog is when a failed charge was last logged (Unix ns).
 	lastChargeLog atomic.Int64
 	// waits are the requests waiting for room (wait.go); retryJitter
@@ -83,9 +82,6 @@ type HandlerConfig struct {
 	// RejectUnknown refuses, with 403, callers that name no configured
 	// app (--unknown-callers reject); the "*" section then never applies.
 	RejectUnknown bool
-	// TrustKeys skips the API key check: for replay, whose access log
-	// holds only callers the live gateway let through.
-	TrustKeys bool
 	// TrustedProxies are the peers whose X-Forwarded-For is believed.
 	TrustedProxies []netip.Prefix
 	// LimitStatus is the status of a limited response. Default 429.
@@ -105,11 +101,10 @@ type HandlerConfig struct {
 	// Upgrade header); any other upgrade is removed before forwarding.
 	// nil means DefaultAllowUpgrade (websocket); h2c is refused.
 	AllowUpgrade []string
-	// ReplayClaims, for replay only, gives the claims of a logged request
-	// as if its token had been verified: the live gateway logged the
-	// values it verified. nil (always, when serving) means tokens are
-	// verified by JWT, or there are no claims.
-	ReplayClaims func(r *http.Request) *jwtauth.Claims
+	// Replay, for `gateway replay` only, makes the handler decide the
+	// requests of an access log as the live gateway did (see Replay).
+	// nil (always, when serving) checks API keys and verifies tokens.
+	Replay Replay
 	// IPv4Prefix and IPv6Prefix are the lengths of the address groups
 	// that per-IP counters key on. 0 means DefaultIPv4Prefix (32) and
 	// DefaultIPv6Prefix (64).
@@ -165,7 +160,6 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		keyHeader:     http.CanonicalHeaderKey(cfg.KeyHeader),
 		rejectUnknown: cfg.RejectUnknown,
 		forwardApp:    cfg.ForwardAppHeader,
-		trustKeys:     cfg.TrustKeys,
 		trusted:       cfg.TrustedProxies,
 		limitStatus:   cfg.LimitStatus,
 		headers:       cfg.Headers,
@@ -191,7 +185,7 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		h.keyHeader = DefaultKeyHeader
 	}
 	var err error
-	h.replayClaims = cfg.ReplayClaims
+	h.replay = cfg.Replay
 	if h.jwt, err = newJWTCaller(cfg); err != nil {
 		return nil, err
 	}
@@ -232,6 +226,20 @@ func (h *Handler) Rules() *RuleSet { return h.rules.Load() }
 // SetRules swaps in a new rule set. Requests already past matching finish
 // on the set they started with.
 func (h *Handler) SetRules(rs *RuleSet) { h.rules.Store(rs) }
+
+// Replay is how `gateway replay` (internal/replay) drives the handler on
+// the requests of an access log: the only thing it changes in how a
+// request is decided. A replayed request is one the live gateway let
+// through, rebuilt from what its log line holds: its API key is not
+// checked (the log holds none), and its claims are those the live
+// gateway verified and logged, not a token's. Everything else is decided
+// as when serving.
+type Replay interface {
+	// Claims returns the claims the live gateway verified for r, nil
+	// for none. It is asked at most once per request, and only when a
+	// limit counts by a claim.
+	Claims(r *http.Request) *jwtauth.Claims
+}
 
 // Outcome is what the handler did with one request, for an Observer.
 type Outcome struct {

@@ -29,9 +29,9 @@ type scratch struct {
 	// observed is set once the observers are called, so that a panic
 	// of one of them does not have them called again.
 	observed bool
-	// jwtDone is set once the caller's token was looked at; its claims
-	// are the outcome's.
-	jwtDone bool
+	// claimsDone is set once the caller's claims were looked for, which
+	// happens once per request (jwt.go); they are the outcome's.
+	claimsDone bool
 	// grp is the client's address group once a key needed it (group).
 	grp string
 	// The concurrency limits that apply (concurrency.go), their slot
@@ -94,8 +94,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			panic(p)
 		}
 	}()
-	if sec, ok := h.identify(&sc.sw, r, sc); ok && h.match(&sc.sw, r, sec, sc) && h.keys(&sc.sw, r, sec, sc) &&
-		h.acquire(&sc.sw, r, sec, sc) {
+	if sec, ok := h.identify(&sc.sw, r, sc); ok && h.match(&sc.sw, r, sec, sc) && h.verifyClaims(&sc.sw, r, sc) &&
+		h.keys(&sc.sw, r, sec, sc) && h.acquire(&sc.sw, r, sec, sc) {
 		if sc.n > 0 {
 			h.decide(r, sc)
 			if sc.o.Decision == DecisionLimited {
@@ -159,7 +159,7 @@ func (h *Handler) identify(w http.ResponseWriter, r *http.Request, sc *scratch) 
 			"this gateway serves only configured apps; send a configured app ID in the "+h.appHeader+" header")
 		return nil, false
 	}
-	if configured && len(sec.keys) > 0 && !h.trustKeys {
+	if configured && len(sec.keys) > 0 && h.replay == nil {
 		if code, msg := h.checkKey(r, sec); code != "" {
 			o.Decision = DecisionUnauthorized
 			w.Header()["Www-Authenticate"] = []string{h.keyAuth}
@@ -169,7 +169,7 @@ func (h *Handler) identify(w http.ResponseWriter, r *http.Request, sc *scratch) 
 		// The key was the gateway's to check; the upstream has no use
 		// for it.
 		sc.fwd.dropKey = true
-	} else if !h.trustKeys && rs.keyed && h.foreignKey(r, rs) {
+	} else if h.replay == nil && rs.keyed && h.foreignKey(r, rs) {
 		// A configured app's key on a request that is not counted under
 		// that app: the upstream might take it as that app's.
 		o.Decision = DecisionUnauthorized
@@ -296,17 +296,11 @@ func (h *Handler) group(sc *scratch) string {
 
 // counterKey returns cl's counter key for r: its own for by app or
 // global, with the client's address group for by ip, with the values it
-// counts by for the others; a claim's value only once the caller's token
-// is verified. It answers a request whose key cannot be built (a missing
-// value under missing: deny, a value too long or sent twice, a token that
-// does not verify) and reports false.
+// counts by for the others (a claim's from the claims verifyClaims kept
+// in sc). It answers a request whose key cannot be built (a missing
+// value under missing: deny, a value too long or sent twice) and reports
+// false.
 func (h *Handler) counterKey(w http.ResponseWriter, r *http.Request, cl *compiledLimit, sc *scratch, group func() string) (string, bool) {
-	if cl.claims && h.jwt != nil && !h.verifyCaller(w, r, sc, false) {
-		return "", false
-	}
-	if cl.claims && h.replayClaims != nil && !sc.jwtDone {
-		sc.o.claims, sc.jwtDone = h.replayClaims(r), true
-	}
 	switch cl.kind {
 	case keyIP:
 		return cl.key + "|" + group(), true

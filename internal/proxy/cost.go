@@ -217,8 +217,7 @@ func chargeFixed(sc *scratch) {
 
 // logChargeError logs a failed charge, at most once a second.
 func (h *Handler) logChargeError(err error) {
-	now, last := time.Now().UnixNano(), h.lastChargeLog.Load()
-	if now-last < int64(time.Second) || !h.lastChargeLog.CompareAndSwap(last, now) {
+	if !h.chargeLog.Allow(time.Now()) {
 		return
 	}
 	h.log.Error("charging a response's cost failed; the request stays uncounted (logged at most once a second)", "err", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/logthrottle"
 )
 
 // Defaults of HandlerConfig.
@@ -53,8 +54,8 @@ type Handler struct {
 	inFlight      inFlightCounts
 	jwt           *jwtCaller // nil without JWT verification
 	replay        Replay     // nil when serving
-	// lastChargeLog is when a failed charge was last logged (Unix ns).
-	lastChargeLog atomic.Int64
+	// chargeLog keeps failed charges to a line a second.
+	chargeLog logthrottle.Throttle
 	// waits are the requests waiting for room (wait.go); retryJitter
 	// the most added to a Retry-After.
 	waits       *waiters

@@ -118,8 +118,6 @@ type owed struct {
 	releases  [maxLimitsPerRequest]limit.Request
 	releaseOf [maxLimitsPerRequest]int
 	n, nr     int
-	// settled is set once the response's end was settled.
-	settled bool
 }
 
 // charge adds a charge of units to q's limit, the ith of the request.
@@ -144,10 +142,6 @@ func (ow *owed) release(q limit.Request, i int) {
 // (tokens.go), and gives back the units they held, in one store call.
 func (h *Handler) settleCharges(r *http.Request, sc *scratch, t *tokenTap, broken bool) {
 	ow := &sc.owed
-	if ow.settled {
-		return
-	}
-	ow.settled = true
 	if sc.sw.charge != nil {
 		sc.sw.charge(cmp.Or(sc.sw.status, StatusClientClosed))
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
@@ -16,14 +17,15 @@ import (
 // whose cost the upstream reports in a header, or that counts only some
 // response statuses, admits a request when it has room for its need and
 // for the needs of the requests in flight, and holds its need
-// (limit.Request.Hold) while it is in flight. What the response says it
-// cost is read when its headers are written, by the upstream or by the
-// gateway itself (a 502 or 504), and counted when it has ended
-// (limit.Request.Charge), in one store call with the release of what it
-// held (limit.Request.Release): so the status counted is the one the
-// client got and the one the access log records, no more requests than
-// the limit's room can be in flight at once, and no store round trip
-// delays the response's headers.
+// (limit.Request.Hold) while it is in flight; when the response's headers
+// are written, by the upstream or by the gateway itself (a 502 or 504),
+// it is charged (limit.Request.Charge) what the response says and gives
+// back what it held (limit.Request.Release), in one store call, so that
+// the status counted is the one the client got and the one the access
+// log records, and no more requests than the limit's room can be in
+// flight at once. The call is made in the background while the headers
+// go on to the client, so that no store round trip delays them, and the
+// handler waits for it before the request is done.
 //
 // A client that hangs up does not lower what its request costs. The
 // upstream's request is not canceled with the client's until the
@@ -58,12 +60,12 @@ func (h *Handler) startCharging(r *http.Request, sc *scratch) bool {
 	return true
 }
 
-// chargeResponse works out what the deferred limits of sc are charged
-// for a response with status code, whose headers are those of sc's
-// writer, and removes the cost headers that are not kept. It runs once,
-// before the headers are sent, and asks the store nothing: settle counts
-// the charges once the response has ended, so that no store round trip
-// stands between the upstream's headers and the client.
+// chargeResponse charges the deferred limits of sc for a response with
+// status code, whose headers are those of sc's writer, and removes the
+// cost headers that are not kept. It runs once, before the headers are
+// sent, and sends the charges to the store in the background: the
+// headers go on to the client while the store answers, and
+// settleCharges waits for it when the response has ended.
 func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 	sc.sw.charge = nil
 	gone := r.Context().Err() != nil
@@ -107,17 +109,28 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 			delete(hdr, cl.cost.Header)
 		}
 	}
+	ow := &sc.owed
+	if ow.n+ow.nr == 0 {
+		return
+	}
+	// The charge is owed whether or not the client is still there.
+	ctx, now := context.WithoutCancel(r.Context()), h.now()
+	ow.wg.Go(func() { ow.err = h.countOwed(ctx, now, sc, ow) })
 }
 
-// owed is what a response's cost counts in the store once the response
-// has ended: the charges, then the releases of the units held, sent in
-// one call, so that the request is never counted by neither.
+// owed is what a response's cost counts in the store: the charges, then
+// the releases of the units held, sent in one call, so that the request
+// is never counted by neither.
 type owed struct {
 	charges   [maxLimitsPerRequest]limit.Request
 	chargeOf  [maxLimitsPerRequest]int // the limit of each charge
 	releases  [maxLimitsPerRequest]limit.Request
 	releaseOf [maxLimitsPerRequest]int
 	n, nr     int
+	// wg waits for the call sent in the background (chargeResponse),
+	// and err is its error.
+	wg  sync.WaitGroup
+	err error
 }
 
 // charge adds a charge of units to q's limit, the ith of the request.
@@ -134,22 +147,8 @@ func (ow *owed) release(q limit.Request, i int) {
 	ow.nr++
 }
 
-// settleCharges counts what the response of an admitted request cost, once it
-// has ended, however it ended: broken reports whether it broke or its
-// client left. It charges the limits whose cost a status or a header
-// says (chargeResponse, run here for a status never written, such as 499
-// for a client that went away), and those whose cost the body reports
-// (tokens.go), and gives back the units they held, in one store call.
-func (h *Handler) settleCharges(r *http.Request, sc *scratch, t *tokenTap, broken bool) {
-	ow := &sc.owed
-	if sc.sw.charge != nil {
-		sc.sw.charge(cmp.Or(sc.sw.status, StatusClientClosed))
-	}
-	tokens := false
-	if t != nil {
-		tokens = h.chargeTokens(sc, t, broken)
-	}
-	o := &sc.o
+// countOwed counts ow in the store that decided sc's request.
+func (h *Handler) countOwed(ctx context.Context, now time.Time, sc *scratch, ow *owed) error {
 	var all [2 * maxLimitsPerRequest]limit.Request
 	var lims [2 * maxLimitsPerRequest]*compiledLimit
 	k := 0
@@ -161,14 +160,43 @@ func (h *Handler) settleCharges(r *http.Request, sc *scratch, t *tokenTap, broke
 		all[k], lims[k] = ow.releases[j], sc.lims[ow.releaseOf[j]]
 		k++
 	}
-	if k == 0 {
-		return
-	}
 	var res [2 * maxLimitsPerRequest]limit.Result
-	// The charge is owed whether or not the client is still there.
-	ctx := context.WithoutCancel(r.Context())
-	if err := h.failover.charge(ctx, h.now(), sc.decidedBy, all[:k], lims[:k], res[:k]); err != nil {
-		o.ChargeError = ow.n > 0 || tokens
+	return h.failover.charge(ctx, now, sc.decidedBy, all[:k], lims[:k], res[:k])
+}
+
+// settleCharges completes the charges of an admitted request's response
+// once it has ended, however it ended: broken reports whether it broke
+// or its client left. It charges the limits whose cost a status or a
+// header says, if the response's headers never went through the writer
+// (499 for a client that went away, 101 for a protocol switch), and
+// waits for those charges; it charges the limits whose cost the body
+// reports (tokens.go); and it records what was charged in the outcome.
+func (h *Handler) settleCharges(r *http.Request, sc *scratch, t *tokenTap, broken bool) {
+	if sc.sw.charge != nil {
+		sc.sw.charge(cmp.Or(sc.sw.status, StatusClientClosed))
+	}
+	var tk owed
+	var tkErr error
+	if t != nil && h.chargeTokens(sc, t, broken, &tk) && tk.n+tk.nr > 0 {
+		tkErr = h.countOwed(context.WithoutCancel(r.Context()), h.now(), sc, &tk)
+	}
+	ow := &sc.owed
+	ow.wg.Wait()
+	if ow.n+ow.nr > 0 {
+		h.settled(sc, ow, ow.err, false)
+	}
+	if tk.n+tk.nr > 0 {
+		h.settled(sc, &tk, tkErr, true)
+	}
+}
+
+// settled records in sc's outcome what ow charged, its store call having
+// returned err. A failed call of a body cost is a charge error even when
+// it only gave units back.
+func (h *Handler) settled(sc *scratch, ow *owed, err error, tokens bool) {
+	o := &sc.o
+	if err != nil {
+		o.ChargeError = o.ChargeError || ow.n > 0 || tokens
 		h.logChargeError(err)
 		for j := range ow.n {
 			if i := ow.chargeOf[j]; sc.lims[i].bodyCost() {
@@ -178,8 +206,7 @@ func (h *Handler) settleCharges(r *http.Request, sc *scratch, t *tokenTap, broke
 		return
 	}
 	for j := range ow.n {
-		i := ow.chargeOf[j]
-		if !sc.lims[i].bodyCost() {
+		if i := ow.chargeOf[j]; !sc.lims[i].bodyCost() {
 			o.limits[i].Charged = ow.charges[j].Cost
 		}
 	}

@@ -52,8 +52,8 @@ type scratch struct {
 	fwd forward
 	// route is the route the request takes, nil for --upstream.
 	route *route
-	// owed is what the response's cost counts once it has ended
-	// (cost.go).
+	// owed is what the response's cost counts, sent to the store when
+	// its headers are written (cost.go).
 	owed owed
 }
 
@@ -386,7 +386,7 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 	ctx := r.Context()
 	charging := h.startCharging(r, sc)
 	if t := h.startMetering(sc); charging || t != nil {
-		// What the response cost is counted once it has ended, however
+		// What the response cost is settled once it has ended, however
 		// it ends (cost.go): deferred, so that a stream broken mid-body
 		// is charged too (ReverseProxy panics with http.ErrAbortHandler
 		// to abort it), as is a status never written through the writer

@@ -90,13 +90,13 @@ func (h *Handler) startMetering(sc *scratch) *tokenTap {
 	return nil
 }
 
-// chargeTokens adds to sc.owed the charges of the body-cost limits of
+// chargeTokens adds to ow the charges of the body-cost limits of
 // sc, for a response that has ended, whatever way it ended, and the
 // releases of the reserves held: each is charged the usage reported
 // (capped by max; min when none was), and at least its reserve when the
 // response broke or its client left. It reports whether there was any
 // such limit; settleCharges counts them.
-func (h *Handler) chargeTokens(sc *scratch, t *tokenTap, broken bool) bool {
+func (h *Handler) chargeTokens(sc *scratch, t *tokenTap, broken bool, ow *owed) bool {
 	sc.sw.tap = nil
 	o := &sc.o
 	used, seen := t.used()
@@ -110,7 +110,7 @@ func (h *Handler) chargeTokens(sc *scratch, t *tokenTap, broken bool) bool {
 		var reserved int64
 		if q.Hold {
 			reserved = q.Cost
-			sc.owed.release(q, i)
+			ow.release(q, i)
 		}
 		total := cl.cost.Min
 		if seen {
@@ -127,7 +127,7 @@ func (h *Handler) chargeTokens(sc *scratch, t *tokenTap, broken bool) bool {
 		}
 		o.limits[i].Charged, o.limits[i].Tokens, o.limits[i].Plan = total, true, cl.plan
 		if total > 0 {
-			sc.owed.charge(q, i, total)
+			ow.charge(q, i, total)
 		}
 	}
 	return any

@@ -58,9 +58,9 @@ func (sc *scratch) addConcurrency(sec *section, rule *compiledLimit) {
 // acquire takes a slot of each concurrency limit in sc. It answers a
 // request that one of them refuses (429 too_many_in_flight), or that
 // --fail-mode closed refuses when the store fails (503), and reports
-// false; a key that cannot be built gets its 400. Under --fail-mode local the slots are taken in memory,
-// with each limit's local share; under open the request goes on without
-// a slot.
+// false; a key that cannot be built gets its 400. Under --fail-mode
+// local the slots are taken in memory, with each limit's local share;
+// under open the request goes on without a slot.
 func (h *Handler) acquire(w http.ResponseWriter, r *http.Request, sec *section, sc *scratch) bool {
 	if sc.nc == 0 {
 		return true

@@ -36,10 +36,9 @@ func (sc *scratch) addConcurrency(sec *ruleset.Section, rule *ruleset.Limit) {
 // acquire takes a slot of each concurrency limit in sc. It answers a
 // request that one of them refuses (429 too_many_in_flight), or that
 // --fail-mode closed refuses when the store fails (503), and reports
-// false; a claim key that needs a token the request lacks a valid one of
-// gets its 401. Under --fail-mode local the slots are taken in memory,
-// with each limit's local share; under open the request goes on without
-// a slot.
+// false; a key that cannot be built gets its 400. Under --fail-mode
+// local the slots are taken in memory, with each limit's local share;
+// under open the request goes on without a slot.
 func (h *Handler) acquire(w http.ResponseWriter, r *http.Request, sec *ruleset.Section, sc *scratch) bool {
 	if sc.nc == 0 {
 		return true
@@ -66,28 +65,17 @@ next:
 		}
 		reqs[i].Key = key
 	}
-	lease, full, err := h.slots.Acquire(r.Context(), reqs)
-	if err != nil {
+	lease, full, v := h.failover.acquire(r.Context(), reqs, sc.conc[:sc.nc])
+	switch v {
+	case failedClosed:
+		o.StoreError, o.Decision = true, DecisionFailClosed
+		refuseUnavailable(w)
+		return false
+	case failedOpen:
+		o.StoreError, sc.concFailOpen = true, true
+		return true
+	case localDecided:
 		o.StoreError = true
-		h.logStoreError(r, err)
-		switch h.failMode {
-		case FailClosed:
-			o.Decision = DecisionFailClosed
-			w.Header()["Retry-After"] = smallInts[1]
-			WriteError(w, http.StatusServiceUnavailable, "limiter_unavailable",
-				"the rate limiter cannot decide right now; retry shortly")
-			return false
-		case FailLocal:
-			for i, cl := range sc.conc[:sc.nc] {
-				reqs[i].Limit = cl.ConcLocal
-			}
-			lease, full, err = h.localSlots.Acquire(r.Context(), reqs)
-		}
-		if err != nil {
-			// Fail open: forwarded without a slot.
-			sc.concFailOpen = true
-			return true
-		}
 	}
 	if lease == nil {
 		cl := sc.conc[full]
@@ -95,8 +83,12 @@ next:
 		h.inFlight.of(cl.App, cl.API).refused.Add(1)
 		w.Header()["Retry-After"] = smallInts[1]
 		// The body of a refused request is not read (refusal.go).
+		n := cl.Conc
+		if v == localDecided {
+			n = cl.ConcLocal
+		}
 		WriteJSON(w, h.limitStatus, inFlightBody{
-			Error: "too_many_in_flight", App: cl.App, API: cl.API, Concurrency: reqs[full].Limit,
+			Error: "too_many_in_flight", App: cl.App, API: cl.API, Concurrency: n,
 			RetryAfterSeconds: 1,
 			Message:           "too many requests of this caller are in flight; retry when one has completed",
 		})

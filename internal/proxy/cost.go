@@ -1,13 +1,16 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // This file charges what a request costs once its response is known (the
@@ -18,9 +21,12 @@ import (
 // (limit.Request.Hold) while it is in flight; when the response's headers
 // are written, by the upstream or by the gateway itself (a 502 or 504),
 // it is charged (limit.Request.Charge) what the response says and gives
-// back what it held (limit.Request.Release), so that the status counted
-// is the one the client got and the one the access log records, and no
-// more requests than the limit's room can be in flight at once.
+// back what it held (limit.Request.Release), in one store call, so that
+// the status counted is the one the client got and the one the access
+// log records, and no more requests than the limit's room can be in
+// flight at once. The call is made in the background while the headers
+// go on to the client, so that no store round trip delays them, and the
+// handler waits for it before the request is done.
 //
 // A client that hangs up does not lower what its request costs. The
 // upstream's request is not canceled with the client's until the
@@ -52,7 +58,9 @@ func (h *Handler) startCharging(r *http.Request, sc *scratch) bool {
 // chargeResponse charges the deferred limits of sc for a response with
 // status code, whose headers are those of sc's writer, and removes the
 // cost headers that are not kept. It runs once, before the headers are
-// sent.
+// sent, and sends the charges to the store in the background: the
+// headers go on to the client while the store answers, and
+// settleCharges waits for it when the response has ended.
 func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 	sc.sw.charge = nil
 	gone := r.Context().Err() != nil
@@ -62,12 +70,6 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 	worst := gone && sc.sw.upstreamFailed
 	o := &sc.o
 	hdr := sc.sw.Header()
-	// The charges, then the releases of the units held, in one call:
-	// the request is never counted by neither.
-	var reqs [2 * maxLimitsPerRequest]limit.Request
-	var releases [maxLimitsPerRequest]limit.Request
-	var idx [maxLimitsPerRequest]int
-	n, nr := 0, 0
 	for i, cl := range sc.lims[:sc.n] {
 		// Only a limit that admitted the request counts it and holds
 		// units: not a shadow limit that denied it, nor any when the
@@ -76,10 +78,7 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 		if !cl.Deferred() || cl.BodyCost() || i >= len(o.Limits()) || !o.Limits()[i].Allowed {
 			continue
 		}
-		rel := sc.reqs[i]
-		rel.Hold, rel.Release = false, true
-		releases[nr] = rel
-		nr++
+		sc.owed.release(sc.reqs[i], i)
 		units := cl.Cost.Need()
 		switch name := cl.Cost.Header; {
 		case name != "" && worst:
@@ -98,34 +97,113 @@ func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 		if !worst && !cl.Count.Matches(code) || units == 0 {
 			continue
 		}
-		q := sc.reqs[i]
-		q.Cost, q.Hold, q.Charge = units, false, true
-		reqs[n], idx[n] = q, i
-		n++
+		sc.owed.charge(sc.reqs[i], i, units)
 	}
 	for _, cl := range sc.lims[:sc.n] {
 		if cl.Cost.Header != "" && !cl.Cost.Keep {
 			delete(hdr, cl.Cost.Header)
 		}
 	}
-	store := h.store
-	if sc.local {
-		store = h.local
-	}
-	all := append(reqs[:n], releases[:nr]...)
-	if len(all) == 0 {
+	ow := &sc.owed
+	if ow.n+ow.nr == 0 {
 		return
+	}
+	// The charge is owed whether or not the client is still there.
+	ctx, now := context.WithoutCancel(r.Context()), h.now()
+	ow.wg.Go(func() { ow.err = h.countOwed(ctx, now, sc, ow) })
+}
+
+// owed is what a response's cost counts in the store: the charges, then
+// the releases of the units held, sent in one call, so that the request
+// is never counted by neither.
+type owed struct {
+	charges   [maxLimitsPerRequest]limit.Request
+	chargeOf  [maxLimitsPerRequest]int // the limit of each charge
+	releases  [maxLimitsPerRequest]limit.Request
+	releaseOf [maxLimitsPerRequest]int
+	n, nr     int
+	// wg waits for the call sent in the background (chargeResponse),
+	// and err is its error.
+	wg  sync.WaitGroup
+	err error
+}
+
+// charge adds a charge of units to q's limit, the ith of the request.
+func (ow *owed) charge(q limit.Request, i int, units int64) {
+	q.Cost, q.Defer, q.Hold, q.Release, q.Charge = units, false, false, false, true
+	ow.charges[ow.n], ow.chargeOf[ow.n] = q, i
+	ow.n++
+}
+
+// release adds the release of the units q holds, of the ith limit.
+func (ow *owed) release(q limit.Request, i int) {
+	q.Defer, q.Hold, q.Charge, q.Release = false, false, false, true
+	ow.releases[ow.nr], ow.releaseOf[ow.nr] = q, i
+	ow.nr++
+}
+
+// countOwed counts ow in the store that decided sc's request.
+func (h *Handler) countOwed(ctx context.Context, now time.Time, sc *scratch, ow *owed) error {
+	var all [2 * maxLimitsPerRequest]limit.Request
+	var lims [2 * maxLimitsPerRequest]*ruleset.Limit
+	k := 0
+	for j := range ow.n {
+		all[k], lims[k] = ow.charges[j], sc.lims[ow.chargeOf[j]]
+		k++
+	}
+	for j := range ow.nr {
+		all[k], lims[k] = ow.releases[j], sc.lims[ow.releaseOf[j]]
+		k++
 	}
 	var res [2 * maxLimitsPerRequest]limit.Result
-	// The charge is owed whether or not the client is still there.
-	ctx := context.WithoutCancel(r.Context())
-	if _, err := store.Allow(ctx, h.now(), all, res[:len(all)]); err != nil {
-		o.ChargeError = n > 0
+	return h.failover.charge(ctx, now, sc.decidedBy, all[:k], lims[:k], res[:k])
+}
+
+// settleCharges completes the charges of an admitted request's response
+// once it has ended, however it ended: broken reports whether it broke
+// or its client left. It charges the limits whose cost a status or a
+// header says, if the response's headers never went through the writer
+// (499 for a client that went away, 101 for a protocol switch), and
+// waits for those charges; it charges the limits whose cost the body
+// reports (tokens.go); and it records what was charged in the outcome.
+func (h *Handler) settleCharges(r *http.Request, sc *scratch, t *tokenTap, broken bool) {
+	if sc.sw.charge != nil {
+		sc.sw.charge(cmp.Or(sc.sw.status, StatusClientClosed))
+	}
+	var tk owed
+	var tkErr error
+	if t != nil && h.chargeTokens(sc, t, broken, &tk) && tk.n+tk.nr > 0 {
+		tkErr = h.countOwed(context.WithoutCancel(r.Context()), h.now(), sc, &tk)
+	}
+	ow := &sc.owed
+	ow.wg.Wait()
+	if ow.n+ow.nr > 0 {
+		h.settled(sc, ow, ow.err, false)
+	}
+	if tk.n+tk.nr > 0 {
+		h.settled(sc, &tk, tkErr, true)
+	}
+}
+
+// settled records in sc's outcome what ow charged, its store call having
+// returned err. A failed call of a body cost is a charge error even when
+// it only gave units back.
+func (h *Handler) settled(sc *scratch, ow *owed, err error, tokens bool) {
+	o := &sc.o
+	if err != nil {
+		o.ChargeError = o.ChargeError || ow.n > 0 || tokens
 		h.logChargeError(err)
+		for j := range ow.n {
+			if i := ow.chargeOf[j]; sc.lims[i].BodyCost() {
+				o.Limits()[i].Charged -= ow.charges[j].Cost
+			}
+		}
 		return
 	}
-	for j := range n {
-		o.Limits()[idx[j]].Charged = reqs[j].Cost
+	for j := range ow.n {
+		if i := ow.chargeOf[j]; !sc.lims[i].BodyCost() {
+			o.Limits()[i].Charged = ow.charges[j].Cost
+		}
 	}
 }
 

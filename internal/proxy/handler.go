@@ -33,36 +33,29 @@ const maxLimitsPerRequest = observe.MaxLimits
 // match the path, ask the store, then forward or reject. It is safe for
 // concurrent use; the rule set is swapped atomically by SetRules.
 type Handler struct {
-	rules         atomic.Pointer[ruleset.Set]
-	store         limit.Store
+	rules atomic.Pointer[ruleset.Set]
+	// failover holds the stores and applies --fail-mode (failover.go).
+	failover
 	upstream      http.Handler
 	appHeader     string
 	keyHeader     string
 	keyAuth       string // the WWW-Authenticate value of a 401
 	rejectUnknown bool
 	forwardApp    bool
-	trustKeys     bool
 	trusted       []netip.Prefix
 	limitStatus   int
 	headers       HeaderMode
 	now           func() time.Time
 	log           *slog.Logger
 	observers     []Observer
-	failMode      FailMode
 	override      MethodOverride
 	upgrades      upgradeAllowList
 	v4Bits        int
 	v6Bits        int
-	local         limit.Store
-	slots         limit.Slots
-	localSlots    limit.Slots
 	inFlight      inFlightCounts
 	jwt           *jwtCaller // nil without JWT verification
-	replayClaims  func(*http.Request) *jwtauth.Claims
-	// errLog lets a store error be logged once a second: an outage
-	// fails every request, and one line a second tells as much.
-	errLog logthrottle.Throttle
-	// chargeLog does the same for failed charges.
+	replay        Replay     // nil when serving
+	// chargeLog keeps failed charges to a line a second.
 	chargeLog logthrottle.Throttle
 	// waits are the requests waiting for room (wait.go); retryJitter
 	// the most added to a Retry-After.
@@ -91,9 +84,6 @@ type HandlerConfig struct {
 	// RejectUnknown refuses, with 403, callers that name no configured
 	// app (--unknown-callers reject); the "*" section then never applies.
 	RejectUnknown bool
-	// TrustKeys skips the API key check: for replay, whose access log
-	// holds only callers the live gateway let through.
-	TrustKeys bool
 	// TrustedProxies are the peers whose X-Forwarded-For is believed.
 	TrustedProxies []netip.Prefix
 	// LimitStatus is the status of a limited response. Default 429.
@@ -113,11 +103,10 @@ type HandlerConfig struct {
 	// Upgrade header); any other upgrade is removed before forwarding.
 	// nil means DefaultAllowUpgrade (websocket); h2c is refused.
 	AllowUpgrade []string
-	// ReplayClaims, for replay only, gives the claims of a logged request
-	// as if its token had been verified: the live gateway logged the
-	// values it verified. nil (always, when serving) means tokens are
-	// verified by JWT, or there are no claims.
-	ReplayClaims func(r *http.Request) *jwtauth.Claims
+	// Replay, for `gateway replay` only, makes the handler decide the
+	// requests of an access log as the live gateway did (see Replay).
+	// nil (always, when serving) checks API keys and verifies tokens.
+	Replay Replay
 	// IPv4Prefix and IPv6Prefix are the lengths of the address groups
 	// that per-IP counters key on. 0 means DefaultIPv4Prefix (32) and
 	// DefaultIPv6Prefix (64).
@@ -164,13 +153,15 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		return nil, errors.New("proxy: NewHandler needs a Local store for fail mode local")
 	}
 	h := &Handler{
-		store:         cfg.Store,
+		failover: failover{
+			failMode: cfg.FailMode, store: cfg.Store, local: cfg.Local,
+			slots: cfg.Slots, localSlots: cfg.LocalSlots, logger: cfg.Logger,
+		},
 		upstream:      cfg.Upstream,
 		appHeader:     http.CanonicalHeaderKey(cfg.AppHeader),
 		keyHeader:     http.CanonicalHeaderKey(cfg.KeyHeader),
 		rejectUnknown: cfg.RejectUnknown,
 		forwardApp:    cfg.ForwardAppHeader,
-		trustKeys:     cfg.TrustKeys,
 		trusted:       cfg.TrustedProxies,
 		limitStatus:   cfg.LimitStatus,
 		headers:       cfg.Headers,
@@ -180,10 +171,6 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		override:      cfg.MethodOverride,
 		v4Bits:        cmp.Or(cfg.IPv4Prefix, DefaultIPv4Prefix),
 		v6Bits:        cmp.Or(cfg.IPv6Prefix, DefaultIPv6Prefix),
-		failMode:      cfg.FailMode,
-		local:         cfg.Local,
-		slots:         cfg.Slots,
-		localSlots:    cfg.LocalSlots,
 		waits:         newWaiters(cfg.MaxWaiting),
 		retryJitter:   cfg.RetryAfterJitter,
 	}
@@ -200,7 +187,7 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		h.keyHeader = DefaultKeyHeader
 	}
 	var err error
-	h.replayClaims = cfg.ReplayClaims
+	h.replay = cfg.Replay
 	if h.jwt, err = newJWTCaller(cfg); err != nil {
 		return nil, err
 	}
@@ -230,6 +217,7 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	if h.log == nil {
 		h.log = slog.Default()
 	}
+	h.logger = h.log
 	h.rules.Store(cfg.Rules)
 	return h, nil
 }
@@ -241,16 +229,16 @@ func (h *Handler) Rules() *ruleset.Set { return h.rules.Load() }
 // on the set they started with.
 func (h *Handler) SetRules(rs *ruleset.Set) { h.rules.Store(rs) }
 
-// logStoreError logs a store error, at most once a second, unless the
-// caller went away or the circuit breaker is open (the breaker's opening
-// was logged).
-func (h *Handler) logStoreError(r *http.Request, err error) {
-	if r.Context().Err() != nil || errors.Is(err, limit.ErrCircuitOpen) {
-		return
-	}
-	if !h.errLog.Allow(time.Now()) {
-		return
-	}
-	h.log.Error("limiter failed; deciding by --fail-mode (logged at most once a second)",
-		"err", err, "fail_mode", h.failMode.String())
+// Replay is how `gateway replay` (internal/replay) drives the handler on
+// the requests of an access log: the only thing it changes in how a
+// request is decided. A replayed request is one the live gateway let
+// through, rebuilt from what its log line holds: its API key is not
+// checked (the log holds none), and its claims are those the live
+// gateway verified and logged, not a token's. Everything else is decided
+// as when serving.
+type Replay interface {
+	// Claims returns the claims the live gateway verified for r, nil
+	// for none. It is asked at most once per request, and only when a
+	// limit counts by a claim.
+	Claims(r *http.Request) *jwtauth.Claims
 }

@@ -62,16 +62,47 @@ func (j *jwtCaller) token(r *http.Request) (string, error) {
 	return v, nil
 }
 
-// verifyCaller verifies the caller's token once per request and keeps
-// its claims in sc. A request without a token goes on without claims,
-// unless required; one whose token is invalid (or missing when
-// required) is answered 401 (RFC 6750 §3) and verifyCaller reports false.
-func (h *Handler) verifyCaller(w http.ResponseWriter, r *http.Request, sc *scratch, required bool) bool {
-	if sc.jwtDone {
+// verifyClaims gives sc the caller's claims when a limit of the request
+// counts by one: identify has already, when the app ID comes from a
+// claim. Everything that reads a claim afterwards (the app ID, counter
+// keys, the outcome's keys, the access log) reads sc's, so that a token
+// is verified once per request, and only when a claim is needed. It
+// answers a request whose token is invalid with 401 and reports false.
+func (h *Handler) verifyClaims(w http.ResponseWriter, r *http.Request, sc *scratch) bool {
+	if sc.claimsDone {
 		return true
 	}
-	sc.jwtDone = true
+	for _, cl := range sc.lims[:sc.n] {
+		if cl.Claims {
+			return h.verifyCaller(w, r, sc, false)
+		}
+	}
+	for _, cl := range sc.conc[:sc.nc] {
+		if cl.Claims {
+			return h.verifyCaller(w, r, sc, false)
+		}
+	}
+	return true
+}
+
+// verifyCaller keeps the caller's claims in sc: its verified token's, or
+// under replay the logged ones (Replay). It runs once per request. A
+// request without a token goes on without claims, unless required; one
+// whose token is invalid (or missing when required) is answered 401
+// (RFC 6750 §3) and verifyCaller reports false.
+func (h *Handler) verifyCaller(w http.ResponseWriter, r *http.Request, sc *scratch, required bool) bool {
+	if sc.claimsDone {
+		return true
+	}
+	sc.claimsDone = true
+	if h.replay != nil {
+		sc.o.Claims = h.replay.Claims(r)
+		return true
+	}
 	j := h.jwt
+	if j == nil {
+		return true
+	}
 	tok, err := j.token(r)
 	if err == nil && tok == "" {
 		if !required {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/ratelimit-gateway/gateway/internal/enumflag"
 	"github.com/ratelimit-gateway/gateway/internal/query"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
@@ -32,7 +33,13 @@ var overrideNames = []string{"match", "strip"}
 func (m MethodOverride) String() string { return enumName(overrideNames, int(m)) }
 
 // Set parses a --method-override value.
-func (m *MethodOverride) Set(s string) error { return setEnum(overrideNames, s, (*uint8)(m)) }
+func (m *MethodOverride) Set(s string) error {
+	i, err := enumflag.Index(s, overrideNames)
+	if err == nil {
+		*m = MethodOverride(i)
+	}
+	return err
+}
 
 // Type names the flag's values in help text.
 func (*MethodOverride) Type() string { return strings.Join(overrideNames, "|") }

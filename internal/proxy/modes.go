@@ -3,6 +3,8 @@ package proxy
 import (
 	"fmt"
 	"strings"
+
+	"github.com/ratelimit-gateway/gateway/internal/enumflag"
 )
 
 // HeaderMode selects which rate-limit headers responses carry. It is a
@@ -22,7 +24,13 @@ var headerModeNames = []string{"both", "draft", "legacy", "none"}
 func (m HeaderMode) String() string { return enumName(headerModeNames, int(m)) }
 
 // Set parses a --ratelimit-headers value.
-func (m *HeaderMode) Set(s string) error { return setEnum(headerModeNames, s, (*uint8)(m)) }
+func (m *HeaderMode) Set(s string) error {
+	i, err := enumflag.Index(s, headerModeNames)
+	if err == nil {
+		*m = HeaderMode(i)
+	}
+	return err
+}
 
 // Type names the flag's values in help text.
 func (*HeaderMode) Type() string { return strings.Join(headerModeNames, "|") }
@@ -51,7 +59,13 @@ var failModeNames = []string{"open", "closed", "local"}
 func (m FailMode) String() string { return enumName(failModeNames, int(m)) }
 
 // Set parses a --fail-mode value.
-func (m *FailMode) Set(s string) error { return setEnum(failModeNames, s, (*uint8)(m)) }
+func (m *FailMode) Set(s string) error {
+	i, err := enumflag.Index(s, failModeNames)
+	if err == nil {
+		*m = FailMode(i)
+	}
+	return err
+}
 
 // Type names the flag's values in help text.
 func (*FailMode) Type() string { return strings.Join(failModeNames, "|") }
@@ -61,15 +75,4 @@ func enumName(names []string, i int) string {
 		return names[i]
 	}
 	return fmt.Sprintf("%d", i)
-}
-
-// setEnum sets *v to the index of s in names, or reports the choices.
-func setEnum(names []string, s string, v *uint8) error {
-	for i, name := range names {
-		if name == s {
-			*v = uint8(i)
-			return nil
-		}
-	}
-	return fmt.Errorf("%q is not one of %s", s, strings.Join(names, ", "))
 }

@@ -45,7 +45,12 @@ configs:
       - api: /
         limit: 100
         unit: 1h
-`, up.URL, nil)
+`, up.URL, nil, func(_ *HandlerConfig, u *UpstreamConfig) {
+		// The request holding /v1/busy must hold it until the subtests
+		// below have run, however late a loaded machine starts them: not
+		// end with a 504 at the default upstream timeout.
+		u.Timeout = time.Hour
+	})
 	addr := served(t, g)
 	// Registered after the servers' Close, so run before it.
 	t.Cleanup(func() { close(release) })

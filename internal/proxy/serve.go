@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"cmp"
 	"context"
 	"net/http"
 	"sync"
@@ -31,9 +30,9 @@ type scratch struct {
 	// observed is set once the observers are called, so that a panic
 	// of one of them does not have them called again.
 	observed bool
-	// jwtDone is set once the caller's token was looked at; its claims
-	// are the outcome's.
-	jwtDone bool
+	// claimsDone is set once the caller's claims were looked for, which
+	// happens once per request (jwt.go); they are the outcome's.
+	claimsDone bool
 	// grp is the client's address group once a key needed it (group).
 	grp string
 	// The concurrency limits that apply (concurrency.go), their slot
@@ -45,14 +44,18 @@ type scratch struct {
 	lease        limit.Lease
 	inFlight     [maxLimitsPerRequest]*inFlightCount
 	concFailOpen bool
-	// local is set when the memory store decided under --fail-mode
-	// local, which then also takes the response's charges.
-	local bool
+	// decidedBy is who decided the rate limits (failover.go): under
+	// --fail-mode local the memory store, which then also takes the
+	// response's charges.
+	decidedBy verdict
 	// fwd is what the upstream's copy of the request is to differ in
 	// (forward.go).
 	fwd forward
 	// route is the route the request takes, nil for --upstream.
 	route *ruleset.Route
+	// owed is what the response's cost counts, sent to the store when
+	// its headers are written (cost.go).
+	owed owed
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
@@ -92,8 +95,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			panic(p)
 		}
 	}()
-	if sec, ok := h.identify(&sc.sw, r, sc); ok && h.match(&sc.sw, r, sec, sc) && h.keys(&sc.sw, r, sec, sc) &&
-		h.acquire(&sc.sw, r, sec, sc) {
+	if sec, ok := h.identify(&sc.sw, r, sc); ok && h.match(&sc.sw, r, sec, sc) && h.verifyClaims(&sc.sw, r, sc) &&
+		h.keys(&sc.sw, r, sec, sc) && h.acquire(&sc.sw, r, sec, sc) {
 		if sc.n > 0 {
 			h.decide(r, sc)
 			if sc.o.Decision == DecisionLimited {
@@ -157,7 +160,7 @@ func (h *Handler) identify(w http.ResponseWriter, r *http.Request, sc *scratch) 
 			"this gateway serves only configured apps; send a configured app ID in the "+h.appHeader+" header")
 		return nil, false
 	}
-	if configured && len(sec.Keys) > 0 && !h.trustKeys {
+	if configured && len(sec.Keys) > 0 && h.replay == nil {
 		if code, msg := h.checkKey(r, sec); code != "" {
 			o.Decision = DecisionUnauthorized
 			w.Header()["Www-Authenticate"] = []string{h.keyAuth}
@@ -167,7 +170,7 @@ func (h *Handler) identify(w http.ResponseWriter, r *http.Request, sc *scratch) 
 		// The key was the gateway's to check; the upstream has no use
 		// for it.
 		sc.fwd.dropKey = true
-	} else if !h.trustKeys && rs.Keyed() && h.foreignKey(r, rs) {
+	} else if h.replay == nil && rs.Keyed() && h.foreignKey(r, rs) {
 		// A configured app's key on a request that is not counted under
 		// that app: the upstream might take it as that app's.
 		o.Decision = DecisionUnauthorized
@@ -294,17 +297,11 @@ func (h *Handler) group(sc *scratch) string {
 
 // counterKey returns cl's counter key for r: its own for by app or
 // global, with the client's address group for by ip, with the values it
-// counts by for the others; a claim's value only once the caller's token
-// is verified. It answers a request whose key cannot be built (a missing
-// value under missing: deny, a value too long or sent twice, a token that
-// does not verify) and reports false.
+// counts by for the others (a claim's from the claims verifyClaims kept
+// in sc). It answers a request whose key cannot be built (a missing
+// value under missing: deny, a value too long or sent twice) and reports
+// false.
 func (h *Handler) counterKey(w http.ResponseWriter, r *http.Request, cl *ruleset.Limit, sc *scratch, group func() string) (string, bool) {
-	if cl.Claims && h.jwt != nil && !h.verifyCaller(w, r, sc, false) {
-		return "", false
-	}
-	if cl.Claims && h.replayClaims != nil && !sc.jwtDone {
-		sc.o.Claims, sc.jwtDone = h.replayClaims(r), true
-	}
 	switch cl.Kind {
 	case ruleset.KeyIP:
 		return cl.Key + "|" + group(), true
@@ -323,44 +320,28 @@ func (h *Handler) counterKey(w http.ResponseWriter, r *http.Request, cl *ruleset
 
 // decide asks the store about the limits in sc and sets the outcome's
 // decision: allowed, shadow_limited or limited, with the results in sc;
-// or, when the store fails, what --fail-mode says: fail_closed, fail_open,
-// or under local the in-memory store's verdict on the scaled limits.
+// or, when the store fails, what --fail-mode made of it (failover.go):
+// fail_closed, fail_open, or under local the in-memory store's verdict
+// on the scaled limits.
 func (h *Handler) decide(r *http.Request, sc *scratch) {
 	o := &sc.o
 	n := sc.n
-	lims, reqs, res := sc.lims[:n], sc.reqs[:n], sc.res[:n]
-	o.Decision = DecisionAllowed
+	lims, res := sc.lims[:n], sc.res[:n]
 	t0 := time.Now()
-	allowed, err := h.store.Allow(r.Context(), o.Start, reqs, res)
-	if err != nil {
-		o.StoreError = true
-		h.logStoreError(r, err)
-		switch h.failMode {
-		case FailClosed:
-			o.LimiterDuration = time.Since(t0)
-			o.Decision = DecisionFailClosed
-			return
-		case FailLocal:
-			for i := range reqs {
-				reqs[i].Params = &lims[i].Local
-			}
-			var lerr error
-			allowed, lerr = h.local.Allow(r.Context(), o.Start, reqs, res)
-			if lerr == nil && allowed {
-				// The fleet counts it once: Redis may have counted the
-				// call it did not answer in time, else it is written back.
-				limit.AdmittedLocally(err)
-			}
-			err = lerr
-			sc.local = true
-		}
-	}
+	allowed, v := h.failover.allow(r.Context(), o.Start, sc.reqs[:n], res, lims)
 	o.LimiterDuration = time.Since(t0)
-	if err != nil {
-		// Fail open: a broken limiter must not take the service down.
-		o.Decision = DecisionFailOpen
+	sc.decidedBy = v
+	switch v {
+	case failedClosed:
+		o.StoreError, o.Decision = true, DecisionFailClosed
 		return
+	case failedOpen:
+		o.StoreError, o.Decision = true, DecisionFailOpen
+		return
+	case localDecided:
+		o.StoreError = true
 	}
+	o.Decision = DecisionAllowed
 	o.ResetLimits()
 	for i, cl := range lims {
 		o.AddLimit(LimitOutcome{
@@ -379,6 +360,14 @@ func (h *Handler) decide(r *http.Request, sc *scratch) {
 	}
 }
 
+// refuseUnavailable answers a request that --fail-mode closed refuses
+// because the store failed.
+func refuseUnavailable(w http.ResponseWriter) {
+	w.Header()["Retry-After"] = smallInts[1]
+	WriteError(w, http.StatusServiceUnavailable, "limiter_unavailable",
+		"the rate limiter cannot decide right now; retry shortly")
+}
+
 // respond answers a decided request: 503 when the store failed and
 // --fail-mode is closed, the limited response when a limit denied it, and
 // otherwise forwards it, with the rate-limit headers of the limits that
@@ -387,9 +376,7 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 	o := &sc.o
 	switch o.Decision {
 	case DecisionFailClosed:
-		w.Header()["Retry-After"] = smallInts[1]
-		WriteError(w, http.StatusServiceUnavailable, "limiter_unavailable",
-			"the rate limiter cannot decide right now; retry shortly")
+		refuseUnavailable(w)
 		return
 	case DecisionLimited:
 		h.writeHeaders(w.Header(), sc.lims[:len(o.Limits())], sc.res[:len(o.Limits())])
@@ -399,15 +386,23 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 	h.writeHeaders(w.Header(), sc.lims[:len(o.Limits())], sc.res[:len(o.Limits())])
 	chargeFixed(sc)
 	ctx := r.Context()
-	if h.startCharging(r, sc) {
-		// A status never written through the writer (499 for a client
-		// that went away, 101 for a protocol switch) is charged here,
-		// and the units held are given back however the request ends.
+	charging := h.startCharging(r, sc)
+	if t := h.startMetering(sc); charging || t != nil {
+		// What the response cost is settled once it has ended, however
+		// it ends (cost.go): deferred, so that a stream broken mid-body
+		// is charged too (ReverseProxy panics with http.ErrAbortHandler
+		// to abort it), as is a status never written through the writer
+		// (499 for a client that went away, 101 for a protocol switch),
+		// and the units held are given back.
 		defer func() {
-			if sc.sw.charge != nil {
-				sc.sw.charge(cmp.Or(sc.sw.status, StatusClientClosed))
+			p := recover()
+			h.settleCharges(r, sc, t, p != nil || r.Context().Err() != nil)
+			if p != nil {
+				panic(p)
 			}
 		}()
+	}
+	if charging {
 		// What the request costs is known only from the upstream's
 		// answer: a client that hangs up must not cancel the upstream's
 		// request before it answers (cost.go says what an aborted
@@ -419,17 +414,6 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 		defer context.AfterFunc(ctx, uc.clientGone)()
 		sc.sw.up, sc.fwd.client = uc, ctx
 		ctx = up
-	}
-	if t := h.startMetering(sc); t != nil {
-		// Deferred, so that a stream broken mid-body is charged too:
-		// ReverseProxy panics (http.ErrAbortHandler) to abort it.
-		defer func() {
-			p := recover()
-			h.settleTokens(r, sc, t, p != nil || r.Context().Err() != nil)
-			if p != nil {
-				panic(p)
-			}
-		}()
 	}
 	t0 := time.Now()
 	// Deferred: ReverseProxy panics to abort a response broken mid-body.

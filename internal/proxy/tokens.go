@@ -1,11 +1,9 @@
 package proxy
 
 import (
-	"context"
 	"net/http"
 	"strings"
 
-	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/usage"
 )
@@ -90,30 +88,27 @@ func (h *Handler) startMetering(sc *scratch) *tokenTap {
 	return nil
 }
 
-// settleTokens charges the body-cost limits of sc when the response has
-// ended, whatever way it ended, and gives back the reserves held: each is
-// charged the usage reported (capped by max; min when none was), and at
-// least its reserve when the response broke or its client left.
-func (h *Handler) settleTokens(r *http.Request, sc *scratch, t *tokenTap, broken bool) {
+// chargeTokens adds to ow the charges of the body-cost limits of
+// sc, for a response that has ended, whatever way it ended, and the
+// releases of the reserves held: each is charged the usage reported
+// (capped by max; min when none was), and at least its reserve when the
+// response broke or its client left. It reports whether there was any
+// such limit; settleCharges counts them.
+func (h *Handler) chargeTokens(sc *scratch, t *tokenTap, broken bool, ow *owed) bool {
 	sc.sw.tap = nil
 	o := &sc.o
 	used, seen := t.used()
-	var charges [2 * maxLimitsPerRequest]limit.Request
-	var releases [maxLimitsPerRequest]limit.Request
-	var idx [maxLimitsPerRequest]int
-	n, nr := 0, 0
+	any := false
 	for i, cl := range sc.lims[:len(o.Limits())] {
 		if !cl.BodyCost() || !o.Limits()[i].Allowed {
 			continue
 		}
+		any = true
 		q := sc.reqs[i]
 		var reserved int64
 		if q.Hold {
 			reserved = q.Cost
-			rel := q
-			rel.Hold, rel.Release = false, true
-			releases[nr] = rel
-			nr++
+			ow.release(q, i)
 		}
 		total := cl.Cost.Min
 		if seen {
@@ -129,27 +124,9 @@ func (h *Handler) settleTokens(r *http.Request, sc *scratch, t *tokenTap, broken
 			total = max(total, reserved)
 		}
 		o.Limits()[i].Charged, o.Limits()[i].Tokens, o.Limits()[i].Plan = total, true, cl.Plan
-		if total == 0 {
-			continue
-		}
-		q.Cost, q.Defer, q.Hold, q.Charge = total, false, false, true
-		charges[n], idx[n] = q, i
-		n++
-	}
-	all := append(charges[:n], releases[:nr]...)
-	if len(all) == 0 {
-		return
-	}
-	store := h.store
-	if sc.local {
-		store = h.local
-	}
-	var res [2 * maxLimitsPerRequest]limit.Result
-	if _, err := store.Allow(context.WithoutCancel(r.Context()), h.now(), all, res[:len(all)]); err != nil {
-		o.ChargeError = true
-		h.logChargeError(err)
-		for j := range n {
-			o.Limits()[idx[j]].Charged -= charges[j].Cost
+		if total > 0 {
+			ow.charge(q, i, total)
 		}
 	}
+	return any
 }

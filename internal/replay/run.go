@@ -67,22 +67,14 @@ func newReplayRun(rs *ruleset.Set, maxKeys int) (*replayRun, error) {
 		Store:     store,
 		Upstream:  http.HandlerFunc(run.answer),
 		AppHeader: run.appHdr,
-		// The request is reused: the handler must leave its header be.
-		ForwardAppHeader: true,
-		// The log holds only callers the live gateway let through.
-		TrustKeys: true,
 		// No headers: they change nothing that is decided, and cost.
 		Headers:   proxy.HeadersNone,
 		Now:       func() time.Time { return run.now },
 		Logger:    slog.New(slog.DiscardHandler),
 		Observers: []proxy.Observer{run},
-		// The claim values the live gateway verified and logged.
-		ReplayClaims: func(*http.Request) *jwtauth.Claims {
-			if len(run.claims) == 0 {
-				return nil
-			}
-			return jwtauth.ClaimsOf(run.claims)
-		},
+		// The log holds only callers the live gateway let through, and
+		// the claim values it verified.
+		Replay: run,
 	})
 	if err != nil {
 		return nil, err
@@ -166,6 +158,15 @@ func (run *replayRun) setKeys(keys []keyValue) {
 	run.url.RawQuery = strings.Join(q, "&")
 }
 
+// Claims returns the claim values the live gateway verified and logged
+// for the request being decided. It implements proxy.Replay.
+func (run *replayRun) Claims(*http.Request) *jwtauth.Claims {
+	if len(run.claims) == 0 {
+		return nil
+	}
+	return jwtauth.ClaimsOf(run.claims)
+}
+
 // ObserveRequest records the outcome. It implements proxy.Observer.
 func (run *replayRun) ObserveRequest(o *proxy.Outcome) {
 	run.out = replayOutcome{app: o.App, api: o.API, decision: o.Decision}
@@ -229,5 +230,6 @@ func (d *discardWriter) WriteHeader(int)             {}
 
 var (
 	_ proxy.Observer      = (*replayRun)(nil)
+	_ proxy.Replay        = (*replayRun)(nil)
 	_ http.ResponseWriter = (*discardWriter)(nil)
 )

@@ -39,7 +39,7 @@ type Slots interface {
 type Lease interface {
 	// Release gives the slots back. Calls after the first do nothing. It
 	// never blocks longer than a store call's timeout; slots a store
-	// fails to release expire on their own (RedisSlots).
+	// fails to release expire on their own (the Redis store's).
 	Release()
 }
 
@@ -59,8 +59,8 @@ func NewMemorySlots() *MemorySlots { return &MemorySlots{} }
 
 // Acquire implements Slots. It never fails (for a valid Limit).
 func (m *MemorySlots) Acquire(_ context.Context, reqs []SlotRequest) (Lease, int, error) {
-	if len(reqs) > maxLeaseKeys {
-		return nil, -1, fmt.Errorf("limit: %d slot requests, at most %d", len(reqs), maxLeaseKeys)
+	if len(reqs) > MaxSlotKeys {
+		return nil, -1, fmt.Errorf("limit: %d slot requests, at most %d", len(reqs), MaxSlotKeys)
 	}
 	for i := range reqs {
 		if reqs[i].Limit < 1 {
@@ -106,13 +106,13 @@ func (m *MemorySlots) Len() int {
 	return len(m.n)
 }
 
-// maxLeaseKeys is the most keys one Acquire takes: the proxy's app total
-// and API rule.
-const maxLeaseKeys = 2
+// MaxSlotKeys is the most requests one Acquire takes a slot for: the
+// proxy's app total and API rule.
+const MaxSlotKeys = 2
 
 type memoryLease struct {
 	m        *MemorySlots
-	keys     [maxLeaseKeys]string
+	keys     [MaxSlotKeys]string
 	n        int
 	released atomic.Bool
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
+	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore/redisstoretest"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 )
 
@@ -31,7 +33,7 @@ func newKeyedGW(t *testing.T, store, rules string) *gw {
 	}
 	srv := redistest.Start(t) // skips with -short
 	return newRedisGW(t, rules, srv, FailClosed, 5*time.Second,
-		func(c *limit.RedisConfig) { c.DecisionClock = func() time.Time { return t0 } }).gw
+		func(c *redisstore.Config) { *c = redisstoretest.WithDecisionClock(*c, func() time.Time { return t0 }) }).gw
 }
 
 // keyStep is one request of a keyed-limit test, sent n times (1 if 0).
@@ -293,7 +295,7 @@ func TestKeyedValuesNeverCollide(t *testing.T) {
 			} else {
 				red = redistest.Start(t)
 				rg := newRedisGW(t, collisionRules, red, FailClosed, 5*time.Second,
-					func(c *limit.RedisConfig) { c.DecisionClock = func() time.Time { return t0 } })
+					func(c *redisstore.Config) { *c = redisstoretest.WithDecisionClock(*c, func() time.Time { return t0 }) })
 				rg.h.observers = append(rg.h.observers, m)
 				g = rg.gw
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 )
 
@@ -223,7 +224,7 @@ func TestMaxDelayOnRedis(t *testing.T) {
 		t.Skip("-short: no redis-server")
 	}
 	srv := redistest.Start(t)
-	red, err := limit.NewRedis(limit.RedisConfig{URL: srv.URL(), Timeout: 5 * time.Second, DenyCacheSize: -1})
+	red, err := redisstore.New(redisstore.Config{URL: srv.URL(), Timeout: 5 * time.Second, DenyCacheSize: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

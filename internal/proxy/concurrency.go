@@ -88,7 +88,7 @@ next:
 		}
 		reqs[i].Key = key
 	}
-	lease, full, err := h.slots.Acquire(r.Context(), reqs)
+	permit, full, err := h.slots.Acquire(r.Context(), reqs)
 	if err != nil {
 		o.StoreError = true
 		h.logStoreError(r, err)
@@ -103,7 +103,7 @@ next:
 			for i, cl := range sc.conc[:sc.nc] {
 				reqs[i].Limit = cl.concLocal
 			}
-			lease, full, err = h.localSlots.Acquire(r.Context(), reqs)
+			permit, full, err = h.localSlots.Acquire(r.Context(), reqs)
 		}
 		if err != nil {
 			// Fail open: forwarded without a slot.
@@ -111,7 +111,7 @@ next:
 			return true
 		}
 	}
-	if lease == nil {
+	if permit == nil {
 		cl := sc.conc[full]
 		o.Decision = DecisionConcurrencyLimited
 		h.inFlight.of(cl.app, cl.api).refused.Add(1)
@@ -124,7 +124,7 @@ next:
 		})
 		return false
 	}
-	sc.lease = lease
+	sc.permit = permit
 	for i, cl := range sc.conc[:sc.nc] {
 		c := h.inFlight.of(cl.app, cl.api)
 		c.cur.Add(1)
@@ -161,18 +161,18 @@ func (h *Handler) settle(sc *scratch) {
 
 // release gives back the slots sc holds, once.
 func (h *Handler) release(sc *scratch) {
-	if sc.lease == nil {
+	if sc.permit == nil {
 		return
 	}
-	l := sc.lease
-	sc.lease = nil
+	p := sc.permit
+	sc.permit = nil
 	for i, c := range sc.inFlight[:sc.nc] {
 		if c != nil {
 			c.cur.Add(-1)
 			sc.inFlight[i] = nil
 		}
 	}
-	l.Release()
+	p.Release()
 }
 
 // inFlightCount is what this gateway holds and refused of one

@@ -36,12 +36,12 @@ type scratch struct {
 	// grp is the client's address group once a key needed it (group).
 	grp string
 	// The concurrency limits that apply (concurrency.go), their slot
-	// requests, the lease of the slots taken and their in-flight
+	// requests, the permit of the slots taken and their in-flight
 	// counts; concFailOpen is set when the request went on without them.
 	conc         [maxLimitsPerRequest]*compiledLimit
 	nc           int
 	slots        [maxLimitsPerRequest]limit.SlotRequest
-	lease        limit.Lease
+	permit       limit.Permit
 	inFlight     [maxLimitsPerRequest]*inFlightCount
 	concFailOpen bool
 	// local is set when the memory store decided under --fail-mode

@@ -48,7 +48,7 @@ type fleetSlots struct {
 var _ limit.Slots = (*fleetSlots)(nil)
 
 // Acquire takes the slots in memory with their limits scaled.
-func (f *fleetSlots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Lease, int, error) {
+func (f *fleetSlots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Permit, int, error) {
 	share := (&fleetShare{red: f.red}).share()
 	scaled := make([]limit.SlotRequest, len(reqs))
 	for i, q := range reqs {

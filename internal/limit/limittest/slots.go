@@ -8,22 +8,22 @@ import (
 )
 
 // SlotStep is one step of a slots table: acquire reqs (wantFull the index
-// of the refusing request, -1 when taken), or release the lease of an
+// of the refusing request, -1 when taken), or release the permit of an
 // earlier step.
 type SlotStep struct {
 	Name     string
 	Reqs     []limit.SlotRequest
 	WantFull int
-	Release  int // the step whose lease to release; -1 for none
+	Release  int // the step whose permit to release; -1 for none
 }
 
 // RunSlotSteps runs steps against s and reports the failing step.
-func RunSlotSteps(t *testing.T, s limit.Slots, steps []SlotStep) []limit.Lease {
+func RunSlotSteps(t *testing.T, s limit.Slots, steps []SlotStep) []limit.Permit {
 	t.Helper()
-	leases := make([]limit.Lease, len(steps))
+	permits := make([]limit.Permit, len(steps))
 	for i, st := range steps {
 		if st.Release >= 0 {
-			leases[st.Release].Release()
+			permits[st.Release].Release()
 			continue
 		}
 		l, full, err := s.Acquire(context.Background(), st.Reqs)
@@ -31,11 +31,11 @@ func RunSlotSteps(t *testing.T, s limit.Slots, steps []SlotStep) []limit.Lease {
 			t.Fatalf("step %d (%s): %v", i, st.Name, err)
 		}
 		if full != st.WantFull || (l == nil) != (st.WantFull >= 0) {
-			t.Fatalf("step %d (%s): got full %d lease %v, want full %d", i, st.Name, full, l != nil, st.WantFull)
+			t.Fatalf("step %d (%s): got full %d permit %v, want full %d", i, st.Name, full, l != nil, st.WantFull)
 		}
-		leases[i] = l
+		permits[i] = l
 	}
-	return leases
+	return permits
 }
 
 // SlotTable is the table both stores run: a rule of 2 in flight beside

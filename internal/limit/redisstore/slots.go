@@ -54,7 +54,7 @@ type Slots struct {
 	onErr  func(error)
 
 	mu   sync.Mutex
-	live map[*redisLease]struct{}
+	live map[*slotPermit]struct{}
 
 	stop chan struct{}
 	done chan struct{}
@@ -81,7 +81,7 @@ func NewSlots(r *Store, cfg SlotsConfig) (*Slots, error) {
 	}
 	s := &Slots{
 		r: r, ttl: micros(ttl), renew: renew, prefix: r.fleetID + ":", onErr: cfg.OnError,
-		live: map[*redisLease]struct{}{}, stop: make(chan struct{}), done: make(chan struct{}),
+		live: map[*slotPermit]struct{}{}, stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	go s.run()
 	return s, nil
@@ -183,12 +183,12 @@ func (s *Slots) nowArg() string {
 
 // Acquire implements Slots. It returns ErrCircuitOpen while the breaker
 // of the keys' node is open.
-func (s *Slots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Lease, int, error) {
+func (s *Slots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Permit, int, error) {
 	n := len(reqs)
 	if n == 0 || n > limit.MaxSlotKeys {
 		return nil, -1, fmt.Errorf("limit: %d slot requests, want 1 to %d", n, limit.MaxSlotKeys)
 	}
-	l := &redisLease{s: s, n: n, member: s.prefix + strconv.FormatUint(s.seq.Add(1), 36)}
+	l := &slotPermit{s: s, n: n, member: s.prefix + strconv.FormatUint(s.seq.Add(1), 36)}
 	args := make([]any, 3, 3+n)
 	args[0], args[1], args[2] = s.nowArg(), s.ttl, l.member
 	var tag0 string
@@ -243,7 +243,7 @@ func (s *Slots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Le
 	return l, -1, nil
 }
 
-type redisLease struct {
+type slotPermit struct {
 	s        *Slots
 	keys     [limit.MaxSlotKeys]string
 	n        int
@@ -254,7 +254,7 @@ type redisLease struct {
 // Release removes the slots from Redis, on a context of its own: the
 // request's may be canceled (the client went away). A failed release
 // leaves the slots to expire.
-func (l *redisLease) Release() {
+func (l *slotPermit) Release() {
 	if l.released.Swap(true) {
 		return
 	}

@@ -71,12 +71,12 @@ func TestRedisSlotsExpire(t *testing.T) {
 	}
 
 	live := newTestSlots(t, r, ttl)
-	step := func(d time.Duration, wantTaken bool, what string) limit.Lease {
+	step := func(d time.Duration, wantTaken bool, what string) limit.Permit {
 		t.Helper()
 		clock.us.Add(d.Microseconds())
 		l, _, err := live.Acquire(ctx, one)
 		if err != nil || (l != nil) != wantTaken {
-			t.Fatalf("%s: got lease %v (%v), want %v", what, l != nil, err, wantTaken)
+			t.Fatalf("%s: got permit %v (%v), want %v", what, l != nil, err, wantTaken)
 		}
 		return l
 	}
@@ -108,6 +108,6 @@ func TestRedisSlotsDown(t *testing.T) {
 	s := newTestSlots(t, r, time.Minute)
 	l, full, err := s.Acquire(context.Background(), []limit.SlotRequest{{Key: "app-1|/up", Limit: 2}})
 	if err == nil || l != nil || full != -1 {
-		t.Errorf("got lease %v full %d err %v, want an error", l != nil, full, err)
+		t.Errorf("got permit %v full %d err %v, want an error", l != nil, full, err)
 	}
 }

@@ -37,101 +37,189 @@ const (
 // of its limits waits up to LeaseWait for them to come back (docs/fleet.md,
 // "Leases") and is decided again.
 func (r *Store) Allow(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result) (allowed bool, err error) {
-	n := len(reqs)
-	if len(res) < n {
-		return false, fmt.Errorf("limit: %d results for %d requests", len(res), n)
+	if len(res) < len(reqs) {
+		return false, fmt.Errorf("limit: %d results for %d requests", len(res), len(reqs))
 	}
-	if n == 0 {
+	if len(reqs) == 0 {
 		return true, nil
 	}
-	keys, tag, charges, err := redisKeys(reqs)
+	c := &call{r: r, now: now, reqs: reqs, res: res, fullReqs: reqs, full: res}
+	if c.keys, c.tag, c.charges, err = redisKeys(reqs); err != nil {
+		return false, err
+	}
+	c.start = r.clock()
+	defer func() { c.finish(allowed) }()
+	if ok, done, err := c.fromLeases(ctx); done {
+		return ok, err
+	}
+	if c.spendSome() {
+		return true, nil
+	}
+	if c.cachedDenial() {
+		return false, nil
+	}
+	d, err := c.decide(ctx)
 	if err != nil {
 		return false, err
 	}
-	start := r.clock()
-	// Leases first: their tokens are counted already, and a denial
-	// another request met meanwhile must not leave them unspent. They
-	// need the gateway's clock to run with Redis's: not on a test's fixed
-	// decision clock.
-	var ask *leaseAsk
-	if r.leases != nil && r.fixedNow == nil && leasable(reqs) {
-		var ok bool
-		ok, ask, err = r.fromLeases(ctx, now, keys, reqs, res, tag, &start)
-		if err != nil || ok {
-			return ok, err
-		}
-		if ask.claim != nil {
-			defer r.leases.release(ask.claim)
-		}
+	c.settle(d)
+	return d.allowed, nil
+}
+
+// call is one Allow on its way through the steps that decide it: from
+// leases, from the deny cache, or by Redis.
+type call struct {
+	r   *Store
+	now time.Time
+	// keys, reqs and res are the limits still to decide: all of them,
+	// or those fromLeases and spendSome found no token for. fullReqs and
+	// full are all of the call's.
+	keys       []string
+	reqs       []limit.Request
+	res        []limit.Result
+	fullReqs   []limit.Request
+	full       []limit.Result
+	tag        string
+	charges    bool  // a charge or release is among reqs: it must reach Redis
+	start      int64 // the store's clock when the call began (or last waited)
+	ask        *leaseAsk
+	taken      []*tokenLease // the leases spendSome took a token from
+	rest       []int         // the indexes of reqs in fullReqs, once narrowed
+	spentSome  bool
+	claimAsked bool
+}
+
+// fromLeases decides the call from leases if every limit has a token
+// (done). Leases go first: their tokens are counted already, and a
+// denial another request met meanwhile must not leave them unspent. They
+// need the gateway's clock to run with Redis's: not on a test's fixed
+// decision clock. Otherwise it notes what the call to Redis asks of them.
+func (c *call) fromLeases(ctx context.Context) (ok, done bool, err error) {
+	r := c.r
+	if r.leases == nil || r.fixedNow != nil || !leasable(c.reqs) {
+		return false, false, nil
 	}
-	// The limits whose leases have a token spend it, and only the others
-	// go to Redis: a token held for one limit of a request is never left
-	// unspent because another's lease is empty. When Redis denies the
-	// request, the tokens go back to their leases.
-	full, fullReqs := res, reqs
-	var taken []*tokenLease
-	if ask != nil {
-		var rest []int
-		if taken, rest = r.leases.takeSome(keys, reqs, res, start); taken != nil {
-			if len(rest) == 0 {
-				r.decisions.Add(1)
-				return true, nil
-			}
-			keys, reqs, res, ask = pick(keys, rest), pick(reqs, rest), make([]limit.Result, len(rest)), ask.pick(rest)
-			defer func() {
-				for j, i := range rest {
-					full[i] = res[j]
-				}
-				if !allowed {
-					r.leases.putBack(taken, fullReqs, full, start)
-				}
-			}()
-		}
+	ok, c.ask, err = r.fromLeases(ctx, c.now, c.keys, c.reqs, c.res, c.tag, &c.start)
+	if err != nil || ok {
+		c.ask = nil // the claim, if any, is the background refill's
+		return ok, true, err
 	}
-	// A charge must reach Redis: it counts whatever the limit says.
-	if r.deny != nil && !charges && r.deny.lookup(keys, reqs, start, res) {
-		r.decisions.Add(1)
-		return false, nil
+	c.claimAsked = c.ask.claim != nil
+	return false, false, nil
+}
+
+// spendSome spends a token of every limit whose lease has one, and
+// narrows the call to the others, which go to Redis: a token held for one
+// limit of a request is never left unspent because another's lease is
+// empty. It reports whether that decided every limit. When Redis then
+// denies the request, finish puts the tokens back.
+func (c *call) spendSome() bool {
+	if c.ask == nil {
+		return false
 	}
-	args := r.scriptArgs(now, reqs, tag, ask)
-	d, err := r.decide(ctx, keys, reqs, args, res)
+	taken, rest := c.r.leases.takeSome(c.keys, c.reqs, c.res, c.start)
+	if taken == nil {
+		return false
+	}
+	if len(rest) == 0 {
+		c.r.decisions.Add(1)
+		return true
+	}
+	c.taken, c.rest, c.spentSome = taken, rest, true
+	c.keys, c.reqs, c.res, c.ask = pick(c.keys, rest), pick(c.reqs, rest), make([]limit.Result, len(rest)), c.ask.pick(rest)
+	return false
+}
+
+// cachedDenial reports whether the deny cache denies the call without
+// asking Redis. A charge must reach Redis: it counts whatever the limit
+// says.
+func (c *call) cachedDenial() bool {
+	r := c.r
+	if r.deny == nil || c.charges || !r.deny.lookup(c.keys, c.reqs, c.start, c.res) {
+		return false
+	}
+	r.decisions.Add(1)
+	return true
+}
+
+// decide asks Redis, and asks again while a denial may turn into an
+// admission: other gateways stop using tokens they hold and give them
+// back within LeaseIdle, so a denial while some may be held waits for
+// them, up to LeaseWait (waitForTokens).
+func (c *call) decide(ctx context.Context) (scriptAnswer, error) {
+	r := c.r
+	args := r.scriptArgs(c.now, c.reqs, c.tag, c.ask)
+	d, err := r.decide(ctx, c.keys, c.reqs, args, c.res)
 	if err != nil {
-		return false, r.late(err, now, fullReqs)
+		return d, r.late(err, c.now, c.fullReqs)
 	}
 	r.decisions.Add(1)
 	r.overflowed.Add(d.overflowed)
-	// Tokens other gateways stop using come back within LeaseIdle: a
-	// denial while some may be held is asked again until then.
-	back := !charges && d.tokensMayComeBack(reqs, res, r.leaseWait+r.leases.idleOr0())
-	// The waits double from 2ms (2, 6, 14, 30, 50ms with LeaseWait):
-	// a burst's tokens come back within a few ms, a steady key's within
-	// LeaseIdle.
-	pause := minLeaseIdle
-	for deadline := start + int64(r.leaseWait); !d.allowed && back && r.clock() < deadline; pause *= 2 {
+	return c.waitForTokens(ctx, d, args)
+}
+
+// waitForTokens decides d's call again while Redis denies it and tokens
+// of its limits may come back, until LeaseWait after the call's start.
+// The waits double from 2ms (2, 6, 14, 30, 50ms with LeaseWait): a
+// burst's tokens come back within a few ms, a steady key's within
+// LeaseIdle.
+func (c *call) waitForTokens(ctx context.Context, d scriptAnswer, args []any) (scriptAnswer, error) {
+	r := c.r
+	hold := r.leaseWait + r.leases.idleOr0()
+	for pause, deadline := minLeaseIdle, c.start+int64(r.leaseWait); !d.allowed && c.mayComeBack(d, hold) && r.clock() < deadline; pause *= 2 {
 		t := time.NewTimer(min(pause, max(time.Duration(deadline-r.clock()), time.Millisecond)))
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return false, fmt.Errorf("redis: %w", ctx.Err())
+			return d, fmt.Errorf("redis: %w", ctx.Err())
 		}
-		if d, err = r.decide(ctx, keys, reqs, args, res); err != nil {
-			return false, r.late(err, now, fullReqs)
+		var err error
+		if d, err = r.decide(ctx, c.keys, c.reqs, args, c.res); err != nil {
+			return d, r.late(err, c.now, c.fullReqs)
 		}
-		back = d.tokensMayComeBack(reqs, res, r.leaseWait+r.leases.idleOr0())
 	}
-	if ask != nil {
-		if d.allowed && ask.claim != nil {
-			r.leases.grant(keys, reqs, res, d.grants, start, 1)
+	return d, nil
+}
+
+// mayComeBack reports whether tokens of the limits that denied d may
+// come back: not for a charge, which Redis counts whatever it decides.
+func (c *call) mayComeBack(d scriptAnswer, hold time.Duration) bool {
+	return !c.charges && d.tokensMayComeBack(c.reqs, c.res, hold)
+}
+
+// settle records what Redis decided: the tokens it leased, the tokens
+// the gateway holds in each Result's Remaining, and a denial in the deny
+// cache. While tokens may still come back, a denial is not remembered:
+// the next request waits for them too.
+func (c *call) settle(d scriptAnswer) {
+	r := c.r
+	if c.ask != nil {
+		if d.allowed && c.ask.claim != nil {
+			r.leases.grant(c.keys, c.reqs, c.res, d.grants, c.start, 1)
 		}
-		r.leases.unspent(keys, reqs, res, start)
+		r.leases.unspent(c.keys, c.reqs, c.res, c.start)
 	}
-	if !d.allowed && r.deny != nil && !back {
-		// While tokens may still come back, a denial is not remembered:
-		// the next request waits for them too.
-		r.deny.record(keys, reqs, res, start, 0)
+	if !d.allowed && r.deny != nil && !c.mayComeBack(d, r.leaseWait+r.leases.idleOr0()) {
+		r.deny.record(c.keys, c.reqs, c.res, c.start, 0)
 	}
-	return d.allowed, nil
+}
+
+// finish ends the call: the Results of a narrowed call go back to their
+// places, the tokens spendSome took go back to their leases when the
+// request was not admitted, and the claim on the leases is released.
+func (c *call) finish(allowed bool) {
+	if c.spentSome {
+		for j, i := range c.rest {
+			c.full[i] = c.res[j]
+		}
+		if !allowed {
+			c.r.leases.putBack(c.taken, c.fullReqs, c.full, c.start)
+		}
+	}
+	if c.claimAsked {
+		c.r.leases.release(c.ask.claim)
+	}
 }
 
 // pick returns the elements of s at idx.

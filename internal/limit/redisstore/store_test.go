@@ -38,7 +38,9 @@ type fixedClock struct{ us atomic.Int64 }
 // and has no deny cache (it runs on the real clock).
 func newFixedRedis(t testing.TB, srv *redistest.Server) (*Store, *fixedClock) {
 	t.Helper()
-	r := newTestRedis(t, Config{URL: srv.URL(), DenyCacheSize: -1, Timeout: time.Second})
+	// A generous timeout: a call slowed by a loaded machine must not
+	// fail a test of what the store decides.
+	r := newTestRedis(t, Config{URL: srv.URL(), DenyCacheSize: -1, Timeout: 10 * time.Second})
 	c := &fixedClock{}
 	c.us.Store(us0)
 	r.fixedNow = c.us.Load

@@ -159,14 +159,16 @@ func (c *call) decide(ctx context.Context) (scriptAnswer, error) {
 }
 
 // waitForTokens decides d's call again while Redis denies it and tokens
-// of its limits may come back, until LeaseWait after the call's start.
+// of its limits may come back, until LeaseWait after that first denial
+// (not the call's start: on a loaded machine the first call may have
+// taken most of it).
 // The waits double from 2ms (2, 6, 14, 30, 50ms with LeaseWait): a
 // burst's tokens come back within a few ms, a steady key's within
 // LeaseIdle.
 func (c *call) waitForTokens(ctx context.Context, d scriptAnswer, args []any) (scriptAnswer, error) {
 	r := c.r
 	hold := r.leaseWait + r.leases.idleOr0()
-	for pause, deadline := minLeaseIdle, c.start+int64(r.leaseWait); !d.allowed && c.mayComeBack(d, hold) && r.clock() < deadline; pause *= 2 {
+	for pause, deadline := minLeaseIdle, r.clock()+int64(r.leaseWait); !d.allowed && c.mayComeBack(d, hold) && r.clock() < deadline; pause *= 2 {
 		t := time.NewTimer(min(pause, max(time.Duration(deadline-r.clock()), time.Millisecond)))
 		select {
 		case <-t.C:

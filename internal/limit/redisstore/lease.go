@@ -39,14 +39,16 @@ const (
 // they are spent or that bucket ends. Every admission falls in the bucket
 // it was counted in, so each limit holds for the fleet exactly as it does
 // in one memory store. Tokens the gateway stops using go back to Redis:
-// after LeaseIdle without a request, when the limit is reloaded, when a
-// sliding window's bucket ends, and when the store closes.
+// after LeaseIdle without a request, LeaseIdle after their grant, when
+// the limit is reloaded, when a sliding window's bucket ends, and when
+// the store closes.
 //
 // The script sizes a lease from the rate at which this gateway sees the
 // key's requests (so that it lasts about until the bucket ends), less
 // what the gateway still holds, at most the room left divided by twice
-// the fleet's size, and at least the request itself: near the limit,
-// every request is a call.
+// the fleet's size, and at least the request itself; the gateway asks for
+// none once Redis reported less than half the limit left (contested):
+// near the limit, every request is a call.
 //
 // A request is admitted from leases only if every limit of it has one
 // with a token; it then takes one from each. It is safe for concurrent
@@ -97,6 +99,9 @@ type tokenLease struct {
 	seen  int64
 	since int64
 	rate  float64 // requests per second, as last measured
+	// room is the room Redis last reported for the key beside the
+	// tokens held (Result.Remaining), -1 before any answer.
+	room int64
 	// used is when a request last asked for the lease; timer gives the
 	// tokens back once it is idle.
 	used  int64
@@ -159,7 +164,7 @@ func (ls *tokenLeases) get(key string, now int64) *tokenLease {
 			return nil
 		}
 	}
-	l := &tokenLease{key: key, since: now}
+	l := &tokenLease{key: key, since: now, room: -1}
 	ls.m[key] = l
 	return l
 }
@@ -262,7 +267,9 @@ func (ls *tokenLeases) take(keys []string, reqs []limit.Request, res []limit.Res
 		switch {
 		case l.tokens == 0:
 			empty = true
-		case 4*l.tokens <= l.last:
+		case 4*l.tokens <= l.last && !contested(l.room, reqs[i].Params.Limit):
+			// Low: ask for the next lease while spending what is left
+			// (not near the limit, where the next request is a call).
 			low = true
 		}
 		pending = pending || l.pending
@@ -311,7 +318,7 @@ func (ls *tokenLeases) take(keys []string, reqs []limit.Request, res []limit.Res
 			}
 		}
 		rates[i], have[i] = 0, 0
-		if claim != nil {
+		if claim != nil && !contested(l.room, reqs[i].Params.Limit) {
 			rates[i], have[i] = int64(l.rate+0.5), l.tokens
 		}
 		l.mu.Unlock()
@@ -448,6 +455,7 @@ func (ls *tokenLeases) unspent(keys []string, reqs []limit.Request, res []limit.
 			continue
 		}
 		l.mu.Lock()
+		l.room = res[i].Remaining
 		if now < l.end && l.params == *reqs[i].Params {
 			res[i].Remaining += l.tokens
 		}
@@ -499,7 +507,7 @@ func (ls *tokenLeases) grant(keys []string, reqs []limit.Request, res []limit.Re
 			l.params, l.tokens, l.end, l.bucket = *reqs[i].Params, n, end, g[i].bucket
 		}
 		l.last = l.tokens
-		l.remaining, l.reset, l.granted = res[i].Remaining, res[i].Reset, start
+		l.remaining, l.reset, l.granted, l.room = res[i].Remaining, res[i].Reset, start, res[i].Remaining
 		if ls.giveBack != nil {
 			if l.timer == nil {
 				l.timer = time.AfterFunc(l.idleAfter(ls.idle), func() { ls.idleCheck(l) })
@@ -530,7 +538,14 @@ func (l *tokenLease) idleAfter(most time.Duration) time.Duration {
 const minLeaseIdle = 2 * time.Millisecond
 
 // idleCheck gives l's tokens back to Redis when no request asked for them
-// for l.idleAfter(ls.idle), or checks again when that will be so.
+// for l.idleAfter(ls.idle), or when they were granted ls.idle ago (their
+// life), or checks again when one of those will be so.
+//
+// The life bounds how long a token stays out even on a busy key: a lease
+// covers what the key's rate uses in 15ms, so tokens left after ls.idle
+// mean its rate fell, and another gateway's request that Redis denies
+// meanwhile waits for them only if a lease was granted within LeaseIdle
+// and LeaseWait (scriptAnswer.tokensMayComeBack).
 func (ls *tokenLeases) idleCheck(l *tokenLease) {
 	l.mu.Lock()
 	if l.tokens == 0 {
@@ -538,8 +553,9 @@ func (ls *tokenLeases) idleCheck(l *tokenLease) {
 		return
 	}
 	now := ls.now()
-	if d, idle := now-l.used, l.idleAfter(ls.idle); d < int64(idle) && l.timer != nil {
-		l.timer.Reset(idle - time.Duration(d))
+	due := min(l.used+int64(l.idleAfter(ls.idle)), l.granted+int64(ls.idle))
+	if now < due && l.timer != nil {
+		l.timer.Reset(time.Duration(due - now))
 		l.mu.Unlock()
 		return
 	}
@@ -571,4 +587,14 @@ func (ls *tokenLeases) close() []leaseReturn {
 		l.mu.Unlock()
 	}
 	return back
+}
+
+// contested reports whether a limit whose room Redis last reported as
+// room (-1: not known) is too close to full for a lease: the last half of
+// a bucket's room goes call by call. Tokens leased near the end are the
+// ones left unspent in one gateway while another's request is denied,
+// which must then wait for them to come back; early tokens are spent, or
+// come back, while the fleet uses that half.
+func contested(room, lim int64) bool {
+	return room >= 0 && 2*room < lim
 }

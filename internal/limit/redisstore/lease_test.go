@@ -426,7 +426,9 @@ func TestRedisLeaseFleetExact(t *testing.T) {
 			reqs := []limit.Request{{Key: "burst-" + alg + "|/", Params: p}}
 			var admitted atomic.Int64
 			var wg sync.WaitGroup
-			const callers = 12
+			// Ten callers, spread over the gateways, send exactly the
+			// limit between them.
+			const callers = 10
 			for c := range callers {
 				wg.Go(func() {
 					res := make([]limit.Result, 1)
@@ -449,12 +451,37 @@ func TestRedisLeaseFleetExact(t *testing.T) {
 				granted += s.LeaseGranted
 				t.Logf("%+v", s)
 			}
-			sent := int64(p.Limit) / callers * callers
-			if admitted.Load() != sent {
-				t.Errorf("admitted %d of a burst of %d within the limit %d, want all", admitted.Load(), sent, p.Limit)
+			if admitted.Load() != p.Limit {
+				t.Errorf("admitted %d of a burst of the limit %d, want all", admitted.Load(), p.Limit)
 			}
 			if granted == 0 {
 				t.Logf("no lease granted: the burst was decided call by call")
+			}
+		})
+		t.Run(alg+"/burst-round-robin", func(t *testing.T) {
+			t.Parallel()
+			// One request after the other, round-robin: a gateway holding
+			// tokens gets no request while another's waits for them, so
+			// every denial here waits for a return.
+			stores := newLeaseFleet(t, srv, 3, 10*time.Second)
+			reqs := []limit.Request{{Key: "rrburst-" + alg + "|/", Params: p}}
+			res := make([]limit.Result, 1)
+			admitted := 0
+			for i := range int(p.Limit) {
+				ok, err := stores[i%3].Allow(ctx, time.Time{}, reqs, res)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ok {
+					admitted++
+				}
+			}
+			if admitted != int(p.Limit) {
+				t.Errorf("admitted %d of a burst of the limit %d, want all", admitted, p.Limit)
+			}
+			// And not one more: the fleet is exact both ways.
+			if ok, err := stores[0].Allow(ctx, time.Time{}, reqs, res); err != nil || ok {
+				t.Errorf("a request past the limit: got %v %v, want denied", ok, err)
 			}
 		})
 	}

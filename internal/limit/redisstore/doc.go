@@ -12,7 +12,8 @@
 //     node batched into one round trip), log.go (go-redis's log lines).
 //   - The decision scripts: redis.lua with the algorithms' Lua chunks
 //     (which live beside each algorithm in package limit), assembled in
-//     script.go; budget.lua; lease_return.lua.
+//     script.go; the calendar argument of a call in calendar.go;
+//     budget.lua; lease_return.lua.
 //   - Local accelerators, which save calls without changing what is
 //     admitted: lease.go and lease_back.go (tokens counted in Redis ahead
 //     of requests, and given back unspent), denycache.go (denials
@@ -23,6 +24,7 @@
 //
 // It decides with the algorithms and semantics of package limit and must
 // not change them: a decision of the Redis store is the memory store's on
-// Redis's clock. It knows nothing about HTTP. Tests set a fixed decision
-// clock through package redisstoretest only.
+// Redis's clock. It knows nothing about HTTP. Tests of other packages set
+// a fixed decision clock through package redisstoretest (testhook.go), the
+// only way to set one: production code must not.
 package redisstore

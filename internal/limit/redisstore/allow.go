@@ -184,6 +184,10 @@ func (c *call) waitForTokens(ctx context.Context, d scriptAnswer, args []any) (s
 	return d, nil
 }
 
+// leaseCacheHold is how long after a lease of a limit a denial by it is
+// not kept in the deny cache.
+const leaseCacheHold = time.Second
+
 // mayComeBack reports whether tokens of the limits that denied d may
 // come back: not for a charge, which Redis counts whatever it decides.
 func (c *call) mayComeBack(d scriptAnswer, hold time.Duration) bool {
@@ -193,7 +197,9 @@ func (c *call) mayComeBack(d scriptAnswer, hold time.Duration) bool {
 // settle records what Redis decided: the tokens it leased, the tokens
 // the gateway holds in each Result's Remaining, and a denial in the deny
 // cache. While tokens may still come back, a denial is not remembered:
-// the next request waits for them too.
+// the next request waits for them too; nor for leaseCacheHold after a
+// lease: a gateway starved of CPU may still hold tokens then, and a
+// remembered denial would go on denying after they came back.
 func (c *call) settle(d scriptAnswer) {
 	r := c.r
 	if c.ask != nil {
@@ -202,7 +208,7 @@ func (c *call) settle(d scriptAnswer) {
 		}
 		r.leases.unspent(c.keys, c.reqs, c.res, c.start)
 	}
-	if !d.allowed && r.deny != nil && !c.mayComeBack(d, r.leaseWait+r.leases.idleOr0()) {
+	if !d.allowed && r.deny != nil && !c.mayComeBack(d, max(r.leaseWait+r.leases.idleOr0(), leaseCacheHold)) {
 		r.deny.record(c.keys, c.reqs, c.res, c.start, 0)
 	}
 }

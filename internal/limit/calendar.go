@@ -2,7 +2,6 @@ package limit
 
 import (
 	"errors"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -153,32 +152,9 @@ func calendarStart(c Calendar, y int, m time.Month, d, k int, loc *time.Location
 	return time.Date(y, m, d, 0, 0, 0, 0, loc).UnixNano()
 }
 
-// calendarArg returns the script argument of a calendar limit of the Redis
-// store (redis.lua): the counter's shape, then the starts of the windows
-// before, at and after the gateway's now, and the end of the last, in
-// microseconds, separated by spaces. The script places Redis's clock among
-// them, so that every gateway counts in the window that Redis's clock is
-// in, provided their clocks are less than a window apart. It returns ""
-// for a limit without a calendar unit.
-func calendarArg(p *Params, now time.Time) string {
-	if p.Calendar == "" {
-		return ""
-	}
-	ns := now.UnixNano()
-	start, end := calendarSpan(ns, p)
-	prev, _ := calendarSpan(start-1, p)
-	_, next := calendarSpan(end, p)
-	zone := p.Zone
-	if zone == "" {
-		zone = "UTC"
-	}
-	b := make([]byte, 0, 80)
-	b = append(b, p.Calendar...)
-	b = append(b, '@')
-	b = append(b, zone...)
-	for _, t := range [...]int64{prev, start, end, next} {
-		b = append(b, ' ')
-		b = strconv.AppendInt(b, t/int64(time.Microsecond), 10)
-	}
-	return string(b)
+// CalendarSpan returns the window of p's calendar unit (Params.Calendar)
+// that holds now: its start and its end (the next one's start), all in
+// nanoseconds since the Unix epoch. p must have a Calendar.
+func (p *Params) CalendarSpan(now int64) (start, end int64) {
+	return calendarSpan(now, p)
 }

@@ -28,18 +28,19 @@ type SlotRequest struct {
 // use.
 type Slots interface {
 	// Acquire takes one slot of every request's key, or none of them.
-	// When every key has room it returns a Lease holding the slots and
-	// -1; otherwise a nil Lease and the index of the first request whose
+	// When every key has room it returns a Permit holding the slots and
+	// -1; otherwise a nil Permit and the index of the first request whose
 	// key holds Limit slots already, having taken nothing. An error means
 	// the store could not decide; nothing is held then either.
-	Acquire(ctx context.Context, reqs []SlotRequest) (Lease, int, error)
+	Acquire(ctx context.Context, reqs []SlotRequest) (Permit, int, error)
 }
 
-// Lease is the slots one Acquire took.
-type Lease interface {
+// Permit is the slots one Acquire took. (Not to be confused with the
+// Redis store's token leases, which hold units of a rate limit.)
+type Permit interface {
 	// Release gives the slots back. Calls after the first do nothing. It
 	// never blocks longer than a store call's timeout; slots a store
-	// fails to release expire on their own (RedisSlots).
+	// fails to release expire on their own (the Redis store's).
 	Release()
 }
 
@@ -58,16 +59,16 @@ var _ Slots = (*MemorySlots)(nil)
 func NewMemorySlots() *MemorySlots { return &MemorySlots{} }
 
 // Acquire implements Slots. It never fails (for a valid Limit).
-func (m *MemorySlots) Acquire(_ context.Context, reqs []SlotRequest) (Lease, int, error) {
-	if len(reqs) > maxLeaseKeys {
-		return nil, -1, fmt.Errorf("limit: %d slot requests, at most %d", len(reqs), maxLeaseKeys)
+func (m *MemorySlots) Acquire(_ context.Context, reqs []SlotRequest) (Permit, int, error) {
+	if len(reqs) > MaxSlotKeys {
+		return nil, -1, fmt.Errorf("limit: %d slot requests, at most %d", len(reqs), MaxSlotKeys)
 	}
 	for i := range reqs {
 		if reqs[i].Limit < 1 {
 			return nil, -1, fmt.Errorf("limit: slot of %q has limit %d, want at least 1", reqs[i].Key, reqs[i].Limit)
 		}
 	}
-	l := &memoryLease{m: m, n: len(reqs)}
+	l := &memoryPermit{m: m, n: len(reqs)}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i := range reqs {
@@ -106,18 +107,18 @@ func (m *MemorySlots) Len() int {
 	return len(m.n)
 }
 
-// maxLeaseKeys is the most keys one Acquire takes: the proxy's app total
-// and API rule.
-const maxLeaseKeys = 2
+// MaxSlotKeys is the most requests one Acquire takes a slot for: the
+// proxy's app total and API rule.
+const MaxSlotKeys = 2
 
-type memoryLease struct {
+type memoryPermit struct {
 	m        *MemorySlots
-	keys     [maxLeaseKeys]string
+	keys     [MaxSlotKeys]string
 	n        int
 	released atomic.Bool
 }
 
-func (l *memoryLease) Release() {
+func (l *memoryPermit) Release() {
 	if l.released.Swap(true) {
 		return
 	}

@@ -13,11 +13,13 @@
 // so tests run on fixed instants and never sleep; the Redis store uses
 // Redis's clock (TIME), so that gateways with skewed clocks agree.
 //
-// The Redis store (redis.go) runs the same algorithms in Lua: each one
-// that implements RedisAlgorithm brings its own script, and the store
-// assembles them from the registry.
+// The Redis store (package redisstore) runs the same algorithms in Lua:
+// each one that implements RedisAlgorithm brings its own chunk, beside its
+// Go file, and the store assembles them from the registry.
 //
-// The package knows nothing about HTTP.
+// The package must know nothing about HTTP, and nothing about Redis but
+// the algorithms' Lua: it must not import the Redis store, which imports
+// it.
 package limit
 
 import (
@@ -252,8 +254,8 @@ type Request struct {
 // of them is answered.
 const HeldRetryAfter = time.Second
 
-// units returns the number of units of r: Cost, or 1 when it is 0.
-func (r *Request) units() int64 {
+// Units returns the number of units of r: Cost, or 1 when it is 0.
+func (r *Request) Units() int64 {
 	if r.Cost > 0 {
 		return r.Cost
 	}
@@ -353,8 +355,8 @@ type Algorithm interface {
 // returns a Lua chunk that evaluates to a table of functions — fields,
 // decide and commit — that do in Redis what State's Decide and Commit do
 // in memory (decide's result also carries what State's UncountedReset
-// gives), on the fields of one Redis hash, in microseconds; redis.lua
-// documents the contract and the helpers the chunk may use. The Redis
+// gives), on the fields of one Redis hash, in microseconds;
+// redisstore/redis.lua documents the contract and the helpers the chunk may use. The Redis
 // store assembles one script from the chunks of every registered
 // RedisAlgorithm, so that adding an algorithm to both stores still touches
 // only its own files.

@@ -251,16 +251,16 @@ func (m *Memory) Allow(_ context.Context, now time.Time, reqs []Request, res []R
 			continue
 		}
 		if r.Hold && r.Params.Limit > 0 && e.held > 0 {
-			e.decide(ns, r.Params, r.units()+e.held, &res[i])
+			e.decide(ns, r.Params, r.Units()+e.held, &res[i])
 			var alone Result
-			if e.decide(ns, r.Params, r.units(), &alone); !res[i].Allowed && alone.Allowed && i < 64 {
+			if e.decide(ns, r.Params, r.Units(), &alone); !res[i].Allowed && alone.Allowed && i < 64 {
 				// Denied only for requests in flight, which may be
 				// answered any moment: no lockout, and a short wait.
 				heldOnly |= 1 << i
 				res[i].RetryAfter = min(res[i].RetryAfter, HeldRetryAfter)
 			}
 		} else {
-			e.decide(ns, r.Params, r.units(), &res[i])
+			e.decide(ns, r.Params, r.Units(), &res[i])
 		}
 		if !res[i].Allowed && !r.Shadow {
 			allowed = false
@@ -313,20 +313,20 @@ func (e *entry) settle(ns int64, r *Request, res *Result, allowed, heldOnly bool
 		// Remaining is what the held units leave, with this request's
 		// when it holds them too. Nothing is counted.
 		if allowed {
-			e.held += r.units()
+			e.held += r.Units()
 		} else if res.Remaining >= 0 {
-			res.Remaining += r.units()
+			res.Remaining += r.Units()
 		}
 		res.Reset = e.state.UncountedReset(ns, r.Params)
 		return
 	}
 	if allowed && !r.Defer && !r.Hold {
 		if r.Params.Limit > 0 {
-			e.state.Commit(ns, r.Params, r.units())
+			e.state.Commit(ns, r.Params, r.Units())
 		}
 	} else if res.Remaining >= 0 {
 		// Decided as if counted; it was not.
-		res.Remaining += r.units()
+		res.Remaining += r.Units()
 		res.Reset = e.state.UncountedReset(ns, r.Params)
 	}
 }
@@ -334,7 +334,7 @@ func (e *entry) settle(ns int64, r *Request, res *Result, allowed, heldOnly bool
 // release gives back units held (Request.Release) and writes to res the
 // Result of the limit it leaves, as charge does. Its shard is locked.
 func (e *entry) release(ns int64, r *Request, res *Result) {
-	e.held = max(e.held-r.units(), 0)
+	e.held = max(e.held-r.Units(), 0)
 	e.decide(ns, r.Params, 1+e.held, res)
 	if res.Allowed && res.Remaining >= 0 {
 		res.Remaining++
@@ -347,7 +347,7 @@ func (e *entry) release(ns int64, r *Request, res *Result) {
 // included. Its shard is locked.
 func (e *entry) charge(ns int64, r *Request, res *Result) {
 	if r.Params.Limit > 0 {
-		e.state.Commit(ns, r.Params, r.units())
+		e.state.Commit(ns, r.Params, r.Units())
 	}
 	e.decide(ns, r.Params, 1, res)
 	if res.Allowed && res.Remaining >= 0 {

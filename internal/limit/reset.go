@@ -11,10 +11,7 @@ type Resetter interface {
 	Reset(ctx context.Context, key, tag string) (bool, error)
 }
 
-var (
-	_ Resetter = (*Memory)(nil)
-	_ Resetter = (*Redis)(nil)
-)
+var _ Resetter = (*Memory)(nil)
 
 // Reset clears the counter key (the memory store ignores tag).
 func (m *Memory) Reset(_ context.Context, key, _ string) (bool, error) {

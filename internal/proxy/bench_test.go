@@ -15,6 +15,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
@@ -150,12 +151,12 @@ configs:
 			var opt func(*HandlerConfig)
 			if store == "redis" {
 				srv := redistest.Start(b)
-				red, err := limit.NewRedis(limit.RedisConfig{URL: srv.URL(), Timeout: 5 * time.Second})
+				red, err := redisstore.New(redisstore.Config{URL: srv.URL(), Timeout: 5 * time.Second})
 				if err != nil {
 					b.Fatal(err)
 				}
 				b.Cleanup(func() { red.Close() })
-				slots, err := limit.NewRedisSlots(red, limit.RedisSlotsConfig{})
+				slots, err := redisstore.NewSlots(red, redisstore.SlotsConfig{})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -231,7 +232,7 @@ configs:
 				}
 				h := benchHandler(b, rules, func(c *HandlerConfig) {
 					if store == "redis" {
-						red, err := limit.NewRedis(limit.RedisConfig{URL: redistest.Start(b).URL(), Timeout: 5 * time.Second})
+						red, err := redisstore.New(redisstore.Config{URL: redistest.Start(b).URL(), Timeout: 5 * time.Second})
 						if err != nil {
 							b.Fatal(err)
 						}

@@ -65,7 +65,7 @@ next:
 		}
 		reqs[i].Key = key
 	}
-	lease, full, v := h.failover.acquire(r.Context(), reqs, sc.conc[:sc.nc])
+	permit, full, v := h.failover.acquire(r.Context(), reqs, sc.conc[:sc.nc])
 	switch v {
 	case failedClosed:
 		o.StoreError, o.Decision = true, DecisionFailClosed
@@ -77,7 +77,7 @@ next:
 	case localDecided:
 		o.StoreError = true
 	}
-	if lease == nil {
+	if permit == nil {
 		cl := sc.conc[full]
 		o.Decision = DecisionConcurrencyLimited
 		h.inFlight.of(cl.App, cl.API).refused.Add(1)
@@ -94,7 +94,7 @@ next:
 		})
 		return false
 	}
-	sc.lease = lease
+	sc.permit = permit
 	for i, cl := range sc.conc[:sc.nc] {
 		c := h.inFlight.of(cl.App, cl.API)
 		c.cur.Add(1)
@@ -131,18 +131,18 @@ func (h *Handler) settle(sc *scratch) {
 
 // release gives back the slots sc holds, once.
 func (h *Handler) release(sc *scratch) {
-	if sc.lease == nil {
+	if sc.permit == nil {
 		return
 	}
-	l := sc.lease
-	sc.lease = nil
+	p := sc.permit
+	sc.permit = nil
 	for i, c := range sc.inFlight[:sc.nc] {
 		if c != nil {
 			c.cur.Add(-1)
 			sc.inFlight[i] = nil
 		}
 	}
-	l.Release()
+	p.Release()
 }
 
 // inFlightCount is what this gateway holds and refused of one

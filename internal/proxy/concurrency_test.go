@@ -21,6 +21,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/eventually"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
@@ -55,12 +56,12 @@ func newConcGW(t *testing.T, store, rules string, upstream http.Handler, upTimeo
 		case "redis":
 			srv := redistest.Start(t)
 			c.rdb = srv.Client()
-			red, err := limit.NewRedis(limit.RedisConfig{URL: srv.URL(), Timeout: 5 * time.Second, PoolTimeout: 30 * time.Second})
+			red, err := redisstore.New(redisstore.Config{URL: srv.URL(), Timeout: 5 * time.Second, PoolTimeout: 30 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { red.Close() })
-			slots, err := limit.NewRedisSlots(red, limit.RedisSlotsConfig{TTL: time.Minute})
+			slots, err := redisstore.NewSlots(red, redisstore.SlotsConfig{TTL: time.Minute})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,7 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-gateway/gateway/internal/gwtest"
-	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
+	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore/redisstoretest"
 	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 )
@@ -60,9 +61,9 @@ func newCostGW(t *testing.T, rules, store string, srv *redistest.Server) *costGW
 		h.Now = clock.Now
 		h.Observers = append(h.Observers, m, observe.NewAccessLog(&lockedWriter{w: logBuf}, nil))
 		if store == "redis" {
-			red, err := limit.NewRedis(limit.RedisConfig{URL: srv.URL(), Timeout: 5 * time.Second, DecisionClock: clock.Now,
+			red, err := redisstore.New(redisstoretest.WithDecisionClock(redisstore.Config{URL: srv.URL(), Timeout: 5 * time.Second,
 				// The deny cache runs on the real clock, not the test's.
-				DenyCacheSize: -1})
+				DenyCacheSize: -1}, clock.Now))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 )
 
@@ -56,7 +56,7 @@ configs:
 `
 	g := newGWWith(t, rules, up.URL, nil, func(h *HandlerConfig, _ *UpstreamConfig) {
 		if store == "redis" {
-			red, err := limit.NewRedis(limit.RedisConfig{URL: srv.URL(), Timeout: 5 * time.Second, DenyCacheSize: -1})
+			red, err := redisstore.New(redisstore.Config{URL: srv.URL(), Timeout: 5 * time.Second, DenyCacheSize: -1})
 			if err != nil {
 				t.Fatal(err)
 			}

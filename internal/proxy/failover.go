@@ -107,12 +107,12 @@ func localRequest(q limit.Request, cl *ruleset.Limit) limit.Request {
 
 // acquire takes a slot of each of reqs as limit.Slots' Acquire does, in
 // slots; when that fails, as the mode says: under FailLocal in the local
-// slots, each with the local share of conc[i]'s concurrency. lease and
+// slots, each with the local share of conc[i]'s concurrency. permit and
 // full are the Acquire's for storeDecided and localDecided.
-func (f *failover) acquire(ctx context.Context, reqs []limit.SlotRequest, conc []*ruleset.Limit) (lease limit.Lease, full int, v verdict) {
-	lease, full, err := f.slots.Acquire(ctx, reqs)
+func (f *failover) acquire(ctx context.Context, reqs []limit.SlotRequest, conc []*ruleset.Limit) (permit limit.Permit, full int, v verdict) {
+	permit, full, err := f.slots.Acquire(ctx, reqs)
 	if err == nil {
-		return lease, full, storeDecided
+		return permit, full, storeDecided
 	}
 	f.logError(ctx, err)
 	switch f.failMode {
@@ -125,8 +125,8 @@ func (f *failover) acquire(ctx context.Context, reqs []limit.SlotRequest, conc [
 			lreqs[i] = reqs[i]
 			lreqs[i].Limit = conc[i].ConcLocal
 		}
-		if lease, full, err = f.localSlots.Acquire(ctx, lreqs); err == nil {
-			return lease, full, localDecided
+		if permit, full, err = f.localSlots.Acquire(ctx, lreqs); err == nil {
+			return permit, full, localDecided
 		}
 	}
 	// Fail open: forwarded without a slot.

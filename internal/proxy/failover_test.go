@@ -18,7 +18,7 @@ func (downStore) Allow(context.Context, time.Time, []limit.Request, []limit.Resu
 	return false, errors.New("store down")
 }
 
-func (downStore) Acquire(context.Context, []limit.SlotRequest) (limit.Lease, int, error) {
+func (downStore) Acquire(context.Context, []limit.SlotRequest) (limit.Permit, int, error) {
 	return nil, -1, errors.New("slots down")
 }
 
@@ -91,7 +91,7 @@ func TestFailover(t *testing.T) {
 					t.Errorf("second request: allowed %v, want %v", allowed, want)
 				}
 			}
-			var leases []limit.Lease
+			var leases []limit.Permit
 			for i := range 2 {
 				reqs := []limit.SlotRequest{{Key: "app-1|/x", Limit: cl.Conc}}
 				lease, _, v := f.acquire(context.Background(), reqs, lims)

@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
+	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore/redisstoretest"
 	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
@@ -32,7 +34,7 @@ func newKeyedGW(t *testing.T, store, rules string) *gw {
 	}
 	srv := redistest.Start(t) // skips with -short
 	return newRedisGW(t, rules, srv, FailClosed, 5*time.Second,
-		func(c *limit.RedisConfig) { c.DecisionClock = func() time.Time { return t0 } }).gw
+		func(c *redisstore.Config) { *c = redisstoretest.WithDecisionClock(*c, func() time.Time { return t0 }) }).gw
 }
 
 // keyStep is one request of a keyed-limit test, sent n times (1 if 0).
@@ -294,7 +296,7 @@ func TestKeyedValuesNeverCollide(t *testing.T) {
 			} else {
 				red = redistest.Start(t)
 				rg := newRedisGW(t, collisionRules, red, FailClosed, 5*time.Second,
-					func(c *limit.RedisConfig) { c.DecisionClock = func() time.Time { return t0 } })
+					func(c *redisstore.Config) { *c = redisstoretest.WithDecisionClock(*c, func() time.Time { return t0 }) })
 				rg.h.observers = append(rg.h.observers, m)
 				g = rg.gw
 			}

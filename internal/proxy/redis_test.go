@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
+	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore/redisstoretest"
 	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 )
@@ -21,7 +23,7 @@ import (
 // redisGW is a gateway on the redis store, with metrics.
 type redisGW struct {
 	*gw
-	red     *limit.Redis
+	red     *redisstore.Store
 	metrics *observe.Metrics
 }
 
@@ -29,14 +31,14 @@ type redisGW struct {
 // fail mode mode (and, for FailLocal, a memory store for the local
 // decisions) and the given Redis timeout: a test's generous one, unless
 // the test is about timeouts (the default 25ms is a production value).
-func newRedisGW(t *testing.T, rules string, srv *redistest.Server, mode FailMode, timeout time.Duration, opts ...func(*limit.RedisConfig)) *redisGW {
+func newRedisGW(t *testing.T, rules string, srv *redistest.Server, mode FailMode, timeout time.Duration, opts ...func(*redisstore.Config)) *redisGW {
 	t.Helper()
 	var m *observe.Metrics
-	rcfg := limit.RedisConfig{URL: srv.URL(), Timeout: timeout, OnCircuitChange: func(open bool) { m.SetCircuitOpen(open) }}
+	rcfg := redisstore.Config{URL: srv.URL(), Timeout: timeout, OnCircuitChange: func(open bool) { m.SetCircuitOpen(open) }}
 	for _, o := range opts {
 		o(&rcfg)
 	}
-	red, err := limit.NewRedis(rcfg)
+	red, err := redisstore.New(rcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +117,7 @@ func TestRedisFleet(t *testing.T) {
 		// whatever the machine's speed, with no window boundary between
 		// two requests.
 		gws = append(gws, newRedisGW(t, fleetRules, srv, FailClosed, 5*time.Second,
-			func(c *limit.RedisConfig) { c.DecisionClock = func() time.Time { return t0 } }))
+			func(c *redisstore.Config) { *c = redisstoretest.WithDecisionClock(*c, func() time.Time { return t0 }) }))
 	}
 	type target struct{ path, app, ip string }
 	targets := []target{

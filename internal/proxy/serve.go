@@ -36,12 +36,12 @@ type scratch struct {
 	// grp is the client's address group once a key needed it (group).
 	grp string
 	// The concurrency limits that apply (concurrency.go), their slot
-	// requests, the lease of the slots taken and their in-flight
+	// requests, the permit of the slots taken and their in-flight
 	// counts; concFailOpen is set when the request went on without them.
 	conc         [maxLimitsPerRequest]*ruleset.Limit
 	nc           int
 	slots        [maxLimitsPerRequest]limit.SlotRequest
-	lease        limit.Lease
+	permit       limit.Permit
 	inFlight     [maxLimitsPerRequest]*inFlightCount
 	concFailOpen bool
 	// decidedBy is who decided the rate limits (failover.go): under

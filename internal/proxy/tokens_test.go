@@ -16,7 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-gateway/gateway/internal/gwtest"
-	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
+	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore/redisstoretest"
 	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 )
@@ -132,7 +133,7 @@ func newTokenGW(t *testing.T, store string, redis *redistest.Server) *tokenGW {
 			// A Redis of its own: the subtests of one store use the
 			// same keys.
 			redis = redistest.Start(t)
-			red, err := limit.NewRedis(limit.RedisConfig{URL: redis.URL(), Timeout: 5 * time.Second, DecisionClock: clock.Now, DenyCacheSize: -1})
+			red, err := redisstore.New(redisstoretest.WithDecisionClock(redisstore.Config{URL: redis.URL(), Timeout: 5 * time.Second, DenyCacheSize: -1}, clock.Now))
 			if err != nil {
 				t.Fatal(err)
 			}

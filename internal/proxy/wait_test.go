@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
@@ -224,7 +225,7 @@ func TestMaxDelayOnRedis(t *testing.T) {
 		t.Skip("-short: no redis-server")
 	}
 	srv := redistest.Start(t)
-	red, err := limit.NewRedis(limit.RedisConfig{URL: srv.URL(), Timeout: 5 * time.Second, DenyCacheSize: -1})
+	red, err := redisstore.New(redisstore.Config{URL: srv.URL(), Timeout: 5 * time.Second, DenyCacheSize: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

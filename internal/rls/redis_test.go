@@ -7,21 +7,22 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 )
 
 // newRedis returns a Redis store on srv with test timeouts: generous, so
 // that a loaded machine does not fail a call.
-func newRedis(t *testing.T, srv *redistest.Server) *limit.Redis {
+func newRedis(t *testing.T, srv *redistest.Server) *redisstore.Store {
 	t.Helper()
 	return newRedisDeny(t, srv, 0)
 }
 
 // newRedisDeny is newRedis with a deny cache of the given size (-1: none).
-func newRedisDeny(t *testing.T, srv *redistest.Server, denyCache int) *limit.Redis {
+func newRedisDeny(t *testing.T, srv *redistest.Server, denyCache int) *redisstore.Store {
 	t.Helper()
-	red, err := limit.NewRedis(limit.RedisConfig{URL: srv.URL(), DenyCacheSize: denyCache, Timeout: 5 * time.Second, DialTimeout: 5 * time.Second, PoolTimeout: 5 * time.Second})
+	red, err := redisstore.New(redisstore.Config{URL: srv.URL(), DenyCacheSize: denyCache, Timeout: 5 * time.Second, DialTimeout: 5 * time.Second, PoolTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +143,7 @@ func TestFleetNeverOverLimit(t *testing.T) {
 			srv.Client().FlushAll(t.Context())
 			var fleet []*harness
 			for range 3 {
-				red, err := limit.NewRedis(limit.RedisConfig{URL: srv.URL(), Leases: tc.leases, Timeout: 5 * time.Second, DialTimeout: 5 * time.Second, PoolTimeout: 5 * time.Second})
+				red, err := redisstore.New(redisstore.Config{URL: srv.URL(), Leases: tc.leases, Timeout: 5 * time.Second, DialTimeout: 5 * time.Second, PoolTimeout: 5 * time.Second})
 				if err != nil {
 					t.Fatal(err)
 				}

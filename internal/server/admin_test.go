@@ -11,7 +11,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/eventually"
-	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
@@ -226,7 +226,7 @@ func TestRedisReadyz(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	for _, mode := range []proxy.FailMode{proxy.FailOpen, proxy.FailClosed} {
-		red, err := limit.NewRedis(limit.RedisConfig{URL: srv.URL()})
+		red, err := redisstore.New(redisstore.Config{URL: srv.URL()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 )
 
@@ -20,7 +21,7 @@ const minSlotTTL = time.Second
 // share of each concurrency (see docs/algorithms.md, "Concurrency: requests in
 // flight").
 func (st *stores) newRedisSlots(cfg Config) error {
-	rs, err := limit.NewRedisSlots(st.redis, limit.RedisSlotsConfig{
+	rs, err := redisstore.NewSlots(st.redis, redisstore.SlotsConfig{
 		TTL: max(cfg.UpstreamTimeout, minSlotTTL),
 		OnError: func(err error) {
 			cfg.Logger.Warn("renewing the slots of requests in flight failed; they expire unless a later renewal succeeds", "err", err)
@@ -41,13 +42,13 @@ func (st *stores) newRedisSlots(cfg Config) error {
 // (fleetShare's share).
 type fleetSlots struct {
 	mem *limit.MemorySlots
-	red *limit.Redis
+	red *redisstore.Store
 }
 
 var _ limit.Slots = (*fleetSlots)(nil)
 
 // Acquire takes the slots in memory with their limits scaled.
-func (f *fleetSlots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Lease, int, error) {
+func (f *fleetSlots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Permit, int, error) {
 	share := (&fleetShare{red: f.red}).share()
 	scaled := make([]limit.SlotRequest, len(reqs))
 	for i, q := range reqs {

@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/enumflag"
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/source"
 	"github.com/ratelimit-gateway/gateway/internal/watch"
@@ -141,19 +142,19 @@ type Config struct {
 	// RedisPoolTimeout bounds the wait for a free Redis connection.
 	RedisPoolTimeout time.Duration
 	// RedisBatch is the most decisions one round trip to a Redis node
-	// carries (limit.RedisConfig.MaxBatch); 1 turns batching off.
+	// carries (redisstore.Config.MaxBatch); 1 turns batching off.
 	RedisBatch int
 	// RedisLeases is the most keys the Redis store holds leases for
-	// (limit.RedisConfig.Leases); -1 turns leases off.
+	// (redisstore.Config.Leases); -1 turns leases off.
 	RedisLeases int
 	// RedisMaxKeys is the fleet's budget of callers' counters in Redis
-	// (limit.RedisConfig.MaxKeys); -1 for none.
+	// (redisstore.Config.MaxKeys); -1 for none.
 	RedisMaxKeys int
 	// FailMode is what the redis store's failures do to a request.
 	FailMode proxy.FailMode
 	// LocalShare scales each limit under FailMode local, in (0, 1]; 0
 	// (auto, the default) is 1 / the number of gateways last seen in the
-	// fleet (limit.Redis.FleetSize), ruleset.DefaultLocalShare until one is.
+	// fleet (redisstore.Store.FleetSize), ruleset.DefaultLocalShare until one is.
 	LocalShare float64
 	// UpstreamTimeout bounds the wait for the upstream's response
 	// headers, --upstream's and the routes' that set no timeout.
@@ -248,12 +249,12 @@ func DefaultConfig() Config {
 		AllowUpgrade:      slices.Clone(proxy.DefaultAllowUpgrade),
 		Store:             StoreMemory,
 		MaxKeys:           limit.DefaultMaxKeys,
-		RedisTimeout:      limit.DefaultRedisTimeout,
-		RedisDialTimeout:  limit.DefaultRedisDialTimeout,
-		RedisPoolTimeout:  limit.DefaultRedisPoolTimeout,
-		RedisBatch:        limit.DefaultRedisBatch,
-		RedisLeases:       limit.DefaultRedisLeases,
-		RedisMaxKeys:      limit.DefaultRedisMaxKeys,
+		RedisTimeout:      redisstore.DefaultTimeout,
+		RedisDialTimeout:  redisstore.DefaultDialTimeout,
+		RedisPoolTimeout:  redisstore.DefaultPoolTimeout,
+		RedisBatch:        redisstore.DefaultBatch,
+		RedisLeases:       redisstore.DefaultLeases,
+		RedisMaxKeys:      redisstore.DefaultMaxKeys,
 		FailMode:          proxy.FailLocal,
 		UpstreamTimeout:   proxy.DefaultUpstreamTimeout,
 		LimitStatus:       http.StatusTooManyRequests,

@@ -9,20 +9,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // stores are the stores New built from Config.
 type stores struct {
-	store limit.Store   // what the handler asks
-	mem   *limit.Memory // the memory store, or the local fallback; nil if none
-	redis *limit.Redis  // the redis store, if it is the one
-	local limit.Store   // the handler's Local store (FailLocal only)
+	store limit.Store       // what the handler asks
+	mem   *limit.Memory     // the memory store, or the local fallback; nil if none
+	redis *redisstore.Store // the redis store, if it is the one
+	local limit.Store       // the handler's Local store (FailLocal only)
 	// slots and localSlots are the handler's Slots and LocalSlots
 	// (concurrency.go); nil for the handler's defaults.
 	slots, localSlots limit.Slots
-	redisSlots        *limit.RedisSlots
+	redisSlots        *redisstore.Slots
 	failMode          proxy.FailMode
 	name              StoreKind
 	// batches observes the size of the Redis store's batches.
@@ -46,7 +47,7 @@ func newStore(cfg Config, onCircuit func(open bool)) (*stores, error) {
 			Help:    "Decisions per round trip to a Redis node that carried more than one (--redis-batch).",
 			Buckets: prometheus.ExponentialBuckets(2, 2, 10),
 		})
-		red, err := limit.NewRedis(limit.RedisConfig{
+		red, err := redisstore.New(redisstore.Config{
 			MaxBatch: cfg.RedisBatch, Leases: cfg.RedisLeases, OnBatch: func(n int) { st.batches.Observe(float64(n)) },
 			URL: cfg.RedisURL, Addrs: cfg.RedisAddrs, Cluster: cfg.RedisCluster,
 			SentinelMaster: cfg.RedisSentinelMaster, Username: cfg.RedisUsername,
@@ -137,7 +138,7 @@ func compileShare(cfg Config) float64 {
 // not depend on its limit (limit.Params.Identity).
 type fleetShare struct {
 	mem *limit.Memory
-	red *limit.Redis
+	red *redisstore.Store
 }
 
 var _ limit.Store = (*fleetShare)(nil)
@@ -239,7 +240,7 @@ func (st *stores) register(reg prometheus.Registerer) {
 
 // nodeCircuits collects gateway_redis_node_circuit_open: one series per
 // Redis node the store has used, so bounded by the nodes.
-type nodeCircuits struct{ red *limit.Redis }
+type nodeCircuits struct{ red *redisstore.Store }
 
 var nodeCircuitDesc = prometheus.NewDesc("gateway_redis_node_circuit_open",
 	"1 while the circuit breaker of this Redis node is open: its keys are decided by --fail-mode.", []string{"node"}, nil)
@@ -257,7 +258,7 @@ func (c nodeCircuits) Collect(ch chan<- prometheus.Metric) {
 }
 
 // checkEviction warns about Redis nodes whose maxmemory-policy may evict
-// counters (limit.Redis.EvictionPolicy).
+// counters (redisstore.Store.EvictionPolicy).
 func (st *stores) checkEviction(ctx context.Context, log *slog.Logger) {
 	nodes, err := st.redis.EvictionPolicy(ctx)
 	if err != nil {

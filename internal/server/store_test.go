@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
@@ -56,7 +57,7 @@ func TestLocalShareAuto(t *testing.T) {
 	srv := redistest.Start(t)
 	cfg := DefaultConfig()
 	cfg.Store, cfg.RedisURL, cfg.RedisTimeout = StoreRedis, srv.URL(), time.Second
-	cfg.RedisMaxKeys = limit.RedisBuckets // one caller per bucket
+	cfg.RedisMaxKeys = limit.CallerBuckets // one caller per bucket
 	st, err := newStore(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +84,7 @@ func TestLocalShareAuto(t *testing.T) {
 		t.Errorf("before a heartbeat: admitted %d, want 30 × %v = 3", got, ruleset.DefaultLocalShare)
 	}
 	for _, id := range []string{"other-1", "other-2"} {
-		other, err := limit.NewRedis(limit.RedisConfig{URL: srv.URL(), Timeout: time.Second, FleetID: id})
+		other, err := redisstore.New(redisstore.Config{URL: srv.URL(), Timeout: time.Second, FleetID: id})
 		if err != nil {
 			t.Fatal(err)
 		}

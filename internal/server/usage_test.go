@@ -12,6 +12,8 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
+	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore/redisstoretest"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
@@ -93,7 +95,7 @@ func TestUsageAPI(t *testing.T) {
 			var reset limit.Resetter
 			clock := gwtest.NewClock(t0)
 			if kind == "redis" {
-				red, err := limit.NewRedis(limit.RedisConfig{URL: redistest.Start(t).URL(), Timeout: 5 * time.Second, DecisionClock: clock.Now, DenyCacheSize: -1})
+				red, err := redisstore.New(redisstoretest.WithDecisionClock(redisstore.Config{URL: redistest.Start(t).URL(), Timeout: 5 * time.Second, DenyCacheSize: -1}, clock.Now))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -1,0 +1,508 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/redis/go-redis/v9"
+)
+
+// argsPerLimit is the number of script arguments per limit, and
+// resultsPerLimit the number of values of the reply per limit
+// (redis.lua).
+const (
+	argsPerLimit    = 14
+	resultsPerLimit = 8
+)
+
+// Allow implements Store, with Memory.Allow's semantics, on Redis's clock:
+// now, the gateway's clock, only places the calendar windows that the
+// script chooses from (a calendar unit, Params.Calendar), and must be
+// within a window of Redis's clock; the deny cache and the breaker use
+// Config.Now.
+// It returns ErrCircuitOpen while the breaker is open, and an error when
+// Redis fails or does not answer within the timeout; a caller's own
+// cancellation is returned as such and does not count as a failure.
+//
+// The requests must share a Tag (Request.Tag) and have distinct keys. A
+// request with an Overflow key is counted against it when its own key is
+// new and the key budget of its tag is used up (Config.MaxKeys).
+//
+// A request that Redis denies while other gateways may hold leased tokens
+// of its limits waits up to LeaseWait for them to come back (docs/fleet.md,
+// "Leases") and is decided again.
+func (r *Store) Allow(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result) (allowed bool, err error) {
+	if len(res) < len(reqs) {
+		return false, fmt.Errorf("limit: %d results for %d requests", len(res), len(reqs))
+	}
+	if len(reqs) == 0 {
+		return true, nil
+	}
+	c := &call{r: r, now: now, reqs: reqs, res: res, fullReqs: reqs, full: res}
+	if c.keys, c.tag, c.charges, err = redisKeys(reqs); err != nil {
+		return false, err
+	}
+	c.start = r.clock()
+	defer func() { c.finish(allowed) }()
+	if ok, done, err := c.fromLeases(ctx); done {
+		return ok, err
+	}
+	if c.spendSome() {
+		return true, nil
+	}
+	if c.cachedDenial() {
+		return false, nil
+	}
+	d, err := c.decide(ctx)
+	if err != nil {
+		return false, err
+	}
+	c.settle(d)
+	return d.allowed, nil
+}
+
+// call is one Allow on its way through the steps that decide it: from
+// leases, from the deny cache, or by Redis.
+type call struct {
+	r   *Store
+	now time.Time
+	// keys, reqs and res are the limits still to decide: all of them,
+	// or those fromLeases and spendSome found no token for. fullReqs and
+	// full are all of the call's.
+	keys       []string
+	reqs       []limit.Request
+	res        []limit.Result
+	fullReqs   []limit.Request
+	full       []limit.Result
+	tag        string
+	charges    bool  // a charge or release is among reqs: it must reach Redis
+	start      int64 // the store's clock when the call began (or last waited)
+	ask        *leaseAsk
+	taken      []*tokenLease // the leases spendSome took a token from
+	rest       []int         // the indexes of reqs in fullReqs, once narrowed
+	spentSome  bool
+	claimAsked bool
+}
+
+// fromLeases decides the call from leases if every limit has a token
+// (done). Leases go first: their tokens are counted already, and a
+// denial another request met meanwhile must not leave them unspent. They
+// need the gateway's clock to run with Redis's: not on a test's fixed
+// decision clock. Otherwise it notes what the call to Redis asks of them.
+func (c *call) fromLeases(ctx context.Context) (ok, done bool, err error) {
+	r := c.r
+	if r.leases == nil || r.fixedNow != nil || !leasable(c.reqs) {
+		return false, false, nil
+	}
+	ok, c.ask, err = r.fromLeases(ctx, c.now, c.keys, c.reqs, c.res, c.tag, &c.start)
+	if err != nil || ok {
+		c.ask = nil // the claim, if any, is the background refill's
+		return ok, true, err
+	}
+	c.claimAsked = c.ask.claim != nil
+	return false, false, nil
+}
+
+// spendSome spends a token of every limit whose lease has one, and
+// narrows the call to the others, which go to Redis: a token held for one
+// limit of a request is never left unspent because another's lease is
+// empty. It reports whether that decided every limit. When Redis then
+// denies the request, finish puts the tokens back.
+func (c *call) spendSome() bool {
+	if c.ask == nil {
+		return false
+	}
+	taken, rest := c.r.leases.takeSome(c.keys, c.reqs, c.res, c.start)
+	if taken == nil {
+		return false
+	}
+	if len(rest) == 0 {
+		c.r.decisions.Add(1)
+		return true
+	}
+	c.taken, c.rest, c.spentSome = taken, rest, true
+	c.keys, c.reqs, c.res, c.ask = pick(c.keys, rest), pick(c.reqs, rest), make([]limit.Result, len(rest)), c.ask.pick(rest)
+	return false
+}
+
+// cachedDenial reports whether the deny cache denies the call without
+// asking Redis. A charge must reach Redis: it counts whatever the limit
+// says.
+func (c *call) cachedDenial() bool {
+	r := c.r
+	if r.deny == nil || c.charges || !r.deny.lookup(c.keys, c.reqs, c.start, c.res) {
+		return false
+	}
+	r.decisions.Add(1)
+	return true
+}
+
+// decide asks Redis, and asks again while a denial may turn into an
+// admission: other gateways stop using tokens they hold and give them
+// back within LeaseIdle, so a denial while some may be held waits for
+// them, up to LeaseWait (waitForTokens).
+func (c *call) decide(ctx context.Context) (scriptAnswer, error) {
+	r := c.r
+	args := r.scriptArgs(c.now, c.reqs, c.tag, c.ask)
+	d, err := r.decide(ctx, c.keys, c.reqs, args, c.res)
+	if err != nil {
+		return d, r.late(err, c.now, c.fullReqs)
+	}
+	r.decisions.Add(1)
+	r.overflowed.Add(d.overflowed)
+	return c.waitForTokens(ctx, d, args)
+}
+
+// waitForTokens decides d's call again while Redis denies it and tokens
+// of its limits may come back, until LeaseWait after that first denial
+// (not the call's start: on a loaded machine the first call may have
+// taken most of it).
+// The waits double from 2ms (2, 6, 14, 30, 50ms with LeaseWait): a
+// burst's tokens come back within a few ms, a steady key's within
+// LeaseIdle.
+func (c *call) waitForTokens(ctx context.Context, d scriptAnswer, args []any) (scriptAnswer, error) {
+	r := c.r
+	hold := r.leaseWait + r.leases.idleOr0()
+	for pause, deadline := minLeaseIdle, r.clock()+int64(r.leaseWait); !d.allowed && c.mayComeBack(d, hold) && r.clock() < deadline; pause *= 2 {
+		t := time.NewTimer(min(pause, max(time.Duration(deadline-r.clock()), time.Millisecond)))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return d, fmt.Errorf("redis: %w", ctx.Err())
+		}
+		var err error
+		if d, err = r.decide(ctx, c.keys, c.reqs, args, c.res); err != nil {
+			return d, r.late(err, c.now, c.fullReqs)
+		}
+	}
+	return d, nil
+}
+
+// leaseCacheHold is how long after a lease of a limit a denial by it is
+// not kept in the deny cache.
+const leaseCacheHold = time.Second
+
+// mayComeBack reports whether tokens of the limits that denied d may
+// come back: not for a charge, which Redis counts whatever it decides.
+func (c *call) mayComeBack(d scriptAnswer, hold time.Duration) bool {
+	return !c.charges && d.tokensMayComeBack(c.reqs, c.res, hold)
+}
+
+// settle records what Redis decided: the tokens it leased, the tokens
+// the gateway holds in each Result's Remaining, and a denial in the deny
+// cache. While tokens may still come back, a denial is not remembered:
+// the next request waits for them too; nor for leaseCacheHold after a
+// lease: a gateway starved of CPU may still hold tokens then, and a
+// remembered denial would go on denying after they came back.
+func (c *call) settle(d scriptAnswer) {
+	r := c.r
+	if c.ask != nil {
+		if d.allowed && c.ask.claim != nil {
+			r.leases.grant(c.keys, c.reqs, c.res, d.grants, c.start, 1)
+		}
+		r.leases.unspent(c.keys, c.reqs, c.res, c.start)
+	}
+	if !d.allowed && r.deny != nil && !c.mayComeBack(d, max(r.leaseWait+r.leases.idleOr0(), leaseCacheHold)) {
+		r.deny.record(c.keys, c.reqs, c.res, c.start, 0)
+	}
+}
+
+// finish ends the call: the Results of a narrowed call go back to their
+// places, the tokens spendSome took go back to their leases when the
+// request was not admitted, and the claim on the leases is released.
+func (c *call) finish(allowed bool) {
+	if c.spentSome {
+		for j, i := range c.rest {
+			c.full[i] = c.res[j]
+		}
+		if !allowed {
+			c.r.leases.putBack(c.taken, c.fullReqs, c.full, c.start)
+		}
+	}
+	if c.claimAsked {
+		c.r.leases.release(c.ask.claim)
+	}
+}
+
+// pick returns the elements of s at idx.
+func pick[T any](s []T, idx []int) []T {
+	out := make([]T, len(idx))
+	for j, i := range idx {
+		out[j] = s[i]
+	}
+	return out
+}
+
+// pick returns what ask asks for the limits at idx.
+func (ask *leaseAsk) pick(idx []int) *leaseAsk {
+	return &leaseAsk{rates: pick(ask.rates, idx), have: pick(ask.have, idx), claim: ask.claim}
+}
+
+// late returns err, an error of decide for reqs at now, ready for
+// AdmittedLocally.
+func (r *Store) late(err error, now time.Time, reqs []limit.Request) error {
+	var le *lateError
+	if !errors.As(err, &le) {
+		return err
+	}
+	return lateFor(le.err, le.call, now, reqs)
+}
+
+// clock returns the store's clock: ns since its epoch.
+func (r *Store) clock() int64 { return int64(r.now().Sub(r.epoch)) }
+
+// redisKeys checks reqs and returns their Redis keys and tag, and whether
+// one of them is a charge.
+func redisKeys(reqs []limit.Request) (keys []string, tag string, charges bool, err error) {
+	keys = make([]string, len(reqs))
+	for i := range reqs {
+		q := &reqs[i]
+		p := q.Params
+		if p == nil {
+			return nil, "", false, fmt.Errorf("limit: request for %q has no params", q.Key)
+		}
+		if err := p.Validate(); err != nil {
+			if _, ok := limit.Lookup(p.Algorithm); !ok {
+				return nil, "", false, fmt.Errorf("%w %q", limit.ErrUnknownAlgorithm, p.Algorithm)
+			}
+			return nil, "", false, fmt.Errorf("limit: key %q: %w", q.Key, err)
+		}
+		a, _ := limit.Lookup(p.Algorithm)
+		if _, ok := a.(limit.RedisAlgorithm); !ok {
+			return nil, "", false, fmt.Errorf("limit: algorithm %q has no Redis implementation", p.Algorithm)
+		}
+		t := redisTag(q)
+		if i == 0 {
+			tag = t
+		} else if t != tag {
+			return nil, "", false, fmt.Errorf("limit: keys %q and %q of one call have different tags %q and %q", reqs[0].Key, q.Key, tag, t)
+		}
+		keys[i] = redisKey(t, q.Key)
+		charges = charges || q.Charge || q.Release
+	}
+	return keys, tag, charges, nil
+}
+
+// leaseAsk is what a call asks of the leases of its limits: rates[i] and
+// have[i] are the rate limit i's lease should cover and the tokens the
+// gateway still holds of it (all rates 0: no lease); claim, when not nil,
+// holds the leases this call asks for.
+type leaseAsk struct {
+	rates, have []int64
+	claim       *leaseClaim
+	// refill marks a call that only asks for the next lease.
+	refill bool
+}
+
+// fromLeases decides reqs from the leases of keys if it can, and reports
+// whether it admitted them. Otherwise it returns what the call to Redis
+// should ask for, having waited, if another request was asking for the
+// same leases, for that one's answer (start is then the new start). A
+// request admitted from the last quarter of a lease asks for the next one
+// in the background.
+func (r *Store) fromLeases(ctx context.Context, now time.Time, keys []string, reqs []limit.Request, res []limit.Result, tag string, start *int64) (bool, *leaseAsk, error) {
+	n := len(reqs)
+	ask := &leaseAsk{rates: make([]int64, n), have: make([]int64, n)}
+	ok, claim, wait := r.leases.take(keys, reqs, res, *start, ask.rates, ask.have)
+	if wait != nil {
+		// Another request is asking for the lease this one needs: its
+		// answer comes no later than this one's own would.
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return false, nil, fmt.Errorf("redis: %w", ctx.Err())
+		}
+		*start = r.clock()
+		ok, claim, _ = r.leases.take(keys, reqs, res, *start, ask.rates, ask.have)
+	}
+	ask.claim = claim
+	if ok {
+		r.decisions.Add(1)
+		if claim != nil {
+			keys, reqs := slices.Clone(keys), slices.Clone(reqs)
+			r.leases.bg.Go(func() { r.refill(now, keys, reqs, tag, ask) })
+		}
+	}
+	return ok, ask, nil
+}
+
+// refill asks Redis for the next leases of reqs, whose claim ask holds:
+// a call that counts no request, only tokens.
+func (r *Store) refill(now time.Time, keys []string, reqs []limit.Request, tag string, ask *leaseAsk) {
+	defer r.leases.release(ask.claim)
+	for i := range ask.rates {
+		ask.rates[i] = max(ask.rates[i], 1) // every token counted is leased
+	}
+	ask.refill = true
+	args := r.scriptArgs(now, reqs, tag, ask)
+	start := r.clock()
+	ctx, cancel := context.WithTimeout(context.Background(), r.callTimeout)
+	defer cancel()
+	res := make([]limit.Result, len(reqs))
+	if d, err := r.decide(ctx, keys, reqs, args, res); err == nil && d.allowed {
+		r.leases.grant(keys, reqs, res, d.grants, start, 0)
+	}
+}
+
+// scriptArgs returns the script's arguments for reqs (redis.lua), with
+// leases as ask says (nil: none).
+func (r *Store) scriptArgs(now time.Time, reqs []limit.Request, tag string, ask *leaseAsk) []any {
+	n := len(reqs)
+	args := make([]any, 1, 1+argsPerLimit*n+2*n+3)
+	args[0] = ""
+	if r.fixedNow != nil {
+		args[0] = strconv.FormatInt(r.fixedNow(), 10)
+	}
+	// Each lease is sized by the slowest of the request's keys: a
+	// request is admitted from leases only when all of them have a
+	// token, so a bigger lease on a busier key (an app total) would be
+	// left unspent; the script leases each only what it lacks of that.
+	var rate, fleet int64
+	if ask != nil {
+		rate, fleet = slices.Min(ask.rates), max(r.fleetSize.Load(), 1)
+		if ask.refill {
+			rate = -rate
+		}
+	}
+	for i := range reqs {
+		q := &reqs[i]
+		p := q.Params
+		shadow := "0"
+		if q.Shadow {
+			shadow = "1"
+		}
+		mode := ""
+		switch {
+		case q.Charge:
+			mode = "c"
+		case q.Release:
+			mode = "r"
+		case q.Hold:
+			mode = "h"
+		case q.Defer:
+			mode = "d"
+		}
+		var have int64
+		if rate != 0 {
+			have = ask.have[i]
+		}
+		args = append(args, p.Algorithm, p.Limit, micros(p.Window), p.Precision, p.Burst,
+			micros(p.Warmup), micros(p.Lock), shadow, calendarArg(p, now), q.Units(), mode, rate, fleet, have)
+	}
+	return r.budgetArgs(args, reqs, tag)
+}
+
+// scriptAnswer is Redis's answer to one script call.
+type scriptAnswer struct {
+	allowed bool
+	// grants are the tokens leased for each limit; ages the time since
+	// each limit's last lease of more than one token, -1 for none.
+	grants     []leaseGrant
+	ages       []time.Duration
+	overflowed int64
+}
+
+// tokensMayComeBack reports whether every enforced limit that denied d's
+// request had tokens leased within hold: gateways that stop using them
+// give them back.
+func (d *scriptAnswer) tokensMayComeBack(reqs []limit.Request, res []limit.Result, hold time.Duration) bool {
+	some := false
+	for i := range reqs {
+		if res[i].Allowed || reqs[i].Shadow {
+			continue
+		}
+		if d.ages[i] < 0 || d.ages[i] >= hold {
+			return false
+		}
+		some = true
+	}
+	return some
+}
+
+// decide runs the script for keys and args on their node, through its
+// breaker and batcher, and writes each limit's Result into res. When
+// Redis does not decide, the error is a lateError if what became of the
+// call is known or may become known (see lateCall).
+func (r *Store) decide(ctx context.Context, keys []string, reqs []limit.Request, args []any, res []limit.Result) (scriptAnswer, error) {
+	d, late, err := r.decideOnce(ctx, keys, reqs, args, res)
+	if err != nil && late != nil {
+		err = &lateError{err: err, call: late}
+	}
+	return d, err
+}
+
+func (r *Store) decideOnce(ctx context.Context, keys []string, reqs []limit.Request, args []any, res []limit.Result) (scriptAnswer, *lateCall, error) {
+	n := len(reqs)
+	cctx, cancel := context.WithTimeout(ctx, r.callTimeout)
+	defer cancel()
+	b, err := r.breakerFor(cctx, keys[0])
+	if err != nil {
+		return scriptAnswer{}, &lateCall{r: r, outcome: lateNotCounted}, err
+	}
+	ok, probe := b.allow()
+	if !ok {
+		r.reloadSlots()
+		return scriptAnswer{}, &lateCall{r: r, outcome: lateNotCounted}, limit.ErrCircuitOpen
+	}
+	var cr callResult
+	if r.maxBatch > 1 {
+		cr, err = r.batcherFor(b).do(cctx, r, keys, args)
+	} else {
+		cr, err = r.alone(cctx, keys, args)
+	}
+	v, shared, late := cr.v, cr.shared, cr.late
+	if err != nil {
+		if late == nil && (isScriptError(err) || isRedirect(err) || errors.Is(err, redis.ErrPoolTimeout)) {
+			// Redis refused the call, or it was never sent.
+			late = &lateCall{r: r, outcome: lateNotCounted}
+		}
+		switch {
+		case shared:
+			// Another call of the same round trip told the breaker.
+			b.abandon(probe)
+		case ctx.Err() != nil:
+			// The caller went away: that says nothing about Redis.
+			b.abandon(probe)
+			return scriptAnswer{}, late, fmt.Errorf("redis: %w", ctx.Err())
+		case errors.Is(err, redis.ErrPoolTimeout), isRedirect(err):
+			// Every connection is busy (this process is short of
+			// connections), or the key's slot has moved: the node is not
+			// known to fail.
+			b.abandon(probe)
+		default:
+			b.failure(probe)
+		}
+		if ctx.Err() == nil && !errors.Is(err, redis.ErrPoolTimeout) {
+			r.reloadSlots() // a cluster's master may have moved
+		}
+		return scriptAnswer{}, late, fmt.Errorf("redis: %w", err)
+	}
+	b.success()
+	if len(v) != 2+resultsPerLimit*n {
+		return scriptAnswer{}, nil, fmt.Errorf("redis: script answered %d values for %d limits", len(v), n)
+	}
+	d := scriptAnswer{allowed: v[0] == 1, overflowed: v[len(v)-1],
+		grants: make([]leaseGrant, n), ages: make([]time.Duration, n)}
+	for i := range reqs {
+		w := v[1+resultsPerLimit*i:]
+		res[i] = limit.Result{
+			Allowed:    w[0] == 1,
+			Limit:      reqs[i].Params.Limit,
+			Remaining:  w[1],
+			Reset:      time.Duration(w[2]) * time.Microsecond,
+			RetryAfter: time.Duration(w[3]) * time.Microsecond,
+		}
+		d.grants[i] = leaseGrant{n: w[4], span: time.Duration(w[5]) * time.Microsecond, bucket: w[6]}
+		d.ages[i] = -1
+		if w[7] >= 0 {
+			d.ages[i] = time.Duration(w[7]) * time.Microsecond
+		}
+	}
+	return d, nil, nil
+}

@@ -1,0 +1,358 @@
+package redisstore
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultBatch is the most script calls one round trip to a Redis
+// node carries (Config.MaxBatch).
+const DefaultBatch = 64
+
+// batcher coalesces the script calls of one Redis node (docs/fleet.md, "Redis:
+// one limit for a fleet of gateways", Batching). A call that finds no
+// other in flight goes at once, alone: an idle store adds no wait. While
+// one is in flight, new calls queue; when it returns, the queue — up to
+// max calls, in the order they came — goes to the node in one round trip
+// (a pipeline), run by the first of them, and so on until the queue is
+// empty. Redis runs a pipeline's scripts one after the other, each
+// atomically, so each call decides exactly as it would alone; only the
+// round trips are shared.
+//
+// So there is at most one round trip in flight per node: under load the
+// batches grow instead of the round trips, which is what saves the
+// gateway's and Redis's CPU (one write and one read per batch, not per
+// call).
+type batcher struct {
+	max int
+
+	mu       sync.Mutex
+	busy     bool         // a round trip is in flight
+	inflight *roundTrip   // it
+	queue    []*batchCall // the calls waiting for the next one
+}
+
+// batchCall is one script call waiting in a batcher's queue.
+type batchCall struct {
+	keys []string
+	args []any
+	// state is waiting until either the call's caller stops waiting
+	// (left: its bound passed or its context ended; the call is never
+	// sent) or a batch takes it (taken: it will be sent and answered).
+	state atomic.Int32
+	// rt is the round trip that carries it, once taken; q its batcher
+	// (nil when it goes alone).
+	rt atomic.Pointer[roundTrip]
+	q  *batcher
+	// done receives once the call is answered.
+	done chan struct{}
+	v    []int64
+	err  error
+	// shared reports that err is the failure of a round trip that
+	// carried other calls too, and that another of them reported it
+	// to the node's breaker.
+	shared bool
+	// mu guards answered and late: a caller that stops waiting for a
+	// call in flight leaves late, which gets the answer when it comes.
+	mu       sync.Mutex
+	answered bool
+	late     *lateCall
+}
+
+// roundTrip is one round trip to a node, from when it started (ns since
+// the store's epoch). Its callers that stop waiting for it, and the
+// callers that stop waiting behind it in the queue, tell the node's
+// breaker one failure per Timeout it has been in flight, as many as
+// round trips that each time out would: periods counts those told.
+type roundTrip struct {
+	sent    int64
+	periods atomic.Int64
+}
+
+// failure reports whether a caller that stops waiting at now (ns since
+// the epoch) tells the breaker a failure: the first for each Timeout the
+// round trip has been in flight.
+func (rt *roundTrip) failure(now int64, timeout time.Duration) bool {
+	p := (now - rt.sent) / int64(max(timeout, 1))
+	for {
+		old := rt.periods.Load()
+		if p <= old {
+			return false
+		}
+		if rt.periods.CompareAndSwap(old, p) {
+			return true
+		}
+	}
+}
+
+// The states of a call.
+const (
+	callWaiting int32 = iota
+	callLeft
+	callTaken
+)
+
+// take claims c for a batch, unless its caller left.
+func (c *batchCall) take() bool { return c.state.CompareAndSwap(callWaiting, callTaken) }
+
+// finish answers c: its caller, or, if the caller stopped waiting, the
+// late call it left.
+func (c *batchCall) finish() {
+	c.mu.Lock()
+	c.answered = true
+	late := c.late
+	c.mu.Unlock()
+	if late != nil {
+		late.answered(c.v, c.err)
+		return
+	}
+	c.done <- struct{}{}
+}
+
+// batcherFor returns the batcher of b's node.
+func (r *Store) batcherFor(b *breaker) *batcher {
+	if q, ok := r.batchers.Load(b); ok {
+		return q.(*batcher)
+	}
+	q, _ := r.batchers.LoadOrStore(b, &batcher{max: r.maxBatch})
+	return q.(*batcher)
+}
+
+// do runs the script for keys and args on the batcher's node: alone
+// when nothing is in flight, else in the next batch. The round trips run
+// in a goroutine of their own, bounded by the store's call timeout; the
+// caller waits for its call at most the store's Timeout in the queue and
+// Timeout once it is sent (await). shared reports that err was a batch's
+// failure already reported by another of its calls, so that the node's
+// breaker counts one failure per round trip, not one per call.
+func (q *batcher) do(ctx context.Context, r *Store, keys []string, args []any) (callResult, error) {
+	c := &batchCall{keys: keys, args: args, done: make(chan struct{}, 1), q: q}
+	q.mu.Lock()
+	if !q.busy {
+		q.busy = true
+		c.state.Store(callTaken)
+		rt := &roundTrip{sent: r.clock()}
+		c.rt.Store(rt)
+		q.inflight = rt
+		q.mu.Unlock()
+		go q.send(r, []*batchCall{c})
+	} else {
+		q.queue = append(q.queue, c)
+		q.mu.Unlock()
+	}
+	return r.await(ctx, c)
+}
+
+// await waits for c's answer: at most the store's Timeout while c waits
+// in a queue (then it leaves it, never sent), and Timeout from when the
+// round trip that carries it started. A call the caller stops waiting for
+// while it is in flight returns a lateCall, which gets Redis's answer
+// when it comes. shared reports that the node's breaker is not to hear
+// of the failure: another caller told it of the same round trip's
+// Timeout, or the caller went away.
+func (r *Store) await(ctx context.Context, c *batchCall) (callResult, error) {
+	t := time.NewTimer(r.timeout)
+	defer t.Stop()
+	for {
+		var err error
+		select {
+		case <-c.done:
+			return callResult{v: c.v, shared: c.shared}, c.err
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-t.C:
+			if rt := c.rt.Load(); rt != nil {
+				if left := int64(r.timeout) - (r.clock() - rt.sent); left > 0 {
+					t.Reset(time.Duration(left))
+					continue
+				}
+			}
+			err = errCallTimeout
+		}
+		if c.state.CompareAndSwap(callWaiting, callLeft) {
+			// Never sent: the breaker hears of it only if the round trip
+			// it waited behind has been in flight for a Timeout.
+			shared := true
+			if c.q != nil && err == errCallTimeout {
+				c.q.mu.Lock()
+				rt := c.q.inflight
+				c.q.mu.Unlock()
+				shared = rt == nil || !rt.failure(r.clock(), r.timeout)
+			}
+			return callResult{shared: shared, late: &lateCall{r: r, outcome: lateNotCounted}}, err
+		}
+		c.mu.Lock()
+		if c.answered {
+			c.mu.Unlock()
+			<-c.done
+			return callResult{v: c.v, shared: c.shared}, c.err
+		}
+		c.late = &lateCall{r: r}
+		late := c.late
+		c.mu.Unlock()
+		shared := true
+		if rt := c.rt.Load(); rt != nil && err == errCallTimeout {
+			shared = !rt.failure(r.clock(), r.timeout)
+		}
+		return callResult{shared: shared, late: late}, err
+	}
+}
+
+// callResult is what a caller learns of its call: Redis's answer v;
+// shared, for a failure, that the node's breaker is not to hear of it
+// from this caller (see await); late, when the caller stopped waiting, what
+// becomes of the call.
+type callResult struct {
+	v      []int64
+	shared bool
+	late   *lateCall
+}
+
+// errCallTimeout is the error of a call that Redis did not answer within
+// the store's Timeout. It is a net.Error whose Timeout is true, as a
+// command's read timeout is.
+var errCallTimeout error = callTimeoutError{}
+
+type callTimeoutError struct{}
+
+func (callTimeoutError) Error() string   { return "no answer within the timeout" }
+func (callTimeoutError) Timeout() bool   { return true }
+func (callTimeoutError) Temporary() bool { return true }
+
+// send runs batch, answers its calls, and then the queue's next batches
+// until the queue is empty. Each round trip's context is its own, bounded
+// like a call: no one caller's going away cancels the others' decisions,
+// and a round trip whose callers stopped waiting still learns what Redis
+// did.
+func (q *batcher) send(r *Store, batch []*batchCall) {
+	for first := true; len(batch) > 0; first = false {
+		ctx, cancel := context.WithTimeout(context.Background(), r.callTimeout)
+		r.runBatch(ctx, batch)
+		cancel()
+		r.roundTrips.Add(1)
+		if r.onBatch != nil && !first {
+			r.onBatch(len(batch))
+		}
+		for _, c := range batch {
+			c.finish()
+		}
+		batch = q.next(r)
+	}
+}
+
+// next takes the next batch from the queue: up to max calls whose
+// callers still wait, in the order they came; none marks the node idle.
+func (q *batcher) next(r *Store) []*batchCall {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var batch []*batchCall
+	rt := &roundTrip{sent: r.clock()}
+	i := 0
+	for ; i < len(q.queue) && len(batch) < q.max; i++ {
+		if c := q.queue[i]; c.take() {
+			c.rt.Store(rt)
+			batch = append(batch, c)
+		}
+	}
+	rest := copy(q.queue, q.queue[i:])
+	clear(q.queue[rest:])
+	q.queue = q.queue[:rest]
+	q.inflight = rt
+	if len(batch) == 0 {
+		q.busy, q.inflight = false, nil
+	}
+	return batch
+}
+
+// alone runs the script for keys and args in a round trip of its own
+// (Config.MaxBatch 1), waiting for it as do does.
+func (r *Store) alone(ctx context.Context, keys []string, args []any) (callResult, error) {
+	c := &batchCall{keys: keys, args: args, done: make(chan struct{}, 1)}
+	c.state.Store(callTaken)
+	c.rt.Store(&roundTrip{sent: r.clock()})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), r.callTimeout)
+		c.v, c.err = r.run(ctx, keys, args)
+		cancel()
+		r.roundTrips.Add(1)
+		c.finish()
+	}()
+	return r.await(ctx, c)
+}
+
+// runBatch runs the script for every call of batch in one pipeline, and
+// again with EVAL for those whose node lost the script. A failure of the
+// whole round trip (a connection error, a timeout) is every call's, and
+// reported by the first only.
+func (r *Store) runBatch(ctx context.Context, batch []*batchCall) {
+	if len(batch) == 1 {
+		c := batch[0]
+		c.v, c.err = r.run(ctx, c.keys, c.args)
+		return
+	}
+	// As run does: a batch on a connection Redis closed is sent again on
+	// another, a few times (isClosedConn).
+	pending := batch
+	for try := 0; len(pending) > 0 && try < closedConnTries && ctx.Err() == nil; try++ {
+		cmds := r.pipeline(ctx, pending, func(p redis.Pipeliner, c *batchCall) *redis.Cmd {
+			return p.EvalSha(ctx, r.sha, c.keys, c.args...)
+		})
+		again := pending[:0:0]
+		for i, c := range pending {
+			c.v, c.err = cmds[i].Int64Slice()
+			if c.err != nil && isClosedConn(c.err) {
+				again = append(again, c)
+			}
+		}
+		pending = again
+	}
+	var lost []*batchCall
+	for _, c := range batch {
+		if c.err != nil && isNoScript(c.err) {
+			lost = append(lost, c)
+		}
+	}
+	if len(lost) > 0 {
+		r.rewarm()
+		cmds := r.pipeline(ctx, lost, func(p redis.Pipeliner, c *batchCall) *redis.Cmd {
+			return p.Eval(ctx, r.src, c.keys, c.args...)
+		})
+		for i, c := range lost {
+			c.v, c.err = cmds[i].Int64Slice()
+		}
+	}
+	// When the round trip failed as a whole, every call has its error:
+	// the breaker hears it once.
+	if err := batch[0].err; err != nil && !isScriptError(err) {
+		for _, c := range batch[1:] {
+			c.shared = c.err == err
+		}
+	}
+}
+
+// pipeline sends one command per call of batch, made by cmd, in one
+// round trip, and returns them with their answers or errors.
+func (r *Store) pipeline(ctx context.Context, batch []*batchCall, cmd func(redis.Pipeliner, *batchCall) *redis.Cmd) []*redis.Cmd {
+	r.calls.Add(int64(len(batch)))
+	cmds := make([]*redis.Cmd, len(batch))
+	// The error of Exec is the first command's; each command has its own.
+	_, _ = r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, c := range batch {
+			cmds[i] = cmd(p, c)
+		}
+		return nil
+	})
+	return cmds
+}
+
+// isScriptError reports whether err is Redis's answer to one script call
+// (an error reply such as OOM or NOSCRIPT) rather than a failure of the
+// connection or the round trip.
+func isScriptError(err error) bool {
+	_, ok := err.(redis.Error)
+	return ok
+}

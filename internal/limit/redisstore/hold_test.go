@@ -1,0 +1,22 @@
+package redisstore
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/limit/limittest"
+	"github.com/ratelimit-gateway/gateway/internal/redistest"
+)
+
+// TestHoldRelease runs limittest.HoldRelease on the Redis store, deciding
+// on a fixed clock.
+func TestHoldRelease(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	limittest.HoldRelease(t, func(t *testing.T, now time.Time) limit.Store {
+		r, c := newFixedRedis(t, srv)
+		c.us.Store(now.UnixMicro())
+		return r
+	})
+}

@@ -1,0 +1,218 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+)
+
+// maxWriteBacks is the most local admissions a Redis store keeps to write
+// back while Redis does not answer.
+const maxWriteBacks = 4096
+
+// lateCall is a script call that Redis did not answer in time, so that
+// its request may be decided locally (--fail-mode local): if it is, the
+// fleet's count must include it once (docs/fleet.md, "When Redis fails"). The
+// call either never reached Redis (it waited in a queue, its node's
+// breaker was open, no connection was free), or it is in flight and its
+// answer, when it comes, says whether Redis counted it. A request
+// admitted locally that Redis did not count is written back: counted in
+// Redis as a charge of its cost on every limit that would have counted
+// it.
+type lateCall struct {
+	r  *Store
+	mu sync.Mutex
+	// outcome is what Redis did with the call; local reports that the
+	// request was admitted locally; done that it was written back, or
+	// need not be.
+	outcome lateOutcome
+	local   bool
+	done    bool
+	// The call: its requests and the gateway's instant, set by Allow.
+	now  time.Time
+	reqs []limit.Request
+	at   int64 // when it was decided locally, ns since the epoch
+}
+
+// lateOutcome is what Redis did with a late call.
+type lateOutcome int
+
+const (
+	latePending    lateOutcome = iota // in flight
+	lateCounted                       // Redis admitted it: counted
+	lateNotCounted                    // never sent, refused, or denied
+	lateUnknown                       // the round trip failed: it may have run
+)
+
+// answered records Redis's answer to the call, in flight when its caller
+// stopped waiting.
+func (lc *lateCall) answered(v []int64, err error) {
+	o := lateUnknown
+	switch {
+	case err == nil && len(v) > 0 && v[0] == 1:
+		o = lateCounted
+	case err == nil, isScriptError(err):
+		o = lateNotCounted
+	}
+	lc.mu.Lock()
+	lc.outcome = o
+	lc.mu.Unlock()
+	lc.settle()
+}
+
+// notCounted reports whether Redis is known not to have counted the call.
+func (lc *lateCall) notCounted() bool {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	return lc.outcome == lateNotCounted
+}
+
+// admittedLocally records that the call's request was admitted locally.
+func (lc *lateCall) admittedLocally() {
+	lc.mu.Lock()
+	lc.local, lc.at = true, lc.r.clock()
+	lc.mu.Unlock()
+	lc.settle()
+}
+
+// settle writes the request back once it is known to be admitted locally
+// and not counted by Redis.
+func (lc *lateCall) settle() {
+	lc.mu.Lock()
+	back := !lc.done && lc.local && lc.outcome == lateNotCounted && lc.reqs != nil
+	if back || (lc.outcome != latePending && lc.local) {
+		lc.done = true
+	}
+	lc.mu.Unlock()
+	if back {
+		lc.r.writeBack(lc)
+	}
+}
+
+// lateError is an error of Allow for a call Redis did not decide in time,
+// with the call, so that a local decision can be written back
+// (AdmittedLocally).
+type lateError struct {
+	err  error
+	call *lateCall
+}
+
+func (e *lateError) Error() string { return e.err.Error() }
+func (e *lateError) Unwrap() error { return e.err }
+
+// AdmittedLocally implements limit.AdmittedLocally for the call of e.
+func (e *lateError) AdmittedLocally() { e.call.admittedLocally() }
+
+// writeBack counts lc's request in Redis, now or, while Redis does not
+// answer, when its node's breaker closes, unless its shortest bucket has
+// ended meanwhile (its count would fall in another).
+func (r *Store) writeBack(lc *lateCall) {
+	r.wbMu.Lock()
+	if len(r.writeBacks) < maxWriteBacks {
+		r.writeBacks = append(r.writeBacks, lc)
+	}
+	r.wbMu.Unlock()
+	r.flushWriteBacks()
+}
+
+// flushWriteBacks sends the pending write-backs in the background, one
+// flush at a time; a flush asked for while one runs runs after it.
+func (r *Store) flushWriteBacks() {
+	r.wbAgain.Store(true)
+	r.wbMu.Lock()
+	defer r.wbMu.Unlock()
+	if r.wbClosed || !r.wbBusy.CompareAndSwap(false, true) {
+		return
+	}
+	r.wbGroup.Go(func() {
+		for r.wbAgain.Swap(false) {
+			r.flushOnce()
+		}
+		r.wbBusy.Store(false)
+		if r.wbAgain.Load() {
+			r.flushWriteBacks() // asked for between the last flush and now
+		}
+	})
+}
+
+// flushOnce sends the pending write-backs. Those its node's breaker
+// refuses wait for it to close.
+func (r *Store) flushOnce() {
+	r.wbMu.Lock()
+	pending := r.writeBacks
+	r.writeBacks = nil
+	r.wbMu.Unlock()
+	var again []*lateCall
+	for _, lc := range pending {
+		if r.clock()-lc.at > int64(shortestBucket(lc.reqs)) {
+			r.writeBacksDropped.Add(1)
+			continue
+		}
+		reqs := make([]limit.Request, 0, len(lc.reqs))
+		for _, q := range lc.reqs {
+			if q.Defer {
+				continue // a deferred request counts nothing
+			}
+			reqs = append(reqs, limit.Request{Key: q.Key, Tag: q.Tag, Params: q.Params, Cost: q.Units(), Charge: true})
+		}
+		if len(reqs) == 0 {
+			continue
+		}
+		keys, tag, _, err := redisKeys(reqs)
+		if err != nil {
+			continue
+		}
+		args := r.scriptArgs(lc.now, reqs, tag, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), r.callTimeout)
+		_, err = r.decide(ctx, keys, reqs, args, make([]limit.Result, len(reqs)))
+		cancel()
+		var le *lateError
+		switch {
+		case err == nil:
+			r.writtenBack.Add(1)
+		case errors.As(err, &le) && le.call.notCounted() && !r.closed.Load():
+			// Not sent: again when the breaker closes.
+			again = append(again, lc)
+		default:
+			// Sent, but its fate is unknown: never twice.
+			r.writeBacksDropped.Add(1)
+		}
+	}
+	if len(again) > 0 {
+		r.wbMu.Lock()
+		r.writeBacks = append(again, r.writeBacks...)
+		r.wbMu.Unlock()
+	}
+}
+
+// shortestBucket returns the shortest span of reqs' limits in which a
+// count stays where it fell: a sliding window's bucket, or the window.
+func shortestBucket(reqs []limit.Request) time.Duration {
+	d := time.Duration(1<<63 - 1)
+	for _, q := range reqs {
+		w := q.Params.Window
+		if q.Params.Algorithm == "sliding_window" && q.Params.Precision > 1 {
+			w /= time.Duration(q.Params.Precision)
+		}
+		d = min(d, w)
+	}
+	return d
+}
+
+// lateFor returns err as a lateError for a call of reqs at now that Redis
+// did not decide: lc is what became of it (nil: nothing known, a failure
+// after the call was sent).
+func lateFor(err error, lc *lateCall, now time.Time, reqs []limit.Request) error {
+	if lc == nil {
+		return err
+	}
+	lc.mu.Lock()
+	lc.now, lc.reqs = now, slices.Clone(reqs)
+	lc.mu.Unlock()
+	lc.settle()
+	return &lateError{err: err, call: lc}
+}

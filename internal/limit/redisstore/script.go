@@ -1,0 +1,47 @@
+package redisstore
+
+import (
+	_ "embed"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+)
+
+// redisLua is the Redis store's script, with a placeholder line where the
+// algorithms' Lua goes.
+//
+//go:embed redis.lua
+var redisLua string
+
+// luaPlaceholder is the line of redisLua that redisScript replaces.
+const luaPlaceholder = "--ALGORITHMS--\n"
+
+// redisScript returns the store's script: the key budget's
+// (budget.lua), then redis.lua with the Lua of every registered
+// RedisAlgorithm in a table keyed by name. The registry is
+// complete once package initialization is done, so the script is built
+// once.
+var redisScript = sync.OnceValues(func() (string, error) {
+	var b strings.Builder
+	for _, name := range limit.Algorithms() {
+		a, _ := limit.Lookup(name)
+		ra, ok := a.(limit.RedisAlgorithm)
+		if !ok {
+			continue
+		}
+		for _, c := range name {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+				return "", fmt.Errorf("limit: algorithm name %q cannot be a Lua table key", name)
+			}
+		}
+		// Each chunk runs only when a request first uses its algorithm.
+		fmt.Fprintf(&b, "A['%s'] = function()\n%s\nend\n", name, ra.Lua())
+	}
+	head, tail, ok := strings.Cut(redisLua, luaPlaceholder)
+	if !ok {
+		return "", fmt.Errorf("limit: redis.lua has no %q line", strings.TrimSpace(luaPlaceholder))
+	}
+	return budgetLua + head + b.String() + tail, nil
+})

@@ -1,0 +1,59 @@
+package limit
+
+import (
+	"errors"
+	"fmt"
+)
+
+// What a store shared by a fleet of gateways (the Redis store) and its
+// callers agree on, so that callers need to know only this package.
+
+// ErrCircuitOpen is returned by a shared store, without a network call,
+// while its circuit breaker is open: its server failed repeatedly and the
+// store waits before it tries again.
+var ErrCircuitOpen = errors.New("redis circuit breaker is open")
+
+// AdmittedLocally tells the store whose Allow returned err that the
+// request was then admitted by a local decision (--fail-mode local), so
+// that a store that can count it later does so exactly once (the Redis
+// store: not again if Redis ran the call late and counted it, else as a
+// charge when Redis answers). It does nothing for other errors.
+func AdmittedLocally(err error) {
+	var lc interface{ AdmittedLocally() }
+	if errors.As(err, &lc) {
+		lc.AdmittedLocally()
+	}
+}
+
+// CallerBuckets is the number of tags CallerTag spreads callers over.
+const CallerBuckets = 64
+
+// callerTags are CallerTag's values: "~00" to "~63". No app ID contains
+// "~", so they name no app's slot.
+var callerTags = func() (t [CallerBuckets]string) {
+	for i := range t {
+		t[i] = fmt.Sprintf("~%02d", i)
+	}
+	return t
+}()
+
+// CallerTag returns the Request.Tag of a call whose every request is
+// keyed by caller (a client address group): one of CallerBuckets tags,
+// chosen by a hash of caller that every gateway computes alike. The
+// Redis store places keys by their tag, so callers spread over
+// CallerBuckets Redis Cluster slots, each of which keeps the count of its
+// callers' counters for the store's key budget.
+func CallerTag(caller string) string {
+	// FNV-1a, 32 bits.
+	h := uint32(2166136261)
+	for i := 0; i < len(caller); i++ {
+		h ^= uint32(caller[i])
+		h *= 16777619
+	}
+	return callerTags[h%CallerBuckets]
+}
+
+// IsCallerTag reports whether tag is one of CallerTag's.
+func IsCallerTag(tag string) bool {
+	return len(tag) == 3 && tag[0] == '~' && tag[1] >= '0' && tag[1] <= '9' && tag[2] >= '0' && tag[2] <= '9'
+}

@@ -188,7 +188,8 @@ func nearUp(mem, red time.Duration, slack int) bool {
 // tests, so this carries its guarantees over to Redis. Before the
 // random sequences come the step tables of uncountedCases, whose limits
 // admit requests that are not counted; on both, storePair also checks
-// each store's Reset of every limit that did not count a request.
+// each store's Reset of every limit that did not count a request. The
+// store calls its function library (FCALL).
 func TestRedisMatchesMemory(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -196,6 +197,12 @@ func TestRedisMatchesMemory(t *testing.T) {
 		t.Run(alg, func(t *testing.T) {
 			t.Parallel()
 			red, clock := newFixedRedis(t, srv)
+			if err := red.Ready(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if !red.fn.on.Load() {
+				t.Fatal("the store does not call the function library (FCALL)")
+			}
 			for i, c := range uncountedCases() {
 				if c.alg != alg {
 					continue
@@ -220,7 +227,8 @@ func TestRedisMatchesMemory(t *testing.T) {
 // TestRedisMatchesMemoryCosts is TestRedisMatchesMemory with costs:
 // requests of several units up to the limit's capacity, deferred ones
 // (Request.Defer) and charges (Request.Charge) of up to twice the
-// capacity, which take limits past their limit.
+// capacity, which take limits past their limit; and with the script
+// sent as such (EVALSHA), as to a Redis before 7.
 func TestRedisMatchesMemoryCosts(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -228,6 +236,10 @@ func TestRedisMatchesMemoryCosts(t *testing.T) {
 		t.Run(alg, func(t *testing.T) {
 			t.Parallel()
 			red, clock := newFixedRedis(t, srv)
+			// The store's script as a script (EVALSHA), where
+			// TestRedisMatchesMemory runs it as a function (FCALL).
+			red.fn.off = true
+			red.fn.on.Store(false)
 			for seed := range redisSeeds {
 				rng := rand.New(rand.NewPCG(uint64(seed), uint64(len(alg))+100))
 				compareStores(t, red, clock, rng, alg, fmt.Sprintf("%s-cost-%d", alg, seed), true)
@@ -809,21 +821,38 @@ func TestRedisKeysExpire(t *testing.T) {
 }
 
 // TestRedisNoScript checks that the store survives Redis losing its script
-// cache (SCRIPT FLUSH, a restart, a failover): EVALSHA fails with
-// NOSCRIPT and the store falls back to EVAL.
+// cache and its function library (SCRIPT FLUSH, FUNCTION FLUSH, a
+// restart): EVALSHA fails with NOSCRIPT, or FCALL with "Function not
+// found", and the store falls back to EVAL.
 func TestRedisNoScript(t *testing.T) {
 	t.Parallel()
+	for _, functions := range []bool{true, false} {
+		t.Run(fmt.Sprintf("functions=%v", functions), func(t *testing.T) {
+			t.Parallel()
+			testRedisNoScript(t, functions)
+		})
+	}
+}
+
+func testRedisNoScript(t *testing.T, functions bool) {
 	srv := redistest.Start(t)
 	red := newTestRedis(t, RedisConfig{URL: srv.URL(), Timeout: time.Second})
+	red.fn.off = !functions
 	ctx := context.Background()
 	if err := red.Ready(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if got := red.fn.on.Load(); got != functions {
+		t.Fatalf("FCALL in use after Ready: got %v, want %v", got, functions)
 	}
 	p := &Params{Algorithm: "sliding_log", Limit: 3, Window: time.Hour}
 	res := make([]Result, 1)
 	for i, want := range []bool{true, true, true, false} {
 		if i == 2 {
 			if err := srv.Client().ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := srv.Client().FunctionFlush(ctx).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -836,8 +865,23 @@ func TestRedisNoScript(t *testing.T) {
 		}
 	}
 	// Ready loaded the script: only the call after the flush needs EVAL.
-	if calls := srv.Info("commandstats")["cmdstat_eval"]; !strings.Contains(calls, "calls=1,") {
+	stats := srv.Info("commandstats")
+	if calls := stats["cmdstat_eval"]; !strings.Contains(calls, "calls=1,") {
 		t.Errorf("EVAL stats: got %q, want 1 call (the one after the flush)", calls)
+	}
+	// The other calls are FCALL with the library, EVALSHA without (Ready
+	// checks the library with one FCALL of its own).
+	want, none := "cmdstat_fcall", "cmdstat_evalsha"
+	if !functions {
+		want, none = none, want
+	}
+	if calls := stats[want]; calls == "" {
+		t.Errorf("%s: no calls", want)
+	}
+	// With the library, the calls after the flush may be EVALSHA until
+	// the background warm-up has loaded it again.
+	if calls := stats[none]; !functions && calls != "" {
+		t.Errorf("%s: got %q, want no calls", none, calls)
 	}
 }
 

@@ -259,7 +259,8 @@ local SETTINGS, nsettings = {}, 0
 
 -- settings returns the settings argument arg parsed: the counter's shape
 -- (id), limit, window, precision, burst, warmup, lock, and whether a
--- calendar argument follows (cal); nil when arg is malformed.
+-- calendar argument follows (cal); nil when arg is malformed. gw and gn
+-- are for the algorithm to keep what it derives from them.
 local function settings(arg)
   local s = SETTINGS[arg]
   if s then
@@ -270,10 +271,16 @@ local function settings(arg)
   if alg == nil then
     return nil
   end
+  -- s is also the p (see decide) of every usual call (call "") without
+  -- a calendar unit, which the decision does not change: it has every
+  -- field of p, and a is the algorithm once it is known.
   s = {
     alg = alg, id = alg .. '/' .. window .. '/' .. precision,
     limit = tonumber(limit), window = tonumber(window), precision = tonumber(precision),
     burst = tonumber(burst), warmup = tonumber(warmup), lock = tonumber(lock), cal = cal ~= '',
+    cost = 1, rate = 0, fleet = 0, have = 0, units = 1, shadow = false,
+    defer = false, charge = false, hold = false, release = false, a = false, heldonly = false,
+    gw = false, gn = false,
   }
   if nsettings >= 4096 then
     SETTINGS, nsettings = {}, 0
@@ -297,27 +304,33 @@ local function decide(KEYS, ARGV)
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
-  local B = budget(ARGV)
   local overflowed = 0
+  -- pruned is whether the key budget's set was pruned in this call.
+  local pruned = false
 
   local n = #KEYS
-  local P, R, L, X, LT, H, fresh, names = {}, {}, {}, {}, {}, {}, {}, {}
+  -- A table made with room for two limits takes them without growing.
+  local P, R, L, X, LT, H, fresh, names = { nil, nil }, { nil, nil }, { nil, nil }, { nil, nil },
+    { nil, nil }, { nil, nil }, { nil, nil }, { nil, nil }
   local o = 2
   for i = 1, n do
     local s = settings(ARGV[o])
     if s == nil then
       return redis.error_reply('ERR gateway script: bad settings ' .. tostring(ARGV[o]))
     end
-    -- Every field p may get is in the constructor, so that the table is
-    -- made at its size once.
-    local p = {
-      alg = s.alg, id = s.id, limit = s.limit, window = s.window, precision = s.precision,
-      burst = s.burst, warmup = s.warmup, lock = s.lock,
-      cost = 1, rate = 0, fleet = 0, have = 0, units = 1, shadow = false,
-      defer = false, charge = false, hold = false, release = false,
-      cal = false, a = false, heldonly = false,
-    }
     local call = ARGV[o + 1]
+    local p = s
+    if call ~= '' or s.cal then
+      -- A call that p records: p is a copy of s, with every field p may
+      -- get in the constructor, so that the table is made at its size.
+      p = {
+        alg = s.alg, id = s.id, limit = s.limit, window = s.window, precision = s.precision,
+        burst = s.burst, warmup = s.warmup, lock = s.lock,
+        cost = 1, rate = 0, fleet = 0, have = 0, units = 1, shadow = false,
+        defer = false, charge = false, hold = false, release = false,
+        cal = false, a = s.a, heldonly = false, gw = s.gw, gn = s.gn, span = false,
+      }
+    end
     if call ~= '' then
       local cost, mode, shadow, rate, fleet, have = string.match(call, '^(%d+) (%S) ([01]) (%-?%d+) (%d+) (%d+)$')
       if cost == nil then
@@ -344,33 +357,39 @@ local function decide(KEYS, ARGV)
       end
       p.id = p.id .. '/' .. p.cal.id
     end
-    local a = A[p.alg]
-    if a == nil then
-      return redis.error_reply('ERR gateway script: unknown algorithm ' .. p.alg)
+    local a = p.a
+    if not a then
+      a = A[p.alg]
+      if a == nil then
+        return redis.error_reply('ERR gateway script: unknown algorithm ' .. p.alg)
+      end
+      if type(a) == 'function' then
+        a = a()
+        A[p.alg] = a
+      end
+      p.a, s.a = a, a
     end
-    if type(a) == 'function' then
-      a = a()
-      A[p.alg] = a
-    end
-    p.a = a
     local key = KEYS[i]
     -- The store's fields: the shape, the end of a lockout, the instant
     -- the key expires, when a token beyond its request was last leased
     -- (µs), the units held and until when they are.
-    local names_i = { '_id', '_lk', '_x', '_lt', '_h', '_hx', nil, nil, nil }
-    local own = {}
+    local names_i, own
     if p.limit > 0 then
       own = a.fields(p, now)
-      for _, f in ipairs(own) do
-        names_i[#names_i + 1] = f
-      end
+      names_i = { '_id', '_lk', '_x', '_lt', '_h', '_hx', unpack(own) }
+    else
+      own = {}
+      names_i = { '_id', '_lk', '_x', '_lt', '_h', '_hx' }
     end
     names[i] = names_i
     local v = redis.call('HMGET', key, unpack(names_i))
-    if not v[1] and B and B.over[i] then
+    local b = not v[1] and budget(ARGV, i)
+    if b then
       -- A new caller's counter (every counter has "_id"): the key budget
       -- decides whether it may be created (redis_budget.lua).
-      local over = newcaller(B, i, key, now, ARGV[1] ~= '')
+      b.pruned = pruned
+      local over = newcaller(b, key, now, ARGV[1] ~= '')
+      pruned = b.pruned
       if over then
         key = over
         KEYS[i] = key
@@ -378,15 +397,17 @@ local function decide(KEYS, ARGV)
         v = redis.call('HMGET', key, unpack(names_i))
       end
     end
-    local lk, x = tonumber(v[2]) or 0, tonumber(v[3]) or 0
-    LT[i] = tonumber(v[4])
-    local held = 0
-    if (tonumber(v[6]) or 0) > now then
-      held = tonumber(v[5]) or 0
+    local lk, x, held = 0, 0, 0
+    if v[1] then
+      lk, x = tonumber(v[2]) or 0, tonumber(v[3]) or 0
+      LT[i] = tonumber(v[4])
+      if (tonumber(v[6]) or 0) > now then
+        held = tonumber(v[5]) or 0
+      end
     end
     local st = {}
-    for j, f in ipairs(own) do
-      st[f] = v[6 + j]
+    for j = 1, #own do
+      st[own[j]] = v[6 + j]
     end
     fresh[i] = v[1] ~= p.id
     if v[1] and v[1] ~= p.id then
@@ -433,7 +454,9 @@ local function decide(KEYS, ARGV)
     if lk > now and not p.charge and not p.release then
       r = lockout(r, lk - now)
     end
-    p.units = units
+    if p ~= s then
+      p.units = units
+    end
     P[i], R[i], L[i], X[i], H[i] = p, r, lk, x, held
   end
 

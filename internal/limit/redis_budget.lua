@@ -17,20 +17,19 @@
 -- nothing for a counter that exists: the decision learns that from the
 -- fields it reads anyway.
 
--- budget returns the budget's arguments of a call: {set, cap, over = the
--- overflow counter of each budgeted limit, by index}, or nil for none.
-local function budget(ARGV)
+-- budget returns the budget's arguments of a call for limit i: {set, cap,
+-- over = limit i's overflow counter}, or nil when i has none. It is read
+-- only for a counter that does not exist yet.
+local function budget(ARGV, i)
   local top = #ARGV
   local m = tonumber(ARGV[top])
-  if m == 0 then
-    return nil
-  end
-  local b = { set = ARGV[top - 2], cap = tonumber(ARGV[top - 1]), over = {} }
   local base = top - 3 - 2 * m
   for j = 1, m do
-    b.over[tonumber(ARGV[base + 2 * j - 1])] = ARGV[base + 2 * j]
+    if tonumber(ARGV[base + 2 * j - 1]) == i then
+      return { set = ARGV[top - 2], cap = tonumber(ARGV[top - 1]), over = ARGV[base + 2 * j], pruned = false }
+    end
   end
-  return b
+  return nil
 end
 
 -- prune looks at up to 32 members of b's set that are due at ms, drops
@@ -65,11 +64,12 @@ local function room(b, key, ms)
 end
 
 -- newcaller makes key, a counter that does not exist yet, a member of b's
--- set and returns nil, or returns the overflow counter of limit i to count
--- on instead when the set holds its budget. now is the decision's instant
+-- set and returns nil, or returns the overflow counter to count on
+-- instead when the set holds its budget. now is the decision's instant
 -- (µs); with fixed (a test's fixed instant) the set is on Redis's clock
--- all the same, as the counters' expiry is.
-local function newcaller(b, i, key, now, fixed)
+-- all the same, as the counters' expiry is. A call's limits share one
+-- set: pruned carries over from one to the next.
+local function newcaller(b, key, now, fixed)
   local ms
   if fixed then
     local t = redis.call('TIME')
@@ -81,5 +81,5 @@ local function newcaller(b, i, key, now, fixed)
     redis.call('ZADD', b.set, ms, key)
     return nil
   end
-  return b.over[i]
+  return b.over
 end

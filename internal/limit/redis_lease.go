@@ -68,6 +68,8 @@ type tokenLeases struct {
 	bg sync.WaitGroup
 	// closed is set by close: no lease is granted after it.
 	closed bool
+	// once holds the keys seen once, which have no lease yet.
+	once leaseOnce
 }
 
 // tokenLease is one key's lease: tokens counted in Redis in bucket, which
@@ -244,6 +246,11 @@ func (ls *tokenLeases) take(keys []string, reqs []Request, res []Result, now int
 	for i, k := range keys {
 		l := held[i]
 		if l == nil {
+			if ls.once.first(k) {
+				// A key's first request: one request, as without.
+				missing = true
+				continue
+			}
 			if l = ls.get(k, now); l == nil {
 				missing = true
 				continue
@@ -268,7 +275,8 @@ func (ls *tokenLeases) take(keys []string, reqs []Request, res []Result, now int
 	}
 	ls.async(back)
 	if missing {
-		// No room for a lease of some key: one request, as without.
+		// No room for a lease of some key, or its first request: one
+		// request, as without.
 		clear(rates)
 		return false, nil, nil
 	}

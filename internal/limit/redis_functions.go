@@ -55,9 +55,10 @@ func newRedisFunctions(script string) (*redisFunctions, error) {
 
 // load loads the library on c's node, unless calls use EVALSHA for good,
 // and checks that FCALL runs it: a call with no limit decides nothing and
-// writes nothing. A node that refuses either (an unknown command, an
-// ACL's NOPERM) turns the library off for the store; an error of the
-// connection is returned.
+// writes nothing. A node that does not know the commands (before Redis 7)
+// or whose ACL denies them (NOPERM) turns the library off for the store;
+// another answer (OOM, LOADING) leaves the calls on EVALSHA until a later
+// warm-up loads it; an error of the connection is returned.
 func (f *redisFunctions) load(ctx context.Context, c *redis.Client) error {
 	if f.off || f.denied.Load() {
 		return nil
@@ -70,9 +71,12 @@ func (f *redisFunctions) load(ctx context.Context, c *redis.Client) error {
 	case err == nil:
 		f.on.Store(true)
 		f.stale.Store(false)
-	case isScriptError(err):
+	case isNoFunctions(err):
 		f.denied.Store(true)
 		f.on.Store(false)
+	case isScriptError(err):
+		f.on.Store(false)
+		f.stale.Store(true)
 	default:
 		return fmt.Errorf("loading the function library: %w", err)
 	}
@@ -100,6 +104,14 @@ func (r *Redis) scriptCmd(ctx context.Context, c redis.Cmdable, keys []string, a
 		r.rewarm()
 	}
 	return c.EvalSha(ctx, r.sha, keys, args...)
+}
+
+// isNoFunctions reports whether err is a Redis's answer that it will not
+// run functions for this client: it does not know FUNCTION or FCALL
+// (before 7), or the user's ACL denies them.
+func isNoFunctions(err error) bool {
+	return redis.HasErrorPrefix(err, "NOPERM") || redis.HasErrorPrefix(err, "unknown command") ||
+		redis.HasErrorPrefix(err, "unknown subcommand")
 }
 
 // isNoFunction reports whether err is Redis's answer to FCALL of a

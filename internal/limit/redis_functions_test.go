@@ -11,16 +11,37 @@ import (
 )
 
 // TestRedisFunctionsDenied checks that a store whose Redis user may not
-// load functions (an ACL without FUNCTION) decides with EVALSHA instead,
-// exactly as with them.
+// load functions (an ACL without FUNCTION), or whose Redis does not know
+// FUNCTION (as before Redis 7; here renamed away), decides with EVALSHA
+// instead, exactly as with them.
 func TestRedisFunctionsDenied(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	ctx := context.Background()
-	if err := srv.Client().Do(ctx, "ACL", "SETUSER", "gw", "on", ">secret", "~*", "&*", "+@all", "-function").Err(); err != nil {
-		t.Fatal(err)
+	for _, acl := range []bool{true, false} {
+		name := "acl"
+		if !acl {
+			name = "unknown command"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testRedisFunctionsDenied(t, acl)
+		})
 	}
-	url := strings.Replace(srv.URL(), "redis://", "redis://gw:secret@", 1)
+}
+
+func testRedisFunctionsDenied(t *testing.T, acl bool) {
+	ctx := context.Background()
+	var srv *redistest.Server
+	url := ""
+	if acl {
+		srv = redistest.Start(t)
+		if err := srv.Client().Do(ctx, "ACL", "SETUSER", "gw", "on", ">secret", "~*", "&*", "+@all", "-function").Err(); err != nil {
+			t.Fatal(err)
+		}
+		url = strings.Replace(srv.URL(), "redis://", "redis://gw:secret@", 1)
+	} else {
+		srv = redistest.Start(t, "--rename-command", "FUNCTION", "")
+		url = srv.URL()
+	}
 	red := newTestRedis(t, RedisConfig{URL: url, Timeout: time.Second})
 	if err := red.Ready(ctx); err != nil {
 		t.Fatalf("Ready with FUNCTION denied: %v", err)

@@ -254,7 +254,7 @@ declare -A CONTENDERS=([admitted]="direct nginx haproxy bare gateway gateway-rou
 	[cold]="gateway gateway-redis gateway-redis-exact")
 if [ -n "$BASE_REF" ]; then
 	for path in "${paths[@]}"; do
-		CONTENDERS[$path]=${CONTENDERS[$path]/gateway gateway-noheaders/gateway gateway-base gateway-noheaders}
+		CONTENDERS[$path]=${CONTENDERS[$path]/gateway /gateway gateway-base }
 	done
 	CONTENDERS[admitted]+=" gateway-redis-base"
 	CONTENDERS[cold]+=" gateway-redis-base"

@@ -33,9 +33,10 @@
 #
 # BASE_REF=<git ref> adds a contender "gateway-base": the gateway built from
 # that commit (git archive into the work directory), run with the same
-# flags as "gateway", which is built from the working tree. Both then run
-# in every round, so a change is measured before and after on one machine
-# in one run.
+# flags as "gateway", which is built from the working tree, and
+# "gateway-redis-base", that build with gateway-redis's flags (on the
+# admitted and cold paths). They then run in every round, so a change is
+# measured before and after on one machine in one run.
 #
 # Usage: bench/run.sh            (or: make bench)
 #        BASE_REF=main bench/run.sh
@@ -104,7 +105,9 @@ declare -A PORT=([direct]=18081 [bare]=18090 [gateway]=18091 [nginx]=18092 [hapr
 # The admin port of the Redis contenders, for their script calls.
 declare -A ADMIN=([gateway-redis]=19096 [gateway-redis-exact]=19097)
 REDIS_PORT=18379
-[ -z "$BASE_REF" ] || PORT[gateway-base]=18095
+if [ -n "$BASE_REF" ]; then
+	PORT[gateway-base]=18095 PORT[gateway-redis-base]=18099 ADMIN[gateway-redis-base]=19099
+fi
 declare -A PID # contender -> the process whose CPU time is measured
 
 start() { # start NAME CPU CMD... — run pinned in the background
@@ -148,6 +151,9 @@ done
 if [ -n "$BASE_REF" ]; then
 	start gateway-base "$PROXY_CPU" "$WORK/gateway-base" serve --config bench/rules.yaml --upstream "http://$UPSTREAM" \
 		--listen "127.0.0.1:${PORT[gateway-base]}" --admin-listen 127.0.0.1:19095 --log-level warn --watch=false
+	start gateway-redis-base "$PROXY_CPU" "$WORK/gateway-base" serve --config bench/rules.yaml --upstream "http://$UPSTREAM" \
+		--listen "127.0.0.1:${PORT[gateway-redis-base]}" --admin-listen "127.0.0.1:${ADMIN[gateway-redis-base]}" \
+		--log-level warn --watch=false --store redis --redis-url "redis://127.0.0.1:$REDIS_PORT/0"
 fi
 
 mkdir -p "$WORK"/{body,proxy,fastcgi,uwsgi,scgi}
@@ -248,8 +254,10 @@ declare -A CONTENDERS=([admitted]="direct nginx haproxy bare gateway gateway-rou
 	[cold]="gateway gateway-redis gateway-redis-exact")
 if [ -n "$BASE_REF" ]; then
 	for path in "${paths[@]}"; do
-		CONTENDERS[$path]=${CONTENDERS[$path]/gateway gateway-noheaders/gateway gateway-base gateway-noheaders}
+		CONTENDERS[$path]=${CONTENDERS[$path]/gateway /gateway gateway-base }
 	done
+	CONTENDERS[admitted]+=" gateway-redis-base"
+	CONTENDERS[cold]+=" gateway-redis-base"
 fi
 declare -A APP=([admitted]=bench [limited]=blocked [cold]=mix)
 
@@ -331,12 +339,14 @@ file="$OUT/$stamp.md"
 	echo "|---|---|---:|---:|---:|---:|---:|"
 	for path in "${paths[@]}"; do
 		mem=$(field "$path" gateway 1)
-		for c in gateway-redis gateway-redis-exact; do
+		for c in gateway-redis gateway-redis-exact ${BASE_REF:+gateway-redis-base}; do
+			[ -n "${RESULTS[$path/$c]:-}" ] || continue
 			echo "| $path | $c | $(field "$path" "$c" 1) | $(ratio "$(field "$path" "$c" 1)" "$mem" %.3f) | $(field "$path" "$c" 5) | $(field "$path" "$c" 7) | $(field "$path" "$c" 8) |"
 		done
 	done
 	echo
 	echo "gateway-redis = --store redis with its defaults (batching, leases); gateway-redis-exact = --redis-batch 1 --redis-leases -1."
+	[ -z "$BASE_REF" ] || echo "gateway-redis-base = gateway-base with gateway-redis's flags, on the same Redis."
 	echo "redis-server runs on core $LOAD_CPU; its CPU time is measured apart from the proxy's."
 	gateways="gateway${BASE_REF:+ gateway-base} gateway-noheaders"
 	bare=$(field admitted bare 1)

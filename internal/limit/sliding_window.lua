@@ -6,7 +6,12 @@
 local M = {}
 
 local function geometry(p)
-  return math.max(fdiv(p.window + p.precision - 1, p.precision), 1), p.precision + 1
+  local w = p.gw
+  if not w then
+    w = math.max(fdiv(p.window + p.precision - 1, p.precision), 1)
+    p.gw, p.gn = w, p.precision + 1
+  end
+  return w, p.gn
 end
 
 -- slot returns the field of bucket b.
@@ -41,7 +46,9 @@ function M.decide(key, p, now, v)
   local width, n = geometry(p)
   local head, total = tonumber(v.h) or 0, tonumber(v.t) or 0
   local b = fdiv(now, width)
-  local r = { head = head, total = total, b = b }
+  -- Every field r may get, so that the table is made at its size once.
+  local r = { head = head, total = total, b = b, cb = false, c = false, ok = false, remaining = 0,
+    reset = 0, retry = 0, uncounted = 0, span = false }
   local sum = 0
   if total > 0 then
     if b <= head then

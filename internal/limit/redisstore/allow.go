@@ -12,11 +12,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// argsPerLimit is the number of script arguments per limit, and
+// argsPerLimit is the most script arguments per limit, and
 // resultsPerLimit the number of values of the reply per limit
 // (redis.lua).
 const (
-	argsPerLimit    = 14
+	argsPerLimit    = 3
 	resultsPerLimit = 8
 )
 
@@ -373,27 +373,41 @@ func (r *Store) scriptArgs(now time.Time, reqs []limit.Request, tag string, ask 
 	for i := range reqs {
 		q := &reqs[i]
 		p := q.Params
-		shadow := "0"
-		if q.Shadow {
-			shadow = "1"
-		}
-		mode := ""
+		mode := byte('-')
 		switch {
 		case q.Charge:
-			mode = "c"
+			mode = 'c'
 		case q.Release:
-			mode = "r"
+			mode = 'r'
 		case q.Hold:
-			mode = "h"
+			mode = 'h'
 		case q.Defer:
-			mode = "d"
+			mode = 'd'
 		}
 		var have int64
 		if rate != 0 {
 			have = ask.have[i]
 		}
-		args = append(args, p.Algorithm, p.Limit, micros(p.Window), p.Precision, p.Burst,
-			micros(p.Warmup), micros(p.Lock), shadow, calendarArg(p, now), q.Units(), mode, rate, fleet, have)
+		args = append(args, scriptSettings(p))
+		if units := q.Units(); units == 1 && mode == '-' && !q.Shadow && rate == 0 {
+			args = append(args, "")
+		} else {
+			b := make([]byte, 0, 48)
+			b = strconv.AppendInt(b, units, 10)
+			b = append(b, ' ', mode, ' ', '0', ' ')
+			if q.Shadow {
+				b[len(b)-2] = '1'
+			}
+			b = strconv.AppendInt(b, rate, 10)
+			b = append(b, ' ')
+			b = strconv.AppendInt(b, fleet, 10)
+			b = append(b, ' ')
+			b = strconv.AppendInt(b, have, 10)
+			args = append(args, string(b))
+		}
+		if p.Calendar != "" {
+			args = append(args, calendarArg(p, now))
+		}
 	}
 	return r.budgetArgs(args, reqs, tag)
 }

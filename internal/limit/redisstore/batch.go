@@ -299,7 +299,7 @@ func (r *Store) runBatch(ctx context.Context, batch []*batchCall) {
 	pending := batch
 	for try := 0; len(pending) > 0 && try < closedConnTries && ctx.Err() == nil; try++ {
 		cmds := r.pipeline(ctx, pending, func(p redis.Pipeliner, c *batchCall) *redis.Cmd {
-			return p.EvalSha(ctx, r.sha, c.keys, c.args...)
+			return r.scriptCmd(ctx, p, c.keys, c.args)
 		})
 		again := pending[:0:0]
 		for i, c := range pending {
@@ -317,6 +317,7 @@ func (r *Store) runBatch(ctx context.Context, batch []*batchCall) {
 		}
 	}
 	if len(lost) > 0 {
+		r.fn.lost(lost[0].err)
 		r.rewarm()
 		cmds := r.pipeline(ctx, lost, func(p redis.Pipeliner, c *batchCall) *redis.Cmd {
 			return p.Eval(ctx, r.src, c.keys, c.args...)

@@ -49,13 +49,17 @@ func BenchmarkRedisCold(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 	})
 	// "redis" has the key budget and leases, as the gateway does; the
-	// others show what the budget's bookkeeping and the leases' cost.
+	// others show what the budget's bookkeeping and the leases' cost, and
+	// what the decision costs as a script (EVALSHA) rather than a
+	// function (FCALL).
 	for _, tt := range []struct {
 		name            string
 		maxKeys, leases int
-	}{{"redis", 0, 0}, {"redis/no-budget", -1, 0}, {"redis/no-leases", 0, -1}} {
+		evalsha         bool
+	}{{"redis", 0, 0, false}, {"redis/no-budget", -1, 0, false}, {"redis/no-leases", 0, -1, false}, {"redis/evalsha", 0, 0, true}} {
 		b.Run(tt.name, func(b *testing.B) {
 			red := newTestRedis(b, Config{URL: srv.URL(), Timeout: time.Second, MaxKeys: tt.maxKeys, Leases: tt.leases})
+			red.fn.off = tt.evalsha
 			if err := red.Ready(context.Background()); err != nil {
 				b.Fatal(err)
 			}

@@ -72,6 +72,8 @@ type tokenLeases struct {
 	bg sync.WaitGroup
 	// closed is set by close: no lease is granted after it.
 	closed bool
+	// once holds the keys seen once, which have no lease yet.
+	once leaseOnce
 }
 
 // tokenLease is one key's lease: tokens counted in Redis in bucket, which
@@ -251,6 +253,11 @@ func (ls *tokenLeases) take(keys []string, reqs []limit.Request, res []limit.Res
 	for i, k := range keys {
 		l := held[i]
 		if l == nil {
+			if ls.once.first(k) {
+				// A key's first request: one request, as without.
+				missing = true
+				continue
+			}
 			if l = ls.get(k, now); l == nil {
 				missing = true
 				continue
@@ -277,7 +284,8 @@ func (ls *tokenLeases) take(keys []string, reqs []limit.Request, res []limit.Res
 	}
 	ls.async(back)
 	if missing {
-		// No room for a lease of some key: one request, as without.
+		// No room for a lease of some key, or its first request: one
+		// request, as without.
 		clear(rates)
 		return false, nil, nil
 	}

@@ -62,7 +62,8 @@ func nearUp(mem, red time.Duration, slack int) bool {
 // tests, so this carries its guarantees over to Redis. Before the
 // random sequences come the step tables of uncountedCases, whose limits
 // admit requests that are not counted; on both, storePair also checks
-// each store's Reset of every limit that did not count a request.
+// each store's Reset of every limit that did not count a request. The
+// store calls its function library (FCALL).
 func TestRedisMatchesMemory(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -70,6 +71,12 @@ func TestRedisMatchesMemory(t *testing.T) {
 		t.Run(alg, func(t *testing.T) {
 			t.Parallel()
 			red, clock := newFixedRedis(t, srv)
+			if err := red.Ready(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if !red.fn.on.Load() {
+				t.Fatal("the store does not call the function library (FCALL)")
+			}
 			for i, c := range limittest.UncountedCases() {
 				if c.Alg != alg {
 					continue
@@ -94,7 +101,8 @@ func TestRedisMatchesMemory(t *testing.T) {
 // TestRedisMatchesMemoryCosts is TestRedisMatchesMemory with costs:
 // requests of several units up to the limit's capacity, deferred ones
 // (Request.Defer) and charges (Request.Charge) of up to twice the
-// capacity, which take limits past their limit.
+// capacity, which take limits past their limit; and with the script
+// sent as such (EVALSHA), as to a Redis before 7.
 func TestRedisMatchesMemoryCosts(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -102,6 +110,10 @@ func TestRedisMatchesMemoryCosts(t *testing.T) {
 		t.Run(alg, func(t *testing.T) {
 			t.Parallel()
 			red, clock := newFixedRedis(t, srv)
+			// The store's script as a script (EVALSHA), where
+			// TestRedisMatchesMemory runs it as a function (FCALL).
+			red.fn.off = true
+			red.fn.on.Store(false)
 			for seed := range redisSeeds {
 				rng := rand.New(rand.NewPCG(uint64(seed), uint64(len(alg))+100))
 				compareStores(t, red, clock, rng, alg, fmt.Sprintf("%s-cost-%d", alg, seed), true)

@@ -221,7 +221,7 @@ func (r *Store) warm(ctx context.Context) error {
 
 // warmNode takes WarmConns connections of c's pool at once, so that each
 // is dialled and set up, returns them to the pool idle, and loads the
-// script.
+// script and the function library (redisFunctions).
 func (r *Store) warmNode(ctx context.Context, c *redis.Client) error {
 	conns := make([]*redis.Conn, r.warmConns)
 	errs := make([]error, len(conns))
@@ -242,6 +242,9 @@ func (r *Store) warmNode(ctx context.Context, c *redis.Client) error {
 	if err := c.ScriptLoad(ctx, r.src).Err(); err != nil {
 		return fmt.Errorf("%s: loading the script: %w", c.Options().Addr, err)
 	}
+	if err := r.fn.load(ctx, c); err != nil {
+		return fmt.Errorf("%s: %w", c.Options().Addr, err)
+	}
 	return nil
 }
 
@@ -261,9 +264,9 @@ func (r *Store) rewarm() {
 }
 
 // isNoScript reports whether err is Redis's NOSCRIPT: the node does not
-// have the script (EVALSHA).
+// have the script (EVALSHA), or the library (FCALL, isNoFunction).
 func isNoScript(err error) bool {
-	return redis.HasErrorPrefix(err, "NOSCRIPT")
+	return redis.HasErrorPrefix(err, "NOSCRIPT") || isNoFunction(err)
 }
 
 // closedConnTries is how many times a call is sent while Redis closes the

@@ -16,15 +16,29 @@
 -- fmod, muldiv and put defined here.
 --
 -- ARGV[1] is "" (read TIME) or a fixed instant, for tests. Then for each
--- limit, fourteen values: algorithm, limit, window (µs), precision, burst,
--- warmup (µs), lock (µs), "1" for a shadow limit, "" or a calendar unit
--- (see calendar below), the cost in units, the mode: "" to decide and
--- count, "d" to decide and count nothing (Request.Defer), "c" to count
--- without deciding (Request.Charge); and for a lease the rate at which the
--- gateway sees the key's requests (per second; negative for a call that
--- only asks for the next lease, whose every token is leased), the fleet's
--- size and the tokens the gateway still holds for the key, else 0, 0 and
--- 0.
+-- limit two values, and a third for a calendar unit:
+--   the settings (settings below): "algorithm/window/precision limit
+--     burst warmup lock", durations in µs, with " c" at the end for a
+--     calendar unit; a rule's settings are the same string on every call,
+--     parsed once by a function library;
+--   the call: "" for the usual call (cost 1, decide and count, enforced,
+--     no lease), else "cost mode shadow rate fleet have": the cost in
+--     units; the mode: "-" to decide and count, "d" to decide and count
+--     nothing (Request.Defer), "c" to count without deciding
+--     (Request.Charge), "h" to hold (Request.Hold), "r" to release
+--     (Request.Release); "1" for a shadow limit, else "0"; and for a lease
+--     the rate at which the gateway sees the key's requests (per second;
+--     negative for a call that only asks for the next lease, whose every
+--     token is leased), the fleet's size and the tokens the gateway still
+--     holds for the key, else 0 0 0;
+--   for a calendar unit, the calendar windows (see calendar below).
+-- The key budget's arguments follow (redis_budget.lua).
+--
+-- The same source runs as a script (EVAL, EVALSHA: the last line returns
+-- decide(KEYS, ARGV)) or as a Redis Function (FCALL, Redis 7: the last
+-- line registers decide), whose helpers, algorithms and settings cache
+-- are made once when the library is loaded rather than on every call
+-- (redis_functions.go).
 --
 -- The reply is {allowed, then for each limit: allowed, remaining, reset
 -- (µs), retry after (µs), tokens leased, the time their bucket ends
@@ -89,12 +103,11 @@ local function muldiv(a, b, c)
   return aq * b + q, r
 end
 
--- put appends a field and its value to the list set. Numbers go to Redis
--- as they are: it renders integers below 2^53 exactly, without the cost
--- of string.format.
+-- put appends a field and its value to the list set.
 local function put(set, field, value)
-  set[#set + 1] = field
-  set[#set + 1] = value
+  local n = #set
+  set[n + 1] = field
+  set[n + 2] = value
 end
 
 -- capacity returns the largest cost a request can be admitted with
@@ -107,11 +120,9 @@ local function capacity(p)
 end
 
 -- slack is added to every expiry: none on Redis's clock; an hour on a
--- test's fixed clock, which Redis's expiry does not follow.
+-- test's fixed clock, which Redis's expiry does not follow. It is set at
+-- the start of every call (decide, below).
 local slack = 0
-if ARGV[1] ~= '' then
-  slack = 3600000
-end
 
 -- ttl returns the time in milliseconds from now until at, rounded up and at
 -- least 1: what PEXPIRE needs so that a key lives until at.
@@ -202,14 +213,6 @@ end
 local A = {}
 --ALGORITHMS--
 
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = clock or redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
 -- lockout makes r the denial of a locked key that is left µs from its end.
 -- A locked key counts nothing, so its reset is that without the request.
 local function lockout(r, left)
@@ -228,139 +231,6 @@ local function expiry(at, p)
   return at + math.min(p.window, 1000000)
 end
 
--- HOLD_TTL is how long units held (Request.Hold) stay held after the last
--- hold on a key (µs): the holds of a gateway that died before releasing
--- them are given back once the key has seen no hold for this long.
-local HOLD_TTL = 300000000
--- HELD_RETRY is the retry of a hold denied only for the units held by
--- requests in flight (HeldRetryAfter, µs).
-local HELD_RETRY = 1000000
-
-local n = #KEYS
-local P, R, L, X, LT, H, fresh, names = {}, {}, {}, {}, {}, {}, {}, {}
-for i = 1, n do
-  local o = 2 + (i - 1) * 14
-  local p = {
-    alg = ARGV[o],
-    limit = tonumber(ARGV[o + 1]),
-    window = tonumber(ARGV[o + 2]),
-    precision = tonumber(ARGV[o + 3]),
-    burst = tonumber(ARGV[o + 4]),
-    warmup = tonumber(ARGV[o + 5]),
-    lock = tonumber(ARGV[o + 6]),
-    shadow = ARGV[o + 7] == '1',
-    cost = tonumber(ARGV[o + 9]),
-    defer = ARGV[o + 10] == 'd',
-    charge = ARGV[o + 10] == 'c',
-    hold = ARGV[o + 10] == 'h',
-    release = ARGV[o + 10] == 'r',
-    rate = tonumber(ARGV[o + 11]),
-    fleet = tonumber(ARGV[o + 12]),
-    have = tonumber(ARGV[o + 13]),
-  }
-  -- A charge is counted whatever it costs; what it reports is the limit
-  -- it leaves, for a next request of one unit.
-  local units = p.cost
-  if p.charge or p.release then
-    p.cost = 1
-  end
-  p.id = p.alg .. '/' .. ARGV[o + 2] .. '/' .. ARGV[o + 3]
-  if ARGV[o + 8] ~= '' then
-    p.cal = calendar(ARGV[o + 8], now)
-    if p.cal == nil then
-      return redis.error_reply('ERR gateway script: Redis\'s clock is more than a calendar window away from the gateway\'s')
-    end
-    p.id = p.id .. '/' .. p.cal.id
-  end
-  local a = A[p.alg]
-  if a == nil then
-    return redis.error_reply('ERR gateway script: unknown algorithm ' .. p.alg)
-  end
-  if type(a) == 'function' then
-    a = a()
-    A[p.alg] = a
-  end
-  p.a = a
-  local key = KEYS[i]
-  -- The store's fields: the shape, the end of a lockout, the instant
-  -- the key expires, when a token beyond its request was last leased
-  -- (µs), the units held and until when they are.
-  local names_i = { '_id', '_lk', '_x', '_lt', '_h', '_hx' }
-  local own = {}
-  if p.limit > 0 then
-    own = a.fields(p, now)
-    for _, f in ipairs(own) do
-      names_i[#names_i + 1] = f
-    end
-  end
-  names[i] = names_i
-  local v = redis.call('HMGET', key, unpack(names_i))
-  local lk, x = tonumber(v[2]) or 0, tonumber(v[3]) or 0
-  LT[i] = tonumber(v[4])
-  local held = 0
-  if (tonumber(v[6]) or 0) > now then
-    held = tonumber(v[5]) or 0
-  end
-  local st = {}
-  for j, f in ipairs(own) do
-    st[f] = v[6 + j]
-  end
-  fresh[i] = v[1] ~= p.id
-  if v[1] and v[1] ~= p.id then
-    -- The counter changed shape (a reload changed its algorithm, window
-    -- or precision): start afresh, keeping the lockout (in progress, or
-    -- ended but in force again if the clock steps back, as in memory).
-    redis.call('DEL', key)
-    st, x, LT[i], held = {}, 0, nil, 0
-    if p.lock > 0 and lk > 0 then
-      x = expiry(math.max(lk, now), p)
-      redis.call('HSET', key, '_id', p.id, '_lk', lk, '_x', x)
-      redis.call('PEXPIRE', key, ttl(x, now))
-      fresh[i] = false
-    end
-  end
-  if p.lock == 0 and lk > 0 then
-    -- The rule no longer locks out: lift a lockout in progress.
-    redis.call('HDEL', key, '_lk')
-    lk = 0
-  end
-  local r
-  if p.limit < 0 then
-    r = { ok = true, remaining = -1, reset = 0, retry = 0, uncounted = 0 }
-  elseif p.limit == 0 or p.cost > capacity(p) then
-    -- Blocked, or a cost it can never admit (Params.Capacity).
-    r = { ok = false, remaining = 0, reset = p.window, retry = p.window }
-  elseif p.hold and held > 0 then
-    -- Room for this request's units and every unit held.
-    if p.cost + held > capacity(p) then
-      r = { ok = false, remaining = 0, reset = p.window, retry = p.window }
-    else
-      p.cost = units + held
-      r = a.decide(key, p, now, st)
-      p.cost = units
-    end
-    if not r.ok and a.decide(key, p, now, st).ok then
-      -- Denied only for requests in flight: no lockout, a short wait.
-      p.heldonly = true
-      r.retry = math.min(r.retry, HELD_RETRY)
-    end
-  else
-    r = a.decide(key, p, now, st)
-  end
-  if lk > now and not p.charge and not p.release then
-    r = lockout(r, lk - now)
-  end
-  p.units = units
-  P[i], R[i], L[i], X[i], H[i] = p, r, lk, x, held
-end
-
-local allowed = true
-for i = 1, n do
-  if not R[i].ok and not P[i].shadow and not P[i].charge and not P[i].release then
-    allowed = false
-  end
-end
-
 -- write writes the fields of set to key, moving its expiry to cover upto
 -- if it does not.
 local function write(key, p, set, upto, x, now)
@@ -374,99 +244,324 @@ local function write(key, p, set, upto, x, now)
   end
 end
 
--- charge counts a charge against limit i and returns the result of the
--- limit it leaves, for a next request of one unit, as Memory's
--- entry.charge.
-local function charge(i)
-  local p, r, key = P[i], R[i], KEYS[i]
-  if p.limit > 0 then
-    local set = {}
-    p.cost = p.units
-    local idle = p.a.commit(key, p, now, r, set)
-    p.cost = 1
-    if fresh[i] then
-      put(set, '_id', p.id)
-    end
-    write(key, p, set, math.max(idle, L[i]), X[i], now)
-    -- Decide afresh on what was written.
-    local v = redis.call('HMGET', key, unpack(names[i]))
-    local st = {}
-    for j = 7, #names[i] do
-      st[names[i][j]] = v[j]
-    end
-    r = p.a.decide(key, p, now, st)
+-- HOLD_TTL is how long units held (Request.Hold) stay held after the last
+-- hold on a key (µs): the holds of a gateway that died before releasing
+-- them are given back once the key has seen no hold for this long.
+local HOLD_TTL = 300000000
+-- HELD_RETRY is the retry of a hold denied only for the units held by
+-- requests in flight (HeldRetryAfter, µs).
+local HELD_RETRY = 1000000
+
+-- SETTINGS caches the parsed settings arguments (see settings). In a
+-- function library (FCALL) it lives as long as the library, so a rule's
+-- settings are parsed once; a script (EVAL) starts with it empty.
+local SETTINGS, nsettings = {}, 0
+
+-- settings returns the settings argument arg parsed: the counter's shape
+-- (id), limit, window, precision, burst, warmup, lock, and whether a
+-- calendar argument follows (cal); nil when arg is malformed. gw and gn
+-- are for the algorithm to keep what it derives from them.
+local function settings(arg)
+  local s = SETTINGS[arg]
+  if s then
+    return s
   end
-  if L[i] > now then
-    r = lockout(r, L[i] - now)
+  local alg, window, precision, limit, burst, warmup, lock, cal =
+    string.match(arg, '^([%w_]+)/(%d+)/(%d+) (%-?%d+) (%d+) (%d+) (%d+)( ?c?)$')
+  if alg == nil then
+    return nil
   end
-  if r.ok and r.remaining >= 0 then
-    r.remaining = r.remaining + 1
-    r.reset = r.uncounted
+  -- s is also the p (see decide) of every usual call (call "") without
+  -- a calendar unit, which the decision does not change: it has every
+  -- field of p, and a is the algorithm once it is known.
+  s = {
+    alg = alg, id = alg .. '/' .. window .. '/' .. precision,
+    limit = tonumber(limit), window = tonumber(window), precision = tonumber(precision),
+    burst = tonumber(burst), warmup = tonumber(warmup), lock = tonumber(lock), cal = cal ~= '',
+    cost = 1, rate = 0, fleet = 0, have = 0, units = 1, shadow = false,
+    defer = false, charge = false, hold = false, release = false, a = false, heldonly = false,
+    gw = false, gn = false,
+  }
+  if nsettings >= 4096 then
+    SETTINGS, nsettings = {}, 0
   end
-  return r
+  SETTINGS[arg] = s
+  nsettings = nsettings + 1
+  return s
 end
 
-local out = { allowed and 1 or 0 }
-for i = 1, n do
-  local p, r, key = P[i], R[i], KEYS[i]
-  if p.charge then
-    r = charge(i)
-  elseif p.release then
-    if H[i] > 0 then
-      redis.call('HSET', key, '_h', math.max(H[i] - p.units, 0))
+-- MODES maps the mode of a call argument to the flag of p it sets.
+local MODES = { d = 'defer', c = 'charge', h = 'hold', r = 'release' }
+
+-- decide is one call: KEYS and ARGV as described at the top.
+local function decide(KEYS, ARGV)
+  local now
+  slack = 0
+  if ARGV[1] ~= '' then
+    now = tonumber(ARGV[1])
+    slack = 3600000
+  else
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  local overflowed = 0
+  -- pruned is whether the key budget's set was pruned in this call.
+  local pruned = false
+
+  local n = #KEYS
+  -- A table made with room for two limits takes them without growing.
+  local P, R, L, X, LT, H, fresh, names = { nil, nil }, { nil, nil }, { nil, nil }, { nil, nil },
+    { nil, nil }, { nil, nil }, { nil, nil }, { nil, nil }
+  local o = 2
+  for i = 1, n do
+    local s = settings(ARGV[o])
+    if s == nil then
+      return redis.error_reply('ERR gateway script: bad settings ' .. tostring(ARGV[o]))
     end
-  elseif not r.ok then
-    if p.lock > 0 and not p.shadow and L[i] <= now and not p.heldonly then
-      local lk = now + p.lock
-      write(key, p, { '_id', p.id, '_lk', lk }, lk, X[i], now)
-      r = lockout(r, p.lock)
+    local call = ARGV[o + 1]
+    local p = s
+    if call ~= '' or s.cal then
+      -- A call that p records: p is a copy of s, with every field p may
+      -- get in the constructor, so that the table is made at its size.
+      p = {
+        alg = s.alg, id = s.id, limit = s.limit, window = s.window, precision = s.precision,
+        burst = s.burst, warmup = s.warmup, lock = s.lock,
+        cost = 1, rate = 0, fleet = 0, have = 0, units = 1, shadow = false,
+        defer = false, charge = false, hold = false, release = false,
+        cal = false, a = s.a, heldonly = false, gw = s.gw, gn = s.gn, span = false,
+      }
     end
-  elseif allowed and p.hold and p.limit > 0 then
-    -- Held, not counted: Remaining is what the held units leave.
-    local hx = now + HOLD_TTL
-    local set = { '_h', H[i] + p.cost, '_hx', hx }
-    if fresh[i] then
-      put(set, '_id', p.id)
+    if call ~= '' then
+      local cost, mode, shadow, rate, fleet, have = string.match(call, '^(%d+) (%S) ([01]) (%-?%d+) (%d+) (%d+)$')
+      if cost == nil then
+        return redis.error_reply('ERR gateway script: bad call ' .. call)
+      end
+      p.cost, p.shadow = tonumber(cost), shadow == '1'
+      p.rate, p.fleet, p.have = tonumber(rate), tonumber(fleet), tonumber(have)
+      if MODES[mode] then
+        p[MODES[mode]] = true
+      end
     end
-    write(key, p, set, hx, X[i], now)
-    r.reset = r.uncounted
-  elseif allowed and not p.defer and not p.hold then
-    if p.limit > 0 and p.rate ~= 0 and p.cost == 1 and p.a.left then
-      -- A lease: what the rate uses in the next 15ms or until the
-      -- bucket ends, beyond what the gateway holds, within the room left
-      -- (r.remaining + 1 with this request) / (2 × fleet). Tokens the
-      -- gateway stops using come back (lease_return.lua).
-      r.span = p.a.left(p, now, r)
-      local room = r.remaining + 1
-      local want = math.ceil(math.abs(p.rate) * math.min(r.span, 15000) / 1000000) - p.have
-      p.cost = math.max(math.min(want, fdiv(room, 2 * math.max(p.fleet, 1)), room), 1)
-      r.remaining = r.remaining - (p.cost - 1)
+    o = o + 2
+    -- A charge is counted whatever it costs; what it reports is the limit
+    -- it leaves, for a next request of one unit.
+    local units = p.cost
+    if p.charge or p.release then
+      p.cost = 1
     end
+    if s.cal then
+      p.cal = calendar(ARGV[o], now)
+      o = o + 1
+      if p.cal == nil then
+        return redis.error_reply('ERR gateway script: Redis\'s clock is more than a calendar window away from the gateway\'s')
+      end
+      p.id = p.id .. '/' .. p.cal.id
+    end
+    local a = p.a
+    if not a then
+      a = A[p.alg]
+      if a == nil then
+        return redis.error_reply('ERR gateway script: unknown algorithm ' .. p.alg)
+      end
+      if type(a) == 'function' then
+        a = a()
+        A[p.alg] = a
+      end
+      p.a, s.a = a, a
+    end
+    local key = KEYS[i]
+    -- The store's fields: the shape, the end of a lockout, the instant
+    -- the key expires, when a token beyond its request was last leased
+    -- (µs), the units held and until when they are.
+    local names_i, own
+    if p.limit > 0 then
+      own = a.fields(p, now)
+      names_i = { '_id', '_lk', '_x', '_lt', '_h', '_hx', unpack(own) }
+    else
+      own = {}
+      names_i = { '_id', '_lk', '_x', '_lt', '_h', '_hx' }
+    end
+    names[i] = names_i
+    local v = redis.call('HMGET', key, unpack(names_i))
+    local b = not v[1] and budget(ARGV, i)
+    if b then
+      -- A new caller's counter (every counter has "_id"): the key budget
+      -- decides whether it may be created (redis_budget.lua).
+      b.pruned = pruned
+      local over = newcaller(b, key, now, ARGV[1] ~= '')
+      pruned = b.pruned
+      if over then
+        key = over
+        KEYS[i] = key
+        overflowed = overflowed + 1
+        v = redis.call('HMGET', key, unpack(names_i))
+      end
+    end
+    local lk, x, held = 0, 0, 0
+    if v[1] then
+      lk, x = tonumber(v[2]) or 0, tonumber(v[3]) or 0
+      LT[i] = tonumber(v[4])
+      if (tonumber(v[6]) or 0) > now then
+        held = tonumber(v[5]) or 0
+      end
+    end
+    local st = {}
+    for j = 1, #own do
+      st[own[j]] = v[6 + j]
+    end
+    fresh[i] = v[1] ~= p.id
+    if v[1] and v[1] ~= p.id then
+      -- The counter changed shape (a reload changed its algorithm, window
+      -- or precision): start afresh, keeping the lockout (in progress, or
+      -- ended but in force again if the clock steps back, as in memory).
+      redis.call('DEL', key)
+      st, x, LT[i], held = {}, 0, nil, 0
+      if p.lock > 0 and lk > 0 then
+        x = expiry(math.max(lk, now), p)
+        redis.call('HSET', key, '_id', p.id, '_lk', lk, '_x', x)
+        redis.call('PEXPIRE', key, ttl(x, now))
+        fresh[i] = false
+      end
+    end
+    if p.lock == 0 and lk > 0 then
+      -- The rule no longer locks out: lift a lockout in progress.
+      redis.call('HDEL', key, '_lk')
+      lk = 0
+    end
+    local r
+    if p.limit < 0 then
+      r = { ok = true, remaining = -1, reset = 0, retry = 0, uncounted = 0 }
+    elseif p.limit == 0 or p.cost > capacity(p) then
+      -- Blocked, or a cost it can never admit (Params.Capacity).
+      r = { ok = false, remaining = 0, reset = p.window, retry = p.window }
+    elseif p.hold and held > 0 then
+      -- Room for this request's units and every unit held.
+      if p.cost + held > capacity(p) then
+        r = { ok = false, remaining = 0, reset = p.window, retry = p.window }
+      else
+        p.cost = units + held
+        r = a.decide(key, p, now, st)
+        p.cost = units
+      end
+      if not r.ok and a.decide(key, p, now, st).ok then
+        -- Denied only for requests in flight: no lockout, a short wait.
+        p.heldonly = true
+        r.retry = math.min(r.retry, HELD_RETRY)
+      end
+    else
+      r = a.decide(key, p, now, st)
+    end
+    if lk > now and not p.charge and not p.release then
+      r = lockout(r, lk - now)
+    end
+    if p ~= s then
+      p.units = units
+    end
+    P[i], R[i], L[i], X[i], H[i] = p, r, lk, x, held
+  end
+
+  local allowed = true
+  for i = 1, n do
+    if not R[i].ok and not P[i].shadow and not P[i].charge and not P[i].release then
+      allowed = false
+    end
+  end
+
+  -- charge counts a charge against limit i and returns the result of the
+  -- limit it leaves, for a next request of one unit, as Memory's
+  -- entry.charge.
+  local function charge(i)
+    local p, r, key = P[i], R[i], KEYS[i]
     if p.limit > 0 then
       local set = {}
+      p.cost = p.units
       local idle = p.a.commit(key, p, now, r, set)
-      if r.span and (p.cost > 1 or p.rate < 0) then
-        put(set, '_lt', now)
-        LT[i] = now
-      end
+      p.cost = 1
       if fresh[i] then
         put(set, '_id', p.id)
       end
       write(key, p, set, math.max(idle, L[i]), X[i], now)
+      -- Decide afresh on what was written.
+      local v = redis.call('HMGET', key, unpack(names[i]))
+      local st = {}
+      for j = 7, #names[i] do
+        st[names[i][j]] = v[j]
+      end
+      r = p.a.decide(key, p, now, st)
     end
-  elseif r.remaining >= 0 then
-    -- Decided as if counted; it was not.
-    r.remaining = r.remaining + p.cost
-    r.reset = r.uncounted
+    if L[i] > now then
+      r = lockout(r, L[i] - now)
+    end
+    if r.ok and r.remaining >= 0 then
+      r.remaining = r.remaining + 1
+      r.reset = r.uncounted
+    end
+    return r
   end
-  out[#out + 1] = r.ok and 1 or 0
-  out[#out + 1] = r.remaining
-  out[#out + 1] = r.reset
-  out[#out + 1] = r.retry
-  out[#out + 1] = r.span and p.cost or 0
-  out[#out + 1] = r.span or 0
-  out[#out + 1] = r.span and p.a.bucket(p, r) or 0
-  out[#out + 1] = LT[i] and now - LT[i] or -1
+
+  local out = { allowed and 1 or 0, nil, nil, nil, nil, nil, nil, nil, nil, nil }
+  for i = 1, n do
+    local p, r, key = P[i], R[i], KEYS[i]
+    if p.charge then
+      r = charge(i)
+    elseif p.release then
+      if H[i] > 0 then
+        redis.call('HSET', key, '_h', math.max(H[i] - p.units, 0))
+      end
+    elseif not r.ok then
+      if p.lock > 0 and not p.shadow and L[i] <= now and not p.heldonly then
+        local lk = now + p.lock
+        write(key, p, { '_id', p.id, '_lk', lk }, lk, X[i], now)
+        r = lockout(r, p.lock)
+      end
+    elseif allowed and p.hold and p.limit > 0 then
+      -- Held, not counted: Remaining is what the held units leave.
+      local hx = now + HOLD_TTL
+      local set = { '_h', H[i] + p.cost, '_hx', hx }
+      if fresh[i] then
+        put(set, '_id', p.id)
+      end
+      write(key, p, set, hx, X[i], now)
+      r.reset = r.uncounted
+    elseif allowed and not p.defer and not p.hold then
+      if p.limit > 0 and p.rate ~= 0 and p.cost == 1 and p.a.left then
+        -- A lease: what the rate uses in the next 15ms or until the
+        -- bucket ends, beyond what the gateway holds, within the room left
+        -- (r.remaining + 1 with this request) / (2 × fleet). Tokens the
+        -- gateway stops using come back (lease_return.lua).
+        r.span = p.a.left(p, now, r)
+        local room = r.remaining + 1
+        local want = math.ceil(math.abs(p.rate) * math.min(r.span, 15000) / 1000000) - p.have
+        p.cost = math.max(math.min(want, fdiv(room, 2 * math.max(p.fleet, 1)), room), 1)
+        r.remaining = r.remaining - (p.cost - 1)
+      end
+      if p.limit > 0 then
+        local set = { nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil }
+        local idle = p.a.commit(key, p, now, r, set)
+        if r.span and (p.cost > 1 or p.rate < 0) then
+          put(set, '_lt', now)
+          LT[i] = now
+        end
+        if fresh[i] then
+          put(set, '_id', p.id)
+        end
+        write(key, p, set, math.max(idle, L[i]), X[i], now)
+      end
+    elseif r.remaining >= 0 then
+      -- Decided as if counted; it was not.
+      r.remaining = r.remaining + p.cost
+      r.reset = r.uncounted
+    end
+    out[#out + 1] = r.ok and 1 or 0
+    out[#out + 1] = r.remaining
+    out[#out + 1] = r.reset
+    out[#out + 1] = r.retry
+    out[#out + 1] = r.span and p.cost or 0
+    out[#out + 1] = r.span or 0
+    out[#out + 1] = r.span and p.a.bucket(p, r) or 0
+    out[#out + 1] = LT[i] and now - LT[i] or -1
+  end
+  out[#out + 1] = overflowed
+  return out
 end
-out[#out + 1] = overflowed
-return out
+--ENTRY--

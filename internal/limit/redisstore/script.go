@@ -15,12 +15,19 @@ import (
 //go:embed redis.lua
 var redisLua string
 
-// luaPlaceholder is the line of redisLua that redisScript replaces.
-const luaPlaceholder = "--ALGORITHMS--\n"
+// luaPlaceholder is the line of redisLua that redisScript replaces with
+// the algorithms, and luaEntry its last line, which it replaces with
+// scriptEntry: the script's entry point (a Redis Functions library has
+// another, redis_functions.go).
+const (
+	luaPlaceholder = "--ALGORITHMS--\n"
+	luaEntry       = "--ENTRY--\n"
+	scriptEntry    = "return decide(KEYS, ARGV)\n"
+)
 
-// redisScript returns the store's script: the key budget's
+// redisScript returns the store's script: the key budget's helpers
 // (budget.lua), then redis.lua with the Lua of every registered
-// RedisAlgorithm in a table keyed by name. The registry is
+// RedisAlgorithm in a table keyed by name, ending with scriptEntry. The registry is
 // complete once package initialization is done, so the script is built
 // once.
 var redisScript = sync.OnceValues(func() (string, error) {
@@ -43,5 +50,9 @@ var redisScript = sync.OnceValues(func() (string, error) {
 	if !ok {
 		return "", fmt.Errorf("limit: redis.lua has no %q line", strings.TrimSpace(luaPlaceholder))
 	}
-	return budgetLua + head + b.String() + tail, nil
+	tail, ok = strings.CutSuffix(tail, luaEntry)
+	if !ok {
+		return "", fmt.Errorf("limit: redis.lua does not end with a %q line", strings.TrimSpace(luaEntry))
+	}
+	return budgetLua + head + b.String() + tail + scriptEntry, nil
 })

@@ -167,6 +167,7 @@ type Store struct {
 	client      redis.UniversalClient
 	src         string // the script
 	sha         string // its SHA1, for EVALSHA
+	fn          *redisFunctions
 	timeout     time.Duration
 	dialTimeout time.Duration
 	// callTimeout bounds a whole call: pool wait, dial and two commands
@@ -265,6 +266,10 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	fn, err := newRedisFunctions(src)
+	if err != nil {
+		return nil, err
+	}
 
 	opts.PoolSize = poolSize
 	// One attempt per call: a retry would only add latency that the fail
@@ -310,6 +315,7 @@ func New(cfg Config) (*Store, error) {
 
 		src:         src,
 		sha:         redis.NewScript(src).Hash(),
+		fn:          fn,
 		timeout:     timeout,
 		dialTimeout: dialTimeout,
 		callTimeout: callTimeout,
@@ -532,18 +538,20 @@ func (r *Store) Stats() Stats {
 	return s
 }
 
-// run runs the script: EVALSHA, again on another connection if Redis had
-// closed the one it took (isClosedConn), and EVAL if the node lost
-// the script (a restart, a failover, SCRIPT FLUSH), after which the node
-// is warmed up again in the background.
+// run runs the script: FCALL or EVALSHA (scriptCmd), again on another
+// connection if Redis had closed the one it took (isClosedConn), and EVAL
+// if the node lost the script or the library (a restart, a failover,
+// SCRIPT FLUSH, FUNCTION FLUSH), after which the node is warmed up again
+// in the background.
 func (r *Store) run(ctx context.Context, keys []string, args []any) ([]int64, error) {
 	r.calls.Add(1)
-	v, err := r.client.EvalSha(ctx, r.sha, keys, args...).Int64Slice()
+	v, err := r.scriptCmd(ctx, r.client, keys, args).Int64Slice()
 	for try := 1; err != nil && isClosedConn(err) && try < closedConnTries && ctx.Err() == nil; try++ {
 		r.calls.Add(1)
-		v, err = r.client.EvalSha(ctx, r.sha, keys, args...).Int64Slice()
+		v, err = r.scriptCmd(ctx, r.client, keys, args).Int64Slice()
 	}
 	if err != nil && isNoScript(err) {
+		r.fn.lost(err)
 		r.rewarm()
 		r.calls.Add(1)
 		v, err = r.client.Eval(ctx, r.src, keys, args...).Int64Slice()

@@ -16,21 +16,38 @@ import (
 )
 
 // TestRedisNoScript checks that the store survives Redis losing its script
-// cache (SCRIPT FLUSH, a restart, a failover): EVALSHA fails with
-// NOSCRIPT and the store falls back to EVAL.
+// cache and its function library (SCRIPT FLUSH, FUNCTION FLUSH, a
+// restart): EVALSHA fails with NOSCRIPT, or FCALL with "Function not
+// found", and the store falls back to EVAL.
 func TestRedisNoScript(t *testing.T) {
 	t.Parallel()
+	for _, functions := range []bool{true, false} {
+		t.Run(fmt.Sprintf("functions=%v", functions), func(t *testing.T) {
+			t.Parallel()
+			testRedisNoScript(t, functions)
+		})
+	}
+}
+
+func testRedisNoScript(t *testing.T, functions bool) {
 	srv := redistest.Start(t)
 	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: time.Second})
+	red.fn.off = !functions
 	ctx := context.Background()
 	if err := red.Ready(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if got := red.fn.on.Load(); got != functions {
+		t.Fatalf("FCALL in use after Ready: got %v, want %v", got, functions)
 	}
 	p := &limit.Params{Algorithm: "sliding_log", Limit: 3, Window: time.Hour}
 	res := make([]limit.Result, 1)
 	for i, want := range []bool{true, true, true, false} {
 		if i == 2 {
 			if err := srv.Client().ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := srv.Client().FunctionFlush(ctx).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -43,8 +60,23 @@ func TestRedisNoScript(t *testing.T) {
 		}
 	}
 	// Ready loaded the script: only the call after the flush needs EVAL.
-	if calls := srv.Info("commandstats")["cmdstat_eval"]; !strings.Contains(calls, "calls=1,") {
+	stats := srv.Info("commandstats")
+	if calls := stats["cmdstat_eval"]; !strings.Contains(calls, "calls=1,") {
 		t.Errorf("EVAL stats: got %q, want 1 call (the one after the flush)", calls)
+	}
+	// The other calls are FCALL with the library, EVALSHA without (Ready
+	// checks the library with one FCALL of its own).
+	want, none := "cmdstat_fcall", "cmdstat_evalsha"
+	if !functions {
+		want, none = none, want
+	}
+	if calls := stats[want]; calls == "" {
+		t.Errorf("%s: no calls", want)
+	}
+	// With the library, the calls after the flush may be EVALSHA until
+	// the background warm-up has loaded it again.
+	if calls := stats[none]; !functions && calls != "" {
+		t.Errorf("%s: got %q, want no calls", none, calls)
 	}
 }
 

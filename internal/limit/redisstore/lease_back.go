@@ -3,7 +3,10 @@ package redisstore
 import (
 	"context"
 	_ "embed"
+	"strconv"
+	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -43,4 +46,96 @@ func (r *Store) giveBack(back []leaseReturn) {
 			r.leases.returned.Add(n)
 		}
 	}
+}
+
+// leaseReturn is tokens given back to Redis: n counted in bucket of the
+// key under params.
+type leaseReturn struct {
+	key    string
+	params limit.Params
+	bucket int64
+	n      int64
+}
+
+// shape returns the counter's shape as the script names it (the "_id"
+// field, redis.lua): a return applies only to a counter of that shape.
+func (t *leaseReturn) shape() string {
+	p := &t.params
+	s := p.Algorithm + "/" + strconv.FormatInt(micros(p.Window), 10) + "/" + strconv.Itoa(p.Precision)
+	if p.Calendar != "" {
+		zone := p.Zone
+		if zone == "" {
+			zone = "UTC"
+		}
+		s += "/" + string(p.Calendar) + "@" + zone
+	}
+	return s
+}
+
+// idleAfter returns how long l may go without a request before its
+// tokens go back: three of the mean intervals between its key's requests,
+// at least minLeaseIdle and at most most. A burst's leftover tokens so go
+// back within a few ms, while a steady key's lease is kept between its
+// requests. l.mu is held.
+func (l *tokenLease) idleAfter(most time.Duration) time.Duration {
+	if l.rate <= 0 {
+		return most
+	}
+	return min(max(time.Duration(3*float64(time.Second)/l.rate), min(minLeaseIdle, most)), most)
+}
+
+// minLeaseIdle is the shortest time a lease waits unused before its
+// tokens go back.
+const minLeaseIdle = 2 * time.Millisecond
+
+// idleCheck gives l's tokens back to Redis when no request asked for them
+// for l.idleAfter(ls.idle), or when they were granted ls.idle ago (their
+// life), or checks again when one of those will be so.
+//
+// The life bounds how long a token stays out even on a busy key: a lease
+// covers what the key's rate uses in 15ms, so tokens left after ls.idle
+// mean its rate fell, and another gateway's request that Redis denies
+// meanwhile waits for them only if a lease was granted within LeaseIdle
+// and LeaseWait (scriptAnswer.tokensMayComeBack).
+func (ls *tokenLeases) idleCheck(l *tokenLease) {
+	l.mu.Lock()
+	if l.tokens == 0 {
+		l.mu.Unlock()
+		return
+	}
+	now := ls.now()
+	due := min(l.used+int64(l.idleAfter(ls.idle)), l.granted+int64(ls.idle))
+	if now < due && l.timer != nil {
+		l.timer.Reset(time.Duration(due - now))
+		l.mu.Unlock()
+		return
+	}
+	back := ls.drop(l, now, nil)
+	l.mu.Unlock()
+	if len(back) > 0 {
+		ls.giveBack(back)
+	}
+}
+
+// close stops granting leases and returns every token held, for the
+// caller to give back.
+func (ls *tokenLeases) close() []leaseReturn {
+	ls.mu.Lock()
+	ls.closed = true
+	all := make([]*tokenLease, 0, len(ls.m))
+	for _, l := range ls.m {
+		all = append(all, l)
+	}
+	ls.mu.Unlock()
+	now := ls.now()
+	var back []leaseReturn
+	for _, l := range all {
+		l.mu.Lock()
+		if l.timer != nil {
+			l.timer.Stop()
+		}
+		back = ls.drop(l, now, back)
+		l.mu.Unlock()
+	}
+	return back
 }

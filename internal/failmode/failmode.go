@@ -145,11 +145,6 @@ func (f *Failover) Mode() Mode { return f.cfg.Mode }
 // Store returns the store that decides while it answers.
 func (f *Failover) Store() limit.Store { return f.cfg.Store }
 
-// maxStack is the most requests whose local copies Allow and Acquire
-// keep on the stack; more (only gateway rls sends more) are allocated,
-// on a failure only.
-const maxStack = 8
-
 // Allow decides reqs as limit.Store's Allow does, on the store; when it
 // fails, as the mode says: under Local on the local store, request i
 // with the params local(i) returns, without changing reqs (a request
@@ -167,14 +162,11 @@ func (f *Failover) Allow(ctx context.Context, now time.Time, reqs []limit.Reques
 	case Closed:
 		return false, FailedClosed
 	case Local:
-		var stack [maxStack]limit.Request
-		lreqs := stack[:0]
-		if len(reqs) > maxStack {
-			lreqs = make([]limit.Request, 0, len(reqs))
-		}
+		// A copy, allocated on a failure only: reqs stay the caller's.
+		lreqs := make([]limit.Request, len(reqs))
 		for i, q := range reqs {
 			q.Params = local(i)
-			lreqs = append(lreqs, q)
+			lreqs[i] = q
 		}
 		allowed, lerr := f.cfg.Local.Allow(ctx, now, lreqs, res)
 		if lerr == nil {
@@ -223,14 +215,10 @@ func (f *Failover) Acquire(ctx context.Context, reqs []limit.SlotRequest, local 
 	case Closed:
 		return nil, -1, FailedClosed
 	case Local:
-		var stack [maxStack]limit.SlotRequest
-		lreqs := stack[:0]
-		if len(reqs) > maxStack {
-			lreqs = make([]limit.SlotRequest, 0, len(reqs))
-		}
+		lreqs := make([]limit.SlotRequest, len(reqs))
 		for i, q := range reqs {
 			q.Limit = local(i)
-			lreqs = append(lreqs, q)
+			lreqs[i] = q
 		}
 		if permit, full, err = f.cfg.LocalSlots.Acquire(ctx, lreqs); err == nil {
 			return permit, full, LocalDecided

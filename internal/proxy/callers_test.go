@@ -143,7 +143,7 @@ func TestKeyHeaderFlag(t *testing.T) {
 	if w := g.do("GET", "/v1/x", "app-k", "X-Gateway-Key", "first-key"); w.Code != http.StatusOK {
 		t.Errorf("key in X-Gateway-Key: status %d, want 200", w.Code)
 	}
-	if _, err := NewHandler(HandlerConfig{Rules: g.h.Rules(), Store: g.h.store, Upstream: g.h.upstream, KeyHeader: "x-app-id"}); err == nil {
+	if _, err := NewHandler(HandlerConfig{Rules: g.h.Rules(), Store: g.h.failover.Store(), Upstream: g.h.upstream, KeyHeader: "x-app-id"}); err == nil {
 		t.Error("NewHandler accepted a key header that is the app header")
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
@@ -65,16 +66,16 @@ next:
 		}
 		reqs[i].Key = key
 	}
-	permit, full, v := h.failover.acquire(r.Context(), reqs, sc.conc[:sc.nc])
+	permit, full, v := h.acquireSlots(r.Context(), reqs, sc.conc[:sc.nc])
 	switch v {
-	case failedClosed:
+	case failmode.FailedClosed:
 		o.StoreError, o.Decision = true, DecisionFailClosed
 		refuseUnavailable(w)
 		return false
-	case failedOpen:
+	case failmode.FailedOpen:
 		o.StoreError, sc.concFailOpen = true, true
 		return true
-	case localDecided:
+	case failmode.LocalDecided:
 		o.StoreError = true
 	}
 	if permit == nil {
@@ -84,7 +85,7 @@ next:
 		w.Header()["Retry-After"] = smallInts[1]
 		// The body of a refused request is not read (refusal.go).
 		n := cl.Conc
-		if v == localDecided {
+		if v == failmode.LocalDecided {
 			n = cl.ConcLocal
 		}
 		WriteJSON(w, h.limitStatus, inFlightBody{

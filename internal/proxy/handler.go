@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/logthrottle"
@@ -35,7 +36,7 @@ const maxLimitsPerRequest = observe.MaxLimits
 type Handler struct {
 	rules atomic.Pointer[ruleset.Set]
 	// failover holds the stores and applies --fail-mode (failover.go).
-	failover
+	failover      *failmode.Failover
 	upstream      http.Handler
 	appHeader     string
 	keyHeader     string
@@ -152,11 +153,21 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	if cfg.FailMode == FailLocal && cfg.Local == nil {
 		return nil, errors.New("proxy: NewHandler needs a Local store for fail mode local")
 	}
+	if cfg.Slots == nil {
+		cfg.Slots = limit.NewMemorySlots()
+	}
+	if cfg.LocalSlots == nil {
+		cfg.LocalSlots = limit.NewMemorySlots()
+	}
+	fo, err := failmode.New(failmode.Config{
+		Mode: cfg.FailMode, Store: cfg.Store, Local: cfg.Local,
+		Slots: cfg.Slots, LocalSlots: cfg.LocalSlots, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
 	h := &Handler{
-		failover: failover{
-			failMode: cfg.FailMode, store: cfg.Store, local: cfg.Local,
-			slots: cfg.Slots, localSlots: cfg.LocalSlots, logger: cfg.Logger,
-		},
+		failover:      fo,
 		upstream:      cfg.Upstream,
 		appHeader:     http.CanonicalHeaderKey(cfg.AppHeader),
 		keyHeader:     http.CanonicalHeaderKey(cfg.KeyHeader),
@@ -174,19 +185,12 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		waits:         newWaiters(cfg.MaxWaiting),
 		retryJitter:   cfg.RetryAfterJitter,
 	}
-	if h.slots == nil {
-		h.slots = limit.NewMemorySlots()
-	}
-	if h.localSlots == nil {
-		h.localSlots = limit.NewMemorySlots()
-	}
 	if h.appHeader == "" {
 		h.appHeader = DefaultAppHeader
 	}
 	if h.keyHeader == "" {
 		h.keyHeader = DefaultKeyHeader
 	}
-	var err error
 	h.replay = cfg.Replay
 	if h.jwt, err = newJWTCaller(cfg); err != nil {
 		return nil, err
@@ -217,7 +221,6 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	if h.log == nil {
 		h.log = slog.Default()
 	}
-	h.logger = h.log
 	h.rules.Store(cfg.Rules)
 	return h, nil
 }

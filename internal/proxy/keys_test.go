@@ -346,7 +346,7 @@ func TestKeyedValuesNeverCollide(t *testing.T) {
 
 			var keys []string
 			if red == nil {
-				g.h.store.(*limit.Memory).Forget(func(k string) bool { keys = append(keys, k); return true })
+				g.h.failover.Store().(*limit.Memory).Forget(func(k string) bool { keys = append(keys, k); return true })
 			} else {
 				keys, err = red.Client().Keys(t.Context(), "gw:*").Result()
 				if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/observe"
 )
@@ -204,7 +206,11 @@ func (failingStore) Allow(_ context.Context, _ time.Time, _ []limit.Request, _ [
 func TestMetricsStoreErrorsFailOpen(t *testing.T) {
 	t.Parallel()
 	m := newMetered(t, basicRules, "")
-	m.h.store = failingStore{}
+	fo, err := failmode.New(failmode.Config{Store: failingStore{}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.h.failover = fo
 	if w := m.do("GET", "/v1/user", "app-2"); w.Code != 200 {
 		t.Fatalf("fail open: got %d, want 200", w.Code)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/trie"
@@ -47,7 +48,7 @@ type scratch struct {
 	// decidedBy is who decided the rate limits (failover.go): under
 	// --fail-mode local the memory store, which then also takes the
 	// response's charges.
-	decidedBy verdict
+	decidedBy failmode.Verdict
 	// fwd is what the upstream's copy of the request is to differ in
 	// (forward.go).
 	fwd forward
@@ -328,17 +329,17 @@ func (h *Handler) decide(r *http.Request, sc *scratch) {
 	n := sc.n
 	lims, res := sc.lims[:n], sc.res[:n]
 	t0 := time.Now()
-	allowed, v := h.failover.allow(r.Context(), o.Start, sc.reqs[:n], res, lims)
+	allowed, v := h.allow(r.Context(), o.Start, sc.reqs[:n], res, lims)
 	o.LimiterDuration = time.Since(t0)
 	sc.decidedBy = v
 	switch v {
-	case failedClosed:
+	case failmode.FailedClosed:
 		o.StoreError, o.Decision = true, DecisionFailClosed
 		return
-	case failedOpen:
+	case failmode.FailedOpen:
 		o.StoreError, o.Decision = true, DecisionFailOpen
 		return
-	case localDecided:
+	case failmode.LocalDecided:
 		o.StoreError = true
 	}
 	o.Decision = DecisionAllowed

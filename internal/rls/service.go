@@ -28,8 +28,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
-	"github.com/ratelimit-gateway/gateway/internal/logthrottle"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
 )
@@ -53,7 +53,7 @@ type Config struct {
 	Store limit.Store
 	// FailMode is what a failure of Store does to a request: open admits
 	// it, closed denies it (OVER_LIMIT), local decides it with Local.
-	FailMode proxy.FailMode
+	FailMode failmode.Mode
 	// Local decides under FailLocal, with each limit scaled by
 	// LocalShare. Required for FailLocal.
 	Local limit.Store
@@ -86,10 +86,11 @@ type Config struct {
 // configuration is swapped whole by SetConfig.
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	cfg    Config
-	log    *slog.Logger
-	rules  atomic.Pointer[rlsconfig.Config]
-	errLog logthrottle.Throttle // of logStoreError
+	cfg   Config
+	log   *slog.Logger
+	rules atomic.Pointer[rlsconfig.Config]
+	// failover decides on Store, and applies FailMode when it fails.
+	failover *failmode.Failover
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
@@ -100,7 +101,7 @@ func New(cfg Config) (*Service, error) {
 	switch {
 	case cfg.Store == nil:
 		return nil, errors.New("rls: New needs a Store")
-	case cfg.FailMode == proxy.FailLocal && cfg.Local == nil:
+	case cfg.FailMode == failmode.Local && cfg.Local == nil:
 		return nil, errors.New("rls: New needs a Local store for fail mode local")
 	case cfg.LocalShare < 0 || cfg.LocalShare > 1:
 		return nil, fmt.Errorf("rls: local share %v is outside (0, 1]", cfg.LocalShare)
@@ -114,7 +115,11 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger}
+	fo, err := failmode.New(failmode.Config{Mode: cfg.FailMode, Store: cfg.Store, Local: cfg.Local, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("rls: %w", err)
+	}
+	s := &Service{cfg: cfg, log: cfg.Logger, failover: fo}
 	s.rules.Store(&rlsconfig.Config{})
 	return s, nil
 }
@@ -263,42 +268,42 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	return s.respond(req.Domain, domLabel, ds, reqs, res, allowed, how), ds, nil
 }
 
-// decide asks the store, and applies the fail mode when it fails: how
-// is 0 when the store decided, else the fail mode's outcome.
+// decide asks the store through the failover, which applies the fail
+// mode when it fails: how is 0 when the store decided, else the fail
+// mode's outcome. Under FailLocal each limit is scaled by LocalShare;
+// under FailOpen and FailClosed the results are filled here.
 func (s *Service) decide(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result) (bool, outcome, error) {
-	allowed, err := s.cfg.Store.Allow(ctx, now, reqs, res)
-	if err == nil {
+	var scaled []limit.Params
+	local := func(i int) *limit.Params {
+		if s.cfg.LocalShare >= 1 {
+			return reqs[i].Params
+		}
+		if scaled == nil {
+			scaled = make([]limit.Params, len(reqs))
+		}
+		scaled[i] = reqs[i].Params.Scaled(s.cfg.LocalShare)
+		return &scaled[i]
+	}
+	allowed, v := s.failover.Allow(ctx, now, reqs, res, local)
+	if v == failmode.StoreDecided {
 		return allowed, 0, nil
 	}
 	if ctx.Err() != nil {
 		return false, 0, status.FromContextError(ctx.Err()).Err()
 	}
-	s.logStoreError(err)
 	if s.cfg.Metrics != nil {
 		s.cfg.Metrics.storeErrors.Inc()
 	}
-	switch s.cfg.FailMode {
-	case proxy.FailLocal:
-		if s.cfg.LocalShare < 1 {
-			params := make([]limit.Params, len(reqs))
-			for i := range reqs {
-				params[i] = reqs[i].Params.Scaled(s.cfg.LocalShare)
-				reqs[i].Params = &params[i]
-			}
-		}
-		allowed, lerr := s.cfg.Local.Allow(ctx, now, reqs, res)
-		if lerr == nil {
-			return allowed, outFailLocal, nil
-		}
-		s.logStoreError(lerr)
-		fallthrough
-	case proxy.FailOpen:
+	switch v {
+	case failmode.LocalDecided:
+		return allowed, outFailLocal, nil
+	case failmode.FailedOpen:
 		for i := range reqs {
 			p := reqs[i].Params
 			res[i] = limit.Result{Allowed: true, Limit: p.Limit, Remaining: p.Limit, Reset: 0}
 		}
 		return true, outFailOpen, nil
-	default: // FailClosed
+	default: // FailedClosed
 		allowed := true
 		for i := range reqs {
 			p := reqs[i].Params
@@ -435,18 +440,6 @@ func counterKey(domain string, es []*rlv3.RateLimitDescriptor_Entry, d *decision
 // once the store holds its most keys.
 func overflowKey(domain string, desc *rlsconfig.Descriptor) string {
 	return "rls|" + keyEscaper.Replace(domain) + "|~overflow|" + keyEscaper.Replace(desc.Path)
-}
-
-// logStoreError logs a store error at most once a second; the circuit
-// breaker's opening is logged by the store.
-func (s *Service) logStoreError(err error) {
-	if errors.Is(err, limit.ErrCircuitOpen) {
-		return
-	}
-	if !s.errLog.Allow(time.Now()) {
-		return
-	}
-	s.log.Error("limiter failed; deciding by --fail-mode (logged at most once a second)", "err", err, "fail_mode", s.cfg.FailMode.String())
 }
 
 // headers returns the headers for Envoy to add to the response: those of

@@ -41,6 +41,11 @@
 # Usage: bench/run.sh            (or: make bench)
 #        BASE_REF=main bench/run.sh
 # Tunables (environment): ROUNDS=3 DURATION=10s CONNS=64 PROXY_CPU=0 LOAD_CPU=1 OUT=bench/results BASE_REF=
+#   REDIS_TIMEOUT=1s (the Redis contenders' --redis-timeout: on a busy
+#   machine the default 25ms lets calls time out, and a call that times out
+#   is decided in memory under --fail-mode local, which would flatter the
+#   Redis store; the table gives the store errors per request, which must
+#   be 0 for its figures to be Redis's)
 #   QUIET_WAIT=0
 set -euo pipefail
 
@@ -51,6 +56,7 @@ PROXY_CPU=${PROXY_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 BASE_REF=${BASE_REF:-}
 QUIET_WAIT=${QUIET_WAIT:-0}
+REDIS_TIMEOUT=${REDIS_TIMEOUT:-1s}
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 OUT=${OUT:-$ROOT/bench/results}
@@ -146,14 +152,14 @@ for c in gateway-redis gateway-redis-exact; do
 	[ "$c" = gateway-redis ] || extra=(--redis-batch 1 --redis-leases -1)
 	start "$c" "$PROXY_CPU" "$WORK/gateway" serve --config bench/rules.yaml --upstream "http://$UPSTREAM" \
 		--listen "127.0.0.1:${PORT[$c]}" --admin-listen "127.0.0.1:${ADMIN[$c]}" --log-level warn --watch=false \
-		--store redis --redis-url "redis://127.0.0.1:$REDIS_PORT/0" "${extra[@]}"
+		--store redis --redis-url "redis://127.0.0.1:$REDIS_PORT/0" --redis-timeout "$REDIS_TIMEOUT" "${extra[@]}"
 done
 if [ -n "$BASE_REF" ]; then
 	start gateway-base "$PROXY_CPU" "$WORK/gateway-base" serve --config bench/rules.yaml --upstream "http://$UPSTREAM" \
 		--listen "127.0.0.1:${PORT[gateway-base]}" --admin-listen 127.0.0.1:19095 --log-level warn --watch=false
 	start gateway-redis-base "$PROXY_CPU" "$WORK/gateway-base" serve --config bench/rules.yaml --upstream "http://$UPSTREAM" \
 		--listen "127.0.0.1:${PORT[gateway-redis-base]}" --admin-listen "127.0.0.1:${ADMIN[gateway-redis-base]}" \
-		--log-level warn --watch=false --store redis --redis-url "redis://127.0.0.1:$REDIS_PORT/0"
+		--log-level warn --watch=false --store redis --redis-url "redis://127.0.0.1:$REDIS_PORT/0" --redis-timeout "$REDIS_TIMEOUT"
 fi
 
 mkdir -p "$WORK"/{body,proxy,fastcgi,uwsgi,scgi}
@@ -194,9 +200,13 @@ wait_quiet() {
 	return 0
 }
 
-# script_calls CONTENDER: the Redis contender's gateway_redis_calls_total.
+# script_calls CONTENDER: the Redis contender's gateway_redis_calls_total
+# and its store errors (gateway_store_errors_total, every store).
 script_calls() {
-	curl -fsS "http://127.0.0.1:${ADMIN[$1]}/metrics" | awk '$1 == "gateway_redis_calls_total" { printf "%d", $2 }'
+	curl -fsS "http://127.0.0.1:${ADMIN[$1]}/metrics" | awk '
+		$1 == "gateway_redis_calls_total" { c = $2 }
+		$1 ~ /^gateway_store_errors_total/ { e += $2 }
+		END { printf "%d %d", c, e }'
 }
 
 # wrk_args PATH: sets args to the arguments of wrk that make PATH's
@@ -208,24 +218,24 @@ wrk_args() {
 	esac
 }
 
-# run_wrk CONTENDER PATH -> "rps p50ms p99ms non2xx cpu_us_per_request other% calls/request redis_ms/1000"
+# run_wrk CONTENDER PATH -> "rps p50ms p99ms non2xx cpu_us_per_request other% calls/request redis_ms/1000 store_errors/request"
 # cpu is "-" for direct, which has no proxy process; other% is how much of
 # the proxy's core other processes took during the run; the last two are
 # "-" but for the Redis contenders.
 run_wrk() {
-	local out t0=0 t1=0 pid=${PID[$1]:-} b0 n0 b1 n1 r0=0 r1=0 c0=0 c1=0 redis='' args
+	local out t0=0 t1=0 pid=${PID[$1]:-} b0 n0 b1 n1 r0=0 r1=0 c0=0 c1=0 e0=0 e1=0 redis='' args
 	[ -z "${ADMIN[$1]:-}" ] || redis=1
 	read -r b0 n0 < <(stat_ticks "cpu$PROXY_CPU")
 	[ -z "$pid" ] || t0=$(cpu_ticks "$pid")
-	[ -z "$redis" ] || { r0=$(cpu_ticks "${PID[redis]}"); c0=$(script_calls "$1"); }
+	[ -z "$redis" ] || { r0=$(cpu_ticks "${PID[redis]}"); read -r c0 e0 < <(script_calls "$1"); }
 	wrk_args "$2"
 	out=$(taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" --latency \
 		"${args[@]}" "http://127.0.0.1:${PORT[$1]}/v1/user/42")
 	[ -z "$pid" ] || t1=$(cpu_ticks "$pid")
-	[ -z "$redis" ] || { r1=$(cpu_ticks "${PID[redis]}"); c1=$(script_calls "$1"); }
+	[ -z "$redis" ] || { r1=$(cpu_ticks "${PID[redis]}"); read -r c1 e1 < <(script_calls "$1"); }
 	read -r b1 n1 < <(stat_ticks "cpu$PROXY_CPU")
 	awk -v ticks=$((t1 - t0)) -v hz="$HZ" -v measured="${pid:+1}" -v redis="$redis" \
-		-v rticks=$((r1 - r0)) -v calls=$((c1 - c0)) \
+		-v rticks=$((r1 - r0)) -v calls=$((c1 - c0)) -v errs=$((e1 - e0)) \
 		-v other=$(((b1 - b0 - (t1 - t0)) * 100 / (n1 - n0 + 1))) '
 		function ms(v) {
 			if (v ~ /us$/) return substr(v, 1, length(v)-2) / 1000
@@ -242,7 +252,8 @@ run_wrk() {
 			cpu = (measured && n > 0) ? sprintf("%.2f", ticks * 1e6 / hz / n) : "-"
 			cpr = (redis && n > 0) ? sprintf("%.4f", calls / n) : "-"
 			rcpu = (redis && n > 0) ? sprintf("%.1f", rticks * 1e3 / hz / n * 1000) : "-"
-			printf "%.0f %.3f %.3f %d %s %d %s %s\n", rps, p50, p99, bad, cpu, (other < 0 ? 0 : other), cpr, rcpu
+			epr = (redis && n > 0) ? sprintf("%.4f", errs / n) : "-"
+			printf "%.0f %.3f %.3f %d %s %d %s %s %s\n", rps, p50, p99, bad, cpu, (other < 0 ? 0 : other), cpr, rcpu, epr
 		}
 	' <<<"$out"
 }
@@ -335,19 +346,20 @@ file="$OUT/$stamp.md"
 	echo
 	echo "## The Redis store against the memory store"
 	echo
-	echo "| path | contender | requests/s | / gateway (memory) | CPU µs/request | script calls/request | Redis CPU ms / 1,000 requests |"
-	echo "|---|---|---:|---:|---:|---:|---:|"
+	echo "| path | contender | requests/s | / gateway (memory) | CPU µs/request | script calls/request | Redis CPU ms / 1,000 requests | store errors/request |"
+	echo "|---|---|---:|---:|---:|---:|---:|---:|"
 	for path in "${paths[@]}"; do
 		mem=$(field "$path" gateway 1)
 		for c in gateway-redis gateway-redis-exact ${BASE_REF:+gateway-redis-base}; do
 			[ -n "${RESULTS[$path/$c]:-}" ] || continue
-			echo "| $path | $c | $(field "$path" "$c" 1) | $(ratio "$(field "$path" "$c" 1)" "$mem" %.3f) | $(field "$path" "$c" 5) | $(field "$path" "$c" 7) | $(field "$path" "$c" 8) |"
+			echo "| $path | $c | $(field "$path" "$c" 1) | $(ratio "$(field "$path" "$c" 1)" "$mem" %.3f) | $(field "$path" "$c" 5) | $(field "$path" "$c" 7) | $(field "$path" "$c" 8) | $(field "$path" "$c" 9) |"
 		done
 	done
 	echo
 	echo "gateway-redis = --store redis with its defaults (batching, leases); gateway-redis-exact = --redis-batch 1 --redis-leases -1."
 	[ -z "$BASE_REF" ] || echo "gateway-redis-base = gateway-base with gateway-redis's flags, on the same Redis."
-	echo "redis-server runs on core $LOAD_CPU; its CPU time is measured apart from the proxy's."
+	echo "redis-server runs on core $LOAD_CPU; its CPU time is measured apart from the proxy's. The Redis contenders run with"
+	echo "--redis-timeout $REDIS_TIMEOUT; a store error is a call decided by --fail-mode (in memory), not by Redis."
 	gateways="gateway${BASE_REF:+ gateway-base} gateway-noheaders"
 	bare=$(field admitted bare 1)
 	for c in $gateways; do

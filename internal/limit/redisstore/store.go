@@ -205,6 +205,9 @@ type Store struct {
 	wbClosed                       bool // guarded by wbMu
 	wbGroup                        sync.WaitGroup
 	writtenBack, writeBacksDropped atomic.Int64
+	// lateWaiting counts the calls in flight whose callers stopped
+	// waiting (lateCall) and whose answers are not in yet.
+	lateWaiting atomic.Int64
 	// short is a client on the same servers whose commands time out
 	// after Timeout, for the concurrency slots; the decisions' client
 	// waits for late answers (lateCall) and bounds its callers itself.

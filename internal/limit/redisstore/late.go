@@ -261,6 +261,15 @@ func (r *Store) flushOnce() {
 		r.wbMu.Lock()
 		r.writeBacks = append(again, r.writeBacks...)
 		r.wbMu.Unlock()
+		// The breaker closes only when a call gets through: with no
+		// request to probe Redis, the write-backs try again after its
+		// backoff, themselves the probe.
+		if r.wbTimer.CompareAndSwap(false, true) {
+			time.AfterFunc(r.wbRetry, func() {
+				r.wbTimer.Store(false)
+				r.flushWriteBacks()
+			})
+		}
 	}
 }
 

@@ -112,3 +112,69 @@ func TestRedisSlowCostsOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisWriteBackWhileIdle stalls Redis while requests come and are
+// admitted locally, and sends none after it wakes: the local admissions
+// are written back all the same, without a request to probe Redis, and
+// the tokens of leases go back. Redis's count then equals the admissions
+// while the gateway runs, not only once it closes.
+func TestRedisWriteBackWhileIdle(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red, err := New(Config{URL: srv.URL(), Timeout: 300 * time.Millisecond, DialTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer red.Close()
+	ctx := context.Background()
+	if err := red.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := &limit.Params{Algorithm: "fixed_window", Limit: 100000, Window: 1000 * time.Hour}
+	reqs := []limit.Request{{Key: "idle|/", Params: p}}
+	res := make([]limit.Result, 1)
+	admitted, local := 0, 0
+	allow := func() error {
+		ok, err := red.Allow(ctx, time.Time{}, reqs, res)
+		switch {
+		case err == nil && ok:
+			admitted++
+		case err != nil:
+			admitted++
+			local++
+			limit.AdmittedLocally(err)
+		}
+		return err
+	}
+	for range 10 {
+		if err := allow(); err != nil {
+			t.Fatalf("with Redis up: %v", err)
+		}
+	}
+	srv.Pause()
+	for i := 0; i < 20 || !red.CircuitOpen(); i++ {
+		allow()
+	}
+	srv.Resume()
+	// No request from here on.
+	settled := func() bool {
+		red.wbMu.Lock()
+		pending := len(red.writeBacks)
+		red.wbMu.Unlock()
+		st := red.Stats()
+		return red.lateWaiting.Load() == 0 && pending == 0 && !red.wbBusy.Load() &&
+			st.LeaseGranted == st.LeaseSpent+st.LeaseReturned+st.LeaseExpired
+	}
+	eventually.True(t, 30*time.Second, settled, "30s after Redis's return, local admissions still wait to be written back or tokens to go back: %+v", red.Stats())
+	counted, err := srv.Client().HGet(ctx, "gw:{idle}:/", "c").Int()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("admitted %d, %d of them locally; Redis counted %d; %+v", admitted, local, counted, red.Stats())
+	if local == 0 {
+		t.Errorf("no request was admitted locally: the test stalled nothing")
+	}
+	if counted != admitted {
+		t.Errorf("Redis counted %d while the gateway runs, want the %d admitted, each once", counted, admitted)
+	}
+}

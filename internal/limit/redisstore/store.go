@@ -205,6 +205,11 @@ type Store struct {
 	wbClosed                       bool // guarded by wbMu
 	wbGroup                        sync.WaitGroup
 	writtenBack, writeBacksDropped atomic.Int64
+	// wbRetry is how long after a flush that its node's breaker refused
+	// the next one runs (the breaker's backoff); wbTimer is set while it
+	// is due.
+	wbRetry time.Duration
+	wbTimer atomic.Bool
 	// lateWaiting counts the calls in flight whose callers stopped
 	// waiting (lateCall) and whose answers are not in yet.
 	lateWaiting atomic.Int64
@@ -333,6 +338,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	threshold := cmp.Or(cfg.BreakerThreshold, DefaultBreakerThreshold)
 	backoff := cmp.Or(cfg.BreakerBackoff, DefaultBreakerBackoff)
+	r.wbRetry = backoff
 	maxBackoff := cmp.Or(cfg.BreakerMaxBackoff, DefaultBreakerMaxBackoff)
 	r.nodes.newBreaker = func(node string) *breaker {
 		return newBreaker(threshold, backoff, maxBackoff, now, func(open bool) {

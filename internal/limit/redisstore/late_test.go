@@ -178,3 +178,60 @@ func TestRedisWriteBackWhileIdle(t *testing.T) {
 		t.Errorf("Redis counted %d while the gateway runs, want the %d admitted, each once", counted, admitted)
 	}
 }
+
+// TestRedisCloseWritesBack closes the store right after a stall, while
+// its breaker is still open (a backoff of an hour: no probe would go
+// before it) and local admissions wait to be written back: Close lets
+// them through as the probe, and Redis counts each admission once.
+func TestRedisCloseWritesBack(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red, err := New(Config{URL: srv.URL(), Timeout: 300 * time.Millisecond, DialTimeout: 10 * time.Second,
+		Leases: -1, BreakerBackoff: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := red.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := &limit.Params{Algorithm: "fixed_window", Limit: 100000, Window: 1000 * time.Hour}
+	reqs := []limit.Request{{Key: "closing|/", Params: p}}
+	res := make([]limit.Result, 1)
+	admitted, local := 0, 0
+	allow := func() {
+		ok, err := red.Allow(ctx, time.Time{}, reqs, res)
+		switch {
+		case err == nil && ok:
+			admitted++
+		case err != nil:
+			admitted++
+			local++
+			limit.AdmittedLocally(err)
+		}
+	}
+	for range 10 {
+		allow()
+	}
+	srv.Pause()
+	for i := 0; i < 20 || !red.CircuitOpen(); i++ {
+		allow()
+	}
+	srv.Resume()
+	eventually.True(t, 30*time.Second, func() bool { return red.lateWaiting.Load() == 0 },
+		"%d calls still without an answer 30s after Redis's return", red.lateWaiting.Load())
+	if !red.CircuitOpen() {
+		t.Fatalf("the breaker closed before Close: the test closes nothing while it is open")
+	}
+	if err := red.Close(); err != nil {
+		t.Fatal(err)
+	}
+	counted, err := srv.Client().HGet(ctx, "gw:{closing}:/", "c").Int()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("admitted %d, %d of them locally; Redis counted %d; %+v", admitted, local, counted, red.Stats())
+	if counted != admitted {
+		t.Errorf("Redis counted %d after Close, want the %d admitted, each once", counted, admitted)
+	}
+}

@@ -487,6 +487,14 @@ func (r *Store) Close() error {
 	r.wbClosed = true // no flush starts after this (flushWriteBacks)
 	r.wbMu.Unlock()
 	r.wbGroup.Wait()
+	// The last chance of the local admissions that wait to be written
+	// back: the first goes as a probe even during the breaker's backoff.
+	r.wbMu.Lock()
+	pending := len(r.writeBacks) > 0
+	r.wbMu.Unlock()
+	if pending {
+		r.nodes.probeNow()
+	}
 	r.flushOnce()
 	err := r.client.Close()
 	if r.short != r.client {

@@ -273,6 +273,19 @@ func (r *Store) flushOnce() {
 	}
 }
 
+// lastFlush sends the write-backs still pending when the store closes,
+// their last chance: the first goes as a probe even during the
+// breaker's backoff.
+func (r *Store) lastFlush() {
+	r.wbMu.Lock()
+	pending := len(r.writeBacks) > 0
+	r.wbMu.Unlock()
+	if pending {
+		r.nodes.probeNow()
+	}
+	r.flushOnce()
+}
+
 // shortestBucket returns the shortest span of reqs' limits in which a
 // count stays where it fell: a sliding window's bucket, or the window.
 func shortestBucket(reqs []limit.Request) time.Duration {

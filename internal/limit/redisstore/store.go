@@ -205,9 +205,8 @@ type Store struct {
 	wbClosed                       bool // guarded by wbMu
 	wbGroup                        sync.WaitGroup
 	writtenBack, writeBacksDropped atomic.Int64
-	// wbRetry is how long after a flush that its node's breaker refused
-	// the next one runs (the breaker's backoff); wbTimer is set while it
-	// is due.
+	// wbRetry is the breaker's backoff: a flush it refused runs again
+	// after it (wbTimer set meanwhile).
 	wbRetry time.Duration
 	wbTimer atomic.Bool
 	// lateWaiting counts the calls in flight whose callers stopped
@@ -487,15 +486,7 @@ func (r *Store) Close() error {
 	r.wbClosed = true // no flush starts after this (flushWriteBacks)
 	r.wbMu.Unlock()
 	r.wbGroup.Wait()
-	// The last chance of the local admissions that wait to be written
-	// back: the first goes as a probe even during the breaker's backoff.
-	r.wbMu.Lock()
-	pending := len(r.writeBacks) > 0
-	r.wbMu.Unlock()
-	if pending {
-		r.nodes.probeNow()
-	}
-	r.flushOnce()
+	r.lastFlush()
 	err := r.client.Close()
 	if r.short != r.client {
 		err = errors.Join(err, r.short.Close())

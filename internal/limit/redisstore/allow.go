@@ -151,7 +151,7 @@ func (c *call) decide(ctx context.Context) (scriptAnswer, error) {
 	args := r.scriptArgs(c.now, c.reqs, c.tag, c.ask)
 	d, err := r.decide(ctx, c.keys, c.reqs, args, c.res)
 	if err != nil {
-		return d, r.late(err, c.now, c.fullReqs)
+		return d, c.late(err)
 	}
 	r.decisions.Add(1)
 	r.overflowed.Add(d.overflowed)
@@ -178,10 +178,20 @@ func (c *call) waitForTokens(ctx context.Context, d scriptAnswer, args []any) (s
 		}
 		var err error
 		if d, err = r.decide(ctx, c.keys, c.reqs, args, c.res); err != nil {
-			return d, r.late(err, c.now, c.fullReqs)
+			return d, c.late(err)
 		}
 	}
 	return d, nil
+}
+
+// late returns err, an error of decide for the call, ready for
+// AdmittedLocally; a call that asked for leases gives back, when its
+// answer comes after all, the tokens Redis leased it.
+func (c *call) late(err error) error {
+	if c.ask != nil {
+		c.r.leasedLate(err, c.keys, c.reqs, 1)
+	}
+	return c.r.late(err, c.now, c.fullReqs)
 }
 
 // leaseCacheHold is how long after a lease of a limit a denial by it is
@@ -345,7 +355,11 @@ func (r *Store) refill(now time.Time, keys []string, reqs []limit.Request, tag s
 	ctx, cancel := context.WithTimeout(context.Background(), r.callTimeout)
 	defer cancel()
 	res := make([]limit.Result, len(reqs))
-	if d, err := r.decide(ctx, keys, reqs, args, res); err == nil && d.allowed {
+	d, err := r.decide(ctx, keys, reqs, args, res)
+	switch {
+	case err != nil:
+		r.leasedLate(err, keys, reqs, 0)
+	case d.allowed:
 		r.leases.grant(keys, reqs, res, d.grants, start, 0)
 	}
 }

@@ -192,6 +192,7 @@ func (r *Store) await(ctx context.Context, c *batchCall) (callResult, error) {
 			return callResult{v: c.v, shared: c.shared}, c.err
 		}
 		c.late = &lateCall{r: r}
+		r.lateWaiting.Add(1)
 		late := c.late
 		c.mu.Unlock()
 		shared := true

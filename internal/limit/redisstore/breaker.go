@@ -119,6 +119,16 @@ func (b *breaker) abandon(probe bool) {
 	b.mu.Unlock()
 }
 
+// probeNow lets the next call through as a probe, backoff or not.
+func (b *breaker) probeNow() {
+	if !b.open.Load() {
+		return
+	}
+	b.mu.Lock()
+	b.until = time.Time{}
+	b.mu.Unlock()
+}
+
 // isOpen reports whether the breaker is open.
 func (b *breaker) isOpen() bool { return b.open.Load() }
 

@@ -36,6 +36,20 @@ type lateCall struct {
 	now  time.Time
 	reqs []limit.Request
 	at   int64 // when it was decided locally, ns since the epoch
+	// v is Redis's answer, once in; lease, set by the caller, the limits
+	// the call asked leases for (leasedLate).
+	v     []int64
+	lease *lateLease
+}
+
+// lateLease is what a late call asked of leases: the tokens of keys
+// under params that Redis counts beyond own (1 for a request's call, 0
+// for one that only asks for the next lease), when it admits the call.
+type lateLease struct {
+	keys   []string
+	params []limit.Params
+	own    int64
+	done   bool
 }
 
 // lateOutcome is what Redis did with a late call.
@@ -60,8 +74,69 @@ func (lc *lateCall) answered(v []int64, err error) {
 	}
 	lc.mu.Lock()
 	lc.outcome = o
+	if o == lateCounted {
+		lc.v = v
+	}
 	lc.mu.Unlock()
 	lc.settle()
+	lc.giveBackLeased()
+	lc.r.lateWaiting.Add(-1) // last: what the answer says is under way
+}
+
+// leasedLate notes that the call of err, if Redis did not answer it in
+// time, asked for leases of keys under reqs' limits, own tokens of which
+// were the request's: no one waits for its answer any more, so the
+// tokens Redis leases it when it runs go back to Redis (lease_return.lua)
+// rather than stay counted, unspent, until their bucket ends.
+func (r *Store) leasedLate(err error, keys []string, reqs []limit.Request, own int64) {
+	var le *lateError
+	if r.leases == nil || !errors.As(err, &le) {
+		return
+	}
+	params := make([]limit.Params, len(reqs))
+	for i := range reqs {
+		params[i] = *reqs[i].Params
+	}
+	lc := le.call
+	lc.mu.Lock()
+	if lc.lease == nil {
+		lc.lease = &lateLease{keys: slices.Clone(keys), params: params, own: own}
+	}
+	lc.mu.Unlock()
+	lc.giveBackLeased()
+}
+
+// giveBackLeased gives back the tokens Redis leased to the call, once
+// its answer is in and the call's leases are known.
+func (lc *lateCall) giveBackLeased() {
+	lc.mu.Lock()
+	l, v := lc.lease, lc.v
+	if l == nil || l.done || v == nil {
+		lc.mu.Unlock()
+		return
+	}
+	l.done = true
+	lc.mu.Unlock()
+	ls := lc.r.leases
+	if len(v) != 2+resultsPerLimit*len(l.keys) {
+		return
+	}
+	var back []leaseReturn
+	for i, k := range l.keys {
+		w := v[1+resultsPerLimit*i:]
+		n := w[4] - l.own
+		if n <= 0 {
+			continue
+		}
+		ls.late.Add(n)
+		ls.granted.Add(n)
+		if ls.giveBack == nil {
+			ls.expired.Add(n)
+			continue
+		}
+		back = append(back, leaseReturn{key: k, params: l.params[i], bucket: w[6], n: n})
+	}
+	ls.async(back)
 }
 
 // notCounted reports whether Redis is known not to have counted the call.
@@ -186,7 +261,29 @@ func (r *Store) flushOnce() {
 		r.wbMu.Lock()
 		r.writeBacks = append(again, r.writeBacks...)
 		r.wbMu.Unlock()
+		// The breaker closes only when a call gets through: with no
+		// request to probe Redis, the write-backs try again after its
+		// backoff, themselves the probe.
+		if r.wbTimer.CompareAndSwap(false, true) {
+			time.AfterFunc(r.wbRetry, func() {
+				r.wbTimer.Store(false)
+				r.flushWriteBacks()
+			})
+		}
 	}
+}
+
+// lastFlush sends the write-backs still pending when the store closes,
+// their last chance: the first goes as a probe even during the
+// breaker's backoff.
+func (r *Store) lastFlush() {
+	r.wbMu.Lock()
+	pending := len(r.writeBacks) > 0
+	r.wbMu.Unlock()
+	if pending {
+		r.nodes.probeNow()
+	}
+	r.flushOnce()
 }
 
 // shortestBucket returns the shortest span of reqs' limits in which a

@@ -19,15 +19,24 @@ import (
 // exactly once: the call in flight when Redis stopped ran when it woke
 // and is not counted again; the calls that never reached it (queued, or
 // refused by the open breaker) are written back once it answers.
+//
+// With leases, the call in flight asked for a lease too (a request's
+// call, or the next lease asked for in the background), and Redis
+// counted its tokens when it woke, after its caller stopped waiting:
+// they go back to Redis, not stranded there until the bucket ends.
 func TestRedisSlowCostsOnce(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	for _, batch := range []int{0, 1} {
-		t.Run("batch="+strconv.Itoa(batch), func(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		batch, leases int
+	}{{"batch=0", 0, -1}, {"batch=1", 1, -1}, {"batch=0/leases", 0, 0}, {"batch=1/leases", 1, 0}} {
+		batch := tc.batch
+		t.Run(tc.name, func(t *testing.T) {
 			// A test's timeout: a loaded machine may make a call time out
 			// outside the stall too, which changes nothing here.
 			red, err := New(Config{URL: srv.URL(), Timeout: 300 * time.Millisecond, DialTimeout: 10 * time.Second,
-				Leases: -1, MaxBatch: batch})
+				Leases: tc.leases, MaxBatch: batch})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -36,7 +45,8 @@ func TestRedisSlowCostsOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 			p := &limit.Params{Algorithm: "fixed_window", Limit: 100000, Window: 1000 * time.Hour}
-			key := "slow-" + strconv.Itoa(batch) + "|/"
+			id := strconv.Itoa(batch) + strconv.Itoa(tc.leases+1)
+			key := "slow-" + id + "|/"
 			reqs := []limit.Request{{Key: key, Params: p}}
 			res := make([]limit.Result, 1)
 			admitted, local, late := 0, 0, 0
@@ -72,21 +82,156 @@ func TestRedisSlowCostsOnce(t *testing.T) {
 			for range 10 {
 				allow()
 			}
+			// The answers to the calls in flight during the stall are in,
+			// and what they say is done (written back, given back).
+			eventually.True(t, 30*time.Second, func() bool { return red.lateWaiting.Load() == 0 },
+				"%d calls still without an answer 30s after Redis's return", red.lateWaiting.Load())
 			if err := red.Close(); err != nil {
 				t.Fatal(err)
 			}
 			st := red.Stats()
-			counted, err := srv.Client().HGet(ctx, "gw:{slow-"+strconv.Itoa(batch)+"}:/", "c").Int()
+			counted, err := srv.Client().HGet(ctx, "gw:{slow-"+id+"}:/", "c").Int()
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("admitted %d, %d of them locally (%d timed out in flight); Redis counted %d; %+v", admitted, local, late, counted, st)
+			var lateLeased int64
+			if red.leases != nil {
+				lateLeased = red.leases.late.Load()
+			}
+			t.Logf("admitted %d, %d of them locally (%d timed out in flight); Redis counted %d; %d tokens leased to late answers; %+v",
+				admitted, local, late, counted, lateLeased, st)
 			if late == 0 || local == late {
 				t.Errorf("the test stalled no call in flight, or none waited: %d local, %d in flight", local, late)
+			}
+			if tc.leases >= 0 && lateLeased == 0 {
+				t.Errorf("no call in flight during the stall was leased tokens: the test did not stall a lease")
 			}
 			if counted != admitted {
 				t.Errorf("Redis counted %d, want the %d admitted, each once", counted, admitted)
 			}
 		})
+	}
+}
+
+// TestRedisWriteBackWhileIdle stalls Redis while requests come and are
+// admitted locally, and sends none after it wakes: the local admissions
+// are written back all the same, without a request to probe Redis, and
+// the tokens of leases go back. Redis's count then equals the admissions
+// while the gateway runs, not only once it closes.
+func TestRedisWriteBackWhileIdle(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red, err := New(Config{URL: srv.URL(), Timeout: 300 * time.Millisecond, DialTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer red.Close()
+	ctx := context.Background()
+	if err := red.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := &limit.Params{Algorithm: "fixed_window", Limit: 100000, Window: 1000 * time.Hour}
+	reqs := []limit.Request{{Key: "idle|/", Params: p}}
+	res := make([]limit.Result, 1)
+	admitted, local := 0, 0
+	allow := func() error {
+		ok, err := red.Allow(ctx, time.Time{}, reqs, res)
+		switch {
+		case err == nil && ok:
+			admitted++
+		case err != nil:
+			admitted++
+			local++
+			limit.AdmittedLocally(err)
+		}
+		return err
+	}
+	for range 10 {
+		if err := allow(); err != nil {
+			t.Fatalf("with Redis up: %v", err)
+		}
+	}
+	srv.Pause()
+	for i := 0; i < 20 || !red.CircuitOpen(); i++ {
+		allow()
+	}
+	srv.Resume()
+	// No request from here on.
+	settled := func() bool {
+		red.wbMu.Lock()
+		pending := len(red.writeBacks)
+		red.wbMu.Unlock()
+		st := red.Stats()
+		return red.lateWaiting.Load() == 0 && pending == 0 && !red.wbBusy.Load() &&
+			st.LeaseGranted == st.LeaseSpent+st.LeaseReturned+st.LeaseExpired
+	}
+	eventually.True(t, 30*time.Second, settled, "30s after Redis's return, local admissions still wait to be written back or tokens to go back: %+v", red.Stats())
+	counted, err := srv.Client().HGet(ctx, "gw:{idle}:/", "c").Int()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("admitted %d, %d of them locally; Redis counted %d; %+v", admitted, local, counted, red.Stats())
+	if local == 0 {
+		t.Errorf("no request was admitted locally: the test stalled nothing")
+	}
+	if counted != admitted {
+		t.Errorf("Redis counted %d while the gateway runs, want the %d admitted, each once", counted, admitted)
+	}
+}
+
+// TestRedisCloseWritesBack closes the store right after a stall, while
+// its breaker is still open (a backoff of an hour: no probe would go
+// before it) and local admissions wait to be written back: Close lets
+// them through as the probe, and Redis counts each admission once.
+func TestRedisCloseWritesBack(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red, err := New(Config{URL: srv.URL(), Timeout: 300 * time.Millisecond, DialTimeout: 10 * time.Second,
+		Leases: -1, BreakerBackoff: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := red.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := &limit.Params{Algorithm: "fixed_window", Limit: 100000, Window: 1000 * time.Hour}
+	reqs := []limit.Request{{Key: "closing|/", Params: p}}
+	res := make([]limit.Result, 1)
+	admitted, local := 0, 0
+	allow := func() {
+		ok, err := red.Allow(ctx, time.Time{}, reqs, res)
+		switch {
+		case err == nil && ok:
+			admitted++
+		case err != nil:
+			admitted++
+			local++
+			limit.AdmittedLocally(err)
+		}
+	}
+	for range 10 {
+		allow()
+	}
+	srv.Pause()
+	for i := 0; i < 20 || !red.CircuitOpen(); i++ {
+		allow()
+	}
+	srv.Resume()
+	eventually.True(t, 30*time.Second, func() bool { return red.lateWaiting.Load() == 0 },
+		"%d calls still without an answer 30s after Redis's return", red.lateWaiting.Load())
+	if !red.CircuitOpen() {
+		t.Fatalf("the breaker closed before Close: the test closes nothing while it is open")
+	}
+	if err := red.Close(); err != nil {
+		t.Fatal(err)
+	}
+	counted, err := srv.Client().HGet(ctx, "gw:{closing}:/", "c").Int()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("admitted %d, %d of them locally; Redis counted %d; %+v", admitted, local, counted, red.Stats())
+	if counted != admitted {
+		t.Errorf("Redis counted %d after Close, want the %d admitted, each once", counted, admitted)
 	}
 }

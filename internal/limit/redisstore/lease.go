@@ -60,6 +60,9 @@ type tokenLeases struct {
 	// spent those admitted from leases, expired those lost when their
 	// bucket ended, returned those given back to Redis.
 	granted, spent, expired, returned atomic.Int64
+	// late counts the tokens leased to calls answered after their
+	// callers stopped waiting, which go back at once (lateCall).
+	late atomic.Int64
 	// idle is LeaseIdle, or a test's.
 	idle time.Duration
 	// now is the store's clock, in ns since its epoch.

@@ -72,6 +72,20 @@ func (ns *nodes) get(node string) *breaker {
 	return b
 }
 
+// probeNow lets the next call to each node through as a probe, whatever
+// its breaker's backoff.
+func (ns *nodes) probeNow() {
+	if ns.single != nil {
+		ns.single.probeNow()
+		return
+	}
+	if m := ns.m.Load(); m != nil {
+		for _, b := range *m {
+			b.probeNow()
+		}
+	}
+}
+
 // NodeCircuit is the state of the circuit breaker of one Redis node.
 type NodeCircuit struct {
 	// Node is the node's address (a Sentinel's master: "sentinel:" and its

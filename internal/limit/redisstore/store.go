@@ -205,6 +205,13 @@ type Store struct {
 	wbClosed                       bool // guarded by wbMu
 	wbGroup                        sync.WaitGroup
 	writtenBack, writeBacksDropped atomic.Int64
+	// wbRetry is the breaker's backoff: a flush it refused runs again
+	// after it (wbTimer set meanwhile).
+	wbRetry time.Duration
+	wbTimer atomic.Bool
+	// lateWaiting counts the calls in flight whose callers stopped
+	// waiting (lateCall) and whose answers are not in yet.
+	lateWaiting atomic.Int64
 	// short is a client on the same servers whose commands time out
 	// after Timeout, for the concurrency slots; the decisions' client
 	// waits for late answers (lateCall) and bounds its callers itself.
@@ -330,6 +337,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	threshold := cmp.Or(cfg.BreakerThreshold, DefaultBreakerThreshold)
 	backoff := cmp.Or(cfg.BreakerBackoff, DefaultBreakerBackoff)
+	r.wbRetry = backoff
 	maxBackoff := cmp.Or(cfg.BreakerMaxBackoff, DefaultBreakerMaxBackoff)
 	r.nodes.newBreaker = func(node string) *breaker {
 		return newBreaker(threshold, backoff, maxBackoff, now, func(open bool) {
@@ -478,7 +486,7 @@ func (r *Store) Close() error {
 	r.wbClosed = true // no flush starts after this (flushWriteBacks)
 	r.wbMu.Unlock()
 	r.wbGroup.Wait()
-	r.flushOnce()
+	r.lastFlush()
 	err := r.client.Close()
 	if r.short != r.client {
 		err = errors.Join(err, r.short.Close())

@@ -113,27 +113,29 @@ func (r *Reloader) Reload() (changed bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	changed, err = r.reload()
-	switch {
-	case err != nil:
-		r.lastError, r.lastErrorAt = err.Error(), r.now()
-		r.log.Error("rule reload failed; keeping the rules in force", "err", err,
-			"sha256", r.handler.Rules().Source.SHA256)
-	case changed || r.lastError != "":
-		r.lastError, r.lastErrorAt = "", time.Time{}
-		rs := r.handler.Rules()
-		r.log.Info("rules reloaded", "path", rs.Source.Path, "sha256", rs.Source.SHA256, "apps", len(rs.Source.Apps))
-	default:
+	// The hooks (metrics) run before the log line, so that whoever reads
+	// the log and then the metrics finds the reload counted.
+	if err == nil && !changed && r.lastError == "" {
 		// The same rules again: nothing changes, but whoever asked
 		// (SIGHUP, POST /rules/reload, an edit) learns that it was read.
-		rs := r.handler.Rules()
-		r.log.Info("rules unchanged", "path", rs.Source.Path, "sha256", rs.Source.SHA256)
 		if r.onSame != nil {
 			r.onSame()
 		}
+		rs := r.handler.Rules()
+		r.log.Info("rules unchanged", "path", rs.Source.Path, "sha256", rs.Source.SHA256)
 		return false, nil
 	}
 	if r.onReload != nil {
 		r.onReload(err == nil, r.handler.Rules())
+	}
+	if err != nil {
+		r.lastError, r.lastErrorAt = err.Error(), r.now()
+		r.log.Error("rule reload failed; keeping the rules in force", "err", err,
+			"sha256", r.handler.Rules().Source.SHA256)
+	} else {
+		r.lastError, r.lastErrorAt = "", time.Time{}
+		rs := r.handler.Rules()
+		r.log.Info("rules reloaded", "path", rs.Source.Path, "sha256", rs.Source.SHA256, "apps", len(rs.Source.Apps))
 	}
 	return changed, err
 }

@@ -269,8 +269,11 @@ func TestRedisKeysExpire(t *testing.T) {
 				}
 			}
 			k := redisKey(redisTag(&req), req.Key)
+			// -2 (no key): a stall longer than the window (a busy
+			// machine) let it expire already, which is what this test
+			// checks; -1 (no TTL) is the failure.
 			ttl, err := srv.Client().PTTL(ctx, k).Result()
-			if err != nil || ttl <= 0 || ttl > time.Second {
+			if err != nil || ttl != -2 && (ttl <= 0 || ttl > time.Second) {
 				t.Errorf("%s: PTTL: got %v %v, want a TTL of about a window", k, ttl, err)
 			}
 			keys[k] = true

@@ -47,40 +47,19 @@ func TestRedisSlowCostsOnce(t *testing.T) {
 			p := &limit.Params{Algorithm: "fixed_window", Limit: 100000, Window: 1000 * time.Hour}
 			id := strconv.Itoa(batch) + strconv.Itoa(tc.leases+1)
 			key := "slow-" + id + "|/"
-			reqs := []limit.Request{{Key: key, Params: p}}
-			res := make([]limit.Result, 1)
-			admitted, local, late := 0, 0, 0
-			allow := func() error {
-				ok, err := red.Allow(ctx, time.Time{}, reqs, res)
-				switch {
-				case err == nil && ok:
-					admitted++
-				case err != nil:
-					admitted++
-					local++
-					if errors.Is(err, errCallTimeout) {
-						late++
-					}
-					limit.AdmittedLocally(err)
-				}
-				return err
-			}
+			g := newFailLocal(red, key, p)
 			for range 10 {
-				if err := allow(); err != nil {
+				if err := g.allow(); err != nil {
 					t.Fatalf("with Redis up: %v", err)
 				}
 			}
-			srv.Pause()
 			// Until the breaker opens, and some more while it is open.
-			for i := 0; i < 20 || !red.CircuitOpen(); i++ {
-				allow()
-			}
-			srv.Resume()
+			g.stall(srv)
 			// Until Redis decides again (the breaker's probe).
-			eventually.True(t, 30*time.Second, func() bool { return allow() == nil },
+			eventually.True(t, 30*time.Second, func() bool { return g.allow() == nil },
 				"Redis did not decide again within 30s of its return")
 			for range 10 {
-				allow()
+				g.allow()
 			}
 			// The answers to the calls in flight during the stall are in,
 			// and what they say is done (written back, given back).
@@ -99,15 +78,15 @@ func TestRedisSlowCostsOnce(t *testing.T) {
 				lateLeased = red.leases.late.Load()
 			}
 			t.Logf("admitted %d, %d of them locally (%d timed out in flight); Redis counted %d; %d tokens leased to late answers; %+v",
-				admitted, local, late, counted, lateLeased, st)
-			if late == 0 || local == late {
-				t.Errorf("the test stalled no call in flight, or none waited: %d local, %d in flight", local, late)
+				g.admitted, g.local, g.late, counted, lateLeased, st)
+			if g.late == 0 || g.local == g.late {
+				t.Errorf("the test stalled no call in flight, or none waited: %d local, %d in flight", g.local, g.late)
 			}
 			if tc.leases >= 0 && lateLeased == 0 {
 				t.Errorf("no call in flight during the stall was leased tokens: the test did not stall a lease")
 			}
-			if counted != admitted {
-				t.Errorf("Redis counted %d, want the %d admitted, each once", counted, admitted)
+			if counted != g.admitted {
+				t.Errorf("Redis counted %d, want the %d admitted, each once", counted, g.admitted)
 			}
 		})
 	}
@@ -131,31 +110,13 @@ func TestRedisWriteBackWhileIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &limit.Params{Algorithm: "fixed_window", Limit: 100000, Window: 1000 * time.Hour}
-	reqs := []limit.Request{{Key: "idle|/", Params: p}}
-	res := make([]limit.Result, 1)
-	admitted, local := 0, 0
-	allow := func() error {
-		ok, err := red.Allow(ctx, time.Time{}, reqs, res)
-		switch {
-		case err == nil && ok:
-			admitted++
-		case err != nil:
-			admitted++
-			local++
-			limit.AdmittedLocally(err)
-		}
-		return err
-	}
+	g := newFailLocal(red, "idle|/", p)
 	for range 10 {
-		if err := allow(); err != nil {
+		if err := g.allow(); err != nil {
 			t.Fatalf("with Redis up: %v", err)
 		}
 	}
-	srv.Pause()
-	for i := 0; i < 20 || !red.CircuitOpen(); i++ {
-		allow()
-	}
-	srv.Resume()
+	g.stall(srv)
 	// No request from here on.
 	settled := func() bool {
 		red.wbMu.Lock()
@@ -170,12 +131,12 @@ func TestRedisWriteBackWhileIdle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("admitted %d, %d of them locally; Redis counted %d; %+v", admitted, local, counted, red.Stats())
-	if local == 0 {
+	t.Logf("admitted %d, %d of them locally; Redis counted %d; %+v", g.admitted, g.local, counted, red.Stats())
+	if g.local == 0 {
 		t.Errorf("no request was admitted locally: the test stalled nothing")
 	}
-	if counted != admitted {
-		t.Errorf("Redis counted %d while the gateway runs, want the %d admitted, each once", counted, admitted)
+	if counted != g.admitted {
+		t.Errorf("Redis counted %d while the gateway runs, want the %d admitted, each once", counted, g.admitted)
 	}
 }
 
@@ -196,28 +157,11 @@ func TestRedisCloseWritesBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &limit.Params{Algorithm: "fixed_window", Limit: 100000, Window: 1000 * time.Hour}
-	reqs := []limit.Request{{Key: "closing|/", Params: p}}
-	res := make([]limit.Result, 1)
-	admitted, local := 0, 0
-	allow := func() {
-		ok, err := red.Allow(ctx, time.Time{}, reqs, res)
-		switch {
-		case err == nil && ok:
-			admitted++
-		case err != nil:
-			admitted++
-			local++
-			limit.AdmittedLocally(err)
-		}
-	}
+	g := newFailLocal(red, "closing|/", p)
 	for range 10 {
-		allow()
+		g.allow()
 	}
-	srv.Pause()
-	for i := 0; i < 20 || !red.CircuitOpen(); i++ {
-		allow()
-	}
-	srv.Resume()
+	g.stall(srv)
 	eventually.True(t, 30*time.Second, func() bool { return red.lateWaiting.Load() == 0 },
 		"%d calls still without an answer 30s after Redis's return", red.lateWaiting.Load())
 	if !red.CircuitOpen() {
@@ -230,8 +174,52 @@ func TestRedisCloseWritesBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("admitted %d, %d of them locally; Redis counted %d; %+v", admitted, local, counted, red.Stats())
-	if counted != admitted {
-		t.Errorf("Redis counted %d after Close, want the %d admitted, each once", counted, admitted)
+	t.Logf("admitted %d, %d of them locally; Redis counted %d; %+v", g.admitted, g.local, counted, red.Stats())
+	if counted != g.admitted {
+		t.Errorf("Redis counted %d after Close, want the %d admitted, each once", counted, g.admitted)
 	}
+}
+
+// failLocal sends one key's requests to a store as a gateway under
+// --fail-mode local does: a request the store could not decide is
+// admitted locally and handed to limit.AdmittedLocally, to be written
+// back. It counts the admissions.
+type failLocal struct {
+	red  *Store
+	reqs []limit.Request
+	res  []limit.Result
+	// admitted counts every admission, local those made because the
+	// store failed, late those of them whose call timed out in flight.
+	admitted, local, late int
+}
+
+func newFailLocal(red *Store, key string, p *limit.Params) *failLocal {
+	return &failLocal{red: red, reqs: []limit.Request{{Key: key, Params: p}}, res: make([]limit.Result, 1)}
+}
+
+// allow sends one request, and returns the store's error.
+func (g *failLocal) allow() error {
+	ok, err := g.red.Allow(context.Background(), time.Time{}, g.reqs, g.res)
+	switch {
+	case err == nil && ok:
+		g.admitted++
+	case err != nil:
+		g.admitted++
+		g.local++
+		if errors.Is(err, errCallTimeout) {
+			g.late++
+		}
+		limit.AdmittedLocally(err)
+	}
+	return err
+}
+
+// stall pauses srv, sends requests until the store's breaker opens (and at
+// least 20), and resumes srv.
+func (g *failLocal) stall(srv *redistest.Server) {
+	srv.Pause()
+	for i := 0; i < 20 || !g.red.CircuitOpen(); i++ {
+		g.allow()
+	}
+	srv.Resume()
 }

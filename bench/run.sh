@@ -41,6 +41,8 @@
 # Usage: bench/run.sh            (or: make bench)
 #        BASE_REF=main bench/run.sh
 # Tunables (environment): ROUNDS=3 DURATION=10s CONNS=64 PROXY_CPU=0 LOAD_CPU=1 OUT=bench/results BASE_REF=
+#   PATHS="admitted limited cold" (the paths to run, e.g. PATHS=cold; the
+#   ratios to bare need the admitted path)
 #   REDIS_TIMEOUT=1s (the Redis contenders' --redis-timeout: on a busy
 #   machine the default 25ms lets calls time out, and a call that times out
 #   is decided in memory under --fail-mode local, which would flatter the
@@ -259,7 +261,16 @@ run_wrk() {
 }
 
 declare -A RESULTS
-paths=(admitted limited cold)
+read -ra paths <<<"${PATHS:-admitted limited cold}"
+for path in "${paths[@]}"; do
+	case $path in
+	admitted | limited | cold) ;;
+	*)
+		echo "bench/run.sh: unknown path \"$path\" in PATHS (admitted, limited, cold)" >&2
+		exit 2
+		;;
+	esac
+done
 declare -A CONTENDERS=([admitted]="direct nginx haproxy bare gateway gateway-routes gateway-noheaders gateway-redis gateway-redis-exact"
 	[limited]="nginx haproxy gateway gateway-noheaders gateway-redis gateway-redis-exact"
 	[cold]="gateway gateway-redis gateway-redis-exact")
@@ -294,7 +305,7 @@ done
 
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2 }'; }
 # field PATH CONTENDER N: the median of field N over the rounds.
-field() { printf '%s' "${RESULTS[$1/$2]}" | awk -v n="$3" '{ print $n }' | median; }
+field() { printf '%s' "${RESULTS[$1/$2]:-}" | awk -v n="$3" '{ print $n }' | median; }
 ratio() { awk -v a="$1" -v b="$2" -v f="$3" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf f, a / b }'; }
 
 mkdir -p "$OUT"
@@ -360,15 +371,17 @@ file="$OUT/$stamp.md"
 	[ -z "$BASE_REF" ] || echo "gateway-redis-base = gateway-base with gateway-redis's flags, on the same Redis."
 	echo "redis-server runs on core $LOAD_CPU; its CPU time is measured apart from the proxy's. The Redis contenders run with"
 	echo "--redis-timeout $REDIS_TIMEOUT; a store error is a call decided by --fail-mode (in memory), not by Redis."
-	gateways="gateway${BASE_REF:+ gateway-base} gateway-noheaders"
-	bare=$(field admitted bare 1)
-	for c in $gateways; do
-		echo "Admitted, $c / bare: $(ratio "$(field admitted "$c" 1)" "$bare" %.3f)."
-	done
-	for c in $gateways; do
-		echo "CPU per request, $c / bare: admitted $(ratio "$(field admitted "$c" 5)" "$bare_cpu" %.3f), limited $(ratio "$(field limited "$c" 5)" "$bare_cpu" %.3f)."
-	done
-	echo "CPU per request admitted, gateway-routes (a route to a pool of two targets) / gateway (--upstream): $(ratio "$(field admitted gateway-routes 5)" "$(field admitted gateway 5)" %.3f)."
+	if [ -n "${RESULTS[admitted/bare]:-}" ]; then # the ratios to bare need the admitted path
+		gateways="gateway${BASE_REF:+ gateway-base} gateway-noheaders"
+		bare=$(field admitted bare 1)
+		for c in $gateways; do
+			echo "Admitted, $c / bare: $(ratio "$(field admitted "$c" 1)" "$bare" %.3f)."
+		done
+		for c in $gateways; do
+			echo "CPU per request, $c / bare: admitted $(ratio "$(field admitted "$c" 5)" "$bare_cpu" %.3f), limited $(ratio "$(field limited "$c" 5)" "$bare_cpu" %.3f)."
+		done
+		echo "CPU per request admitted, gateway-routes (a route to a pool of two targets) / gateway (--upstream): $(ratio "$(field admitted gateway-routes 5)" "$(field admitted gateway 5)" %.3f)."
+	fi
 } >"$file"
 cat "$file"
 echo "written to $file" >&2

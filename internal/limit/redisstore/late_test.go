@@ -147,11 +147,13 @@ func TestRedisWriteBackWhileIdle(t *testing.T) {
 //
 // The breaker opens at the first failure: with a higher threshold, a
 // write-back of a call refused before it opened could reach Redis when it
-// resumes, and close the breaker before Close (seen at load 10+).
+// resumes, and close the breaker before Close (seen at load 10+). The
+// timeout is long: a write-back that times out is dropped, never sent
+// twice, and a loaded machine can take 300ms to answer one.
 func TestRedisCloseWritesBack(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	red, err := New(Config{URL: srv.URL(), Timeout: 300 * time.Millisecond, DialTimeout: 10 * time.Second,
+	red, err := New(Config{URL: srv.URL(), Timeout: 2 * time.Second, DialTimeout: 10 * time.Second,
 		Leases: -1, BreakerBackoff: time.Hour, BreakerThreshold: 1})
 	if err != nil {
 		t.Fatal(err)

@@ -293,16 +293,22 @@ end
 -- MODES maps the mode of a call argument to the flag of p it sets.
 local MODES = { d = 'defer', c = 'charge', h = 'hold', r = 'release' }
 
--- decide is one call: KEYS and ARGV as described at the top.
-local function decide(KEYS, ARGV)
+-- clock returns Redis's clock (TIME) in µs.
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- decide is one call: KEYS and ARGV as described at the top. at, when not
+-- nil, is Redis's clock already read for it (many, below).
+local function decide(KEYS, ARGV, at)
   local now
   slack = 0
   if ARGV[1] ~= '' then
     now = tonumber(ARGV[1])
     slack = 3600000
   else
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now = at or clock()
   end
   local overflowed = 0
   -- pruned is whether the key budget's set was pruned in this call.
@@ -563,5 +569,42 @@ local function decide(KEYS, ARGV)
   end
   out[#out + 1] = overflowed
   return out
+end
+
+-- many is several calls in one (a batch of calls to one node, batch.go):
+-- ARGV[1] is "*", ARGV[2] the number of calls m, then for each call the
+-- number of its keys and of its arguments; then the keys of every call,
+-- one call's after the other, in KEYS, and their arguments likewise in
+-- ARGV. Each call is decided as decide decides it alone, one after the
+-- other, on one reading of Redis's clock; the reply holds each call's
+-- reply, or its error, in their order. A batch in one script is atomic,
+-- which is at least what one script per call gives.
+local function many(KEYS, ARGV)
+  local m = tonumber(ARGV[2])
+  local out = {}
+  local k, a = 0, 2 + 2 * m
+  local now = clock()
+  for c = 1, m do
+    local nk, na = tonumber(ARGV[1 + 2 * c]), tonumber(ARGV[2 + 2 * c])
+    local ok, r = pcall(decide, { unpack(KEYS, k + 1, k + nk) }, { unpack(ARGV, a + 1, a + na) }, now)
+    if not ok then
+      -- A Redis error (a table with err) or Lua's (a string).
+      if type(r) ~= 'table' or r.err == nil then
+        r = redis.error_reply('ERR gateway script: ' .. tostring(r))
+      end
+    end
+    out[c] = r
+    k, a = k + nk, a + na
+  end
+  return out
+end
+
+-- entry is the function of the library (functions.go): many calls when
+-- ARGV[1] is "*", else one (decide).
+local function entry(KEYS, ARGV)
+  if ARGV[1] == '*' then
+    return many(KEYS, ARGV)
+  end
+  return decide(KEYS, ARGV)
 end
 --ENTRY--

@@ -1,0 +1,89 @@
+package redisstore
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/redistest"
+)
+
+// TestRedisBatchAsOne checks that a batch on one Redis goes as one script
+// call (FCALL) that decides each of its calls exactly as a script call of
+// its own would, with a call's error its own: the same calls on other
+// keys, sent one by one, get the same answers, step by step.
+func TestRedisBatchAsOne(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red, clock := newFixedRedis(t, srv)
+	ctx := context.Background()
+	if err := red.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !red.fn.on.Load() {
+		t.Fatal("the function library is not loaded")
+	}
+	sw := &limit.Params{Algorithm: "sliding_window", Limit: 3, Window: time.Second, Precision: 10}
+	fw := &limit.Params{Algorithm: "fixed_window", Limit: 2, Window: time.Second}
+	tb := &limit.Params{Algorithm: "token_bucket", Limit: 5, Window: time.Second, Burst: 5}
+	// One step's calls, on keys named after prefix: one limit, two
+	// limits of one request, a cost, a charge, a shadow limit, a key seen
+	// twice in one batch, and a call Redis refuses (bad settings).
+	calls := func(prefix string) []*batchCall {
+		reqs := [][]limit.Request{
+			{{Key: prefix + "|/a", Params: sw}},
+			{{Key: prefix + "|", Params: fw}, {Key: prefix + "|/b", Params: sw}},
+			{{Key: prefix + "|/c", Params: tb, Cost: 2}},
+			{{Key: prefix + "|/d", Params: fw, Charge: true, Cost: 3}},
+			nil, // refused
+			{{Key: prefix + "|/e", Params: sw, Shadow: true}},
+			{{Key: prefix + "|/a", Params: sw}},
+		}
+		var out []*batchCall
+		for _, rs := range reqs {
+			if rs == nil {
+				out = append(out, &batchCall{keys: []string{redisKey(prefix, prefix+"|/x")}, args: []any{"", "bogus", "", 0}})
+				continue
+			}
+			keys, tag, _, err := redisKeys(rs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, &batchCall{keys: keys, args: red.scriptArgs(time.Time{}, rs, tag, nil)})
+		}
+		return out
+	}
+	fcalls := func() int64 {
+		s := srv.Info("commandstats")["cmdstat_fcall"]
+		_, v, _ := strings.Cut(s, "calls=")
+		v, _, _ = strings.Cut(v, ",")
+		n, _ := strconv.ParseInt(v, 10, 64)
+		return n
+	}
+	for step := range 6 {
+		clock.us.Add(150_000)
+		batch := calls("one")
+		if !red.asOne(batch) {
+			t.Fatal("asOne: got false, want true on one Redis with the library loaded")
+		}
+		before := fcalls()
+		red.runBatch(ctx, batch)
+		if got := fcalls() - before; got != 1 {
+			t.Errorf("step %d: FCALLs for a batch of %d: got %d, want 1", step, len(batch), got)
+		}
+		for i, want := range calls("alone") {
+			want.v, want.err = red.run(ctx, want.keys, want.args)
+			got := batch[i]
+			if (got.err == nil) != (want.err == nil) || !slices.Equal(got.v, want.v) {
+				t.Errorf("step %d, call %d: got %v %v, want %v %v", step, i, got.v, got.err, want.v, want.err)
+			}
+			if want.err != nil && (!isScriptError(got.err) || !strings.Contains(got.err.Error(), "bad settings")) {
+				t.Errorf("step %d, call %d: got error %v, want Redis's refusal of bad settings", step, i, got.err)
+			}
+		}
+	}
+}

@@ -293,6 +293,46 @@ end
 -- MODES maps the mode of a call argument to the flag of p it sets.
 local MODES = { d = 'defer', c = 'charge', h = 'hold', r = 'release' }
 
+-- P, R, L, X, LT, H, FRESH and NAMES hold, for each limit i of the call
+-- being decided, its p, its result, the end of its lockout, its expiry,
+-- the time of its last lease (nil for none), its units held, whether it
+-- is new, and the names of the fields read (see decide). They are made
+-- once: a library's calls (FCALL) fill them afresh, for limits 1..n.
+local P, R, L, X, LT, H, FRESH, NAMES = {}, {}, {}, {}, {}, {}, {}, {}
+
+-- charge counts a charge against limit i of KEYS at now and returns the
+-- result of the limit it leaves, for a next request of one unit, as
+-- Memory's entry.charge.
+local function charge(KEYS, i, now)
+  local p, r, key = P[i], R[i], KEYS[i]
+  if p.limit > 0 then
+    local set = {}
+    p.cost = p.units
+    local idle = p.a.commit(key, p, now, r, set)
+    p.cost = 1
+    if FRESH[i] then
+      put(set, '_id', p.id)
+    end
+    write(key, p, set, math.max(idle, L[i]), X[i], now)
+    -- Decide afresh on what was written.
+    local names = NAMES[i]
+    local v = redis.call('HMGET', key, unpack(names))
+    local st = {}
+    for j = 7, #names do
+      st[names[j]] = v[j]
+    end
+    r = p.a.decide(key, p, now, st)
+  end
+  if L[i] > now then
+    r = lockout(r, L[i] - now)
+  end
+  if r.ok and r.remaining >= 0 then
+    r.remaining = r.remaining + 1
+    r.reset = r.uncounted
+  end
+  return r
+end
+
 -- clock returns Redis's clock (TIME) in µs.
 local function clock()
   local t = redis.call('TIME')
@@ -315,9 +355,7 @@ local function decide(KEYS, ARGV, at)
   local pruned = false
 
   local n = #KEYS
-  -- A table made with room for two limits takes them without growing.
-  local P, R, L, X, LT, H, fresh, names = { nil, nil }, { nil, nil }, { nil, nil }, { nil, nil },
-    { nil, nil }, { nil, nil }, { nil, nil }, { nil, nil }
+  local P, R, L, X, LT, H, fresh, names = P, R, L, X, LT, H, FRESH, NAMES
   local o = 2
   for i = 1, n do
     local s = settings(ARGV[o])
@@ -404,6 +442,7 @@ local function decide(KEYS, ARGV, at)
       end
     end
     local lk, x, held = 0, 0, 0
+    LT[i] = nil
     if v[1] then
       lk, x = tonumber(v[2]) or 0, tonumber(v[3]) or 0
       LT[i] = tonumber(v[4])
@@ -473,43 +512,11 @@ local function decide(KEYS, ARGV, at)
     end
   end
 
-  -- charge counts a charge against limit i and returns the result of the
-  -- limit it leaves, for a next request of one unit, as Memory's
-  -- entry.charge.
-  local function charge(i)
-    local p, r, key = P[i], R[i], KEYS[i]
-    if p.limit > 0 then
-      local set = {}
-      p.cost = p.units
-      local idle = p.a.commit(key, p, now, r, set)
-      p.cost = 1
-      if fresh[i] then
-        put(set, '_id', p.id)
-      end
-      write(key, p, set, math.max(idle, L[i]), X[i], now)
-      -- Decide afresh on what was written.
-      local v = redis.call('HMGET', key, unpack(names[i]))
-      local st = {}
-      for j = 7, #names[i] do
-        st[names[i][j]] = v[j]
-      end
-      r = p.a.decide(key, p, now, st)
-    end
-    if L[i] > now then
-      r = lockout(r, L[i] - now)
-    end
-    if r.ok and r.remaining >= 0 then
-      r.remaining = r.remaining + 1
-      r.reset = r.uncounted
-    end
-    return r
-  end
-
   local out = { allowed and 1 or 0, nil, nil, nil, nil, nil, nil, nil, nil, nil }
   for i = 1, n do
     local p, r, key = P[i], R[i], KEYS[i]
     if p.charge then
-      r = charge(i)
+      r = charge(KEYS, i, now)
     elseif p.release then
       if H[i] > 0 then
         redis.call('HSET', key, '_h', math.max(H[i] - p.units, 0))

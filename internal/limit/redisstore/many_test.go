@@ -32,7 +32,9 @@ func TestRedisBatchAsOne(t *testing.T) {
 	tb := &limit.Params{Algorithm: "token_bucket", Limit: 5, Window: time.Second, Burst: 5}
 	// One step's calls, on keys named after prefix: one limit, two
 	// limits of one request, a cost, a charge, a shadow limit, a key seen
-	// twice in one batch, and a call Redis refuses (bad settings).
+	// twice in one batch, a call Redis refuses (bad settings), and a new
+	// caller's counter under the key budget.
+	step := 0
 	calls := func(prefix string) []*batchCall {
 		reqs := [][]limit.Request{
 			{{Key: prefix + "|/a", Params: sw}},
@@ -42,6 +44,8 @@ func TestRedisBatchAsOne(t *testing.T) {
 			nil, // refused
 			{{Key: prefix + "|/e", Params: sw, Shadow: true}},
 			{{Key: prefix + "|/a", Params: sw}},
+			// A caller's counter under the key budget.
+			{{Key: prefix + "|/f|" + strconv.Itoa(step), Params: sw, Overflow: prefix + "|/f|overflow"}},
 		}
 		var out []*batchCall
 		for _, rs := range reqs {
@@ -64,7 +68,7 @@ func TestRedisBatchAsOne(t *testing.T) {
 		n, _ := strconv.ParseInt(v, 10, 64)
 		return n
 	}
-	for step := range 6 {
+	for ; step < 6; step++ {
 		clock.us.Add(150_000)
 		batch := calls("one")
 		if !red.asOne(batch) {

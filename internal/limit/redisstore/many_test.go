@@ -91,3 +91,45 @@ func TestRedisBatchAsOne(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisBatchAsOneLostLibrary checks a batch sent as one FCALL to a
+// node that lost the library (FUNCTION FLUSH): Redis refuses the FCALL as
+// a whole, and each call is sent again by EVAL and decided once.
+func TestRedisBatchAsOneLostLibrary(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red, _ := newFixedRedis(t, srv)
+	ctx := context.Background()
+	if err := red.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Client().FunctionFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p := &limit.Params{Algorithm: "fixed_window", Limit: 2, Window: time.Hour}
+	var batch []*batchCall
+	for range 3 {
+		reqs := []limit.Request{{Key: "lost|/", Params: p}}
+		keys, tag, _, err := redisKeys(reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, &batchCall{keys: keys, args: red.scriptArgs(time.Time{}, reqs, tag, nil)})
+	}
+	if !red.asOne(batch) {
+		t.Fatal("asOne: got false, want true before the loss is known")
+	}
+	red.runBatch(ctx, batch)
+	for i, c := range batch {
+		if c.err != nil {
+			t.Fatalf("call %d: %v", i, c.err)
+		}
+		// The limit of 2 admits the first two, each counted once.
+		if got, want := c.v[1] == 1, i < 2; got != want {
+			t.Errorf("call %d: allowed: got %v, want %v (reply %v)", i, got, want, c.v)
+		}
+	}
+	if got, err := srv.Client().HGet(ctx, redisKey("lost", "lost|/"), "c").Int(); err != nil || got != 2 {
+		t.Errorf("count: got %v %v, want 2", got, err)
+	}
+}

@@ -465,11 +465,20 @@ func (r *Store) decide(ctx context.Context, keys []string, reqs []limit.Request,
 	return d, err
 }
 
+// nodeOf returns the breaker of key's node: on one Redis, its one node;
+// in a cluster, the master of key's slot, looked up within callTimeout.
+func (r *Store) nodeOf(ctx context.Context, key string) (*breaker, error) {
+	if b := r.nodes.single; b != nil {
+		return b, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.callTimeout)
+	defer cancel()
+	return r.breakerFor(ctx, key)
+}
+
 func (r *Store) decideOnce(ctx context.Context, keys []string, reqs []limit.Request, args []any, res []limit.Result) (scriptAnswer, *lateCall, error) {
 	n := len(reqs)
-	cctx, cancel := context.WithTimeout(ctx, r.callTimeout)
-	defer cancel()
-	b, err := r.breakerFor(cctx, keys[0])
+	b, err := r.nodeOf(ctx, keys[0])
 	if err != nil {
 		return scriptAnswer{}, &lateCall{r: r, outcome: lateNotCounted}, err
 	}
@@ -478,11 +487,14 @@ func (r *Store) decideOnce(ctx context.Context, keys []string, reqs []limit.Requ
 		r.reloadSlots()
 		return scriptAnswer{}, &lateCall{r: r, outcome: lateNotCounted}, limit.ErrCircuitOpen
 	}
+	// The wait for the answer needs no deadline of its own: await bounds
+	// it by Timeout in the queue and Timeout in flight, within
+	// callTimeout.
 	var cr callResult
 	if r.maxBatch > 1 {
-		cr, err = r.batcherFor(b).do(cctx, r, keys, args)
+		cr, err = r.batcherFor(b).do(ctx, r, keys, args)
 	} else {
-		cr, err = r.alone(cctx, keys, args)
+		cr, err = r.alone(ctx, keys, args)
 	}
 	v, shared, late := cr.v, cr.shared, cr.late
 	if err != nil {

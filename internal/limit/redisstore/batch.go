@@ -285,8 +285,9 @@ func (r *Store) alone(ctx context.Context, keys []string, args []any) (callResul
 	return r.await(ctx, c)
 }
 
-// runBatch runs the script for every call of batch in one pipeline, and
-// again with EVAL for those whose node lost the script. A failure of the
+// runBatch runs the script for every call of batch in one round trip:
+// in one script call when it can (asOne), else in a pipeline of one per
+// call; and again with EVAL for those whose node lost the script. A failure of the
 // whole round trip (a connection error, a timeout) is every call's, and
 // reported by the first only.
 func (r *Store) runBatch(ctx context.Context, batch []*batchCall) {
@@ -295,9 +296,13 @@ func (r *Store) runBatch(ctx context.Context, batch []*batchCall) {
 		c.v, c.err = r.run(ctx, c.keys, c.args)
 		return
 	}
+	pending := batch
+	if r.asOne(batch) {
+		r.runAsOne(ctx, batch)
+		pending = nil
+	}
 	// As run does: a batch on a connection Redis closed is sent again on
 	// another, a few times (isClosedConn).
-	pending := batch
 	for try := 0; len(pending) > 0 && try < closedConnTries && ctx.Err() == nil; try++ {
 		cmds := r.pipeline(ctx, pending, func(p redis.Pipeliner, c *batchCall) *redis.Cmd {
 			return r.scriptCmd(ctx, p, c.keys, c.args)

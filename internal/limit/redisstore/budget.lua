@@ -68,8 +68,9 @@ end
 -- instead when the set holds its budget. now is the decision's instant
 -- (µs); with fixed (a test's fixed instant) the set is on Redis's clock
 -- all the same, as the counters' expiry is. A call's limits share one
--- set: pruned carries over from one to the next.
-local function newcaller(b, key, now, fixed)
+-- set: pruned carries over from one to the next. arg turns a number into
+-- a command's argument (redis.lua).
+local function newcaller(b, key, now, fixed, arg)
   local ms
   if fixed then
     local t = redis.call('TIME')
@@ -78,7 +79,7 @@ local function newcaller(b, key, now, fixed)
     ms = math.floor(now / 1000)
   end
   if room(b, key, ms) then
-    redis.call('ZADD', b.set, ms, key)
+    redis.call('ZADD', b.set, arg(ms), key)
     return nil
   end
   return b.over

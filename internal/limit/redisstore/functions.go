@@ -50,7 +50,7 @@ func newRedisFunctions(script string) (*redisFunctions, error) {
 	}
 	sum := sha1.Sum([]byte(script))
 	name := "gateway_" + hex.EncodeToString(sum[:8])
-	lib := "#!lua name=" + name + "\n" + body + "redis.register_function('" + name + "', decide)\n"
+	lib := "#!lua name=" + name + "\n" + body + "redis.register_function('" + name + "', entry)\n"
 	return &redisFunctions{lib: lib, name: name}, nil
 }
 

@@ -103,11 +103,35 @@ local function muldiv(a, b, c)
   return aq * b + q, r
 end
 
+-- NUMS maps the numbers that calls at the instant nums_at sent as
+-- arguments to their strings (arg), nnums of them: a batch's decisions
+-- (many, below) share one instant, and mostly the same numbers (the
+-- bucket, the expiry, small counts).
+local NUMS, nnums, nums_at = {}, 0, nil
+
+-- arg returns x as an argument of a command: an integer below 2^53 as
+-- the string of its digits, which is the string Redis makes of a number
+-- argument ("%.17g"), at a fraction of the cost of Redis's formatting of
+-- a double once NUMS has it; anything else as it is.
+local function arg(x)
+  local s = NUMS[x]
+  if s then
+    return s
+  end
+  if type(x) ~= 'number' or x ~= math.floor(x) or x >= EXACT or x <= -EXACT then
+    return x
+  end
+  s = string.format('%d', x)
+  NUMS[x] = s
+  nnums = nnums + 1
+  return s
+end
+
 -- put appends a field and its value to the list set.
 local function put(set, field, value)
   local n = #set
-  set[n + 1] = field
-  set[n + 2] = value
+  set[n + 1] = arg(field)
+  set[n + 2] = arg(value)
 end
 
 -- capacity returns the largest cost a request can be admitted with
@@ -238,7 +262,7 @@ local function write(key, p, set, upto, x, now)
     x = expiry(upto, p)
     put(set, '_x', x)
     redis.call('HSET', key, unpack(set))
-    redis.call('PEXPIRE', key, ttl(x, now))
+    redis.call('PEXPIRE', key, arg(ttl(x, now)))
   elseif #set > 0 then
     redis.call('HSET', key, unpack(set))
   end
@@ -293,25 +317,72 @@ end
 -- MODES maps the mode of a call argument to the flag of p it sets.
 local MODES = { d = 'defer', c = 'charge', h = 'hold', r = 'release' }
 
--- decide is one call: KEYS and ARGV as described at the top.
-local function decide(KEYS, ARGV)
+-- P, R, L, X, LT, H, FRESH and NAMES hold, for each limit i of the call
+-- being decided, its p, its result, the end of its lockout, its expiry,
+-- the time of its last lease (nil for none), its units held, whether it
+-- is new, and the names of the fields read (see decide). They are made
+-- once: a library's calls (FCALL) fill them afresh, for limits 1..n.
+local P, R, L, X, LT, H, FRESH, NAMES = {}, {}, {}, {}, {}, {}, {}, {}
+
+-- charge counts a charge against limit i of KEYS at now and returns the
+-- result of the limit it leaves, for a next request of one unit, as
+-- Memory's entry.charge.
+local function charge(KEYS, i, now)
+  local p, r, key = P[i], R[i], KEYS[i]
+  if p.limit > 0 then
+    local set = {}
+    p.cost = p.units
+    local idle = p.a.commit(key, p, now, r, set)
+    p.cost = 1
+    if FRESH[i] then
+      put(set, '_id', p.id)
+    end
+    write(key, p, set, math.max(idle, L[i]), X[i], now)
+    -- Decide afresh on what was written.
+    local names = NAMES[i]
+    local v = redis.call('HMGET', key, unpack(names))
+    local st = {}
+    for j = 7, #names do
+      st[names[j]] = v[j]
+    end
+    r = p.a.decide(key, p, now, st)
+  end
+  if L[i] > now then
+    r = lockout(r, L[i] - now)
+  end
+  if r.ok and r.remaining >= 0 then
+    r.remaining = r.remaining + 1
+    r.reset = r.uncounted
+  end
+  return r
+end
+
+-- clock returns Redis's clock (TIME) in µs.
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- decide is one call: KEYS and ARGV as described at the top. at, when not
+-- nil, is Redis's clock already read for it (many, below).
+local function decide(KEYS, ARGV, at)
   local now
   slack = 0
   if ARGV[1] ~= '' then
     now = tonumber(ARGV[1])
     slack = 3600000
   else
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now = at or clock()
+  end
+  if now ~= nums_at or nnums >= 1024 then
+    NUMS, nnums, nums_at = {}, 0, now
   end
   local overflowed = 0
   -- pruned is whether the key budget's set was pruned in this call.
   local pruned = false
 
   local n = #KEYS
-  -- A table made with room for two limits takes them without growing.
-  local P, R, L, X, LT, H, fresh, names = { nil, nil }, { nil, nil }, { nil, nil }, { nil, nil },
-    { nil, nil }, { nil, nil }, { nil, nil }, { nil, nil }
+  local P, R, L, X, LT, H, fresh, names = P, R, L, X, LT, H, FRESH, NAMES
   local o = 2
   for i = 1, n do
     local s = settings(ARGV[o])
@@ -377,6 +448,9 @@ local function decide(KEYS, ARGV)
     if p.limit > 0 then
       own = a.fields(p, now)
       names_i = { '_id', '_lk', '_x', '_lt', '_h', '_hx', unpack(own) }
+      for j = 7, #names_i do
+        names_i[j] = arg(names_i[j])
+      end
     else
       own = {}
       names_i = { '_id', '_lk', '_x', '_lt', '_h', '_hx' }
@@ -388,7 +462,7 @@ local function decide(KEYS, ARGV)
       -- A new caller's counter (every counter has "_id"): the key budget
       -- decides whether it may be created (redis_budget.lua).
       b.pruned = pruned
-      local over = newcaller(b, key, now, ARGV[1] ~= '')
+      local over = newcaller(b, key, now, ARGV[1] ~= '', arg)
       pruned = b.pruned
       if over then
         key = over
@@ -398,6 +472,7 @@ local function decide(KEYS, ARGV)
       end
     end
     local lk, x, held = 0, 0, 0
+    LT[i] = nil
     if v[1] then
       lk, x = tonumber(v[2]) or 0, tonumber(v[3]) or 0
       LT[i] = tonumber(v[4])
@@ -467,43 +542,11 @@ local function decide(KEYS, ARGV)
     end
   end
 
-  -- charge counts a charge against limit i and returns the result of the
-  -- limit it leaves, for a next request of one unit, as Memory's
-  -- entry.charge.
-  local function charge(i)
-    local p, r, key = P[i], R[i], KEYS[i]
-    if p.limit > 0 then
-      local set = {}
-      p.cost = p.units
-      local idle = p.a.commit(key, p, now, r, set)
-      p.cost = 1
-      if fresh[i] then
-        put(set, '_id', p.id)
-      end
-      write(key, p, set, math.max(idle, L[i]), X[i], now)
-      -- Decide afresh on what was written.
-      local v = redis.call('HMGET', key, unpack(names[i]))
-      local st = {}
-      for j = 7, #names[i] do
-        st[names[i][j]] = v[j]
-      end
-      r = p.a.decide(key, p, now, st)
-    end
-    if L[i] > now then
-      r = lockout(r, L[i] - now)
-    end
-    if r.ok and r.remaining >= 0 then
-      r.remaining = r.remaining + 1
-      r.reset = r.uncounted
-    end
-    return r
-  end
-
   local out = { allowed and 1 or 0, nil, nil, nil, nil, nil, nil, nil, nil, nil }
   for i = 1, n do
     local p, r, key = P[i], R[i], KEYS[i]
     if p.charge then
-      r = charge(i)
+      r = charge(KEYS, i, now)
     elseif p.release then
       if H[i] > 0 then
         redis.call('HSET', key, '_h', math.max(H[i] - p.units, 0))
@@ -563,5 +606,42 @@ local function decide(KEYS, ARGV)
   end
   out[#out + 1] = overflowed
   return out
+end
+
+-- many is several calls in one (a batch of calls to one node, batch.go):
+-- ARGV[1] is "*", ARGV[2] the number of calls m, then for each call the
+-- number of its keys and of its arguments; then the keys of every call,
+-- one call's after the other, in KEYS, and their arguments likewise in
+-- ARGV. Each call is decided as decide decides it alone, one after the
+-- other, on one reading of Redis's clock; the reply holds each call's
+-- reply, or its error, in their order. A batch in one script is atomic,
+-- which is at least what one script per call gives.
+local function many(KEYS, ARGV)
+  local m = tonumber(ARGV[2])
+  local out = {}
+  local k, a = 0, 2 + 2 * m
+  local now = clock()
+  for c = 1, m do
+    local nk, na = tonumber(ARGV[1 + 2 * c]), tonumber(ARGV[2 + 2 * c])
+    local ok, r = pcall(decide, { unpack(KEYS, k + 1, k + nk) }, { unpack(ARGV, a + 1, a + na) }, now)
+    if not ok then
+      -- A Redis error (a table with err) or Lua's (a string).
+      if type(r) ~= 'table' or r.err == nil then
+        r = redis.error_reply('ERR gateway script: ' .. tostring(r))
+      end
+    end
+    out[c] = r
+    k, a = k + nk, a + na
+  end
+  return out
+end
+
+-- entry is the function of the library (functions.go): many calls when
+-- ARGV[1] is "*", else one (decide).
+local function entry(KEYS, ARGV)
+  if ARGV[1] == '*' then
+    return many(KEYS, ARGV)
+  end
+  return decide(KEYS, ARGV)
 end
 --ENTRY--

@@ -1,0 +1,83 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+)
+
+// manyMark is the first argument of a script call that carries several
+// calls (redis.lua, many).
+const manyMark = "*"
+
+// asOne reports whether batch goes to Redis as one script call that
+// carries all its calls (docs/fleet.md, "Batching"): on one Redis, not a
+// cluster, where the keys of one script call must share a slot; and by
+// FCALL, whose library runs one call no slower than many. Otherwise each
+// call is a script call of its own in the batch's pipeline.
+func (r *Store) asOne(batch []*batchCall) bool {
+	return len(batch) > 1 && r.nodes.single != nil && r.fn.on.Load()
+}
+
+// runAsOne runs the calls of batch in one script call, which decides each
+// as it would decide it alone, one after the other (redis.lua, many), and
+// answers each with its own reply or error. A failure of the script call
+// as a whole (a connection error, a timeout, a refusal such as OOM or a
+// lost library) is every call's. As run does, it is sent again on
+// another connection, a few times, if Redis had closed the one it took
+// (isClosedConn).
+func (r *Store) runAsOne(ctx context.Context, batch []*batchCall) {
+	nk, na := 0, 2+2*len(batch)
+	for _, c := range batch {
+		nk += len(c.keys)
+		na += len(c.args)
+	}
+	keys := make([]string, 0, nk)
+	args := make([]any, 0, na)
+	args = append(args, manyMark, len(batch))
+	for _, c := range batch {
+		keys = append(keys, c.keys...)
+		args = append(args, len(c.keys), len(c.args))
+	}
+	for _, c := range batch {
+		args = append(args, c.args...)
+	}
+	var v []any
+	var err error
+	for try := 0; try < closedConnTries; try++ {
+		r.calls.Add(int64(len(batch)))
+		v, err = r.client.FCall(ctx, r.fn.name, keys, args...).Slice()
+		if err == nil || !isClosedConn(err) || ctx.Err() != nil {
+			break
+		}
+	}
+	if err == nil && len(v) != len(batch) {
+		err = fmt.Errorf("script answered %d calls for %d", len(v), len(batch))
+	}
+	for i, c := range batch {
+		if err != nil {
+			c.v, c.err = nil, err
+			continue
+		}
+		c.v, c.err = int64s(v[i])
+	}
+}
+
+// int64s returns one call's reply within a reply of many calls: its
+// integers, or its error.
+func int64s(v any) ([]int64, error) {
+	switch v := v.(type) {
+	case error:
+		return nil, v
+	case []any:
+		out := make([]int64, len(v))
+		for i, x := range v {
+			n, ok := x.(int64)
+			if !ok {
+				return nil, fmt.Errorf("redis: unexpected element type for []int64, got type %T", x)
+			}
+			out[i] = n
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("redis: unexpected type for one call's reply, got type %T", v)
+}

@@ -213,8 +213,14 @@ func (ls *tokenLeases) async(back []leaseReturn) {
 // unspent for want of Redis's room. One request at a time asks for a
 // key's lease: the requests that find it empty meanwhile wait for that
 // request's answer (wait, closed when it is in) and take again, rather
-// than call Redis for themselves.
+// than call Redis for themselves (takeWaiting).
 func (ls *tokenLeases) take(keys []string, reqs []limit.Request, res []limit.Result, now int64, rates, have []int64) (ok bool, claim *leaseClaim, wait <-chan struct{}) {
+	return ls.takeOnce(keys, reqs, res, now, rates, have, true)
+}
+
+// takeOnce is take; count counts the request in its keys' rates (not
+// when it took before, see takeWaiting).
+func (ls *tokenLeases) takeOnce(keys []string, reqs []limit.Request, res []limit.Result, now int64, rates, have []int64, count bool) (ok bool, claim *leaseClaim, wait <-chan struct{}) {
 	var buf [maxLeasedLimits]*tokenLease
 	held := buf[:0]
 	if len(keys) > len(buf) {
@@ -243,7 +249,9 @@ func (ls *tokenLeases) take(keys []string, reqs []limit.Request, res []limit.Res
 			held[i] = l
 		}
 		l.mu.Lock()
-		l.seen++
+		if count {
+			l.seen++
+		}
 		l.used = now
 		if l.tokens > 0 && (now >= l.end || l.params != *reqs[i].Params) {
 			// The bucket ended, or a reload changed the limit.

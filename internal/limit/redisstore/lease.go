@@ -107,9 +107,10 @@ type tokenLease struct {
 	// tokens held (Result.Remaining), -1 before any answer.
 	room int64
 	// used is when a request last asked for the lease; timer gives the
-	// tokens back once it is idle.
-	used  int64
-	timer *time.Timer
+	// tokens back once it is idle, checking at checkAt.
+	used    int64
+	timer   *time.Timer
+	checkAt int64
 }
 
 func newTokenLeases(max int, now func() int64) *tokenLeases {
@@ -503,10 +504,12 @@ func (ls *tokenLeases) grant(keys []string, reqs []limit.Request, res []limit.Re
 		l.last = l.tokens
 		l.remaining, l.reset, l.granted, l.room = res[i].Remaining, res[i].Reset, start, res[i].Remaining
 		if ls.giveBack != nil {
+			d := l.idleAfter(ls.idle)
+			l.checkAt = ls.now() + int64(d)
 			if l.timer == nil {
-				l.timer = time.AfterFunc(l.idleAfter(ls.idle), func() { ls.idleCheck(l) })
+				l.timer = time.AfterFunc(d, func() { ls.idleCheck(l) })
 			} else {
-				l.timer.Reset(l.idleAfter(ls.idle))
+				l.timer.Reset(d)
 			}
 		}
 		l.mu.Unlock()

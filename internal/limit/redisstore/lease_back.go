@@ -90,7 +90,10 @@ const minLeaseIdle = 2 * time.Millisecond
 
 // idleCheck gives l's tokens back to Redis when no request asked for them
 // for l.idleAfter(ls.idle), or when they were granted ls.idle ago (their
-// life), or checks again when one of those will be so.
+// life), or checks again when one of those will be so. A check that runs
+// minLeaseIdle or more after it was due finds the key idle for as long as
+// the process was kept from running, its requests too: it looks again
+// l.idleAfter later (their life still bounds the tokens' time out).
 //
 // The life bounds how long a token stays out even on a busy key: a lease
 // covers what the key's rate uses in 15ms, so tokens left after ls.idle
@@ -104,8 +107,17 @@ func (ls *tokenLeases) idleCheck(l *tokenLease) {
 		return
 	}
 	now := ls.now()
-	due := min(l.used+int64(l.idleAfter(ls.idle)), l.granted+int64(ls.idle))
-	if now < due && l.timer != nil {
+	idle, life := int64(l.idleAfter(ls.idle)), l.granted+int64(ls.idle)
+	due := min(l.used+idle, life)
+	if l.timer != nil && (now < due || (now < life && now-l.checkAt >= int64(minLeaseIdle))) {
+		if now >= due {
+			// The check ran late: this process got no CPU meanwhile (a
+			// loaded machine), and the key's requests were held up as
+			// long as the timer was. Look again an idle time on, once
+			// they have come in, within the life.
+			due = min(now+idle, life)
+		}
+		l.checkAt = due
 		l.timer.Reset(time.Duration(due - now))
 		l.mu.Unlock()
 		return

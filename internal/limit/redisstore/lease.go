@@ -111,6 +111,10 @@ type tokenLease struct {
 	used    int64
 	timer   *time.Timer
 	checkAt int64
+	// group are the leases of the request that last asked for this
+	// one's next tokens, itself included (nil for a request of one
+	// limit): they go back together (idleCheck).
+	group []*tokenLease
 }
 
 func newTokenLeases(max int, now func() int64) *tokenLeases {
@@ -304,6 +308,9 @@ func (ls *tokenLeases) takeOnce(keys []string, reqs []limit.Request, res []limit
 	}
 	for i, l := range held {
 		l.mu.Lock()
+		if claim != nil && len(held) > 1 {
+			l.group = claim.leases
+		}
 		// The rate since since, once there is something to measure;
 		// since moves on every leaseHorizon.
 		if d := now - l.since; d >= int64(leaseHorizon) || (l.seen > 1 && d >= int64(time.Millisecond)) {

@@ -123,10 +123,34 @@ func (ls *tokenLeases) idleCheck(l *tokenLease) {
 		return
 	}
 	back := ls.drop(l, now, nil)
+	group, used, granted := l.group, l.used, l.granted
 	l.mu.Unlock()
+	back = ls.dropGroup(l, group, now < life, used, granted, now, back)
 	if len(back) > 0 {
 		ls.giveBack(back)
 	}
+}
+
+// dropGroup takes away the tokens of the leases of group other than l,
+// appending them to back as drop does, when they are as unused as l,
+// whose tokens go back: idle, when no request asked for them since one
+// last asked for l (at used); else, when they were granted no later than
+// l (at granted), whose life ended. A request takes a token of each of
+// its limits or of none, so a lease whose partner's tokens went back
+// would otherwise be spent one request at a time, each calling Redis for
+// the partner alone, and refilled out of step with it.
+func (ls *tokenLeases) dropGroup(l *tokenLease, group []*tokenLease, idle bool, used, granted, now int64, back []leaseReturn) []leaseReturn {
+	for _, g := range group {
+		if g == l {
+			continue
+		}
+		g.mu.Lock()
+		if !g.pending && ((idle && g.used <= used) || (!idle && g.granted <= granted)) {
+			back = ls.drop(g, now, back)
+		}
+		g.mu.Unlock()
+	}
+	return back
 }
 
 // close stops granting leases and returns every token held, for the

@@ -314,9 +314,8 @@ type leaseAsk struct {
 // whether it admitted them. Otherwise it returns what the call to Redis
 // should ask for, having waited, if other requests were asking for the
 // same leases, for their answers (takeWaiting; start is then the new
-// start). A
-// request admitted from the last quarter of a lease asks for the next one
-// in the background.
+// start). A request admitted from the last quarter of a lease asks for
+// the next one in the background.
 func (r *Store) fromLeases(ctx context.Context, now time.Time, keys []string, reqs []limit.Request, res []limit.Result, tag string, start *int64) (bool, *leaseAsk, error) {
 	n := len(reqs)
 	ask := &leaseAsk{rates: make([]int64, n), have: make([]int64, n)}

@@ -312,24 +312,16 @@ type leaseAsk struct {
 
 // fromLeases decides reqs from the leases of keys if it can, and reports
 // whether it admitted them. Otherwise it returns what the call to Redis
-// should ask for, having waited, if another request was asking for the
-// same leases, for that one's answer (start is then the new start). A
-// request admitted from the last quarter of a lease asks for the next one
-// in the background.
+// should ask for, having waited, if other requests were asking for the
+// same leases, for their answers (takeWaiting; start is then the new
+// start). A request admitted from the last quarter of a lease asks for
+// the next one in the background.
 func (r *Store) fromLeases(ctx context.Context, now time.Time, keys []string, reqs []limit.Request, res []limit.Result, tag string, start *int64) (bool, *leaseAsk, error) {
 	n := len(reqs)
 	ask := &leaseAsk{rates: make([]int64, n), have: make([]int64, n)}
-	ok, claim, wait := r.leases.take(keys, reqs, res, *start, ask.rates, ask.have)
-	if wait != nil {
-		// Another request is asking for the lease this one needs: its
-		// answer comes no later than this one's own would.
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return false, nil, fmt.Errorf("redis: %w", ctx.Err())
-		}
-		*start = r.clock()
-		ok, claim, _ = r.leases.take(keys, reqs, res, *start, ask.rates, ask.have)
+	ok, claim, err := r.leases.takeWaiting(ctx, keys, reqs, res, start, ask.rates, ask.have)
+	if err != nil {
+		return false, nil, err
 	}
 	ask.claim = claim
 	if ok {

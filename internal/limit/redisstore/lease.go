@@ -107,9 +107,14 @@ type tokenLease struct {
 	// tokens held (Result.Remaining), -1 before any answer.
 	room int64
 	// used is when a request last asked for the lease; timer gives the
-	// tokens back once it is idle.
-	used  int64
-	timer *time.Timer
+	// tokens back once it is idle, checking at checkAt.
+	used    int64
+	timer   *time.Timer
+	checkAt int64
+	// group are the leases of the request that last asked for this
+	// one's next tokens, itself included (nil for a request of one
+	// limit): they go back together (idleCheck).
+	group []*tokenLease
 }
 
 func newTokenLeases(max int, now func() int64) *tokenLeases {
@@ -213,8 +218,14 @@ func (ls *tokenLeases) async(back []leaseReturn) {
 // unspent for want of Redis's room. One request at a time asks for a
 // key's lease: the requests that find it empty meanwhile wait for that
 // request's answer (wait, closed when it is in) and take again, rather
-// than call Redis for themselves.
+// than call Redis for themselves (takeWaiting).
 func (ls *tokenLeases) take(keys []string, reqs []limit.Request, res []limit.Result, now int64, rates, have []int64) (ok bool, claim *leaseClaim, wait <-chan struct{}) {
+	return ls.takeOnce(keys, reqs, res, now, rates, have, true)
+}
+
+// takeOnce is take; count counts the request in its keys' rates (not
+// when it took before, see takeWaiting).
+func (ls *tokenLeases) takeOnce(keys []string, reqs []limit.Request, res []limit.Result, now int64, rates, have []int64, count bool) (ok bool, claim *leaseClaim, wait <-chan struct{}) {
 	var buf [maxLeasedLimits]*tokenLease
 	held := buf[:0]
 	if len(keys) > len(buf) {
@@ -243,7 +254,9 @@ func (ls *tokenLeases) take(keys []string, reqs []limit.Request, res []limit.Res
 			held[i] = l
 		}
 		l.mu.Lock()
-		l.seen++
+		if count {
+			l.seen++
+		}
 		l.used = now
 		if l.tokens > 0 && (now >= l.end || l.params != *reqs[i].Params) {
 			// The bucket ended, or a reload changed the limit.
@@ -295,6 +308,9 @@ func (ls *tokenLeases) take(keys []string, reqs []limit.Request, res []limit.Res
 	}
 	for i, l := range held {
 		l.mu.Lock()
+		if claim != nil && len(held) > 1 {
+			l.group = claim.leases
+		}
 		// The rate since since, once there is something to measure;
 		// since moves on every leaseHorizon.
 		if d := now - l.since; d >= int64(leaseHorizon) || (l.seen > 1 && d >= int64(time.Millisecond)) {
@@ -495,10 +511,12 @@ func (ls *tokenLeases) grant(keys []string, reqs []limit.Request, res []limit.Re
 		l.last = l.tokens
 		l.remaining, l.reset, l.granted, l.room = res[i].Remaining, res[i].Reset, start, res[i].Remaining
 		if ls.giveBack != nil {
+			d := l.idleAfter(ls.idle)
+			l.checkAt = ls.now() + int64(d)
 			if l.timer == nil {
-				l.timer = time.AfterFunc(l.idleAfter(ls.idle), func() { ls.idleCheck(l) })
+				l.timer = time.AfterFunc(d, func() { ls.idleCheck(l) })
 			} else {
-				l.timer.Reset(l.idleAfter(ls.idle))
+				l.timer.Reset(d)
 			}
 		}
 		l.mu.Unlock()

@@ -90,7 +90,10 @@ const minLeaseIdle = 2 * time.Millisecond
 
 // idleCheck gives l's tokens back to Redis when no request asked for them
 // for l.idleAfter(ls.idle), or when they were granted ls.idle ago (their
-// life), or checks again when one of those will be so.
+// life), or checks again when one of those will be so. A check that runs
+// minLeaseIdle or more after it was due finds the key idle for as long as
+// the process was kept from running, its requests too: it looks again
+// l.idleAfter later (their life still bounds the tokens' time out).
 //
 // The life bounds how long a token stays out even on a busy key: a lease
 // covers what the key's rate uses in 15ms, so tokens left after ls.idle
@@ -104,17 +107,50 @@ func (ls *tokenLeases) idleCheck(l *tokenLease) {
 		return
 	}
 	now := ls.now()
-	due := min(l.used+int64(l.idleAfter(ls.idle)), l.granted+int64(ls.idle))
-	if now < due && l.timer != nil {
+	idle, life := int64(l.idleAfter(ls.idle)), l.granted+int64(ls.idle)
+	due := min(l.used+idle, life)
+	if l.timer != nil && (now < due || (now < life && now-l.checkAt >= int64(minLeaseIdle))) {
+		if now >= due {
+			// The check ran late: this process got no CPU meanwhile (a
+			// loaded machine), and the key's requests were held up as
+			// long as the timer was. Look again an idle time on, once
+			// they have come in, within the life.
+			due = min(now+idle, life)
+		}
+		l.checkAt = due
 		l.timer.Reset(time.Duration(due - now))
 		l.mu.Unlock()
 		return
 	}
 	back := ls.drop(l, now, nil)
+	group, used, granted := l.group, l.used, l.granted
 	l.mu.Unlock()
+	back = ls.dropGroup(l, group, now < life, used, granted, now, back)
 	if len(back) > 0 {
 		ls.giveBack(back)
 	}
+}
+
+// dropGroup takes away the tokens of the leases of group other than l,
+// appending them to back as drop does, when they are as unused as l,
+// whose tokens go back: idle, when no request asked for them since one
+// last asked for l (at used); else, when they were granted no later than
+// l (at granted), whose life ended. A request takes a token of each of
+// its limits or of none, so a lease whose partner's tokens went back
+// would otherwise be spent one request at a time, each calling Redis for
+// the partner alone, and refilled out of step with it.
+func (ls *tokenLeases) dropGroup(l *tokenLease, group []*tokenLease, idle bool, used, granted, now int64, back []leaseReturn) []leaseReturn {
+	for _, g := range group {
+		if g == l {
+			continue
+		}
+		g.mu.Lock()
+		if !g.pending && ((idle && g.used <= used) || (!idle && g.granted <= granted)) {
+			back = ls.drop(g, now, back)
+		}
+		g.mu.Unlock()
+	}
+	return back
 }
 
 // close stops granting leases and returns every token held, for the

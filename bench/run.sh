@@ -378,7 +378,9 @@ file="$OUT/$stamp.md"
 			echo "Admitted, $c / bare: $(ratio "$(field admitted "$c" 1)" "$bare" %.3f)."
 		done
 		for c in $gateways; do
-			echo "CPU per request, $c / bare: admitted $(ratio "$(field admitted "$c" 5)" "$bare_cpu" %.3f), limited $(ratio "$(field limited "$c" 5)" "$bare_cpu" %.3f)."
+			limited=
+			[ -z "${RESULTS[limited/$c]:-}" ] || limited=", limited $(ratio "$(field limited "$c" 5)" "$bare_cpu" %.3f)"
+			echo "CPU per request, $c / bare: admitted $(ratio "$(field admitted "$c" 5)" "$bare_cpu" %.3f)$limited."
 		done
 		echo "CPU per request admitted, gateway-routes (a route to a pool of two targets) / gateway (--upstream): $(ratio "$(field admitted gateway-routes 5)" "$(field admitted gateway 5)" %.3f)."
 	fi

@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,3 +54,32 @@ var callerTags = func() (t [limit.CallerBuckets]string) {
 	}
 	return t
 }()
+
+// recordGiveBacks makes ls record what it gives back instead of sending
+// it to Redis; the function it returns reads the record.
+func recordGiveBacks(ls *tokenLeases) func() []leaseReturn {
+	var mu sync.Mutex
+	var back []leaseReturn
+	ls.giveBack = func(b []leaseReturn) {
+		mu.Lock()
+		back = append(back, b...)
+		mu.Unlock()
+	}
+	return func() []leaseReturn {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(back)
+	}
+}
+
+// takeFromLeases asks ls's leases for a request of keys under reqs at
+// ls's clock, as Allow does, and ends the request: it reports whether
+// the leases admitted it.
+func takeFromLeases(ls *tokenLeases, keys []string, reqs []limit.Request) bool {
+	n := len(reqs)
+	ok, claim, _ := ls.take(keys, reqs, make([]limit.Result, n), ls.now(), make([]int64, n), make([]int64, n))
+	if claim != nil {
+		ls.release(claim)
+	}
+	return ok
+}

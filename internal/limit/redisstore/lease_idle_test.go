@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -21,27 +20,10 @@ func TestLeaseIdleCheckLate(t *testing.T) {
 		// process that got no CPU for that long.
 		var stall atomic.Int64
 		ls := newTokenLeases(8, func() int64 { return int64(time.Since(epoch)) + stall.Load() })
-		var mu sync.Mutex
-		var back []leaseReturn
-		ls.giveBack = func(b []leaseReturn) {
-			mu.Lock()
-			back = append(back, b...)
-			mu.Unlock()
-		}
-		given := func() []leaseReturn {
-			mu.Lock()
-			defer mu.Unlock()
-			return append([]leaseReturn(nil), back...)
-		}
+		given := recordGiveBacks(ls)
 		p := &limit.Params{Algorithm: "fixed_window", Limit: 1000, Window: time.Hour}
 		keys, reqs := []string{"k"}, []limit.Request{{Key: "k", Params: p}}
-		take := func() bool {
-			ok, claim, _ := ls.take(keys, reqs, make([]limit.Result, 1), ls.now(), make([]int64, 1), make([]int64, 1))
-			if claim != nil {
-				ls.release(claim)
-			}
-			return ok
-		}
+		take := func() bool { return takeFromLeases(ls, keys, reqs) }
 		l := ls.get("k", 0)
 		l.rate = 10000 // idle after minLeaseIdle (2ms)
 		ls.grant(keys, reqs, []limit.Result{{Allowed: true, Limit: 1000, Remaining: 900}},
@@ -92,25 +74,11 @@ func TestLeaseGroupGoesBack(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				epoch := time.Now()
 				ls := newTokenLeases(8, func() int64 { return int64(time.Since(epoch)) })
-				var mu sync.Mutex
-				back := map[string]int64{}
-				ls.giveBack = func(b []leaseReturn) {
-					mu.Lock()
-					for _, r := range b {
-						back[r.key] += r.n
-					}
-					mu.Unlock()
-				}
+				given := recordGiveBacks(ls)
 				p := &limit.Params{Algorithm: "fixed_window", Limit: 1000, Window: time.Hour}
 				keys := []string{"a", "b"}
 				reqs := []limit.Request{{Key: "a", Params: p}, {Key: "b", Params: p}}
-				take := func(n int) bool {
-					ok, claim, _ := ls.take(keys[2-n:], reqs[2-n:], make([]limit.Result, n), ls.now(), make([]int64, n), make([]int64, n))
-					if claim != nil {
-						ls.release(claim)
-					}
-					return ok
-				}
+				take := func(n int) bool { return takeFromLeases(ls, keys[2-n:], reqs[2-n:]) }
 				a, b := ls.get("a", 0), ls.get("b", 0)
 				// The request of both limits claims their next tokens.
 				_, claim, _ := ls.take(keys, reqs, make([]limit.Result, 2), 0, make([]int64, 2), make([]int64, 2))
@@ -133,8 +101,10 @@ func TestLeaseGroupGoesBack(t *testing.T) {
 				}
 				time.Sleep(5 * time.Millisecond)
 				synctest.Wait()
-				mu.Lock()
-				defer mu.Unlock()
+				back := map[string]int64{}
+				for _, r := range given() {
+					back[r.key] += r.n
+				}
 				if len(back) != len(tt.wantBack) {
 					t.Fatalf("given back %v, want %v", back, tt.wantBack)
 				}

@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -18,13 +17,7 @@ func TestLeaseLife(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		epoch := time.Now()
 		ls := newTokenLeases(8, func() int64 { return int64(time.Since(epoch)) })
-		var mu sync.Mutex
-		var back []leaseReturn
-		ls.giveBack = func(b []leaseReturn) {
-			mu.Lock()
-			back = append(back, b...)
-			mu.Unlock()
-		}
+		given := recordGiveBacks(ls)
 		p := &limit.Params{Algorithm: "fixed_window", Limit: 1000, Window: time.Hour}
 		keys, reqs := []string{"k"}, []limit.Request{{Key: "k", Params: p}}
 		ls.get("k", 0)
@@ -34,16 +27,11 @@ func TestLeaseLife(t *testing.T) {
 		for range 15 {
 			time.Sleep(2 * time.Millisecond)
 			synctest.Wait()
-			ok, claim, _ := ls.take(keys, reqs, make([]limit.Result, 1), ls.now(), make([]int64, 1), make([]int64, 1))
-			if claim != nil {
-				ls.release(claim)
-			}
-			if ok {
+			if takeFromLeases(ls, keys, reqs) {
 				spent++
 			}
 		}
-		mu.Lock()
-		defer mu.Unlock()
+		back := given()
 		if len(back) != 1 || back[0].n+int64(spent) != 50 {
 			t.Fatalf("after 30ms of a request every 2ms: given back %+v, spent %d; want the 50 - %d unspent given back once", back, spent, spent)
 		}

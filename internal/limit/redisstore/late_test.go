@@ -34,8 +34,10 @@ func TestRedisSlowCostsOnce(t *testing.T) {
 		batch := tc.batch
 		t.Run(tc.name, func(t *testing.T) {
 			// A test's timeout: a loaded machine may make a call time out
-			// outside the stall too, which changes nothing here.
-			red, err := New(Config{URL: srv.URL(), Timeout: 300 * time.Millisecond, DialTimeout: 10 * time.Second,
+			// outside the stall too, which changes nothing here; but a
+			// write-back that times out is dropped (never sent twice), so
+			// it is long enough for a loaded machine to answer one.
+			red, err := New(Config{URL: srv.URL(), Timeout: time.Second, DialTimeout: 10 * time.Second,
 				Leases: tc.leases, MaxBatch: batch})
 			if err != nil {
 				t.Fatal(err)
@@ -100,7 +102,9 @@ func TestRedisSlowCostsOnce(t *testing.T) {
 func TestRedisWriteBackWhileIdle(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	red, err := New(Config{URL: srv.URL(), Timeout: 300 * time.Millisecond, DialTimeout: 10 * time.Second})
+	// A second: a write-back that times out is dropped (never sent
+	// twice), and a loaded machine can take 300ms to answer one.
+	red, err := New(Config{URL: srv.URL(), Timeout: time.Second, DialTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

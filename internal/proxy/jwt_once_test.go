@@ -34,17 +34,7 @@ configs:
         unit: 1m
 `
 	s := newJWTSetup(t, 0)
-	var verifications atomic.Int64
-	v, err := jwtauth.New(jwtauth.Config{
-		Keys: func() *jwtauth.KeySet {
-			verifications.Add(1)
-			return s.keys()
-		},
-		Issuer: jwtIssuer, Audience: jwtAudience, CacheSize: -1,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	v, verifications := countingVerifier(t, s)
 	g := newGW(t, rules, withJWT(v, "azp"))
 	tok := "Bearer " + s.rsa.Sign(t, jwtClaims("alice", "app-1"))
 	send := func(path string) *httptest.ResponseRecorder {
@@ -104,17 +94,7 @@ configs:
         unit: 1m
 `
 	s := newJWTSetup(t, 0)
-	var verifications atomic.Int64
-	v, err := jwtauth.New(jwtauth.Config{
-		Keys: func() *jwtauth.KeySet {
-			verifications.Add(1)
-			return s.keys()
-		},
-		Issuer: jwtIssuer, Audience: jwtAudience, CacheSize: -1,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	v, verifications := countingVerifier(t, s)
 	g := newGW(t, rules, withJWT(v, ""))
 	tests := []struct {
 		name, path, auth string
@@ -139,4 +119,23 @@ configs:
 			t.Errorf("%s: verified %d times, want %d", tt.name, got, tt.verified)
 		}
 	}
+}
+
+// countingVerifier returns a verifier of s's tokens without a cache, and
+// the number of times it looked up its key set: once per token it
+// verified.
+func countingVerifier(t *testing.T, s *jwtSetup) (*jwtauth.Verifier, *atomic.Int64) {
+	t.Helper()
+	var verifications atomic.Int64
+	v, err := jwtauth.New(jwtauth.Config{
+		Keys: func() *jwtauth.KeySet {
+			verifications.Add(1)
+			return s.keys()
+		},
+		Issuer: jwtIssuer, Audience: jwtAudience, CacheSize: -1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, &verifications
 }

@@ -45,7 +45,7 @@ configs:
 // errorCode returns the error field of a JSON error body.
 func errorCode(t *testing.T, body []byte) string {
 	t.Helper()
-	var b errorBody
+	var b ruleset.ErrorBody
 	if err := json.Unmarshal(body, &b); err != nil {
 		t.Fatalf("body %q is not a JSON error: %v", body, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -91,7 +92,7 @@ func (g *grpcWriter) refuse(body []byte) {
 		return
 	}
 	g.done = true
-	var e errorBody
+	var e ruleset.ErrorBody
 	_ = json.Unmarshal(body, &e)
 	code, msg := grpcStatus(g.code, &e)
 	h := g.Header()
@@ -129,7 +130,7 @@ func firstOf(v []string) string {
 
 // grpcStatus returns the gRPC code and message of a refusal with HTTP
 // status code and body e.
-func grpcStatus(code int, e *errorBody) (codes.Code, string) {
+func grpcStatus(code int, e *ruleset.ErrorBody) (codes.Code, string) {
 	msg := e.Message
 	switch e.Error {
 	case "rate_limited":

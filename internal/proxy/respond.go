@@ -4,25 +4,15 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-)
 
-// errorBody is the JSON body of every response the gateway writes itself.
-type errorBody struct {
-	Error   string `json:"error"`
-	Message string `json:"message,omitempty"`
-	// The fields of a limited response.
-	App               *string `json:"app,omitempty"`
-	API               *string `json:"api,omitempty"`
-	Limit             *int64  `json:"limit,omitempty"`
-	Window            string  `json:"window,omitempty"`
-	RetryAfterSeconds *int64  `json:"retryAfterSeconds,omitempty"`
-}
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
+)
 
 // WriteError writes a JSON error: code is a stable machine-readable word,
 // msg says why in a sentence. Every error the gateway answers itself, on
 // either port, goes through it.
 func WriteError(w http.ResponseWriter, status int, code, msg string) {
-	WriteJSON(w, status, errorBody{Error: code, Message: msg})
+	WriteJSON(w, status, ruleset.ErrorBody{Error: code, Message: msg})
 }
 
 // Constant header values, shared by every response. Each has len == cap,

@@ -6,13 +6,15 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 )
 
-// refusalBody is the JSON body of a limited or blocked response
-// (docs/rules.md, "Responses"). Its fields are those of every error body
-// package proxy writes, in the same order, so that a refusal reads like
-// any other error of the gateway.
-type refusalBody struct {
-	Error             string  `json:"error"`
-	Message           string  `json:"message,omitempty"`
+// ErrorBody is the JSON body of every response the gateway writes itself
+// (docs/rules.md, "Responses"): an error and its message, and for a
+// limited or blocked response the limit that refused it. The refusal
+// bodies are built here, at compile time; package proxy writes the
+// others.
+type ErrorBody struct {
+	Error   string `json:"error"`
+	Message string `json:"message,omitempty"`
+	// The fields of a limited response.
 	App               *string `json:"app,omitempty"`
 	API               *string `json:"api,omitempty"`
 	Limit             *int64  `json:"limit,omitempty"`
@@ -25,7 +27,7 @@ type refusalBody struct {
 // {"error":"rate_limited","message":…,"app":…,"api":…,"limit":…,"window":…,"retryAfterSeconds":
 func limitedBodyPrefix(app, api string, p limit.Params) []byte {
 	var zero int64
-	body, err := json.Marshal(refusalBody{
+	body, err := json.Marshal(ErrorBody{
 		Error: "rate_limited", Message: limitedMessage, App: &app, API: &api, Limit: &p.Limit,
 		Window: p.Unit(), RetryAfterSeconds: &zero,
 	})
@@ -42,7 +44,7 @@ const limitedMessage = "this caller has reached the limit of this API (or of its
 // blockedBody renders the response body of a limit of 0, built once when
 // the rules are compiled.
 func blockedBody(app, api string, p limit.Params) []byte {
-	body, err := json.Marshal(refusalBody{
+	body, err := json.Marshal(ErrorBody{
 		Error: "blocked", App: &app, API: &api, Limit: &p.Limit,
 		Message: "this API is blocked for this caller (its limit is 0): no request is admitted, whenever it is sent",
 	})

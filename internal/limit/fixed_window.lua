@@ -3,8 +3,12 @@
 -- start of a calendar window; see span in redis.lua) and c (its count).
 local M = {}
 
+-- FIELDS is what fields returns: one table, which decide's caller
+-- reads and never changes.
+local FIELDS = { 'w', 'c' }
+
 function M.fields()
-  return { 'w', 'c' }
+  return FIELDS
 end
 
 function M.decide(key, p, now, v)

@@ -4,8 +4,12 @@
 -- O(log limit) fields (a binary search), a commit writes one.
 local M = {}
 
+-- FIELDS is what fields returns: one table, which decide's caller
+-- reads and never changes.
+local FIELDS = { 'h', 'n', 'z' }
+
 function M.fields()
-  return { 'h', 'n', 'z' }
+  return FIELDS
 end
 
 -- at returns the i-th instant from the oldest.
@@ -14,7 +18,7 @@ local function at(key, st, i)
   if j >= st.z then
     j = j - st.z
   end
-  return tonumber(redis.call('HGET', key, j))
+  return tonumber(rcall('HGET', key, j))
 end
 
 -- view returns the instant a request at now is counted at, the index of
@@ -25,8 +29,8 @@ local function view(key, st, now, limit, w)
     return now, 0, nil
   end
   local newest = at(key, st, st.n - 1)
-  local t = math.max(now, newest)
-  local lo, hi = st.n - math.min(st.n, limit), st.n
+  local t = max(now, newest)
+  local lo, hi = st.n - min(st.n, limit), st.n
   while lo < hi do
     local mid = fdiv(lo + hi, 2)
     if at(key, st, mid) >= t - w then
@@ -46,13 +50,13 @@ function M.decide(key, p, now, v)
   if counted + p.cost <= p.limit then
     local u = 0
     if newest ~= nil then
-      u = math.max(newest + w + 1 - now, 0)
+      u = max(newest + w + 1 - now, 0)
     end
     return { ok = true, remaining = p.limit - counted - p.cost, reset = t + w + 1 - now, retry = 0, uncounted = u, st = st, t = t }
   end
   -- Denied: the request fits once the oldest counted+cost-limit of the
   -- counted admissions have aged out.
-  local oldest = first + math.min(counted + p.cost - p.limit, counted) - 1
+  local oldest = first + min(counted + p.cost - p.limit, counted) - 1
   return { ok = false, remaining = 0, reset = newest + w + 1 - now, retry = at(key, st, oldest) + w + 1 - now, st = st, t = t }
 end
 
@@ -64,7 +68,7 @@ local function grow(key, st, size, set)
     for i = 0, st.n - 1 do
       f[#f + 1] = fmod(st.h + i, st.z)
     end
-    local v = redis.call('HMGET', key, unpack(f))
+    local v = rcall('HMGET', key, unpack(f))
     for i = 1, st.n do
       put(set, i - 1, v[i])
     end
@@ -78,7 +82,7 @@ function M.commit(key, p, now, r, set)
     grow(key, st, p.limit, set)
   end
   -- The ring keeps the last z of the cost admissions, all at r.t.
-  for _ = 1, math.min(p.cost, st.z) do
+  for _ = 1, min(p.cost, st.z) do
     if st.n < st.z then
       st.n = st.n + 1
     else

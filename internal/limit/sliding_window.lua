@@ -5,11 +5,13 @@
 -- in the newest bucket reads and writes three fields.
 local M = {}
 
+-- geometry returns the width of p's buckets and their number, and keeps
+-- them in p, with gf: the fields (M.fields) of each slot, made once.
 local function geometry(p)
   local w = p.gw
   if not w then
-    w = math.max(fdiv(p.window + p.precision - 1, p.precision), 1)
-    p.gw, p.gn = w, p.precision + 1
+    w = max(fdiv(p.window + p.precision - 1, p.precision), 1)
+    p.gw, p.gn, p.gf = w, p.precision + 1, {}
   end
   return w, p.gn
 end
@@ -30,16 +32,24 @@ local function counts(key, from, to, n)
   if #f == 0 then
     return out
   end
-  local v = redis.call('HMGET', key, unpack(f))
+  local v = rcall('HMGET', key, unpack(f))
   for i = 1, #f do
     out[from + i - 1] = tonumber(v[i]) or 0
   end
   return out
 end
 
+-- fields returns one table per slot, which decide's caller reads and
+-- never changes.
 function M.fields(p, now)
   local width, n = geometry(p)
-  return { 'h', 't', slot(fdiv(now, width), n) }
+  local j = slot(fdiv(now, width), n)
+  local f = p.gf[j]
+  if not f then
+    f = { 'h', 't', j }
+    p.gf[j] = f
+  end
+  return f
 end
 
 function M.decide(key, p, now, v)
@@ -57,7 +67,7 @@ function M.decide(key, p, now, v)
       r.b = b
       r.cb = tonumber(v[slot(b, n)])
       if r.cb == nil then
-        r.cb = tonumber(redis.call('HGET', key, slot(b, n))) or 0
+        r.cb = tonumber(rcall('HGET', key, slot(b, n))) or 0
       end
     end
     if b - head < n then

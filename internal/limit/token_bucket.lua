@@ -4,8 +4,12 @@
 -- counted with. gcra.lua comes before this.
 local M = {}
 
+-- FIELDS is what fields returns: one table, which decide's caller
+-- reads and never changes.
+local FIELDS = { 'd', 'df', 'c', 'cf', 'n' }
+
 function M.fields()
-  return { 'd', 'df', 'c', 'cf', 'n' }
+  return FIELDS
 end
 
 -- view returns when the bucket is full and its coldness, in p's
@@ -27,7 +31,7 @@ local function warmcost(xn, xf, l, w)
   if d <= 0 then
     return 0
   end
-  return math.ceil(2 * d * d / w)
+  return ceil(2 * d * d / w)
 end
 
 -- nxt returns due and the coldness after a request of p.cost units at now.
@@ -105,7 +109,7 @@ function M.decide(key, p, now, v)
   end
   local nn, nf, cn, cf = nxt(st, now, p)
   local d, f = rsub(nn, nf, now, 0, p.limit)
-  local remaining = math.max(capacity(p) - spans(d, f, p), 0)
+  local remaining = max(capacity(p) - spans(d, f, p), 0)
   if p.warmup > 0 and remaining > 0 then
     remaining = warmremaining(d, f, cn, cf, remaining, p)
   end
@@ -122,7 +126,7 @@ function M.commit(key, p, now, r, set)
   put(set, 'cf', cf)
   put(set, 'n', p.limit)
   -- Idle once full and, with a warm-up, fully cold again.
-  return rceil(dn, df) + math.max(p.warmup - cn, 0)
+  return rceil(dn, df) + max(p.warmup - cn, 0)
 end
 
 return M

@@ -17,70 +17,137 @@
 -- nothing for a counter that exists: the decision learns that from the
 -- fields it reads anyway.
 
--- budget returns the budget's arguments of a call for limit i: {set, cap,
--- over = limit i's overflow counter}, or nil when i has none. It is read
--- only for a counter that does not exist yet.
-local function budget(ARGV, i)
-  local top = #ARGV
-  local m = tonumber(ARGV[top])
+-- The functions the scripts call, as locals of the library (upvalues),
+-- which costs less than looking up a global on every call (math.floor
+-- is two lookups). This file comes first in the script (script.go), so
+-- the decision's script and the algorithms see them too. A library
+-- cannot reach the globals while it is loaded: every call sets them
+-- first (bind, called by decide and entry in redis.lua).
+local rcall, floor, ceil, max, min, abs, tonumber, tostring, unpack, type
+
+local function bind()
+  rcall, floor, ceil, max, min, abs = redis.call, math.floor, math.ceil, math.max, math.min, math.abs
+  tonumber, tostring, unpack, type = _G.tonumber, _G.tostring, _G.unpack, _G.type
+end
+
+-- NUMOF maps the strings of numbers that calls sent as arguments (the
+-- counts and indexes of a batch, budgets) to their numbers, nnumof of
+-- them: tonumber reads a string with strtod every time.
+local NUMOF, nnumof = {}, 0
+
+-- num returns the number that s, a script argument, spells (tonumber).
+-- It is here, ahead of the decision's script (redis.lua), which uses it
+-- too.
+local function num(s)
+  local x = NUMOF[s]
+  if x then
+    return x
+  end
+  x = tonumber(s)
+  if nnumof >= 1024 then
+    NUMOF, nnumof = {}, 0
+  end
+  NUMOF[s] = x
+  nnumof = nnumof + 1
+  return x
+end
+
+-- budget returns the budget's arguments of a call for limit i: the set,
+-- its budget and limit i's overflow counter, or nil when i has none. It is read
+-- only for a counter that does not exist yet. The call's arguments end
+-- at ARGV[top].
+local function budget(ARGV, top, i)
+  local m = num(ARGV[top])
   local base = top - 3 - 2 * m
   for j = 1, m do
-    if tonumber(ARGV[base + 2 * j - 1]) == i then
-      return { set = ARGV[top - 2], cap = tonumber(ARGV[top - 1]), over = ARGV[base + 2 * j], pruned = false }
+    if num(ARGV[base + 2 * j - 1]) == i then
+      return ARGV[top - 2], num(ARGV[top - 1]), ARGV[base + 2 * j]
     end
   end
   return nil
 end
 
--- prune looks at up to 32 members of b's set that are due at ms, drops
+-- prune looks at up to 32 members of set that are due at ms, drops
 -- those whose counter is gone and moves the others to their counter's
 -- expiry.
-local function prune(b, ms)
-  b.pruned = true
-  local due = redis.call('ZRANGEBYSCORE', b.set, '-inf', ms, 'LIMIT', 0, 32)
+local function prune(set, ms)
+  local due = rcall('ZRANGEBYSCORE', set, '-inf', ms, 'LIMIT', 0, 32)
   for _, k in ipairs(due) do
-    local left = redis.call('PTTL', k)
+    local left = rcall('PTTL', k)
     if left == -2 then
-      redis.call('ZREM', b.set, k)
+      rcall('ZREM', set, k)
     elseif left == -1 then
       -- Counters always expire; look again in a minute.
-      redis.call('ZADD', b.set, ms + 60000, k)
+      rcall('ZADD', set, ms + 60000, k)
     else
-      redis.call('ZADD', b.set, ms + left, k)
+      rcall('ZADD', set, ms + left, k)
     end
   end
 end
 
--- room reports whether the counter key may be created under b at ms.
-local function room(b, key, ms)
-  if redis.call('ZCARD', b.set) < b.cap or redis.call('ZSCORE', b.set, key) then
-    return true
+-- CARD caches, per set, its number of members as this library last
+-- counted it (ZCARD) and added to it since, and the instant (ms) it
+-- counted: a library's locals live as long as it is loaded (FCALL), so a
+-- new caller of a set far from its budget costs a ZADD and no ZCARD. A
+-- member added by another library (a gateway of another version on the
+-- same Redis, or a script: EVAL starts with CARD empty) is seen at the
+-- next count, at most a second later; a member dropped by anyone else
+-- only makes the cache count high, which costs a ZCARD, never a refusal.
+local CARD, ncard = {}, 0
+
+-- room reports whether the counter key may be created in set, of budget
+-- cap, at ms, and whether the set has been pruned in this call: pruned
+-- says whether it had been.
+local function room(set, cap, key, ms, pruned)
+  local c = CARD[set]
+  if c and c.at <= ms and ms < c.at + 1000 and c.n + 1 < cap then
+    return true, pruned
   end
-  if b.pruned then
-    return false
+  local n = rcall('ZCARD', set)
+  if n < cap then
+    if c == nil then
+      if ncard >= 4096 then
+        CARD, ncard = {}, 0
+      end
+      ncard = ncard + 1
+    end
+    CARD[set] = { n = n, at = ms }
+    return true, pruned
   end
-  prune(b, ms)
-  return redis.call('ZCARD', b.set) < b.cap
+  if rcall('ZSCORE', set, key) then
+    return true, pruned
+  end
+  if pruned then
+    return false, true
+  end
+  prune(set, ms)
+  return rcall('ZCARD', set) < cap, true
 end
 
--- newcaller makes key, a counter that does not exist yet, a member of b's
--- set and returns nil, or returns the overflow counter to count on
--- instead when the set holds its budget. now is the decision's instant
+-- newcaller makes key, a counter that does not exist yet, a member of set
+-- (of budget cap) and returns nil, or returns over, the overflow counter
+-- to count on instead, when the set holds its budget; and whether the set
+-- has been pruned in this call (a call's limits share one set: pruned
+-- says whether an earlier limit pruned it). now is the decision's instant
 -- (µs); with fixed (a test's fixed instant) the set is on Redis's clock
--- all the same, as the counters' expiry is. A call's limits share one
--- set: pruned carries over from one to the next. arg turns a number into
--- a command's argument (redis.lua).
-local function newcaller(b, key, now, fixed, arg)
+-- all the same, as the counters' expiry is. arg turns a number into a
+-- command's argument (redis.lua).
+local function newcaller(set, cap, over, pruned, key, now, fixed, arg)
   local ms
   if fixed then
-    local t = redis.call('TIME')
-    ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local t = rcall('TIME')
+    ms = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
   else
-    ms = math.floor(now / 1000)
+    ms = floor(now / 1000)
   end
-  if room(b, key, ms) then
-    redis.call('ZADD', b.set, arg(ms), key)
-    return nil
+  local ok
+  ok, pruned = room(set, cap, key, ms, pruned)
+  if ok then
+    local c = CARD[set]
+    if rcall('ZADD', set, arg(ms), key) == 1 and c then
+      c.n = c.n + 1
+    end
+    return nil, pruned
   end
-  return b.over
+  return over, pruned
 end

@@ -57,7 +57,7 @@
 -- fdiv returns ⌊a/b⌋ for integers a, b > 0 below 2^53, exactly: the
 -- quotient of two doubles can round up to the next integer.
 local function fdiv(a, b)
-  local q = math.floor(a / b)
+  local q = floor(a / b)
   if q * b > a then
     q = q - 1
   elseif (q + 1) * b <= a then
@@ -118,7 +118,7 @@ local function arg(x)
   if s then
     return s
   end
-  if type(x) ~= 'number' or x ~= math.floor(x) or x >= EXACT or x <= -EXACT then
+  if type(x) ~= 'number' or x ~= floor(x) or x >= EXACT or x <= -EXACT then
     return x
   end
   s = string.format('%d', x)
@@ -151,7 +151,7 @@ local slack = 0
 -- ttl returns the time in milliseconds from now until at, rounded up and at
 -- least 1: what PEXPIRE needs so that a key lives until at.
 local function ttl(at, now)
-  return math.max(math.ceil((at - now) / 1000), 1) + slack
+  return max(ceil((at - now) / 1000), 1) + slack
 end
 
 -- calendar returns the calendar window that now falls in, from arg: the
@@ -244,7 +244,7 @@ local function lockout(r, left)
   if r.ok then
     reset = r.uncounted
   end
-  return { ok = false, remaining = 0, reset = math.max(reset, left), retry = math.max(r.retry, left) }
+  return { ok = false, remaining = 0, reset = max(reset, left), retry = max(r.retry, left) }
 end
 
 -- expiry returns the instant, after the state's idle instant at, until
@@ -252,7 +252,7 @@ end
 -- busy key's expiry is moved once per window rather than on every
 -- request.
 local function expiry(at, p)
-  return at + math.min(p.window, 1000000)
+  return at + min(p.window, 1000000)
 end
 
 -- write writes the fields of set to key, moving its expiry to cover upto
@@ -261,10 +261,10 @@ local function write(key, p, set, upto, x, now)
   if upto > x then
     x = expiry(upto, p)
     put(set, '_x', x)
-    redis.call('HSET', key, unpack(set))
-    redis.call('PEXPIRE', key, arg(ttl(x, now)))
+    rcall('HSET', key, unpack(set))
+    rcall('PEXPIRE', key, arg(ttl(x, now)))
   elseif #set > 0 then
-    redis.call('HSET', key, unpack(set))
+    rcall('HSET', key, unpack(set))
   end
 end
 
@@ -304,7 +304,7 @@ local function settings(arg)
     burst = tonumber(burst), warmup = tonumber(warmup), lock = tonumber(lock), cal = cal ~= '',
     cost = 1, rate = 0, fleet = 0, have = 0, units = 1, shadow = false,
     defer = false, charge = false, hold = false, release = false, a = false, heldonly = false,
-    gw = false, gn = false,
+    gw = false, gn = false, gf = false,
   }
   if nsettings >= 4096 then
     SETTINGS, nsettings = {}, 0
@@ -316,6 +316,29 @@ end
 
 -- MODES maps the mode of a call argument to the flag of p it sets.
 local MODES = { d = 'defer', c = 'charge', h = 'hold', r = 'release' }
+
+-- NOFIELDS are the fields of a limit that decides nothing (limit ≤ 0):
+-- none of the algorithm's, and the store's (names, see decide).
+local NOFIELDS = { names = { '_id', '_lk', '_x', '_lt', '_h', '_hx' } }
+
+-- view returns the algorithm's fields own, whose values are v[7] on (as
+-- HMGET gives them), keyed by name: for up to five, a table made at its
+-- size.
+local function view(own, v)
+  local n = #own
+  if n == 2 then
+    return { [own[1]] = v[7], [own[2]] = v[8] }
+  elseif n == 3 then
+    return { [own[1]] = v[7], [own[2]] = v[8], [own[3]] = v[9] }
+  elseif n == 5 then
+    return { [own[1]] = v[7], [own[2]] = v[8], [own[3]] = v[9], [own[4]] = v[10], [own[5]] = v[11] }
+  end
+  local st = {}
+  for j = 1, n do
+    st[own[j]] = v[6 + j]
+  end
+  return st
+end
 
 -- P, R, L, X, LT, H, FRESH and NAMES hold, for each limit i of the call
 -- being decided, its p, its result, the end of its lockout, its expiry,
@@ -337,10 +360,10 @@ local function charge(KEYS, i, now)
     if FRESH[i] then
       put(set, '_id', p.id)
     end
-    write(key, p, set, math.max(idle, L[i]), X[i], now)
+    write(key, p, set, max(idle, L[i]), X[i], now)
     -- Decide afresh on what was written.
     local names = NAMES[i]
-    local v = redis.call('HMGET', key, unpack(names))
+    local v = rcall('HMGET', key, unpack(names))
     local st = {}
     for j = 7, #names do
       st[names[j]] = v[j]
@@ -359,17 +382,22 @@ end
 
 -- clock returns Redis's clock (TIME) in µs.
 local function clock()
-  local t = redis.call('TIME')
+  local t = rcall('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- decide is one call: KEYS and ARGV as described at the top. at, when not
--- nil, is Redis's clock already read for it (many, below).
-local function decide(KEYS, ARGV, at)
+-- K holds the keys of the call being decided (decideAt), made once.
+local K = {}
+
+-- decideAt is one call: its n keys are those of KEYS after the first k0,
+-- and its arguments (as described at the top) those of ARGV after the
+-- first a0, up to ARGV[top]. at, when not nil, is Redis's clock already
+-- read for it (many, below).
+local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
   local now
   slack = 0
-  if ARGV[1] ~= '' then
-    now = tonumber(ARGV[1])
+  if ARGV[a0 + 1] ~= '' then
+    now = tonumber(ARGV[a0 + 1])
     slack = 3600000
   else
     now = at or clock()
@@ -381,15 +409,17 @@ local function decide(KEYS, ARGV, at)
   -- pruned is whether the key budget's set was pruned in this call.
   local pruned = false
 
-  local n = #KEYS
+  for i = 1, n do
+    K[i] = KEYS[k0 + i]
+  end
   local P, R, L, X, LT, H, fresh, names = P, R, L, X, LT, H, FRESH, NAMES
   local o = 2
   for i = 1, n do
-    local s = settings(ARGV[o])
+    local s = settings(ARGV[a0 + o])
     if s == nil then
-      return redis.error_reply('ERR gateway script: bad settings ' .. tostring(ARGV[o]))
+      return redis.error_reply('ERR gateway script: bad settings ' .. tostring(ARGV[a0 + o]))
     end
-    local call = ARGV[o + 1]
+    local call = ARGV[a0 + o + 1]
     local p = s
     if call ~= '' or s.cal then
       -- A call that p records: p is a copy of s, with every field p may
@@ -399,7 +429,7 @@ local function decide(KEYS, ARGV, at)
         burst = s.burst, warmup = s.warmup, lock = s.lock,
         cost = 1, rate = 0, fleet = 0, have = 0, units = 1, shadow = false,
         defer = false, charge = false, hold = false, release = false,
-        cal = false, a = s.a, heldonly = false, gw = s.gw, gn = s.gn, span = false,
+        cal = false, a = s.a, heldonly = false, gw = s.gw, gn = s.gn, gf = s.gf, span = false,
       }
     end
     if call ~= '' then
@@ -421,7 +451,7 @@ local function decide(KEYS, ARGV, at)
       p.cost = 1
     end
     if s.cal then
-      p.cal = calendar(ARGV[o], now)
+      p.cal = calendar(ARGV[a0 + o], now)
       o = o + 1
       if p.cal == nil then
         return redis.error_reply('ERR gateway script: Redis\'s clock is more than a calendar window away from the gateway\'s')
@@ -440,35 +470,42 @@ local function decide(KEYS, ARGV, at)
       end
       p.a, s.a = a, a
     end
-    local key = KEYS[i]
+    local key = K[i]
     -- The store's fields: the shape, the end of a lockout, the instant
     -- the key expires, when a token beyond its request was last leased
     -- (µs), the units held and until when they are.
+    -- The algorithm's fields (own) are a table of its, made once; so are
+    -- the names read (own.names), which nothing changes either.
     local names_i, own
     if p.limit > 0 then
       own = a.fields(p, now)
-      names_i = { '_id', '_lk', '_x', '_lt', '_h', '_hx', unpack(own) }
-      for j = 7, #names_i do
-        names_i[j] = arg(names_i[j])
+      names_i = own.names
+      if not names_i then
+        names_i = { '_id', '_lk', '_x', '_lt', '_h', '_hx', unpack(own) }
+        for j = 7, #names_i do
+          names_i[j] = tostring(names_i[j])
+        end
+        own.names = names_i
       end
     else
-      own = {}
-      names_i = { '_id', '_lk', '_x', '_lt', '_h', '_hx' }
+      own, names_i = NOFIELDS, NOFIELDS.names
     end
     names[i] = names_i
-    local v = redis.call('HMGET', key, unpack(names_i))
-    local b = not v[1] and budget(ARGV, i)
-    if b then
+    local v = rcall('HMGET', key, unpack(names_i))
+    local bset, bcap, bover
+    if not v[1] then
+      bset, bcap, bover = budget(ARGV, top, i)
+    end
+    if bset then
       -- A new caller's counter (every counter has "_id"): the key budget
-      -- decides whether it may be created (redis_budget.lua).
-      b.pruned = pruned
-      local over = newcaller(b, key, now, ARGV[1] ~= '', arg)
-      pruned = b.pruned
+      -- decides whether it may be created (budget.lua).
+      local over
+      over, pruned = newcaller(bset, bcap, bover, pruned, key, now, ARGV[a0 + 1] ~= '', arg)
       if over then
         key = over
-        KEYS[i] = key
+        K[i] = key
         overflowed = overflowed + 1
-        v = redis.call('HMGET', key, unpack(names_i))
+        v = rcall('HMGET', key, unpack(names_i))
       end
     end
     local lk, x, held = 0, 0, 0
@@ -480,27 +517,24 @@ local function decide(KEYS, ARGV, at)
         held = tonumber(v[5]) or 0
       end
     end
-    local st = {}
-    for j = 1, #own do
-      st[own[j]] = v[6 + j]
-    end
+    local st = view(own, v)
     fresh[i] = v[1] ~= p.id
     if v[1] and v[1] ~= p.id then
       -- The counter changed shape (a reload changed its algorithm, window
       -- or precision): start afresh, keeping the lockout (in progress, or
       -- ended but in force again if the clock steps back, as in memory).
-      redis.call('DEL', key)
+      rcall('DEL', key)
       st, x, LT[i], held = {}, 0, nil, 0
       if p.lock > 0 and lk > 0 then
-        x = expiry(math.max(lk, now), p)
-        redis.call('HSET', key, '_id', p.id, '_lk', lk, '_x', x)
-        redis.call('PEXPIRE', key, ttl(x, now))
+        x = expiry(max(lk, now), p)
+        rcall('HSET', key, '_id', p.id, '_lk', lk, '_x', x)
+        rcall('PEXPIRE', key, ttl(x, now))
         fresh[i] = false
       end
     end
     if p.lock == 0 and lk > 0 then
       -- The rule no longer locks out: lift a lockout in progress.
-      redis.call('HDEL', key, '_lk')
+      rcall('HDEL', key, '_lk')
       lk = 0
     end
     local r
@@ -521,7 +555,7 @@ local function decide(KEYS, ARGV, at)
       if not r.ok and a.decide(key, p, now, st).ok then
         -- Denied only for requests in flight: no lockout, a short wait.
         p.heldonly = true
-        r.retry = math.min(r.retry, HELD_RETRY)
+        r.retry = min(r.retry, HELD_RETRY)
       end
     else
       r = a.decide(key, p, now, st)
@@ -543,13 +577,14 @@ local function decide(KEYS, ARGV, at)
   end
 
   local out = { allowed and 1 or 0, nil, nil, nil, nil, nil, nil, nil, nil, nil }
+  local no = 1
   for i = 1, n do
-    local p, r, key = P[i], R[i], KEYS[i]
+    local p, r, key = P[i], R[i], K[i]
     if p.charge then
-      r = charge(KEYS, i, now)
+      r = charge(K, i, now)
     elseif p.release then
       if H[i] > 0 then
-        redis.call('HSET', key, '_h', math.max(H[i] - p.units, 0))
+        rcall('HSET', key, '_h', max(H[i] - p.units, 0))
       end
     elseif not r.ok then
       if p.lock > 0 and not p.shadow and L[i] <= now and not p.heldonly then
@@ -574,8 +609,8 @@ local function decide(KEYS, ARGV, at)
         -- gateway stops using come back (lease_return.lua).
         r.span = p.a.left(p, now, r)
         local room = r.remaining + 1
-        local want = math.ceil(math.abs(p.rate) * math.min(r.span, 15000) / 1000000) - p.have
-        p.cost = math.max(math.min(want, fdiv(room, 2 * math.max(p.fleet, 1)), room), 1)
+        local want = ceil(abs(p.rate) * min(r.span, 15000) / 1000000) - p.have
+        p.cost = max(min(want, fdiv(room, 2 * max(p.fleet, 1)), room), 1)
         r.remaining = r.remaining - (p.cost - 1)
       end
       if p.limit > 0 then
@@ -588,24 +623,31 @@ local function decide(KEYS, ARGV, at)
         if fresh[i] then
           put(set, '_id', p.id)
         end
-        write(key, p, set, math.max(idle, L[i]), X[i], now)
+        write(key, p, set, max(idle, L[i]), X[i], now)
       end
     elseif r.remaining >= 0 then
       -- Decided as if counted; it was not.
       r.remaining = r.remaining + p.cost
       r.reset = r.uncounted
     end
-    out[#out + 1] = r.ok and 1 or 0
-    out[#out + 1] = r.remaining
-    out[#out + 1] = r.reset
-    out[#out + 1] = r.retry
-    out[#out + 1] = r.span and p.cost or 0
-    out[#out + 1] = r.span or 0
-    out[#out + 1] = r.span and p.a.bucket(p, r) or 0
-    out[#out + 1] = LT[i] and now - LT[i] or -1
+    out[no + 1] = r.ok and 1 or 0
+    out[no + 2] = r.remaining
+    out[no + 3] = r.reset
+    out[no + 4] = r.retry
+    out[no + 5] = r.span and p.cost or 0
+    out[no + 6] = r.span or 0
+    out[no + 7] = r.span and p.a.bucket(p, r) or 0
+    out[no + 8] = LT[i] and now - LT[i] or -1
+    no = no + 8
   end
-  out[#out + 1] = overflowed
+  out[no + 1] = overflowed
   return out
+end
+
+-- decide is one call: KEYS and ARGV as described at the top.
+local function decide(KEYS, ARGV)
+  bind()
+  return decideAt(KEYS, ARGV, nil, 0, 0, #KEYS, #ARGV)
 end
 
 -- many is several calls in one (a batch of calls to one node, batch.go):
@@ -617,13 +659,13 @@ end
 -- reply, or its error, in their order. A batch in one script is atomic,
 -- which is at least what one script per call gives.
 local function many(KEYS, ARGV)
-  local m = tonumber(ARGV[2])
+  local m = num(ARGV[2])
   local out = {}
   local k, a = 0, 2 + 2 * m
   local now = clock()
   for c = 1, m do
-    local nk, na = tonumber(ARGV[1 + 2 * c]), tonumber(ARGV[2 + 2 * c])
-    local ok, r = pcall(decide, { unpack(KEYS, k + 1, k + nk) }, { unpack(ARGV, a + 1, a + na) }, now)
+    local nk, na = num(ARGV[1 + 2 * c]), num(ARGV[2 + 2 * c])
+    local ok, r = pcall(decideAt, KEYS, ARGV, now, k, a, nk, a + na)
     if not ok then
       -- A Redis error (a table with err) or Lua's (a string).
       if type(r) ~= 'table' or r.err == nil then
@@ -639,6 +681,7 @@ end
 -- entry is the function of the library (functions.go): many calls when
 -- ARGV[1] is "*", else one (decide).
 local function entry(KEYS, ARGV)
+  bind()
   if ARGV[1] == '*' then
     return many(KEYS, ARGV)
   end

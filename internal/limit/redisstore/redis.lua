@@ -304,7 +304,7 @@ local function settings(arg)
     burst = tonumber(burst), warmup = tonumber(warmup), lock = tonumber(lock), cal = cal ~= '',
     cost = 1, rate = 0, fleet = 0, have = 0, units = 1, shadow = false,
     defer = false, charge = false, hold = false, release = false, a = false, heldonly = false,
-    gw = false, gn = false, gf = false,
+    gw = false, gn = false, gf = false, fresh = false,
   }
   if nsettings >= 4096 then
     SETTINGS, nsettings = {}, 0
@@ -384,6 +384,40 @@ end
 local function clock()
   local t = rcall('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- NOSTATE is the algorithm's fields of a key that does not exist: none.
+-- Nothing writes to it.
+local NOSTATE = {}
+
+-- freshFor returns what a usual call (cost 1, decide and count, no lease)
+-- of s, settings without a calendar unit, does to a key that does not
+-- exist, at now: the fields to write (set), the key's time to live
+-- (ttl, an argument of PEXPIRE) and the result, as decide would make
+-- them for that key alone; or false when such a call is denied, which
+-- decide then decides. It depends on s and now only, so it is made once
+-- per settings and instant (s.fresh): every new key of a batch (one
+-- instant, many) after the first costs its two commands and no more.
+-- key is the first such key, which the algorithm may read (it does not
+-- exist).
+local function freshFor(key, s, a, now)
+  local f = s.fresh
+  if f ~= false and f ~= nil and f.now == now and f.slack == slack then
+    return f
+  end
+  f = false
+  local r = a.decide(key, s, now, NOSTATE)
+  if r.ok then
+    local set = {}
+    local idle = a.commit(key, s, now, r, set)
+    put(set, '_id', s.id)
+    local x = expiry(max(idle, 0), s)
+    put(set, '_x', x)
+    f = { now = now, slack = slack, set = set, ttl = arg(ttl(x, now)),
+      remaining = r.remaining, reset = r.reset, retry = r.retry }
+  end
+  s.fresh = f
+  return f
 end
 
 -- K holds the keys of the call being decided (decideAt), made once.
@@ -506,6 +540,16 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
         K[i] = key
         overflowed = overflowed + 1
         v = rcall('HMGET', key, unpack(names_i))
+      end
+    end
+    if n == 1 and p == s and not v[1] and p.limit > 0 then
+      -- The usual call on a new key, alone: what it writes and answers
+      -- is the same for every new key of its settings at this instant.
+      local f = freshFor(key, s, a, now)
+      if f then
+        rcall('HSET', key, unpack(f.set))
+        rcall('PEXPIRE', key, f.ttl)
+        return { 1, 1, f.remaining, f.reset, f.retry, 0, 0, 0, -1, overflowed }
       end
     end
     local lk, x, held = 0, 0, 0

@@ -393,8 +393,9 @@ local NOSTATE = {}
 -- freshFor returns what a usual call (cost 1, decide and count, no lease)
 -- of s, settings without a calendar unit, does to a key that does not
 -- exist, at now: the fields to write (set), the key's time to live
--- (ttl, an argument of PEXPIRE) and the result, as decide would make
--- them for that key alone; or false when such a call is denied, which
+-- (ttl, an argument of PEXPIRE) and the reply, as decide would make
+-- them for that key alone (f[1], and f[2] for a key sent to its overflow
+-- counter; Redis only reads a reply, so one table serves them all); or false when such a call is denied, which
 -- decide then decides. It depends on s and now only, so it is made once
 -- per settings and instant (s.fresh): every new key of a batch (one
 -- instant, many) after the first costs its two commands and no more.
@@ -414,7 +415,8 @@ local function freshFor(key, s, a, now)
     local x = expiry(max(idle, 0), s)
     put(set, '_x', x)
     f = { now = now, slack = slack, set = set, ttl = arg(ttl(x, now)),
-      remaining = r.remaining, reset = r.reset, retry = r.retry }
+      { 1, 1, r.remaining, r.reset, r.retry, 0, 0, 0, -1, 0 },
+      { 1, 1, r.remaining, r.reset, r.retry, 0, 0, 0, -1, 1 } }
   end
   s.fresh = f
   return f
@@ -549,7 +551,7 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
       if f then
         rcall('HSET', key, unpack(f.set))
         rcall('PEXPIRE', key, f.ttl)
-        return { 1, 1, f.remaining, f.reset, f.retry, 0, 0, 0, -1, overflowed }
+        return f[overflowed + 1]
       end
     end
     local lk, x, held = 0, 0, 0

@@ -23,14 +23,8 @@ import (
 func TestRedisNewKeysAsAnyOther(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	red, clock := newFixedRedis(t, srv)
+	red, clock := newFixedFunctions(t, srv)
 	ctx := context.Background()
-	if err := red.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if !red.fn.on.Load() {
-		t.Fatal("the function library is not loaded")
-	}
 	cl := srv.Client()
 	call := func(prefix string, p *limit.Params, long bool) *batchCall {
 		reqs := []limit.Request{{Key: prefix, Params: p}}

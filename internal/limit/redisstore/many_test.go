@@ -19,14 +19,8 @@ import (
 func TestRedisBatchAsOne(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	red, clock := newFixedRedis(t, srv)
+	red, clock := newFixedFunctions(t, srv)
 	ctx := context.Background()
-	if err := red.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if !red.fn.on.Load() {
-		t.Fatal("the function library is not loaded")
-	}
 	sw := &limit.Params{Algorithm: "sliding_window", Limit: 3, Window: time.Second, Precision: 10}
 	fw := &limit.Params{Algorithm: "fixed_window", Limit: 2, Window: time.Second}
 	tb := &limit.Params{Algorithm: "token_bucket", Limit: 5, Window: time.Second, Burst: 5}
@@ -90,6 +84,20 @@ func TestRedisBatchAsOne(t *testing.T) {
 			}
 		}
 	}
+}
+
+// newFixedFunctions returns newFixedRedis's store, warmed up, and fails
+// the test unless its calls use the function library (FCALL).
+func newFixedFunctions(t *testing.T, srv *redistest.Server) (*Store, *fixedClock) {
+	t.Helper()
+	red, clock := newFixedRedis(t, srv)
+	if err := red.Ready(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !red.fn.on.Load() {
+		t.Fatal("the function library is not loaded")
+	}
+	return red, clock
 }
 
 // TestRedisBatchAsOneLostLibrary checks a batch sent as one FCALL to a

@@ -3,8 +3,8 @@
 -- start of a calendar window; see span in redis.lua) and c (its count).
 local M = {}
 
--- FIELDS is what fields returns: one table, which decide's caller
--- reads and never changes.
+-- FIELDS is what fields returns: one table, which the store reads and
+-- hangs the names it reads on (redis.lua).
 local FIELDS = { 'w', 'c' }
 
 function M.fields()

@@ -3,8 +3,8 @@
 -- it was last counted with. gcra.lua comes before this.
 local M = {}
 
--- FIELDS is what fields returns: one table, which decide's caller
--- reads and never changes.
+-- FIELDS is what fields returns: one table, which the store reads and
+-- hangs the names it reads on (redis.lua).
 local FIELDS = { 'd', 'f', 'n' }
 
 function M.fields()

@@ -4,8 +4,8 @@
 -- O(log limit) fields (a binary search), a commit writes one.
 local M = {}
 
--- FIELDS is what fields returns: one table, which decide's caller
--- reads and never changes.
+-- FIELDS is what fields returns: one table, which the store reads and
+-- hangs the names it reads on (redis.lua).
 local FIELDS = { 'h', 'n', 'z' }
 
 function M.fields()

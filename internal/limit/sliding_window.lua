@@ -6,12 +6,12 @@
 local M = {}
 
 -- geometry returns the width of p's buckets and their number, and keeps
--- them in p, with gf: the fields (M.fields) of each slot, made once.
+-- them in p.
 local function geometry(p)
   local w = p.gw
   if not w then
     w = max(fdiv(p.window + p.precision - 1, p.precision), 1)
-    p.gw, p.gn, p.gf = w, p.precision + 1, {}
+    p.gw, p.gn = w, p.precision + 1
   end
   return w, p.gn
 end
@@ -39,17 +39,16 @@ local function counts(key, from, to, n)
   return out
 end
 
--- fields returns one table per slot, which decide's caller reads and
--- never changes.
+-- fields returns one table for all the calls of p in one bucket (p.gf,
+-- for the slot p.gj), which the store reads and hangs the names it reads
+-- on (redis.lua).
 function M.fields(p, now)
   local width, n = geometry(p)
   local j = slot(fdiv(now, width), n)
-  local f = p.gf[j]
-  if not f then
-    f = { 'h', 't', j }
-    p.gf[j] = f
+  if p.gj ~= j then
+    p.gj, p.gf = j, { 'h', 't', j }
   end
-  return f
+  return p.gf
 end
 
 function M.decide(key, p, now, v)

@@ -4,8 +4,8 @@
 -- counted with. gcra.lua comes before this.
 local M = {}
 
--- FIELDS is what fields returns: one table, which decide's caller
--- reads and never changes.
+-- FIELDS is what fields returns: one table, which the store reads and
+-- hangs the names it reads on (redis.lua).
 local FIELDS = { 'd', 'df', 'c', 'cf', 'n' }
 
 function M.fields()

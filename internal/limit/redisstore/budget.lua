@@ -85,36 +85,11 @@ local function prune(set, ms)
   end
 end
 
--- CARD caches, per set, its number of members as this library last
--- counted it (ZCARD) and added to it since, and the instant (ms) it
--- counted: a library's locals live as long as it is loaded (FCALL), so a
--- new caller of a set far from its budget costs a ZADD and no ZCARD. A
--- member added by another library (a gateway of another version on the
--- same Redis, or a script: EVAL starts with CARD empty) is seen at the
--- next count, at most a second later; a member dropped by anyone else
--- only makes the cache count high, which costs a ZCARD, never a refusal.
-local CARD, ncard = {}, 0
-
 -- room reports whether the counter key may be created in set, of budget
 -- cap, at ms, and whether the set has been pruned in this call: pruned
 -- says whether it had been.
 local function room(set, cap, key, ms, pruned)
-  local c = CARD[set]
-  if c and c.at <= ms and ms < c.at + 1000 and c.n + 1 < cap then
-    return true, pruned
-  end
-  local n = rcall('ZCARD', set)
-  if n < cap then
-    if c == nil then
-      if ncard >= 4096 then
-        CARD, ncard = {}, 0
-      end
-      ncard = ncard + 1
-    end
-    CARD[set] = { n = n, at = ms }
-    return true, pruned
-  end
-  if rcall('ZSCORE', set, key) then
+  if rcall('ZCARD', set) < cap or rcall('ZSCORE', set, key) then
     return true, pruned
   end
   if pruned then
@@ -143,10 +118,7 @@ local function newcaller(set, cap, over, pruned, key, now, fixed, arg)
   local ok
   ok, pruned = room(set, cap, key, ms, pruned)
   if ok then
-    local c = CARD[set]
-    if rcall('ZADD', set, arg(ms), key) == 1 and c then
-      c.n = c.n + 1
-    end
+    rcall('ZADD', set, arg(ms), key)
     return nil, pruned
   end
   return over, pruned

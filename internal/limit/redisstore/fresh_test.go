@@ -15,19 +15,19 @@ import (
 // TestRedisNewKeysAsAnyOther checks the decision's short way for the
 // usual call on a new key (freshFor in redis.lua: made once per settings
 // and instant, then reused by every new key of the batch): for every
-// algorithm, with random settings, a batch of new keys gets the answers,
-// the fields and the expiry that one such key gets the long way (the
-// same request spelled as a call with its cost, mode and lease, which
-// never takes the short way), and a second request on each is decided
-// alike.
+// algorithm, with random settings used again at later instants, a batch
+// of new keys gets the answers, the fields and the expiry that one such
+// key gets the long way (the same request spelled as a call with its
+// cost, mode and lease, which never takes the short way), and a second
+// request on each is decided alike. New keys sent to their overflow
+// counter (the key budget) are checked the same way.
 func TestRedisNewKeysAsAnyOther(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	red, clock := newFixedFunctions(t, srv)
 	ctx := context.Background()
 	cl := srv.Client()
-	call := func(prefix string, p *limit.Params, long bool) *batchCall {
-		reqs := []limit.Request{{Key: prefix, Params: p}}
+	call := func(reqs []limit.Request, long bool) *batchCall {
 		keys, tag, _, err := redisKeys(reqs)
 		if err != nil {
 			t.Fatal(err)
@@ -41,6 +41,33 @@ func TestRedisNewKeysAsAnyOther(t *testing.T) {
 		}
 		return &batchCall{keys: keys, args: args}
 	}
+	one := func(key string, p *limit.Params) []limit.Request {
+		return []limit.Request{{Key: key, Params: p}}
+	}
+	// same checks that the batch's calls got long's answer and left their
+	// key (or, sent to their overflow counter, that) as long left its.
+	same := func(name string, batch []*batchCall, long *batchCall, counter func(*batchCall) string) {
+		t.Helper()
+		if long.err != nil {
+			t.Fatalf("%s: the long way: %v", name, long.err)
+		}
+		want := cl.HGetAll(ctx, counter(long)).Val()
+		wantTTL := cl.PTTL(ctx, counter(long)).Val()
+		for i, c := range batch {
+			if c.err != nil || !slices.Equal(c.v, long.v) {
+				t.Errorf("%s, new key %d: got %v %v, want %v", name, i, c.v, c.err, long.v)
+			}
+			if got := cl.HGetAll(ctx, counter(c)).Val(); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("%s, new key %d: fields %v, want %v", name, i, got, want)
+			}
+			// Both expire at one instant; the real clock moved a little
+			// between the two reads.
+			if ttl := cl.PTTL(ctx, counter(c)).Val(); (ttl > 0) != (wantTTL > 0) || (ttl-wantTTL).Abs() > time.Second {
+				t.Errorf("%s, new key %d: time to live %v, want %v", name, i, ttl, wantTTL)
+			}
+		}
+	}
+	own := func(c *batchCall) string { return c.keys[0] }
 	for _, alg := range limit.Algorithms() {
 		if a, _ := limit.Lookup(alg); a == nil {
 			continue
@@ -50,52 +77,67 @@ func TestRedisNewKeysAsAnyOther(t *testing.T) {
 		for seed := range 6 {
 			rng := rand.New(rand.NewPCG(uint64(seed), 7))
 			p := redisParams(rng, alg)
-			name := fmt.Sprintf("%s/%d", alg, seed)
-			clock.us.Add(rng.Int64N(5_000_000))
-			// Four new keys in one batch, and the same request the long way.
-			var batch []*batchCall
-			for i := range 4 {
-				batch = append(batch, call(fmt.Sprintf("%s|new|%d", name, i), p, false))
+			if alg == "token_bucket" && p.Limit > 0 && seed%2 == 0 {
+				p.Warmup = us(1 + rng.Int64N(3_000_000))
 			}
-			red.runAsOne(ctx, batch)
-			long := call(name+"|long", p, true)
-			long.v, long.err = red.run(ctx, long.keys, long.args)
-			if long.err != nil {
-				t.Fatalf("%s: the long way: %v", name, long.err)
-			}
-			want, err := cl.HGetAll(ctx, long.keys[0]).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			wantTTL := cl.PTTL(ctx, long.keys[0]).Val()
-			for i, c := range batch {
-				if c.err != nil || !slices.Equal(c.v, long.v) {
-					t.Errorf("%s, new key %d: got %v %v, want %v (%v)", name, i, c.v, c.err, long.v, p)
+			// The same settings at three instants: what the short way
+			// made at one must not answer at the next.
+			for round := range 3 {
+				name := fmt.Sprintf("%s/%d/%d (%+v)", alg, seed, round, *p)
+				clock.us.Add(1 + rng.Int64N(5_000_000))
+				var batch []*batchCall
+				for i := range 4 {
+					batch = append(batch, call(one(fmt.Sprintf("%s|new|%d", name, i), p), false))
 				}
-				got, err := cl.HGetAll(ctx, c.keys[0]).Result()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if fmt.Sprint(got) != fmt.Sprint(want) {
-					t.Errorf("%s, new key %d: fields %v, want %v", name, i, got, want)
-				}
-				// Both expire at one instant; the real clock moved a little
-				// between the two reads.
-				if ttl := cl.PTTL(ctx, c.keys[0]).Val(); (ttl > 0) != (wantTTL > 0) || (ttl-wantTTL).Abs() > time.Second {
-					t.Errorf("%s, new key %d: time to live %v, want %v", name, i, ttl, wantTTL)
+				red.runAsOne(ctx, batch)
+				long := call(one(name+"|long", p), true)
+				long.v, long.err = red.run(ctx, long.keys, long.args)
+				same(name, batch, long, own)
+
+				// A second request on each, a little later.
+				clock.us.Add(rng.Int64N(200_000))
+				second := call(one(name+"|long", p), false)
+				second.v, second.err = red.run(ctx, second.keys, second.args)
+				for i := range batch {
+					c := call(one(fmt.Sprintf("%s|new|%d", name, i), p), false)
+					c.v, c.err = red.run(ctx, c.keys, c.args)
+					if c.err != nil || second.err != nil || !slices.Equal(c.v, second.v) {
+						t.Errorf("%s, new key %d, second request: got %v %v, want %v %v", name, i, c.v, c.err, second.v, second.err)
+					}
 				}
 			}
-			// A second request on each, a little later.
-			clock.us.Add(rng.Int64N(200_000))
-			second := call(name+"|long", p, false)
-			second.v, second.err = red.run(ctx, second.keys, second.args)
-			for i := range batch {
-				c := call(fmt.Sprintf("%s|new|%d", name, i), p, false)
-				c.v, c.err = red.run(ctx, c.keys, c.args)
-				if c.err != nil || second.err != nil || !slices.Equal(c.v, second.v) {
-					t.Errorf("%s, new key %d, second request: got %v %v, want %v %v", name, i, c.v, c.err, second.v, second.err)
-				}
-			}
+		}
+	}
+
+	// New keys sent to a new overflow counter: a budget of one key per
+	// set, taken by a first caller; each call then has an overflow
+	// counter of its own, new, which the reply reports.
+	budgeted := newTestRedis(t, Config{URL: srv.URL(), DenyCacheSize: -1, Timeout: 10 * time.Second, MaxKeys: 1})
+	budgeted.fixedNow = clock.us.Load
+	red = budgeted
+	p := &limit.Params{Algorithm: "sliding_window", Limit: 5, Window: time.Second, Precision: 10}
+	over := func(key, overflow string) []limit.Request {
+		return []limit.Request{{Key: key, Overflow: overflow, Tag: "budget", Params: p}}
+	}
+	first := call(over("budget|first", "budget|o-first"), false)
+	if first.v, first.err = red.run(ctx, first.keys, first.args); first.err != nil || first.v[len(first.v)-1] != 0 {
+		t.Fatalf("the first caller: %v %v, want its own counter", first.v, first.err)
+	}
+	var batch []*batchCall
+	for i := range 4 {
+		batch = append(batch, call(over(fmt.Sprintf("budget|new|%d", i), fmt.Sprintf("budget|o-%d", i)), false))
+	}
+	red.runAsOne(ctx, batch)
+	long := call(over("budget|long", "budget|o-long"), true)
+	long.v, long.err = red.run(ctx, long.keys, long.args)
+	if long.err != nil || long.v[len(long.v)-1] != 1 {
+		t.Fatalf("the long way: %v %v, want sent to its overflow counter", long.v, long.err)
+	}
+	overflowOf := func(c *batchCall) string { return c.args[len(c.args)-4].(string) }
+	same("overflowed", batch, long, overflowOf)
+	for _, c := range append(batch, long) {
+		if n := cl.Exists(ctx, c.keys[0]).Val(); n != 0 {
+			t.Errorf("%s: created, want counted on %s", c.keys[0], overflowOf(c))
 		}
 	}
 }

@@ -13,7 +13,9 @@
 -- algorithm/window/precision), "_lk" (the end of a lockout) and "_x" (when
 -- the key expires) are the store's; the other fields belong to the
 -- algorithm. The algorithms' chunks (A below) may use the helpers fdiv,
--- fmod, muldiv and put defined here.
+-- fmod, muldiv and put defined here, and the locals that budget.lua
+-- binds at the start of every call (rcall for redis.call, floor, ceil,
+-- max, min, abs, tonumber, tostring, unpack, type).
 --
 -- ARGV[1] is "" (read TIME) or a fixed instant, for tests. Then for each
 -- limit two values, and a third for a calendar unit:
@@ -209,7 +211,10 @@ end
 -- A maps each algorithm's name to a function that returns its functions
 -- (and, once called, to them):
 --   fields(p, now) returns the names of the fields decide needs first; the
---     script reads them with its own in one HMGET;
+--     script reads them with its own in one HMGET. It returns one table
+--     for every call with the same names (they depend on p and now
+--     only), which the script does not change but keeps what it derives
+--     from the names in (names);
 --   decide(key, p, now, v) returns a result {ok, remaining, reset, retry}
 --     for a request of p.cost units (1 ≤ cost ≤ capacity), and whatever
 --     else commit needs, also when not ok, without writing anything; v maps
@@ -304,7 +309,7 @@ local function settings(arg)
     burst = tonumber(burst), warmup = tonumber(warmup), lock = tonumber(lock), cal = cal ~= '',
     cost = 1, rate = 0, fleet = 0, have = 0, units = 1, shadow = false,
     defer = false, charge = false, hold = false, release = false, a = false, heldonly = false,
-    gw = false, gn = false, gf = false, fresh = false, fat = false, fown = false,
+    gw = false, gn = false, gj = false, gf = false, fresh = false, fat = false, fown = false,
   }
   if nsettings >= 4096 then
     SETTINGS, nsettings = {}, 0
@@ -465,7 +470,7 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
         burst = s.burst, warmup = s.warmup, lock = s.lock,
         cost = 1, rate = 0, fleet = 0, have = 0, units = 1, shadow = false,
         defer = false, charge = false, hold = false, release = false,
-        cal = false, a = s.a, heldonly = false, gw = s.gw, gn = s.gn, gf = s.gf, span = false,
+        cal = false, a = s.a, heldonly = false, gw = s.gw, gn = s.gn, gj = s.gj, gf = s.gf, span = false,
       }
     end
     if call ~= '' then

@@ -22,7 +22,7 @@ const maxWriteBacks = 4096
 // answer, when it comes, says whether Redis counted it. A request
 // admitted locally that Redis did not count is written back: counted in
 // Redis as a charge of its cost on every limit that would have counted
-// it.
+// it (a new caller's past the key budget on its overflow counter).
 type lateCall struct {
 	r  *Store
 	mu sync.Mutex
@@ -232,7 +232,10 @@ func (r *Store) flushOnce() {
 			if q.Defer {
 				continue // a deferred request counts nothing
 			}
-			reqs = append(reqs, limit.Request{Key: q.Key, Tag: q.Tag, Params: q.Params, Cost: q.Units(), Charge: true})
+			// With its Overflow, as the decision had it: a new caller
+			// past the key budget is counted against its overflow
+			// counter, not given a counter outside the budget.
+			reqs = append(reqs, limit.Request{Key: q.Key, Overflow: q.Overflow, Tag: q.Tag, Params: q.Params, Cost: q.Units(), Charge: true})
 		}
 		if len(reqs) == 0 {
 			continue

@@ -233,3 +233,46 @@ func (g *failLocal) stall(srv *redistest.Server) {
 	}
 	srv.Resume()
 }
+
+// TestRedisWriteBackKeepsBudget writes back local admissions of new
+// callers (--fail-mode local while Redis did not answer) into a bucket
+// whose key budget is used up: each is counted against its rule's
+// overflow counter, as its decision would have been, and no counter is
+// created past the budget.
+func TestRedisWriteBackKeepsBudget(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const perBucket, late = 4, 6
+	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: 10 * time.Second, MaxKeys: perBucket * limit.CallerBuckets, DenyCacheSize: -1, Leases: -1})
+	ctx := context.Background()
+	p := &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: 1000 * time.Hour}
+	tag := callerTags[5]
+	ips := ipsInBucket(tag, perBucket+late)
+	res := make([]limit.Result, 1)
+	for _, ip := range ips[:perBucket] {
+		if ok, err := red.Allow(ctx, time.Time{}, []limit.Request{callerReq("/", ip, p)}, res); !ok || err != nil {
+			t.Fatalf("caller %s: got %v %v, want admitted", ip, ok, err)
+		}
+	}
+	red.wbMu.Lock()
+	for _, ip := range ips[perBucket:] {
+		red.writeBacks = append(red.writeBacks, &lateCall{r: red, reqs: []limit.Request{callerReq("/", ip, p)}, at: red.clock()})
+	}
+	red.wbMu.Unlock()
+	red.flushOnce()
+	c := srv.Client()
+	if got := red.writtenBack.Load(); got != late {
+		t.Fatalf("written back: %d, want %d (dropped %d)", got, late, red.writeBacksDropped.Load())
+	}
+	for _, ip := range ips[perBucket:] {
+		if n, err := c.Exists(ctx, redisKey(tag, "*|/|"+ip)).Result(); err != nil || n != 0 {
+			t.Errorf("caller %s written back past the budget: its counter exists (%d %v), want none", ip, n, err)
+		}
+	}
+	if n, err := c.ZCard(ctx, budgetSet(tag)).Result(); err != nil || n != perBucket {
+		t.Errorf("the bucket's set: %d members (%v), want its budget %d", n, err, perBucket)
+	}
+	if got, err := c.HGet(ctx, redisKey(tag, "*|/|overflow"), "c").Int(); err != nil || got != late {
+		t.Errorf("the overflow counter: %d (%v), want the %d written back", got, err, late)
+	}
+}

@@ -12,8 +12,11 @@
 -- The set's members are the counters of new callers; a member's score is
 -- an instant (ms, Redis's clock) at or before which its counter may have
 -- expired: it is looked at again then (PTTL) and dropped once the counter
--- is gone. A new member is due at once, so that the next prune learns its
--- real expiry. Pruning runs only when the set is full. The budget costs
+-- is gone. A counter joins the set once the decision has written it, with
+-- the expiry it was given (join, redis.lua): a counter the decision did
+-- not create (a denied request) never joins, and members are due in the
+-- order their counters expire, not the order they joined. Pruning runs
+-- only when the set is full. The budget costs
 -- nothing for a counter that exists: the decision learns that from the
 -- fields it reads anyway.
 
@@ -86,28 +89,31 @@ local function prune(set, ms)
 end
 
 -- room reports whether the counter key may be created in set, of budget
--- cap, at ms, and whether the set has been pruned in this call: pruned
--- says whether it had been.
-local function room(set, cap, key, ms, pruned)
-  if rcall('ZCARD', set) < cap or rcall('ZSCORE', set, key) then
+-- cap, at ms, when joining counters of the call are about to join it, and
+-- whether the set has been pruned in this call: pruned says whether it
+-- had been.
+local function room(set, cap, key, ms, pruned, joining)
+  if rcall('ZCARD', set) + joining < cap or rcall('ZSCORE', set, key) then
     return true, pruned
   end
   if pruned then
     return false, true
   end
   prune(set, ms)
-  return rcall('ZCARD', set) < cap, true
+  return rcall('ZCARD', set) + joining < cap, true
 end
 
--- newcaller makes key, a counter that does not exist yet, a member of set
--- (of budget cap) and returns nil, or returns over, the overflow counter
--- to count on instead, when the set holds its budget; and whether the set
+-- newcaller reports whether key, a counter that does not exist yet, may
+-- be created in set (of budget cap), where joining counters of the call
+-- are about to join: it returns nil and the instant (ms, Redis's clock)
+-- from which the counter's expiry counts, for it to join the set once
+-- written (join, redis.lua); or over, the overflow counter to count on
+-- instead, when the set holds its budget. It also returns whether the set
 -- has been pruned in this call (a call's limits share one set: pruned
 -- says whether an earlier limit pruned it). now is the decision's instant
 -- (µs); with fixed (a test's fixed instant) the set is on Redis's clock
--- all the same, as the counters' expiry is. arg turns a number into a
--- command's argument (redis.lua).
-local function newcaller(set, cap, over, pruned, key, now, fixed, arg)
+-- all the same, as the counters' expiry is.
+local function newcaller(set, cap, over, pruned, key, now, fixed, joining)
   local ms
   if fixed then
     local t = rcall('TIME')
@@ -116,10 +122,9 @@ local function newcaller(set, cap, over, pruned, key, now, fixed, arg)
     ms = floor(now / 1000)
   end
   local ok
-  ok, pruned = room(set, cap, key, ms, pruned)
+  ok, pruned = room(set, cap, key, ms, pruned, joining)
   if ok then
-    rcall('ZADD', set, arg(ms), key)
-    return nil, pruned
+    return nil, pruned, ms
   end
-  return over, pruned
+  return over, pruned, ms
 end

@@ -503,3 +503,59 @@ func BenchmarkRedisBytesPerKey(b *testing.B) {
 		})
 	}
 }
+
+// TestRedisBudgetPrunesExpiredFirst checks that a full budget frees the
+// room of expired counters for new callers however many live counters
+// joined before them: a counter joins its set due when it expires, so the
+// 36 hour-long counters that filled most of a bucket first are not looked
+// at before the 4 that expired after 100 ms. (Members due when they
+// joined sent the new callers to the overflow counter: a prune looks at
+// 32 members.)
+func TestRedisBudgetPrunesExpiredFirst(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const perBucket, long, short = 40, 36, 4
+	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: 10 * time.Second, MaxKeys: perBucket * limit.CallerBuckets, DenyCacheSize: -1, Leases: -1})
+	ctx := context.Background()
+	hour := &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: 1000 * time.Hour}
+	brief := &limit.Params{Algorithm: "sliding_window", Limit: 100, Window: 50 * time.Millisecond, Precision: 1}
+	tag := callerTags[9]
+	ips := ipsInBucket(tag, long+2*short)
+	res := make([]limit.Result, 1)
+	admit := func(ip string, p *limit.Params) {
+		t.Helper()
+		if ok, err := red.Allow(ctx, time.Time{}, []limit.Request{callerReq("/", ip, p)}, res); !ok || err != nil {
+			t.Fatalf("caller %s: got %v %v, want admitted", ip, ok, err)
+		}
+	}
+	for _, ip := range ips[:long] {
+		admit(ip, hour)
+	}
+	for _, ip := range ips[long : long+short] {
+		admit(ip, brief)
+	}
+	c := srv.Client()
+	if n := c.ZCard(ctx, budgetSet(tag)).Val(); n != perBucket {
+		t.Fatalf("the bucket's set: %d members, want %d (full)", n, perBucket)
+	}
+	eventually.True(t, 30*time.Second, func() bool {
+		for _, ip := range ips[long : long+short] {
+			if c.Exists(ctx, redisKey(tag, "*|/|"+ip)).Val() != 0 {
+				return false
+			}
+		}
+		return true
+	}, "the brief counters did not expire")
+	for _, ip := range ips[long+short:] {
+		admit(ip, hour)
+		if n := c.Exists(ctx, redisKey(tag, "*|/|"+ip)).Val(); n != 1 {
+			t.Errorf("new caller %s: no counter of its own, want one in the room the expired counters left", ip)
+		}
+	}
+	if n := c.ZCard(ctx, budgetSet(tag)).Val(); n != perBucket {
+		t.Errorf("the bucket's set: %d members, want %d", n, perBucket)
+	}
+	if n := c.Exists(ctx, redisKey(tag, "*|/|overflow")).Val(); n != 0 {
+		t.Errorf("the overflow counter exists, want no caller sent to it")
+	}
+}

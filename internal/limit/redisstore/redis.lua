@@ -261,15 +261,33 @@ local function expiry(at, p)
 end
 
 -- write writes the fields of set to key, moving its expiry to cover upto
--- if it does not.
+-- if it does not; it returns the key's new time to live (ms), or nil when
+-- its expiry did not move.
 local function write(key, p, set, upto, x, now)
   if upto > x then
     x = expiry(upto, p)
     put(set, '_x', x)
     rcall('HSET', key, unpack(set))
-    rcall('PEXPIRE', key, arg(ttl(x, now)))
+    local t = ttl(x, now)
+    rcall('PEXPIRE', key, arg(t))
+    return t
   elseif #set > 0 then
     rcall('HSET', key, unpack(set))
+  end
+  return nil
+end
+
+-- JOIN and JOINMS hold, for each limit i of the call being decided, the
+-- key budget's set that its new counter joins once written, or false, and
+-- the instant (ms) from which its expiry counts (newcaller, budget.lua).
+local JOIN, JOINMS = {}, {}
+
+-- join makes limit i's new counter key, just written with a time to live
+-- of t ms (nil: not written), a member of its budget set, due when it
+-- expires.
+local function join(i, key, t)
+  if JOIN[i] and t then
+    rcall('ZADD', JOIN[i], arg(JOINMS[i] + t), key)
   end
 end
 
@@ -365,7 +383,7 @@ local function charge(KEYS, i, now)
     if FRESH[i] then
       put(set, '_id', p.id)
     end
-    write(key, p, set, max(idle, L[i]), X[i], now)
+    join(i, key, write(key, p, set, max(idle, L[i]), X[i], now))
     -- Decide afresh on what was written.
     local names = NAMES[i]
     local v = rcall('HMGET', key, unpack(names))
@@ -398,10 +416,11 @@ local NOSTATE = {}
 -- freshFor returns what a usual call (cost 1, decide and count, no lease)
 -- of s, settings without a calendar unit, does to a key that does not
 -- exist, at now: the fields to write (set), the key's time to live
--- (ttl, an argument of PEXPIRE) and the reply, as decide would make
--- them for that key alone (f[1], and f[2] for a key sent to its overflow
--- counter; Redis only reads a reply, so one table serves them all); or false when such a call is denied, which
--- decide then decides. It depends on s and now only, so it is made once
+-- (ttln, in ms; ttl as an argument of PEXPIRE) and the reply, as decide
+-- would make them for that key alone (f[1], and f[2] for a key sent to
+-- its overflow counter; Redis only reads a reply, so one table serves
+-- them all); or false when such a call is denied, which decide then
+-- decides. It depends on s and now only, so it is made once
 -- per settings and instant (s.fresh): every new key of a batch (one
 -- instant, many) after the first costs its two commands and no more.
 -- key is the first such key, which the algorithm may read (it does not
@@ -419,7 +438,8 @@ local function freshFor(key, s, a, now)
     put(set, '_id', s.id)
     local x = expiry(max(idle, 0), s)
     put(set, '_x', x)
-    f = { now = now, slack = slack, set = set, ttl = arg(ttl(x, now)),
+    local t = ttl(x, now)
+    f = { now = now, slack = slack, set = set, ttl = arg(t), ttln = t,
       { 1, 1, r.remaining, r.reset, r.retry, 0, 0, 0, -1, 0 },
       { 1, 1, r.remaining, r.reset, r.retry, 0, 0, 0, -1, 1 } }
   end
@@ -447,8 +467,9 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
     NUMS, nnums, nums_at = {}, 0, now
   end
   local overflowed = 0
-  -- pruned is whether the key budget's set was pruned in this call.
-  local pruned = false
+  -- pruned is whether the key budget's set was pruned in this call, and
+  -- joining how many of its new counters are to join it (JOIN).
+  local pruned, joining = false, 0
 
   for i = 1, n do
     K[i] = KEYS[k0 + i]
@@ -544,11 +565,16 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
     if not v[1] then
       bset, bcap, bover = budget(ARGV, top, i)
     end
+    JOIN[i] = false
     if bset then
       -- A new caller's counter (every counter has "_id"): the key budget
       -- decides whether it may be created (budget.lua).
-      local over
-      over, pruned = newcaller(bset, bcap, bover, pruned, key, now, ARGV[a0 + 1] ~= '', arg)
+      local over, ms
+      over, pruned, ms = newcaller(bset, bcap, bover, pruned, key, now, ARGV[a0 + 1] ~= '', joining)
+      if not over then
+        JOIN[i], JOINMS[i] = bset, ms
+        joining = joining + 1
+      end
       if over then
         key = over
         K[i] = key
@@ -563,6 +589,7 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
       if f then
         rcall('HSET', key, unpack(f.set))
         rcall('PEXPIRE', key, f.ttl)
+        join(i, key, f.ttln)
         return f[overflowed + 1]
       end
     end
@@ -647,7 +674,7 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
     elseif not r.ok then
       if p.lock > 0 and not p.shadow and L[i] <= now and not p.heldonly then
         local lk = now + p.lock
-        write(key, p, { '_id', p.id, '_lk', lk }, lk, X[i], now)
+        join(i, key, write(key, p, { '_id', p.id, '_lk', lk }, lk, X[i], now))
         r = lockout(r, p.lock)
       end
     elseif allowed and p.hold and p.limit > 0 then
@@ -657,7 +684,7 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
       if fresh[i] then
         put(set, '_id', p.id)
       end
-      write(key, p, set, hx, X[i], now)
+      join(i, key, write(key, p, set, hx, X[i], now))
       r.reset = r.uncounted
     elseif allowed and not p.defer and not p.hold then
       if p.limit > 0 and p.rate ~= 0 and p.cost == 1 and p.a.left then
@@ -681,7 +708,7 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
         if fresh[i] then
           put(set, '_id', p.id)
         end
-        write(key, p, set, max(idle, L[i]), X[i], now)
+        join(i, key, write(key, p, set, max(idle, L[i]), X[i], now))
       end
     elseif r.remaining >= 0 then
       -- Decided as if counted; it was not.

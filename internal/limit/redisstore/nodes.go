@@ -145,7 +145,8 @@ func (r *Store) breakerFor(ctx context.Context, key string) (*breaker, error) {
 // longer serves a slot. A call asks for it when a node failed, timed out,
 // answered MOVED or ASK, or has its breaker open: a master may have been
 // replaced by its replica (a failover), and go-redis by itself reloads the
-// map only on a redirect or once a minute. Without a cluster it does
+// map only on a redirect or once a minute. While a breaker is open it
+// asks again itself every slotReloadInterval. Without a cluster it does
 // nothing.
 func (r *Store) reloadSlots() {
 	cc, ok := r.client.(*redis.ClusterClient)
@@ -174,6 +175,13 @@ func (r *Store) reloadSlots() {
 		})
 		if err == nil {
 			r.nodes.retire(masters)
+		}
+		// A breaker still open may be a dead master's that the map read
+		// still listed, the cluster not having promoted its replica yet
+		// everywhere; calls to the other masters succeed and ask for no
+		// reload, so look again, as long as one is open.
+		if r.nodes.open.Load() > 0 {
+			time.AfterFunc(slotReloadInterval, r.reloadSlots)
 		}
 	}()
 }

@@ -179,7 +179,8 @@ func (r *Store) reloadSlots() {
 		// A breaker still open may be a dead master's that the map read
 		// still listed, the cluster not having promoted its replica yet
 		// everywhere; calls to the other masters succeed and ask for no
-		// reload, so look again, as long as one is open.
+		// reload, so look again, as long as one is open (a breaker that
+		// opens asks for one too: circuitChanged).
 		if r.nodes.open.Load() > 0 {
 			time.AfterFunc(slotReloadInterval, r.reloadSlots)
 		}

@@ -460,6 +460,12 @@ func (r *Store) circuitChanged(cfg *Config, node string, open bool) {
 	var first, last bool
 	if open {
 		first = r.nodes.open.Add(1) == 1
+		// In a cluster, a reload of the slot map closes the breaker of a
+		// node that no longer serves keys, and asks for the next while a
+		// breaker is open (reloadSlots); calls ask for one too, but one
+		// that opened the breaker may have been refused by the reloads'
+		// rate limit, and the node may be called no more.
+		time.AfterFunc(slotReloadInterval, r.reloadSlots)
 	} else {
 		last = r.nodes.open.Add(-1) == 0
 		r.rewarm()

@@ -450,32 +450,6 @@ func checkAddr(a string) error {
 	return nil
 }
 
-// circuitChanged reports a node's breaker's change to cfg's callbacks,
-// and warms the node up again once it is back. It runs with the node's
-// breaker's lock held, so that one node's changes come in order.
-func (r *Store) circuitChanged(cfg *Config, node string, open bool) {
-	if cfg.OnNodeCircuitChange != nil {
-		cfg.OnNodeCircuitChange(node, open)
-	}
-	var first, last bool
-	if open {
-		first = r.nodes.open.Add(1) == 1
-		// In a cluster, a reload of the slot map closes the breaker of a
-		// node that no longer serves keys, and asks for the next while a
-		// breaker is open (reloadSlots); calls ask for one too, but one
-		// that opened the breaker may have been refused by the reloads'
-		// rate limit, and the node may be called no more.
-		time.AfterFunc(slotReloadInterval, r.reloadSlots)
-	} else {
-		last = r.nodes.open.Add(-1) == 0
-		r.rewarm()
-		r.flushWriteBacks()
-	}
-	if cfg.OnCircuitChange != nil && (first || last) {
-		cfg.OnCircuitChange(open)
-	}
-}
-
 // Close gives the tokens of its leases back to Redis and closes the
 // connections.
 func (r *Store) Close() error {

@@ -327,7 +327,7 @@ local function settings(arg)
     burst = tonumber(burst), warmup = tonumber(warmup), lock = tonumber(lock), cal = cal ~= '',
     cost = 1, rate = 0, fleet = 0, have = 0, units = 1, shadow = false,
     defer = false, charge = false, hold = false, release = false, a = false, heldonly = false,
-    gw = false, gn = false, gj = false, gf = false, fresh = false, fat = false, fown = false,
+    gw = false, gn = false, gj = false, gf = false, fresh = false,
   }
   if nsettings >= 4096 then
     SETTINGS, nsettings = {}, 0
@@ -539,11 +539,7 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
     -- The algorithm's fields (own) are a table of its, made once; so are
     -- the names read (own.names), which nothing changes either.
     local names_i, own
-    if p == s and s.fat == now then
-      -- A usual call's fields at this instant are those of the last one's
-      -- (a batch's calls share one instant).
-      own, names_i = s.fown, s.fown.names
-    elseif p.limit > 0 then
+    if p.limit > 0 then
       own = a.fields(p, now)
       names_i = own.names
       if not names_i then
@@ -555,9 +551,6 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
       end
     else
       own, names_i = NOFIELDS, NOFIELDS.names
-    end
-    if p == s then
-      s.fat, s.fown = now, own
     end
     names[i] = names_i
     local v = rcall('HMGET', key, unpack(names_i))

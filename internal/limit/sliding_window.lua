@@ -40,14 +40,18 @@ local function counts(key, from, to, n)
 end
 
 -- fields returns one table for all the calls of p in one bucket (p.gf,
--- for the slot p.gj), which the store reads and hangs the names it reads
--- on (redis.lua).
+-- for the slot p.gj, last worked out for the instant p.gt), which the
+-- store reads and hangs the names it reads on (redis.lua).
 function M.fields(p, now)
+  if p.gt == now then
+    return p.gf
+  end
   local width, n = geometry(p)
   local j = slot(fdiv(now, width), n)
   if p.gj ~= j then
     p.gj, p.gf = j, { 'h', 't', j }
   end
+  p.gt = now
   return p.gf
 end
 

@@ -396,7 +396,14 @@ func (r *Store) scriptArgs(now time.Time, reqs []limit.Request, tag string, ask 
 		}
 		args = append(args, scriptSettings(p))
 		if units := q.Units(); units == 1 && mode == '-' && !q.Shadow && rate == 0 {
-			args = append(args, "")
+			// A key the store has not asked about lately is probably new
+			// to Redis too, which the script then tells at less cost
+			// ("?", redis.lua).
+			if n == 1 && !r.recent.asked(q.Key, now, p.Window) {
+				args = append(args, "?")
+			} else {
+				args = append(args, "")
+			}
 		} else {
 			b := make([]byte, 0, 48)
 			b = strconv.AppendInt(b, units, 10)

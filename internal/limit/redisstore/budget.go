@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	_ "embed"
+	"strconv"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 )
@@ -42,22 +43,24 @@ func (r *Store) budgetOf(tag string) int64 {
 }
 
 // budgetArgs appends the key budget's script arguments (budget.lua)
-// to args: for each request of reqs with an Overflow key, its index in
-// KEYS and the Redis key of its overflow counter; then the set of tag and
-// its budget; and last the number of those requests, 0 when the store has
-// no budget.
+// to args: for each request of reqs with an Overflow key, "i over", its
+// index in KEYS and the Redis key of its overflow counter; then "m budget
+// set", the number of those requests, the budget and the set of tag; or
+// "0" alone, when there are none or the store has no budget. Each is the
+// same string on every call of a rule (or tag), which the library parses
+// once.
 func (r *Store) budgetArgs(args []any, reqs []limit.Request, tag string) []any {
 	m := 0
 	if r.maxKeys > 0 {
 		for i := range reqs {
 			if o := reqs[i].Overflow; o != "" {
-				args = append(args, i+1, redisKey(tag, o))
+				args = append(args, strconv.Itoa(i+1)+" "+redisKey(tag, o))
 				m++
 			}
 		}
-		if m > 0 {
-			args = append(args, budgetSet(tag), r.budgetOf(tag))
-		}
 	}
-	return append(args, m)
+	if m == 0 {
+		return append(args, "0")
+	}
+	return append(args, strconv.Itoa(m)+" "+strconv.FormatInt(r.budgetOf(tag), 10)+" "+budgetSet(tag))
 }

@@ -1,13 +1,11 @@
--- The key budget of the Redis store (redis_budget.go), for the decision
+-- The key budget of the Redis store (budget.go), for the decision
 -- (redis.lua): a request whose counter does not exist yet and that has an
 -- overflow counter is counted against that instead when the membership
 -- set of its slot holds its budget of live keys.
 --
 -- The budget's arguments come last in ARGV, after the decision's, so that
--- the decision never sees them: for each budgeted limit, its index in KEYS
--- and the Redis key of its overflow counter; then the membership set, the
--- budget, and the number of budgeted limits (ARGV[#ARGV], 0 for none).
--- The set and the overflow counters are in the slot of KEYS.
+-- the decision never sees them (see budget, below). The set and the
+-- overflow counters are in the slot of KEYS.
 --
 -- The set's members are the counters of new callers; a member's score is
 -- an instant (ms, Redis's clock) at or before which its counter may have
@@ -55,19 +53,119 @@ local function num(s)
   return x
 end
 
+-- BHEAD and BLIM map the budget's arguments (below) to what they spell,
+-- nbudget of them: a rule's are the same strings on every call.
+local BHEAD, BLIM, nbudget = {}, {}, 0
+
+-- parsed returns s, a budget argument: with head, "m budget set" as
+-- {m, cap, set}; else "i over" as {i, over}; nil when malformed.
+local function parsed(head, s)
+  local memo = head and BHEAD or BLIM
+  local x = memo[s]
+  if x then
+    return x
+  end
+  if head then
+    local m, cap, set = string.match(s, '^(%d+) (%d+) (.+)$')
+    x = m and { m = tonumber(m), cap = tonumber(cap), set = set }
+  else
+    local i, over = string.match(s, '^(%d+) (.+)$')
+    x = i and { i = tonumber(i), over = over }
+  end
+  if not x then
+    error({ err = 'ERR gateway script: bad budget argument ' .. s })
+  end
+  if nbudget >= 4096 then
+    BHEAD, BLIM, nbudget = {}, {}, 0
+  end
+  if head then
+    BHEAD[s] = x
+  else
+    BLIM[s] = x
+  end
+  nbudget = nbudget + 1
+  return x
+end
+
 -- budget returns the budget's arguments of a call for limit i: the set,
--- its budget and limit i's overflow counter, or nil when i has none. It is read
--- only for a counter that does not exist yet. The call's arguments end
--- at ARGV[top].
+-- its budget and limit i's overflow counter, or nil when i has none. It
+-- is read only for a counter that does not exist yet. The call's
+-- arguments end at ARGV[top]: "m budget set", or "0" when no limit has
+-- a budget, after m arguments "i over", one for each limit i that has,
+-- with the Redis key of its overflow counter (budgetArgs, budget.go).
 local function budget(ARGV, top, i)
-  local m = num(ARGV[top])
-  local base = top - 3 - 2 * m
-  for j = 1, m do
-    if num(ARGV[base + 2 * j - 1]) == i then
-      return ARGV[top - 2], num(ARGV[top - 1]), ARGV[base + 2 * j]
+  local s = ARGV[top]
+  if s == '0' then
+    return nil
+  end
+  local h = parsed(true, s)
+  for j = 1, h.m do
+    local b = parsed(false, ARGV[top - h.m - 1 + j])
+    if b.i == i then
+      return h.set, h.cap, b.over
     end
   end
   return nil
+end
+
+-- CARD maps each budget set that the script call (one FCALL or EVAL,
+-- which no other client's command interleaves) has looked at to its
+-- size, counting the members that joined it in this script call, and
+-- PEND to those members, in ZADD's order (score, member, ...), until
+-- they are added (flush); PSETS lists the sets of PEND. A script call
+-- starts them afresh (begin): one library serves every database of a
+-- server, and a set of the same name in each. A member counted that was
+-- already in the set (an expired counter not yet pruned) makes the size
+-- too big, which can only refuse room: room then looks again (flush).
+local CARD, PEND, PSETS = {}, {}, {}
+
+local function begin()
+  CARD, PEND, PSETS = {}, {}, {}
+end
+
+-- flush adds set's pending members to it.
+local function flush(set)
+  local p = PEND[set]
+  if p and #p > 0 then
+    -- The decisions that wrote their counters stand if this fails (a
+    -- set of another type): their counters only go uncounted.
+    redis.pcall('ZADD', set, unpack(p))
+    PEND[set] = {}
+  end
+end
+
+-- flushall adds every set's pending members, at the end of a script call.
+local function flushall()
+  for j = 1, #PSETS do
+    flush(PSETS[j])
+  end
+end
+
+-- card returns the size of set as this script call knows it.
+local function card(set)
+  local c = CARD[set]
+  if c == nil then
+    c = rcall('ZCARD', set)
+    CARD[set] = c
+  end
+  return c
+end
+
+-- joined makes key, a counter just written whose expiry is at ms, a
+-- member of set, once the script call ends (or earlier, see flush).
+local function joined(set, key, ms)
+  local p = PEND[set]
+  if p == nil then
+    p = {}
+    PEND[set] = p
+    PSETS[#PSETS + 1] = set
+  end
+  p[#p + 1] = ms
+  p[#p + 1] = key
+  CARD[set] = card(set) + 1
+  if #p >= 512 then
+    flush(set)
+  end
 end
 
 -- prune looks at up to 32 members of set that are due at ms, drops
@@ -93,14 +191,20 @@ end
 -- whether the set has been pruned in this call: pruned says whether it
 -- had been.
 local function room(set, cap, key, ms, pruned, joining)
-  if rcall('ZCARD', set) + joining < cap or rcall('ZSCORE', set, key) then
+  if card(set) + joining < cap then
+    return true, pruned
+  end
+  flush(set)
+  CARD[set] = rcall('ZCARD', set)
+  if CARD[set] + joining < cap or rcall('ZSCORE', set, key) then
     return true, pruned
   end
   if pruned then
     return false, true
   end
   prune(set, ms)
-  return rcall('ZCARD', set) + joining < cap, true
+  CARD[set] = rcall('ZCARD', set)
+  return CARD[set] + joining < cap, true
 end
 
 -- newcaller reports whether key, a counter that does not exist yet, may

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -557,5 +558,101 @@ func TestRedisBudgetPrunesExpiredFirst(t *testing.T) {
 	}
 	if n := c.Exists(ctx, redisKey(tag, "*|/|overflow")).Val(); n != 0 {
 		t.Errorf("the overflow counter exists, want no caller sent to it")
+	}
+}
+
+// TestRedisBudgetInOneBatch checks the key budget across the calls of one
+// script call, whose new counters join their set together at its end: of
+// 8 new callers of a set with room for 5, the first 5 get counters of
+// their own, due when they expire, and the others are counted on the
+// overflow counter. Once 2 members are due and their counters gone, a
+// batch of 4 new callers gets the 2 places the prune frees and sends the
+// other 2 to the overflow counter.
+func TestRedisBudgetInOneBatch(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const budget = 5
+	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: 10 * time.Second, MaxKeys: budget, DenyCacheSize: -1, Leases: -1})
+	ctx := context.Background()
+	if err := red.Ready(ctx); err != nil || !red.fn.on.Load() {
+		t.Fatalf("the function library is not loaded: %v", err)
+	}
+	c := srv.Client()
+	p := &limit.Params{Algorithm: "sliding_window", Limit: 10, Window: time.Minute, Precision: 10}
+	key := func(i int) string { return fmt.Sprintf("app|/|caller-%d", i) }
+	// run sends callers from..to-1 in one script call, spelling the usual
+	// call both ways ("" and "?", redis.lua), and returns how many of
+	// each were counted on the overflow counter.
+	run := func(from, to int) []int64 {
+		t.Helper()
+		var batch []*batchCall
+		for i := from; i < to; i++ {
+			reqs := []limit.Request{{Key: key(i), Overflow: "app|/|overflow", Tag: "app", Params: p}}
+			keys, tag, _, err := redisKeys(reqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := red.scriptArgs(time.Now(), reqs, tag, nil)
+			args[2] = []string{"", "?"}[i%2]
+			batch = append(batch, &batchCall{keys: keys, args: args})
+		}
+		red.runAsOne(ctx, batch)
+		var over []int64
+		for i, b := range batch {
+			if b.err != nil || len(b.v) == 0 || b.v[0] != 1 {
+				t.Fatalf("caller %d: %v %v, want admitted", from+i, b.v, b.err)
+			}
+			over = append(over, b.v[len(b.v)-1])
+		}
+		return over
+	}
+	check := func(name string, got, want []int64) {
+		t.Helper()
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: overflowed %v, want %v", name, got, want)
+		}
+	}
+	members := func() []redis.Z { return c.ZRangeWithScores(ctx, budgetSet("app"), 0, -1).Val() }
+
+	start := time.Now()
+	check("the first batch", run(0, 8), []int64{0, 0, 0, 0, 0, 1, 1, 1})
+	m := members()
+	if len(m) != budget {
+		t.Fatalf("the set holds %v, want the first %d callers", m, budget)
+	}
+	for _, z := range m {
+		// Due no earlier than its counter expires: a minute after it was
+		// counted (the window).
+		if due := time.UnixMilli(int64(z.Score)); due.Before(start.Add(time.Minute)) {
+			t.Errorf("member %v: due at %v, want a minute after %v", z.Member, due, start)
+		}
+	}
+	for i := range 8 {
+		if n := c.Exists(ctx, redisKey("app", key(i))).Val(); (n == 1) != (i < budget) {
+			t.Errorf("caller %d: counter exists %v, want %v", i, n == 1, i < budget)
+		}
+	}
+	if n, _ := c.HGet(ctx, redisKey("app", "app|/|overflow"), "t").Int(); n != 3 {
+		t.Errorf("the overflow counter counted %d, want 3", n)
+	}
+
+	// Callers 0 and 1 gone, their members due.
+	for i := range 2 {
+		c.Del(ctx, redisKey("app", key(i)))
+		c.ZAdd(ctx, budgetSet("app"), redis.Z{Score: 0, Member: redisKey("app", key(i))})
+	}
+	check("after 2 expired", run(8, 12), []int64{0, 0, 1, 1})
+	var got []string
+	for _, z := range members() {
+		got = append(got, z.Member.(string))
+	}
+	slices.Sort(got)
+	var want []string
+	for _, i := range []int{2, 3, 4, 8, 9} {
+		want = append(want, redisKey("app", key(i)))
+	}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("the set holds %v, want %v", got, want)
 	}
 }

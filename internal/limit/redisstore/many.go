@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 )
 
 // manyMark is the first argument of a script call that carries several
@@ -63,11 +65,14 @@ func (r *Store) runAsOne(ctx context.Context, batch []*batchCall) {
 }
 
 // int64s returns one call's reply within a reply of many calls: its
-// integers, or its error.
+// integers, or its error. The integers come as an array, or as one string
+// of them separated by spaces (redis.lua, many).
 func int64s(v any) ([]int64, error) {
 	switch v := v.(type) {
 	case error:
 		return nil, v
+	case string:
+		return spaced(v)
 	case []any:
 		out := make([]int64, len(v))
 		for i, x := range v {
@@ -80,4 +85,19 @@ func int64s(v any) ([]int64, error) {
 		return out, nil
 	}
 	return nil, fmt.Errorf("redis: unexpected type for one call's reply, got type %T", v)
+}
+
+// spaced returns the integers of s, separated by single spaces.
+func spaced(s string) ([]int64, error) {
+	out := make([]int64, 0, 10)
+	for s != "" {
+		f, rest, _ := strings.Cut(s, " ")
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("redis: unexpected reply %q: %w", s, err)
+		}
+		out = append(out, n)
+		s = rest
+	}
+	return out, nil
 }

@@ -24,7 +24,9 @@
 --     calendar unit; a rule's settings are the same string on every call,
 --     parsed once by a function library;
 --   the call: "" for the usual call (cost 1, decide and count, enforced,
---     no lease), else "cost mode shadow rate fleet have": the cost in
+--     no lease); "?" for the same on a key the gateway knows nothing of,
+--     so probably a new one: the script first asks whether it exists
+--     (EXISTS), which costs Redis less than reading its fields; else "cost mode shadow rate fleet have": the cost in
 --     units; the mode: "-" to decide and count, "d" to decide and count
 --     nothing (Request.Defer), "c" to count without deciding
 --     (Request.Charge), "h" to hold (Request.Hold), "r" to release
@@ -105,11 +107,12 @@ local function muldiv(a, b, c)
   return aq * b + q, r
 end
 
--- NUMS maps the numbers that calls at the instant nums_at sent as
--- arguments to their strings (arg), nnums of them: a batch's decisions
--- (many, below) share one instant, and mostly the same numbers (the
--- bucket, the expiry, small counts).
-local NUMS, nnums, nums_at = {}, 0, nil
+-- NUMS maps the numbers that recent calls sent as arguments to their
+-- strings (arg), up to 1024 of them (nnums), then starts afresh: a
+-- batch's decisions (many, below) share one instant, and mostly the same
+-- numbers (the bucket, the expiry, small counts), as do the batches
+-- after it.
+local NUMS, nnums = {}, 0
 
 -- arg returns x as an argument of a command: an integer below 2^53 as
 -- the string of its digits, which is the string Redis makes of a number
@@ -284,10 +287,10 @@ local JOIN, JOINMS = {}, {}
 
 -- join makes limit i's new counter key, just written with a time to live
 -- of t ms (nil: not written), a member of its budget set, due when it
--- expires.
+-- expires (joined, budget.lua).
 local function join(i, key, t)
   if JOIN[i] and t then
-    rcall('ZADD', JOIN[i], arg(JOINMS[i] + t), key)
+    joined(JOIN[i], key, arg(JOINMS[i] + t))
   end
 end
 
@@ -327,7 +330,7 @@ local function settings(arg)
     burst = tonumber(burst), warmup = tonumber(warmup), lock = tonumber(lock), cal = cal ~= '',
     cost = 1, rate = 0, fleet = 0, have = 0, units = 1, shadow = false,
     defer = false, charge = false, hold = false, release = false, a = false, heldonly = false,
-    gw = false, gn = false, gj = false, gf = false, fresh = false,
+    gw = false, gn = false, gj = false, gf = false, gt = false, fresh = false,
   }
   if nsettings >= 4096 then
     SETTINGS, nsettings = {}, 0
@@ -419,7 +422,7 @@ local NOSTATE = {}
 -- (ttln, in ms; ttl as an argument of PEXPIRE) and the reply, as decide
 -- would make them for that key alone (f[1], and f[2] for a key sent to
 -- its overflow counter; Redis only reads a reply, so one table serves
--- them all); or false when such a call is denied, which decide then
+-- them all; with the reply as a string in s, see many); or false when such a call is denied, which decide then
 -- decides. It depends on s and now only, so it is made once
 -- per settings and instant (s.fresh): every new key of a batch (one
 -- instant, many) after the first costs its two commands and no more.
@@ -442,10 +445,19 @@ local function freshFor(key, s, a, now)
     f = { now = now, slack = slack, set = set, ttl = arg(t), ttln = t,
       { 1, 1, r.remaining, r.reset, r.retry, 0, 0, 0, -1, 0 },
       { 1, 1, r.remaining, r.reset, r.retry, 0, 0, 0, -1, 1 } }
+    -- The same replies as one string each, which a call of many may
+    -- answer with (Redis turns a table of numbers into its reply at
+    -- several times the cost).
+    local s = string.format('1 1 %d %d %d 0 0 0 -1 ', r.remaining, r.reset, r.retry)
+    f[1].s, f[2].s = s .. '0', s .. '1'
   end
   s.fresh = f
   return f
 end
+
+-- ABSENT is what decideAt reads of a key that does not exist when it
+-- does not read its fields: nothing.
+local ABSENT = {}
 
 -- K holds the keys of the call being decided (decideAt), made once.
 local K = {}
@@ -463,8 +475,8 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
   else
     now = at or clock()
   end
-  if now ~= nums_at or nnums >= 1024 then
-    NUMS, nnums, nums_at = {}, 0, now
+  if nnums >= 1024 then
+    NUMS, nnums = {}, 0
   end
   local overflowed = 0
   -- pruned is whether the key budget's set was pruned in this call, and
@@ -482,6 +494,10 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
       return redis.error_reply('ERR gateway script: bad settings ' .. tostring(ARGV[a0 + o]))
     end
     local call = ARGV[a0 + o + 1]
+    local probe = call == '?'
+    if probe then
+      call = ''
+    end
     local p = s
     if call ~= '' or s.cal then
       -- A call that p records: p is a copy of s, with every field p may
@@ -491,7 +507,7 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
         burst = s.burst, warmup = s.warmup, lock = s.lock,
         cost = 1, rate = 0, fleet = 0, have = 0, units = 1, shadow = false,
         defer = false, charge = false, hold = false, release = false,
-        cal = false, a = s.a, heldonly = false, gw = s.gw, gn = s.gn, gj = s.gj, gf = s.gf, span = false,
+        cal = false, a = s.a, heldonly = false, gw = s.gw, gn = s.gn, gj = s.gj, gf = s.gf, gt = s.gt, span = false,
       }
     end
     if call ~= '' then
@@ -553,7 +569,12 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
       own, names_i = NOFIELDS, NOFIELDS.names
     end
     names[i] = names_i
-    local v = rcall('HMGET', key, unpack(names_i))
+    local v
+    if probe and n == 1 and p == s and p.limit > 0 and rcall('EXISTS', key) == 0 then
+      v = ABSENT
+    else
+      v = rcall('HMGET', key, unpack(names_i))
+    end
     local bset, bcap, bover
     if not v[1] then
       bset, bcap, bover = budget(ARGV, top, i)
@@ -722,10 +743,25 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
   return out
 end
 
+-- failed returns the reply of a call that raised r: a Redis error (a
+-- table with err) or Lua's (a string).
+local function failed(r)
+  if type(r) ~= 'table' or r.err == nil then
+    return redis.error_reply('ERR gateway script: ' .. tostring(r))
+  end
+  return r
+end
+
 -- decide is one call: KEYS and ARGV as described at the top.
 local function decide(KEYS, ARGV)
   bind()
-  return decideAt(KEYS, ARGV, nil, 0, 0, #KEYS, #ARGV)
+  begin()
+  local ok, r = pcall(decideAt, KEYS, ARGV, nil, 0, 0, #KEYS, #ARGV)
+  flushall()
+  if not ok then
+    return failed(r)
+  end
+  return r
 end
 
 -- many is several calls in one (a batch of calls to one node, batch.go):
@@ -734,9 +770,11 @@ end
 -- one call's after the other, in KEYS, and their arguments likewise in
 -- ARGV. Each call is decided as decide decides it alone, one after the
 -- other, on one reading of Redis's clock; the reply holds each call's
--- reply, or its error, in their order. A batch in one script is atomic,
--- which is at least what one script per call gives.
+-- reply, or its error, in their order: a reply as a table of numbers, or
+-- as one string of them separated by spaces (freshFor). A batch in one
+-- script is atomic, which is at least what one script per call gives.
 local function many(KEYS, ARGV)
+  begin()
   local m = num(ARGV[2])
   local out = {}
   local k, a = 0, 2 + 2 * m
@@ -745,14 +783,12 @@ local function many(KEYS, ARGV)
     local nk, na = num(ARGV[1 + 2 * c]), num(ARGV[2 + 2 * c])
     local ok, r = pcall(decideAt, KEYS, ARGV, now, k, a, nk, a + na)
     if not ok then
-      -- A Redis error (a table with err) or Lua's (a string).
-      if type(r) ~= 'table' or r.err == nil then
-        r = redis.error_reply('ERR gateway script: ' .. tostring(r))
-      end
+      r = failed(r)
     end
-    out[c] = r
+    out[c] = r.s or r
     k, a = k + nk, a + na
   end
+  flushall()
   return out
 end
 

@@ -196,6 +196,7 @@ type Store struct {
 	leaseWait time.Duration
 	// maxKeys is the key budget (Config.MaxKeys); -1 for none.
 	maxKeys int64
+	recent  *recent
 	// writeBacks are the local admissions waiting to be counted in Redis
 	// (lateCall), at most maxWriteBacks; wbBusy is set while a flush
 	// runs, in wbGroup. writtenBack and writeBacksDropped count them.
@@ -334,6 +335,7 @@ func New(cfg Config) (*Store, error) {
 		maxBatch:    cmp.Or(cfg.MaxBatch, DefaultBatch),
 		onBatch:     cfg.OnBatch,
 		maxKeys:     int64(cmp.Or(cfg.MaxKeys, DefaultMaxKeys)),
+		recent:      newRecent(),
 	}
 	threshold := cmp.Or(cfg.BreakerThreshold, DefaultBreakerThreshold)
 	backoff := cmp.Or(cfg.BreakerBackoff, DefaultBreakerBackoff)

@@ -459,6 +459,49 @@ end
 -- does not read its fields: nothing.
 local ABSENT = {}
 
+-- create writes f (freshFor) to key, a new key, and makes it a member of
+-- the key budget's set bset, when not nil, due when it expires (ms is
+-- the instant its expiry counts from, newcaller).
+local function create(f, key, bset, ms)
+  rcall('HSET', key, unpack(f.set))
+  rcall('PEXPIRE', key, f.ttl)
+  if bset then
+    joined(bset, key, arg(ms + f.ttln))
+  end
+end
+
+-- quick decides the usual call of one limit on key at now the short way,
+-- before decideAt looks at anything else, when the call is spelled "?",
+-- its settings' short way at now is worked out already (freshFor: not
+-- for the first new key of a batch) and the key does not exist: it
+-- returns the reply. Otherwise it returns nil, and whether key exists
+-- when it asked (nil when it did not). A key the key budget sends to its
+-- overflow counter is left to decideAt; nothing is written then.
+local function quick(key, ARGV, a0, top, now)
+  if ARGV[a0 + 3] ~= '?' then
+    return nil, nil
+  end
+  local s = SETTINGS[ARGV[a0 + 2]]
+  local f = s and s.fresh
+  if not f or f.now ~= now or f.slack ~= slack then
+    return nil, nil
+  end
+  if rcall('EXISTS', key) ~= 0 then
+    return nil, true
+  end
+  local bset, bcap, bover = budget(ARGV, top, 1)
+  local ms
+  if bset then
+    local over, pruned
+    over, pruned, ms = newcaller(bset, bcap, bover, false, key, now, ARGV[a0 + 1] ~= '', 0)
+    if over then
+      return nil, false
+    end
+  end
+  create(f, key, bset, ms)
+  return f[1]
+end
+
 -- K holds the keys of the call being decided (decideAt), made once.
 local K = {}
 
@@ -477,6 +520,16 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
   end
   if nnums >= 1024 then
     NUMS, nnums = {}, 0
+  end
+  -- exists is whether the key of a call of one limit exists, when quick
+  -- asked.
+  local exists
+  if n == 1 then
+    local r
+    r, exists = quick(KEYS[k0 + 1], ARGV, a0, top, now)
+    if r then
+      return r
+    end
   end
   local overflowed = 0
   -- pruned is whether the key budget's set was pruned in this call, and
@@ -570,7 +623,7 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
     end
     names[i] = names_i
     local v
-    if probe and n == 1 and p == s and p.limit > 0 and rcall('EXISTS', key) == 0 then
+    if probe and n == 1 and p == s and p.limit > 0 and exists ~= true and (exists == false or rcall('EXISTS', key) == 0) then
       v = ABSENT
     else
       v = rcall('HMGET', key, unpack(names_i))
@@ -601,9 +654,7 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
       -- is the same for every new key of its settings at this instant.
       local f = freshFor(key, s, a, now)
       if f then
-        rcall('HSET', key, unpack(f.set))
-        rcall('PEXPIRE', key, f.ttl)
-        join(i, key, f.ttln)
+        create(f, key, JOIN[i], JOINMS[i])
         return f[overflowed + 1]
       end
     end

@@ -129,7 +129,7 @@ local function flush(set)
   if p and #p > 0 then
     -- The decisions that wrote their counters stand if this fails (a
     -- set of another type): their counters only go uncounted.
-    redis.pcall('ZADD', set, unpack(p))
+    redis.pcall('ZADD', set, 'NX', unpack(p))
     PEND[set] = {}
   end
 end

@@ -655,4 +655,33 @@ func TestRedisBudgetInOneBatch(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("the set holds %v, want %v", got, want)
 	}
+
+	// Caller 3's counter gone and due, and caller 3 back with new
+	// caller 12: caller 3 is a member already, so it gets a counter
+	// again, and keeps its member as it was (ZADD NX); caller 12 finds
+	// the set full of live counters once the prune has moved caller 3's
+	// member to its counter's expiry.
+	c.Del(ctx, redisKey("app", key(3)))
+	c.ZAdd(ctx, budgetSet("app"), redis.Z{Score: 0, Member: redisKey("app", key(3))})
+	back := time.Now()
+	reqs := func(i int) []limit.Request {
+		return []limit.Request{{Key: key(i), Overflow: "app|/|overflow", Tag: "app", Params: p}}
+	}
+	var batch []*batchCall
+	for _, i := range []int{3, 12} {
+		keys, tag, _, _ := redisKeys(reqs(i))
+		batch = append(batch, &batchCall{keys: keys, args: red.scriptArgs(time.Now(), reqs(i), tag, nil)})
+	}
+	red.runAsOne(ctx, batch)
+	for i, want := range []int64{0, 1} {
+		if b := batch[i]; b.err != nil || len(b.v) == 0 || b.v[0] != 1 || b.v[len(b.v)-1] != want {
+			t.Errorf("caller %d back: %v %v, want admitted, overflowed %d", []int{3, 12}[i], b.v, b.err, want)
+		}
+	}
+	if n := c.ZCard(ctx, budgetSet("app")).Val(); n != budget {
+		t.Errorf("the set holds %d members, want %d", n, budget)
+	}
+	if due := time.UnixMilli(int64(c.ZScore(ctx, budgetSet("app"), redisKey("app", key(3))).Val())); due.Before(back.Add(time.Minute)) {
+		t.Errorf("caller 3's member due at %v, want moved to its counter's expiry, a minute after %v", due, back)
+	}
 }

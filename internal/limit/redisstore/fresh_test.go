@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -147,5 +148,93 @@ func TestRedisNewKeysAsAnyOther(t *testing.T) {
 		if n := cl.Exists(ctx, c.keys[0]).Val(); n != 0 {
 			t.Errorf("%s: created, want counted on %s", c.keys[0], overflowOf(c))
 		}
+	}
+}
+
+// TestRedisNewKeysCopied checks the new keys of a batch that the script
+// makes by copying the batch's first (COPY, redis.lua): a key the batch
+// then decides the long way (a second request on it) is no longer copied
+// from, and a copy has the fields and expiry of a new key decided alone.
+// With COPY and EXISTS refused (an ACL), the same batch is decided alike.
+func TestRedisNewKeysCopied(t *testing.T) {
+	t.Parallel()
+	for _, acl := range []bool{false, true} {
+		name := "copy"
+		if acl {
+			name = "acl without copy and exists"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testRedisNewKeysCopied(t, acl)
+		})
+	}
+}
+
+func testRedisNewKeysCopied(t *testing.T, acl bool) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	url := srv.URL()
+	if acl {
+		if err := srv.Client().Do(ctx, "ACL", "SETUSER", "gw", "on", ">secret", "~*", "&*", "+@all", "-copy", "-exists").Err(); err != nil {
+			t.Fatal(err)
+		}
+		url = strings.Replace(url, "redis://", "redis://gw:secret@", 1)
+	}
+	red := newTestRedis(t, Config{URL: url, DenyCacheSize: -1, Timeout: 10 * time.Second})
+	clock := &fixedClock{}
+	clock.us.Store(us0)
+	red.fixedNow = clock.us.Load
+	if err := red.Ready(ctx); err != nil || !red.fn.on.Load() {
+		t.Fatalf("the function library is not loaded: %v", err)
+	}
+	cl := srv.Client()
+	p := &limit.Params{Algorithm: "sliding_window", Limit: 5, Window: time.Second, Precision: 10}
+	call := func(name, usual string) *batchCall {
+		reqs := []limit.Request{{Key: "copied|/|" + name, Params: p}}
+		keys, tag, _, err := redisKeys(reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := red.scriptArgs(time.Time{}, reqs, tag, nil)
+		args[2] = usual
+		return &batchCall{keys: keys, args: args}
+	}
+	names := []string{"a", "a", "b", "c", "b"}
+	var batch []*batchCall
+	for i, n := range names {
+		batch = append(batch, call(n, []string{"", "?"}[min(i, 1)]))
+	}
+	red.runAsOne(ctx, batch)
+	for i, want := range []int64{4, 3, 4, 4, 3} {
+		c := batch[i]
+		if c.err != nil || len(c.v) < 3 || c.v[0] != 1 || c.v[2] != want {
+			t.Errorf("request %d (%s): %v %v, want admitted with %d remaining", i, names[i], c.v, c.err, want)
+		}
+	}
+	for n, want := range map[string]string{"a": "2", "b": "2", "c": "1"} {
+		if got := cl.HGet(ctx, batch[0].keys[0][:len(batch[0].keys[0])-1]+n, "t").Val(); got != want {
+			t.Errorf("key %s counted %q, want %s", n, got, want)
+		}
+	}
+	// A new key decided alone, the long way, at the same instant.
+	alone := call("alone", "1 - 0 0 0 0")
+	if alone.v, alone.err = red.run(ctx, alone.keys, alone.args); alone.err != nil {
+		t.Fatal(alone.err)
+	}
+	if got, want := cl.HGetAll(ctx, batch[3].keys[0]).Val(), cl.HGetAll(ctx, alone.keys[0]).Val(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("copied key: fields %v, want %v", got, want)
+	}
+	if got, want := cl.PTTL(ctx, batch[3].keys[0]).Val(), cl.PTTL(ctx, alone.keys[0]).Val(); got <= 0 || (got-want).Abs() > time.Second {
+		t.Errorf("copied key: time to live %v, want %v", got, want)
+	}
+	// Without the ACL, c is the one key made by copying (COPY onto a
+	// key that exists fails: a and b the second time); with it, none.
+	stat := map[string]int{}
+	for _, f := range strings.Split(srv.Info("commandstats")["cmdstat_copy"], ",") {
+		k, v, _ := strings.Cut(f, "=")
+		stat[k], _ = strconv.Atoi(v)
+	}
+	if made := stat["calls"] - stat["failed_calls"]; made != map[bool]int{false: 1, true: 0}[acl] {
+		t.Errorf("COPY %v: %d keys made by copying", stat, made)
 	}
 }

@@ -24,10 +24,12 @@
 --     calendar unit; a rule's settings are the same string on every call,
 --     parsed once by a function library;
 --   the call: "" for the usual call (cost 1, decide and count, enforced,
---     no lease); "?" for the same on a key the gateway knows nothing of,
---     so probably a new one: the script first asks whether it exists
---     (EXISTS), which costs Redis less than reading its fields; else "cost mode shadow rate fleet have": the cost in
---     units; the mode: "-" to decide and count, "d" to decide and count
+--     no lease); "?" for the same on a key the gateway has not asked
+--     about lately, so probably a new one: the script first asks whether
+--     it exists (EXISTS), or copies the batch's first new key of the
+--     same settings to it (COPY, see quick), which costs Redis less than
+--     reading its fields and writing them; else "cost mode shadow rate
+--     fleet have": the cost in units; the mode: "-" to decide and count, "d" to decide and count
 --     nothing (Request.Defer), "c" to count without deciding
 --     (Request.Charge), "h" to hold (Request.Hold), "r" to release
 --     (Request.Release); "1" for a shadow limit, else "0"; and for a lease
@@ -459,24 +461,47 @@ end
 -- does not read its fields: nothing.
 local ABSENT = {}
 
+-- TMPL maps each key that the short way created (create) in the script
+-- call under way to its f (freshFor), as long as nothing else wrote it:
+-- f.tmpl, the first of them for f, holds what every new key of f's
+-- settings at f's instant gets, fields and expiry, and the next ones
+-- are made by copying it (quick). A script call starts it afresh (begin):
+-- a key of another script call may have changed since, or be in another
+-- database. decideAt takes out every key it reads the long way, which
+-- may write it.
+local TMPL = {}
+
 -- create writes f (freshFor) to key, a new key, and makes it a member of
 -- the key budget's set bset, when not nil, due when it expires (ms is
 -- the instant its expiry counts from, newcaller).
 local function create(f, key, bset, ms)
   rcall('HSET', key, unpack(f.set))
   rcall('PEXPIRE', key, f.ttl)
+  if TMPL[f.tmpl] ~= f then
+    f.tmpl = key
+    TMPL[key] = f
+  end
   if bset then
     joined(bset, key, arg(ms + f.ttln))
   end
 end
 
+-- copied makes key, which does not exist, a copy of f.tmpl, fields and
+-- expiry, and reports whether it did: false when key exists or COPY is
+-- not to be had (Redis before 6.2, or refused by an ACL).
+local function copied(f, key)
+  local r = redis.pcall('COPY', f.tmpl, key)
+  return r == 1
+end
+
 -- quick decides the usual call of one limit on key at now the short way,
--- before decideAt looks at anything else, when the call is spelled "?",
--- its settings' short way at now is worked out already (freshFor: not
--- for the first new key of a batch) and the key does not exist: it
--- returns the reply. Otherwise it returns nil, and whether key exists
--- when it asked (nil when it did not). A key the key budget sends to its
--- overflow counter is left to decideAt; nothing is written then.
+-- before decideAt looks at anything else, when the call is spelled "?"
+-- and its settings' short way at now is worked out already (freshFor:
+-- not for the first new key of a batch): it returns the reply. The key
+-- is a copy of the first such key of the script call (TMPL) when there
+-- is one, else written anew. Otherwise it returns nil, and whether key
+-- exists when it asked (nil when it did not). A key the key budget sends
+-- to its overflow counter is left to decideAt; nothing is written then.
 local function quick(key, ARGV, a0, top, now)
   if ARGV[a0 + 3] ~= '?' then
     return nil, nil
@@ -486,8 +511,13 @@ local function quick(key, ARGV, a0, top, now)
   if not f or f.now ~= now or f.slack ~= slack then
     return nil, nil
   end
-  if rcall('EXISTS', key) ~= 0 then
-    return nil, true
+  local copy = TMPL[f.tmpl] == f
+  if not copy then
+    local e = redis.pcall('EXISTS', key)
+    if e ~= 0 then
+      -- It exists, or EXISTS was refused (an ACL): decideAt reads it.
+      return nil, e == 1 or nil
+    end
   end
   local bset, bcap, bover = budget(ARGV, top, 1)
   local ms
@@ -495,10 +525,22 @@ local function quick(key, ARGV, a0, top, now)
     local over, pruned
     over, pruned, ms = newcaller(bset, bcap, bover, false, key, now, ARGV[a0 + 1] ~= '', 0)
     if over then
+      if copy then
+        return nil, nil
+      end
       return nil, false
     end
   end
-  create(f, key, bset, ms)
+  if copy then
+    if not copied(f, key) then
+      return nil, nil
+    end
+    if bset then
+      joined(bset, key, arg(ms + f.ttln))
+    end
+  else
+    create(f, key, bset, ms)
+  end
   return f[1]
 end
 
@@ -602,6 +644,7 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
       p.a, s.a = a, a
     end
     local key = K[i]
+    TMPL[key] = nil
     -- The store's fields: the shape, the end of a lockout, the instant
     -- the key expires, when a token beyond its request was last leased
     -- (µs), the units held and until when they are.
@@ -623,7 +666,7 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
     end
     names[i] = names_i
     local v
-    if probe and n == 1 and p == s and p.limit > 0 and exists ~= true and (exists == false or rcall('EXISTS', key) == 0) then
+    if probe and n == 1 and p == s and p.limit > 0 and exists ~= true and (exists == false or redis.pcall('EXISTS', key) == 0) then
       v = ABSENT
     else
       v = rcall('HMGET', key, unpack(names_i))
@@ -644,6 +687,7 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
       end
       if over then
         key = over
+        TMPL[key] = nil
         K[i] = key
         overflowed = overflowed + 1
         v = rcall('HMGET', key, unpack(names_i))
@@ -807,6 +851,7 @@ end
 local function decide(KEYS, ARGV)
   bind()
   begin()
+  TMPL = {}
   local ok, r = pcall(decideAt, KEYS, ARGV, nil, 0, 0, #KEYS, #ARGV)
   flushall()
   if not ok then
@@ -826,6 +871,7 @@ end
 -- script is atomic, which is at least what one script per call gives.
 local function many(KEYS, ARGV)
   begin()
+  TMPL = {}
   local m = num(ARGV[2])
   local out = {}
   local k, a = 0, 2 + 2 * m

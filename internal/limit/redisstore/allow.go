@@ -398,8 +398,9 @@ func (r *Store) scriptArgs(now time.Time, reqs []limit.Request, tag string, ask 
 		if units := q.Units(); units == 1 && mode == '-' && !q.Shadow && rate == 0 {
 			// A key the store has not asked about lately is probably new
 			// to Redis too, which the script then tells at less cost
-			// ("?", redis.lua).
-			if n == 1 && !r.recent.asked(q.Key, now, p.Window) {
+			// ("?", redis.lua). A key lives a window after its last count,
+			// and up to a second more (expiry, redis.lua).
+			if n == 1 && !r.recent.asked(q.Key, now, p.Window+min(p.Window, time.Second)) {
 				args = append(args, "?")
 			} else {
 				args = append(args, "")

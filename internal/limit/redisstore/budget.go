@@ -42,19 +42,18 @@ func (r *Store) budgetOf(tag string) int64 {
 	return r.maxKeys
 }
 
-// budgetArgs appends the key budget's script arguments (budget.lua)
-// to args: for each request of reqs with an Overflow key, "i over", its
-// index in KEYS and the Redis key of its overflow counter; then "m budget
-// set", the number of those requests, the budget and the set of tag; or
-// "0" alone, when there are none or the store has no budget. Each is the
-// same string on every call of a rule (or tag), which the library parses
-// once.
+// budgetArgs appends the key budget's script argument (budget.lua) to
+// args: "0" when no request of reqs has an Overflow key or the store has
+// no budget; else "m budget n set", with the number of requests with an
+// Overflow key, the budget and the set of tag, and for each of those
+// " i n over", with its index in KEYS and the Redis key of its overflow
+// counter; n is the length of what follows it. It is the same string on
+// every call of a rule (and tag), which the library parses once.
 func (r *Store) budgetArgs(args []any, reqs []limit.Request, tag string) []any {
 	m := 0
 	if r.maxKeys > 0 {
 		for i := range reqs {
-			if o := reqs[i].Overflow; o != "" {
-				args = append(args, strconv.Itoa(i+1)+" "+redisKey(tag, o))
+			if reqs[i].Overflow != "" {
 				m++
 			}
 		}
@@ -62,5 +61,26 @@ func (r *Store) budgetArgs(args []any, reqs []limit.Request, tag string) []any {
 	if m == 0 {
 		return append(args, "0")
 	}
-	return append(args, strconv.Itoa(m)+" "+strconv.FormatInt(r.budgetOf(tag), 10)+" "+budgetSet(tag))
+	set := budgetSet(tag)
+	b := make([]byte, 0, 32+len(set)+m*(48+len(tag)))
+	b = strconv.AppendInt(b, int64(m), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, r.budgetOf(tag), 10)
+	b = appendField(b, set)
+	for i := range reqs {
+		if o := reqs[i].Overflow; o != "" {
+			b = append(b, ' ')
+			b = strconv.AppendInt(b, int64(i+1), 10)
+			b = appendField(b, redisKey(tag, o))
+		}
+	}
+	return append(args, string(b))
+}
+
+// appendField appends " n s" to b, n the length of s.
+func appendField(b []byte, s string) []byte {
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	b = append(b, ' ')
+	return append(b, s...)
 }

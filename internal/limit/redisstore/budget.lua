@@ -53,57 +53,82 @@ local function num(s)
   return x
 end
 
--- BHEAD and BLIM map the budget's arguments (below) to what they spell,
--- nbudget of them: a rule's are the same strings on every call.
-local BHEAD, BLIM, nbudget = {}, {}, 0
+-- BUDGETS maps the budget's arguments (below) to what they spell,
+-- nbudgets of them: a rule's are the same string on every call.
+local BUDGETS, nbudgets = {}, 0
 
--- parsed returns s, a budget argument: with head, "m budget set" as
--- {m, cap, set}; else "i over" as {i, over}; nil when malformed.
-local function parsed(head, s)
-  local memo = head and BHEAD or BLIM
-  local x = memo[s]
-  if x then
-    return x
+-- field returns the field of s at pos, "length value" (the value has
+-- that many bytes, any bytes), and the position after it and its space.
+local function field(s, pos)
+  local l, at = string.match(s, '^(%d+) ()', pos)
+  if not l then
+    return nil, pos
   end
-  if head then
-    local m, cap, set = string.match(s, '^(%d+) (%d+) (.+)$')
-    x = m and { m = tonumber(m), cap = tonumber(cap), set = set }
-  else
-    local i, over = string.match(s, '^(%d+) (.+)$')
-    x = i and { i = tonumber(i), over = over }
+  l = tonumber(l)
+  if at + l - 1 > #s then
+    return nil, pos
   end
-  if not x then
-    error({ err = 'ERR gateway script: bad budget argument ' .. s })
+  return string.sub(s, at, at + l - 1), at + l + 1
+end
+
+-- parsebudget returns s, a call's budget argument, as {cap, set, over},
+-- over mapping the index of each limit that has a budget to its
+-- overflow counter; nil when s is malformed.
+local function parsebudget(s)
+  local m, cap, pos = string.match(s, '^(%d+) (%d+) ()')
+  if not m then
+    return nil
   end
-  if nbudget >= 4096 then
-    BHEAD, BLIM, nbudget = {}, {}, 0
+  local b = { cap = tonumber(cap), over = {} }
+  b.set, pos = field(s, pos)
+  if not b.set then
+    return nil
   end
-  if head then
-    BHEAD[s] = x
-  else
-    BLIM[s] = x
+  for _ = 1, tonumber(m) do
+    local i, at = string.match(s, '^(%d+) ()', pos)
+    if not i then
+      return nil
+    end
+    local over
+    over, pos = field(s, at)
+    if not over then
+      return nil
+    end
+    b.over[tonumber(i)] = over
   end
-  nbudget = nbudget + 1
-  return x
+  if pos <= #s then
+    return nil
+  end
+  return b
 end
 
 -- budget returns the budget's arguments of a call for limit i: the set,
 -- its budget and limit i's overflow counter, or nil when i has none. It
 -- is read only for a counter that does not exist yet. The call's
--- arguments end at ARGV[top]: "m budget set", or "0" when no limit has
--- a budget, after m arguments "i over", one for each limit i that has,
--- with the Redis key of its overflow counter (budgetArgs, budget.go).
+-- arguments end at ARGV[top], its budget argument: "0" when no limit
+-- has a budget, else "m budget n set" and, for each of the m limits
+-- that has one, " i n over", with the Redis key of its overflow counter;
+-- n is the length of what follows it (budgetArgs, budget.go).
 local function budget(ARGV, top, i)
   local s = ARGV[top]
   if s == '0' then
     return nil
   end
-  local h = parsed(true, s)
-  for j = 1, h.m do
-    local b = parsed(false, ARGV[top - h.m - 1 + j])
-    if b.i == i then
-      return h.set, h.cap, b.over
+  local b = BUDGETS[s]
+  if not b then
+    b = parsebudget(s)
+    if not b then
+      error({ err = 'ERR gateway script: bad budget argument ' .. s })
     end
+    if nbudgets >= 4096 then
+      BUDGETS, nbudgets = {}, 0
+    end
+    BUDGETS[s] = b
+    nbudgets = nbudgets + 1
+  end
+  local over = b.over[i]
+  if over then
+    return b.set, b.cap, over
   end
   return nil
 end
@@ -160,10 +185,10 @@ local function joined(set, key, ms)
     PEND[set] = p
     PSETS[#PSETS + 1] = set
   end
-  p[#p + 1] = ms
-  p[#p + 1] = key
-  CARD[set] = card(set) + 1
-  if #p >= 512 then
+  local n = #p
+  p[n + 1], p[n + 2] = ms, key
+  CARD[set] = (CARD[set] or card(set)) + 1
+  if n >= 510 then
     flush(set)
   end
 end
@@ -224,6 +249,11 @@ local function newcaller(set, cap, over, pruned, key, now, fixed, joining)
     ms = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
   else
     ms = floor(now / 1000)
+  end
+  local c = CARD[set]
+  if c and c + joining < cap then
+    -- room's first answer, without the call.
+    return nil, pruned, ms
   end
   local ok
   ok, pruned = room(set, cap, key, ms, pruned, joining)

@@ -685,3 +685,43 @@ func TestRedisBudgetInOneBatch(t *testing.T) {
 		t.Errorf("caller 3's member due at %v, want moved to its counter's expiry, a minute after %v", due, back)
 	}
 }
+
+// TestRedisBudgetArgumentAnyBytes checks that the key budget's argument
+// carries set and overflow counter names of any bytes (spaces and digits
+// that look like the argument's own fields here), for a call with two
+// budgeted limits: past the budget of one counter, both limits of a new
+// caller are counted on their own overflow counters.
+func TestRedisBudgetArgumentAnyBytes(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: 10 * time.Second, MaxKeys: 2, DenyCacheSize: -1, Leases: -1})
+	ctx := context.Background()
+	const tag = "app 7 3 x"
+	p := &limit.Params{Algorithm: "fixed_window", Limit: 10, Window: time.Hour}
+	caller := func(id string) []limit.Request {
+		return []limit.Request{
+			{Key: tag + "|/ 1 2|" + id, Overflow: tag + "|/ 1 2|overflow 1", Tag: tag, Params: p},
+			{Key: tag + "|/ 3|" + id, Overflow: tag + "|/ 3|overflow 2", Tag: tag, Params: p},
+		}
+	}
+	res := make([]limit.Result, 2)
+	for _, id := range []string{"1 1 9", "2 2 9"} {
+		if ok, err := red.Allow(ctx, time.Time{}, caller(id), res); !ok || err != nil {
+			t.Fatalf("caller %q: %v %v, want admitted", id, ok, err)
+		}
+	}
+	c := srv.Client()
+	for _, k := range []string{tag + "|/ 1 2|1 1 9", tag + "|/ 3|1 1 9", tag + "|/ 1 2|overflow 1", tag + "|/ 3|overflow 2"} {
+		if n := c.Exists(ctx, redisKey(tag, k)).Val(); n != 1 {
+			t.Errorf("%q: no counter, want one", k)
+		}
+	}
+	for _, k := range []string{tag + "|/ 1 2|2 2 9", tag + "|/ 3|2 2 9"} {
+		if n := c.Exists(ctx, redisKey(tag, k)).Val(); n != 0 {
+			t.Errorf("%q: a counter past the budget", k)
+		}
+	}
+	if n := c.ZCard(ctx, budgetSet(tag)).Val(); n != 2 {
+		t.Errorf("the set holds %d members, want 2", n)
+	}
+}

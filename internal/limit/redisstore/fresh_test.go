@@ -122,7 +122,10 @@ func TestRedisNewKeysAsAnyOther(t *testing.T) {
 	budgeted.fixedNow = clock.us.Load
 	red = budgeted
 	p := &limit.Params{Algorithm: "sliding_window", Limit: 5, Window: time.Second, Precision: 10}
+	// overflows maps each call's key to its overflow counter's.
+	overflows := map[string]string{}
 	over := func(key, overflow string) []limit.Request {
+		overflows[redisKey("budget", key)] = redisKey("budget", overflow)
 		return []limit.Request{{Key: key, Overflow: overflow, Tag: "budget", Params: p}}
 	}
 	first := call(over("budget|first", "budget|o-first"), "?")
@@ -139,10 +142,7 @@ func TestRedisNewKeysAsAnyOther(t *testing.T) {
 	if long.err != nil || long.v[len(long.v)-1] != 1 {
 		t.Fatalf("the long way: %v %v, want sent to its overflow counter", long.v, long.err)
 	}
-	overflowOf := func(c *batchCall) string {
-		_, over, _ := strings.Cut(c.args[len(c.args)-2].(string), " ")
-		return over
-	}
+	overflowOf := func(c *batchCall) string { return overflows[c.keys[0]] }
 	same("overflowed", batch, long, overflowOf)
 	for _, c := range append(batch, long) {
 		if n := cl.Exists(ctx, c.keys[0]).Val(); n != 0 {

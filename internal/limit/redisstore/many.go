@@ -8,8 +8,12 @@ import (
 )
 
 // manyMark is the first argument of a script call that carries several
-// calls (redis.lua, many).
-const manyMark = "*"
+// calls (redis.lua, many), and sameMark that of one whose calls all have
+// as many keys and as many arguments as each other.
+const (
+	manyMark = "*"
+	sameMark = "="
+)
 
 // asOne reports whether batch goes to Redis as one script call that
 // carries all its calls (docs/fleet.md, "Batching"): on one Redis, not a
@@ -29,16 +33,24 @@ func (r *Store) asOne(batch []*batchCall) bool {
 // (isClosedConn).
 func (r *Store) runAsOne(ctx context.Context, batch []*batchCall) {
 	nk, na := 0, 2+2*len(batch)
+	same := true
 	for _, c := range batch {
 		nk += len(c.keys)
 		na += len(c.args)
+		same = same && len(c.keys) == len(batch[0].keys) && len(c.args) == len(batch[0].args)
 	}
 	keys := make([]string, 0, nk)
 	args := make([]any, 0, na)
-	args = append(args, manyMark, len(batch))
+	if same {
+		args = append(args, sameMark, len(batch), len(batch[0].keys), len(batch[0].args))
+	} else {
+		args = append(args, manyMark, len(batch))
+	}
 	for _, c := range batch {
 		keys = append(keys, c.keys...)
-		args = append(args, len(c.keys), len(c.args))
+		if !same {
+			args = append(args, len(c.keys), len(c.args))
+		}
 	}
 	for _, c := range batch {
 		args = append(args, c.args...)

@@ -862,22 +862,30 @@ end
 
 -- many is several calls in one (a batch of calls to one node, batch.go):
 -- ARGV[1] is "*", ARGV[2] the number of calls m, then for each call the
--- number of its keys and of its arguments; then the keys of every call,
--- one call's after the other, in KEYS, and their arguments likewise in
--- ARGV. Each call is decided as decide decides it alone, one after the
--- other, on one reading of Redis's clock; the reply holds each call's
--- reply, or its error, in their order: a reply as a table of numbers, or
--- as one string of them separated by spaces (freshFor). A batch in one
--- script is atomic, which is at least what one script per call gives.
+-- number of its keys and of its arguments; or ARGV[1] is "=", ARGV[2] m,
+-- and ARGV[3] and ARGV[4] the number of keys and of arguments of every
+-- call. Then come the keys of every call, one call's after the other, in
+-- KEYS, and their arguments likewise in ARGV. Each call is decided as
+-- decide decides it alone, one after the other, on one reading of
+-- Redis's clock; the reply holds each call's reply, or its error, in
+-- their order: a reply as a table of numbers, or as one string of them
+-- separated by spaces (freshFor). A batch in one script is atomic, which
+-- is at least what one script per call gives.
 local function many(KEYS, ARGV)
   begin()
   TMPL = {}
   local m = num(ARGV[2])
   local out = {}
-  local k, a = 0, 2 + 2 * m
+  local same = ARGV[1] == '='
+  local k, a, nk, na = 0, 2 + 2 * m, nil, nil
+  if same then
+    a, nk, na = 4, num(ARGV[3]), num(ARGV[4])
+  end
   local now = clock()
   for c = 1, m do
-    local nk, na = num(ARGV[1 + 2 * c]), num(ARGV[2 + 2 * c])
+    if not same then
+      nk, na = num(ARGV[1 + 2 * c]), num(ARGV[2 + 2 * c])
+    end
     local ok, r = pcall(decideAt, KEYS, ARGV, now, k, a, nk, a + na)
     if not ok then
       r = failed(r)
@@ -890,10 +898,11 @@ local function many(KEYS, ARGV)
 end
 
 -- entry is the function of the library (functions.go): many calls when
--- ARGV[1] is "*", else one (decide).
+-- ARGV[1] is "*" or "=", else one (decide).
 local function entry(KEYS, ARGV)
   bind()
-  if ARGV[1] == '*' then
+  local mark = ARGV[1]
+  if mark == '*' or mark == '=' then
     return many(KEYS, ARGV)
   end
   return decide(KEYS, ARGV)

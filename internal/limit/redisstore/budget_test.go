@@ -658,25 +658,34 @@ func TestRedisBudgetInOneBatch(t *testing.T) {
 
 	// Caller 3's counter gone and due, and caller 3 back with new
 	// caller 12: caller 3 is a member already, so it gets a counter
-	// again, and keeps its member as it was (ZADD NX); caller 12 finds
+	// again; caller 12 finds
 	// the set full of live counters once the prune has moved caller 3's
 	// member to its counter's expiry.
 	c.Del(ctx, redisKey("app", key(3)))
 	c.ZAdd(ctx, budgetSet("app"), redis.Z{Score: 0, Member: redisKey("app", key(3))})
+	// Caller 4's counter gone too, its member due in ten hours: back, it
+	// keeps that.
+	c.Del(ctx, redisKey("app", key(4)))
+	later := float64(time.Now().Add(10 * time.Hour).UnixMilli())
+	c.ZAdd(ctx, budgetSet("app"), redis.Z{Score: later, Member: redisKey("app", key(4))})
 	back := time.Now()
 	reqs := func(i int) []limit.Request {
 		return []limit.Request{{Key: key(i), Overflow: "app|/|overflow", Tag: "app", Params: p}}
 	}
 	var batch []*batchCall
-	for _, i := range []int{3, 12} {
+	callers := []int{4, 3, 12}
+	for _, i := range callers {
 		keys, tag, _, _ := redisKeys(reqs(i))
 		batch = append(batch, &batchCall{keys: keys, args: red.scriptArgs(time.Now(), reqs(i), tag, nil)})
 	}
 	red.runAsOne(ctx, batch)
-	for i, want := range []int64{0, 1} {
+	for i, want := range []int64{0, 0, 1} {
 		if b := batch[i]; b.err != nil || len(b.v) == 0 || b.v[0] != 1 || b.v[len(b.v)-1] != want {
-			t.Errorf("caller %d back: %v %v, want admitted, overflowed %d", []int{3, 12}[i], b.v, b.err, want)
+			t.Errorf("caller %d back: %v %v, want admitted, overflowed %d", callers[i], b.v, b.err, want)
 		}
+	}
+	if got := c.ZScore(ctx, budgetSet("app"), redisKey("app", key(4))).Val(); got != later {
+		t.Errorf("caller 4's member due at %v, want kept at %v (ZADD NX)", got, later)
 	}
 	if n := c.ZCard(ctx, budgetSet("app")).Val(); n != budget {
 		t.Errorf("the set holds %d members, want %d", n, budget)

@@ -450,8 +450,8 @@ local function freshFor(key, s, a, now)
     -- The same replies as one string each, which a call of many may
     -- answer with (Redis turns a table of numbers into its reply at
     -- several times the cost).
-    local s = string.format('1 1 %d %d %d 0 0 0 -1 ', r.remaining, r.reset, r.retry)
-    f[1].s, f[2].s = s .. '0', s .. '1'
+    local reply = string.format('1 1 %d %d %d 0 0 0 -1 ', r.remaining, r.reset, r.retry)
+    f[1].s, f[2].s = reply .. '0', reply .. '1'
   end
   s.fresh = f
   return f
@@ -488,7 +488,7 @@ end
 
 -- copied makes key, which does not exist, a copy of f.tmpl, fields and
 -- expiry, and reports whether it did: false when key exists or COPY is
--- not to be had (Redis before 6.2, or refused by an ACL).
+-- refused (an ACL). Only a batch (FCALL, Redis 7) has a template.
 local function copied(f, key)
   local r = redis.pcall('COPY', f.tmpl, key)
   return r == 1
@@ -501,7 +501,8 @@ end
 -- is a copy of the first such key of the script call (TMPL) when there
 -- is one, else written anew. Otherwise it returns nil, and whether key
 -- exists when it asked (nil when it did not). A key the key budget sends
--- to its overflow counter is left to decideAt; nothing is written then.
+-- to its overflow counter is left to decideAt, with that counter as the
+-- third result; nothing is written then.
 local function quick(key, ARGV, a0, top, now)
   if ARGV[a0 + 3] ~= '?' then
     return nil, nil
@@ -520,15 +521,22 @@ local function quick(key, ARGV, a0, top, now)
     end
   end
   local bset, bcap, bover = budget(ARGV, top, 1)
+  if copy and bset and card(bset) >= bcap then
+    -- The budget may send the key to its overflow counter, which only a
+    -- key that does not exist may be: ask first, as the key budget costs
+    -- nothing for a counter that exists.
+    local e = redis.pcall('EXISTS', key)
+    if e ~= 0 then
+      return nil, e == 1 or nil
+    end
+  end
   local ms
   if bset then
     local over, pruned
     over, pruned, ms = newcaller(bset, bcap, bover, false, key, now, ARGV[a0 + 1] ~= '', 0)
     if over then
-      if copy then
-        return nil, nil
-      end
-      return nil, false
+      -- decideAt counts it there, without asking the budget again.
+      return nil, false, over
     end
   end
   if copy then
@@ -565,10 +573,10 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
   end
   -- exists is whether the key of a call of one limit exists, when quick
   -- asked.
-  local exists
+  local exists, qover
   if n == 1 then
     local r
-    r, exists = quick(KEYS[k0 + 1], ARGV, a0, top, now)
+    r, exists, qover = quick(KEYS[k0 + 1], ARGV, a0, top, now)
     if r then
       return r
     end
@@ -680,7 +688,11 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
       -- A new caller's counter (every counter has "_id"): the key budget
       -- decides whether it may be created (budget.lua).
       local over, ms
-      over, pruned, ms = newcaller(bset, bcap, bover, pruned, key, now, ARGV[a0 + 1] ~= '', joining)
+      if qover then
+        over, pruned = qover, true
+      else
+        over, pruned, ms = newcaller(bset, bcap, bover, pruned, key, now, ARGV[a0 + 1] ~= '', joining)
+      end
       if not over then
         JOIN[i], JOINMS[i] = bset, ms
         joining = joining + 1

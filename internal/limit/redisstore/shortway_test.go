@@ -1,0 +1,430 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// Tests of the short way for new keys (quick, COPY, the
+// "?" spelling, redis.lua) and of the key budget's per-script-call
+// bookkeeping (budget.lua).
+
+// shortWayStore returns a store on url that decides on Redis's clock (a
+// batch's calls share one instant) with the function library loaded.
+func shortWayStore(t *testing.T, url string, maxKeys int) *Store {
+	t.Helper()
+	red := newTestRedis(t, Config{URL: url, Timeout: 10 * time.Second, MaxKeys: maxKeys, DenyCacheSize: -1, Leases: -1})
+	if err := red.Ready(context.Background()); err != nil || !red.fn.on.Load() {
+		t.Fatalf("the function library is not loaded: %v", err)
+	}
+	return red
+}
+
+// shortWayCall returns the usual call of one limit p on key (with the
+// overflow counter over when not ""), spelled spelling ("" or "?").
+func shortWayCall(t *testing.T, red *Store, key, over string, p *limit.Params, spelling string) *batchCall {
+	t.Helper()
+	tag, _, _ := strings.Cut(key, "|")
+	reqs := []limit.Request{{Key: key, Overflow: over, Tag: tag, Params: p}}
+	keys, tag, _, err := redisKeys(reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := red.scriptArgs(time.Now(), reqs, tag, nil)
+	if args[2] != "" && args[2] != "?" {
+		t.Fatalf("the usual call's argument is %q", args[2])
+	}
+	args[2] = spelling
+	return &batchCall{keys: keys, args: args}
+}
+
+// overflowed returns, for each call of batch, whether it was counted on
+// its overflow counter, and fails t unless each was admitted.
+func overflowed(t *testing.T, batch []*batchCall) []int64 {
+	t.Helper()
+	var out []int64
+	for i, b := range batch {
+		if b.err != nil || len(b.v) != 10 || b.v[0] != 1 {
+			t.Fatalf("call %d: %v %v, want admitted", i, b.v, b.err)
+		}
+		out = append(out, b.v[9])
+	}
+	return out
+}
+
+// TestRedisShortWayOverflowCounterNotCopied checks that an overflow
+// counter that the short way created is a batch's template (TMPL); once a
+// later call of the batch counts on it again, a new key must not be made a
+// copy of it. Here the third call is a returning caller (its member is
+// still in the full set, its counter gone), which the budget lets in: its
+// counter must hold its own one request, not the overflow counter's two.
+func TestRedisShortWayOverflowCounterNotCopied(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red := shortWayStore(t, srv.URL(), 1)
+	ctx := context.Background()
+	c := srv.Client()
+	p := &limit.Params{Algorithm: "sliding_window", Limit: 10, Window: time.Minute, Precision: 10}
+	const over = "app|/|overflow"
+
+	kept := shortWayCall(t, red, "app|/|kept", over, p, "")
+	if kept.v, kept.err = red.run(ctx, kept.keys, kept.args); kept.err != nil || kept.v[9] != 0 {
+		t.Fatalf("the first caller: %v %v, want its own counter", kept.v, kept.err)
+	}
+	back := redisKey("app", "app|/|back")
+	c.ZAdd(ctx, budgetSet("app"), redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: back})
+
+	batch := []*batchCall{
+		shortWayCall(t, red, "app|/|a", over, p, ""),
+		shortWayCall(t, red, "app|/|b", over, p, "?"),
+		shortWayCall(t, red, "app|/|back", over, p, "?"),
+	}
+	red.runAsOne(ctx, batch)
+	if got, want := overflowed(t, batch), []int64{1, 1, 0}; !slices.Equal(got, want) {
+		t.Fatalf("overflowed %v, want %v", got, want)
+	}
+	if got := batch[2].v[2]; got != 9 {
+		t.Errorf("the returning caller: %d remaining, want 9", got)
+	}
+	if got := c.HGet(ctx, redisKey("app", over), "t").Val(); got != "2" {
+		t.Errorf("the overflow counter counted %q, want 2", got)
+	}
+	if got := c.HGet(ctx, back, "t").Val(); got != "1" {
+		t.Errorf("the returning caller's counter counted %q, want 1 (%v)", got, c.HGetAll(ctx, back).Val())
+	}
+}
+
+// TestRedisShortWayProbedCallerBudgetAsUsual checks that the key budget
+// decides a caller spelled "?" as it decides the same caller spelled ""
+// (one prune per call). The set is full: 96 members due whose counters are
+// alive, then one due whose counter is gone. A prune looks at 32, so
+// spelled "", the fourth new caller of a batch is the first to find the
+// dead member.
+func TestRedisShortWayProbedCallerBudgetAsUsual(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const budget = 97
+	red := shortWayStore(t, srv.URL(), budget)
+	ctx := context.Background()
+	c := srv.Client()
+	p := &limit.Params{Algorithm: "sliding_window", Limit: 10, Window: time.Minute, Precision: 10}
+	run := func(tag string, spell func(i int) string) []int64 {
+		set := budgetSet(tag)
+		for i := range budget - 1 {
+			k := redisKey(tag, fmt.Sprintf("%s|/|alive-%02d", tag, i))
+			c.HSet(ctx, k, "_id", "x")
+			c.Expire(ctx, k, time.Hour)
+			c.ZAdd(ctx, set, redis.Z{Score: 0, Member: k})
+		}
+		c.ZAdd(ctx, set, redis.Z{Score: 1, Member: redisKey(tag, tag+"|/|dead")})
+		var batch []*batchCall
+		for i := range 5 {
+			batch = append(batch, shortWayCall(t, red, fmt.Sprintf("%s|/|new-%d", tag, i), tag+"|/|overflow", p, spell(i)))
+		}
+		red.runAsOne(ctx, batch)
+		return overflowed(t, batch)
+	}
+	usual := run("u", func(int) string { return "" })
+	probed := run("q", func(i int) string { return []string{"", "?"}[min(i, 1)] })
+	if !slices.Equal(probed, usual) {
+		t.Errorf("overflowed spelled \"?\": %v; spelled \"\": %v", probed, usual)
+	}
+}
+
+// commandCalls returns the calls of each command that srv counted since
+// its statistics were reset, without the test's own, and the time Redis
+// spent in them (µs).
+func commandCalls(t *testing.T, srv *redistest.Server) (map[string]int, int) {
+	t.Helper()
+	out, usec := map[string]int{}, 0
+	for name, v := range srv.Info("commandstats") {
+		name = strings.TrimPrefix(name, "cmdstat_")
+		if name == "info" || name == "config|resetstat" || name == "config" {
+			continue
+		}
+		for _, f := range strings.Split(v, ",") {
+			k, n, _ := strings.Cut(f, "=")
+			x, _ := strconv.Atoi(n)
+			switch {
+			case k == "calls":
+				out[name] = x
+			case k == "usec" && name == "fcall":
+				usec = x
+			}
+		}
+	}
+	return out, usec
+}
+
+// TestRedisShortWayProbedOverflowCost checks that with the key budget full
+// of live counters (the flood it is for), a batch of new callers spelled
+// "?" must not cost Redis more commands than the same batch spelled "".
+func TestRedisShortWayProbedOverflowCost(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const budget, callers = 10, 20
+	red := shortWayStore(t, srv.URL(), budget)
+	ctx := context.Background()
+	c := srv.Client()
+	p := &limit.Params{Algorithm: "sliding_window", Limit: 100, Window: time.Minute, Precision: 10}
+	run := func(tag string, spelling string) (map[string]int, int, int) {
+		set := budgetSet(tag)
+		for i := range budget {
+			k := redisKey(tag, fmt.Sprintf("%s|/|alive-%02d", tag, i))
+			c.HSet(ctx, k, "_id", "x")
+			c.Expire(ctx, k, time.Hour)
+			c.ZAdd(ctx, set, redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: k})
+		}
+		var batch []*batchCall
+		for i := range callers {
+			batch = append(batch, shortWayCall(t, red, fmt.Sprintf("%s|/|new-%d", tag, i), tag+"|/|overflow", p, spelling))
+		}
+		c.ConfigResetStat(ctx)
+		red.runAsOne(ctx, batch)
+		calls, usec := commandCalls(t, srv)
+		for i, o := range overflowed(t, batch) {
+			if o != 1 {
+				t.Fatalf("%s: caller %d not sent to the overflow counter", tag, i)
+			}
+		}
+		n := 0
+		for name, k := range calls {
+			if name != "fcall" {
+				n += k
+			}
+		}
+		return calls, n, usec
+	}
+	usualCalls, usual, usualUsec := run("u", "")
+	probedCalls, probed, probedUsec := run("q", "?")
+	t.Logf("spelled \"\": %d commands, FCALL %dµs: %v", usual, usualUsec, usualCalls)
+	t.Logf("spelled \"?\": %d commands, FCALL %dµs: %v", probed, probedUsec, probedCalls)
+	if probed > usual {
+		t.Errorf("%d new callers past the budget: %d commands spelled \"?\", %d spelled \"\"", callers, probed, usual)
+	}
+}
+
+// TestRedisShortWayProbedExistingKeys checks that a key spelled "?" that
+// exists is decided on its fields, both when the batch has no key to copy
+// (quick asks EXISTS) and when it has one (COPY onto a key that exists
+// does nothing).
+func TestRedisShortWayProbedExistingKeys(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red := shortWayStore(t, srv.URL(), -1)
+	ctx := context.Background()
+	c := srv.Client()
+	p := &limit.Params{Algorithm: "sliding_window", Limit: 10, Window: time.Minute, Precision: 10}
+	for _, k := range []string{"app|/|y", "app|/|z"} {
+		for range 2 {
+			b := shortWayCall(t, red, k, "", p, "")
+			if _, err := red.run(ctx, b.keys, b.args); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	check := func(name string, batch []*batchCall, last string) {
+		t.Helper()
+		red.runAsOne(ctx, batch)
+		b := batch[len(batch)-1]
+		if b.err != nil || len(b.v) != 10 || b.v[0] != 1 || b.v[2] != 7 {
+			t.Errorf("%s: %v %v, want admitted with 7 remaining", name, b.v, b.err)
+		}
+		if got := c.HGet(ctx, redisKey("app", last), "t").Val(); got != "3" {
+			t.Errorf("%s: counted %q, want 3", name, got)
+		}
+	}
+	// x1's second call takes it out of the templates: y is asked about.
+	check("no template", []*batchCall{
+		shortWayCall(t, red, "app|/|x1", "", p, ""),
+		shortWayCall(t, red, "app|/|x1", "", p, ""),
+		shortWayCall(t, red, "app|/|y", "", p, "?"),
+	}, "app|/|y")
+	// x2 is the template: z is copied onto, which fails.
+	check("template", []*batchCall{
+		shortWayCall(t, red, "app|/|x2", "", p, ""),
+		shortWayCall(t, red, "app|/|z", "", p, "?"),
+	}, "app|/|z")
+}
+
+// TestRedisShortWayOtherDatabase checks that one library serves every
+// database of a server; what a script call learns (the batch's template
+// key, the size of a budget set) must not be used by the next, here in
+// another database at the same (fixed) instant.
+func TestRedisShortWayOtherDatabase(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	url1 := strings.TrimSuffix(srv.URL(), "/0") + "/1"
+	clock := &fixedClock{}
+	clock.us.Store(us0)
+	var stores [2]*Store
+	for i, url := range []string{srv.URL(), url1} {
+		stores[i] = shortWayStore(t, url, 2)
+		stores[i].fixedNow = clock.us.Load
+	}
+	c0 := srv.Client()
+	c1 := redis.NewClient(&redis.Options{Addr: srv.Addr, DB: 1})
+	t.Cleanup(func() { c1.Close() })
+	p := &limit.Params{Algorithm: "sliding_window", Limit: 10, Window: time.Minute, Precision: 10}
+	// Database 0: one new caller, the batch's template; its set then
+	// holds 1 of 2.
+	red0, red1 := stores[0], stores[1]
+	b0 := []*batchCall{shortWayCall(t, red0, "app|/|t", "app|/|overflow", p, "")}
+	red0.runAsOne(ctx, b0)
+	if got := overflowed(t, b0); !slices.Equal(got, []int64{0}) {
+		t.Fatalf("database 0: overflowed %v", got)
+	}
+	if n := c0.ZCard(ctx, budgetSet("app")).Val(); n != 1 {
+		t.Fatalf("database 0: the set holds %d", n)
+	}
+	// Database 1: a key of the template's name, counted 5 times, and a
+	// full set.
+	tmpl := redisKey("app", "app|/|t")
+	c1.HSet(ctx, tmpl, "_id", "sliding_window/60000000/10", "t", 5)
+	c1.Expire(ctx, tmpl, time.Hour)
+	for i := range 2 {
+		k := redisKey("app", fmt.Sprintf("app|/|alive-%d", i))
+		c1.HSet(ctx, k, "_id", "x")
+		c1.Expire(ctx, k, time.Hour)
+		c1.ZAdd(ctx, budgetSet("app"), redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: k})
+	}
+	// A call alone (decide) and a batch (many) each read the set afresh.
+	alone := shortWayCall(t, red1, "app|/|alone", "app|/|overflow", p, "")
+	var err error
+	if alone.v, err = red1.run(ctx, alone.keys, alone.args); err != nil || alone.v[9] != 1 {
+		t.Errorf("database 1: a new caller alone past a full set: %v %v, want sent to the overflow counter", alone.v, err)
+	}
+	// n has no budget, m has: n is made afresh (not a copy of database
+	// 1's t), m is sent to the overflow counter.
+	b1 := []*batchCall{
+		shortWayCall(t, red1, "app|/|n", "", p, "?"),
+		shortWayCall(t, red1, "app|/|m", "app|/|overflow", p, "?"),
+	}
+	red1.runAsOne(ctx, b1)
+	if got := overflowed(t, b1); !slices.Equal(got, []int64{0, 1}) {
+		t.Errorf("database 1: overflowed %v, want [0 1]", got)
+	}
+	if n := c1.ZCard(ctx, budgetSet("app")).Val(); n != 2 {
+		t.Errorf("database 1: the set holds %d, want its budget, 2", n)
+	}
+	if got := c1.HGet(ctx, redisKey("app", "app|/|n"), "t").Val(); got != "1" {
+		t.Errorf("database 1: n counted %q, want 1", got)
+	}
+}
+
+// TestRedisShortWayProbedAtALaterInstant checks that what the short way
+// worked out for a rule at one instant (freshFor) must not make a new key
+// spelled "?" at a later one, even as the first call of a batch.
+func TestRedisShortWayProbedAtALaterInstant(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red, clock := newFixedFunctions(t, srv)
+	ctx := context.Background()
+	c := srv.Client()
+	p := &limit.Params{Algorithm: "sliding_window", Limit: 10, Window: time.Minute, Precision: 10}
+	first := []*batchCall{shortWayCall(t, red, "app|/|a", "", p, "")}
+	red.runAsOne(ctx, first)
+	overflowed(t, first)
+	clock.us.Add(7_000_000) // the next bucket
+	later := []*batchCall{shortWayCall(t, red, "app|/|b", "", p, "?")}
+	red.runAsOne(ctx, later)
+	overflowed(t, later)
+	alone := shortWayCall(t, red, "app|/|c", "", p, "1 - 0 0 0 0")
+	var err error
+	if alone.v, err = red.run(ctx, alone.keys, alone.args); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(later[0].v, alone.v) {
+		t.Errorf("reply %v, want %v", later[0].v, alone.v)
+	}
+	got, want := c.HGetAll(ctx, later[0].keys[0]).Val(), c.HGetAll(ctx, alone.keys[0]).Val()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("fields %v, want %v", got, want)
+	}
+}
+
+// TestRedisShortWayRecentKeysCollideAndWrap checks that two keys of one
+// slot of the table of recent keys each replace the other (a fingerprint
+// tells them apart: the second is not taken for the first); and a second
+// of 2106, when the seconds kept wrap around, still follows the one before
+// it.
+func TestRedisShortWayRecentKeysCollideAndWrap(t *testing.T) {
+	t.Parallel()
+	r := newRecent()
+	slot := func(k string) uint64 { return maphash.String(r.seed, k) & (recentSlots - 1) }
+	a, b := "app|/|a", ""
+	for i := 0; b == ""; i++ {
+		if k := fmt.Sprintf("app|/|b%d", i); slot(k) == slot(a) {
+			b = k
+		}
+	}
+	at := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	for i, s := range []struct {
+		key  string
+		want bool
+	}{{a, false}, {a, true}, {b, false}, {b, true}, {a, false}} {
+		if got := r.asked(s.key, at, time.Minute); got != s.want {
+			t.Errorf("step %d: %s asked lately %v, want %v", i, s.key, got, s.want)
+		}
+	}
+	wrap := time.Unix(1<<32-1, 0)
+	if r.asked("app|/|w", wrap, time.Minute) || !r.asked("app|/|w", wrap.Add(time.Second), time.Minute) {
+		t.Errorf("a key asked about at %v is not recent a second later", wrap)
+	}
+}
+
+// TestRedisShortWayExistingKeyNoBudget checks that the key budget costs
+// nothing for a counter that exists (budget.lua), also when the call is
+// spelled "?" and the batch has a key to copy: here the set is full and
+// the counter is not among its members, which would make the budget prune
+// it.
+func TestRedisShortWayExistingKeyNoBudget(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const budget = 3
+	red := shortWayStore(t, srv.URL(), budget)
+	ctx := context.Background()
+	c := srv.Client()
+	p := &limit.Params{Algorithm: "sliding_window", Limit: 10, Window: time.Minute, Precision: 10}
+	const over = "app|/|overflow"
+	y := shortWayCall(t, red, "app|/|y", over, p, "")
+	if _, err := red.run(ctx, y.keys, y.args); err != nil {
+		t.Fatal(err)
+	}
+	c.ZRem(ctx, budgetSet("app"), y.keys[0])
+	for i := range budget {
+		k := redisKey("app", fmt.Sprintf("app|/|alive-%d", i))
+		c.HSet(ctx, k, "_id", "x")
+		c.Expire(ctx, k, time.Hour)
+		c.ZAdd(ctx, budgetSet("app"), redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: k})
+	}
+	batch := []*batchCall{
+		shortWayCall(t, red, "app|/|x", "", p, ""), // new, no budget: the key to copy
+		shortWayCall(t, red, "app|/|y", over, p, "?"),
+	}
+	c.ConfigResetStat(ctx)
+	red.runAsOne(ctx, batch)
+	calls, _ := commandCalls(t, srv)
+	if got := overflowed(t, batch); !slices.Equal(got, []int64{0, 0}) || batch[1].v[2] != 8 {
+		t.Errorf("y: %v, want counted on its own counter, 8 remaining", batch[1].v)
+	}
+	// Reading the set's size once per script call (ZCARD) is what any
+	// new key of the batch pays; room and prune for this key are not.
+	for _, cmd := range []string{"zscore", "zrangebyscore", "pttl", "zadd", "zrem"} {
+		if calls[cmd] != 0 || calls["zcard"] > 1 {
+			t.Errorf("the budget's set was looked at for a counter that exists: %v", calls)
+			break
+		}
+	}
+}

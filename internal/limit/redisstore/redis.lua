@@ -447,9 +447,7 @@ local function freshFor(key, s, a, now)
     f = { now = now, slack = slack, set = set, ttl = arg(t), ttln = t,
       { 1, 1, r.remaining, r.reset, r.retry, 0, 0, 0, -1, 0 },
       { 1, 1, r.remaining, r.reset, r.retry, 0, 0, 0, -1, 1 } }
-    -- The same replies as one string each, which a call of many may
-    -- answer with (Redis turns a table of numbers into its reply at
-    -- several times the cost).
+    -- The same replies as one string each, which many answers with.
     local reply = string.format('1 1 %d %d %d 0 0 0 -1 ', r.remaining, r.reset, r.retry)
     f[1].s, f[2].s = reply .. '0', reply .. '1'
   end
@@ -484,14 +482,6 @@ local function create(f, key, bset, ms)
   if bset then
     joined(bset, key, arg(ms + f.ttln))
   end
-end
-
--- copied makes key, which does not exist, a copy of f.tmpl, fields and
--- expiry, and reports whether it did: false when key exists or COPY is
--- refused (an ACL). Only a batch (FCALL, Redis 7) has a template.
-local function copied(f, key)
-  local r = redis.pcall('COPY', f.tmpl, key)
-  return r == 1
 end
 
 -- quick decides the usual call of one limit on key at now the short way,
@@ -532,15 +522,22 @@ local function quick(key, ARGV, a0, top, now)
   end
   local ms
   if bset then
-    local over, pruned
-    over, pruned, ms = newcaller(bset, bcap, bover, false, key, now, ARGV[a0 + 1] ~= '', 0)
-    if over then
-      -- decideAt counts it there, without asking the budget again.
-      return nil, false, over
+    local c = CARD[bset]
+    if c and c < bcap and ARGV[a0 + 1] == '' then
+      -- Room, as newcaller would find it.
+      ms = floor(now / 1000)
+    else
+      local over, pruned
+      over, pruned, ms = newcaller(bset, bcap, bover, false, key, now, ARGV[a0 + 1] ~= '', 0)
+      if over then
+        -- decideAt counts it there, without asking the budget again.
+        return nil, false, over
+      end
     end
   end
   if copy then
-    if not copied(f, key) then
+    if redis.pcall('COPY', f.tmpl, key) ~= 1 then
+      -- key exists, or COPY is refused (an ACL).
       return nil, nil
     end
     if bset then
@@ -880,9 +877,11 @@ end
 -- KEYS, and their arguments likewise in ARGV. Each call is decided as
 -- decide decides it alone, one after the other, on one reading of
 -- Redis's clock; the reply holds each call's reply, or its error, in
--- their order: a reply as a table of numbers, or as one string of them
--- separated by spaces (freshFor). A batch in one script is atomic, which
--- is at least what one script per call gives.
+-- their order: the reply of a call of one limit as one string of its
+-- numbers separated by spaces (Redis turns a table of numbers into its
+-- reply at several times the cost of a string), of several limits as a
+-- table of numbers. A batch in one script is atomic, which is at least
+-- what one script per call gives.
 local function many(KEYS, ARGV)
   begin()
   TMPL = {}
@@ -901,8 +900,13 @@ local function many(KEYS, ARGV)
     local ok, r = pcall(decideAt, KEYS, ARGV, now, k, a, nk, a + na)
     if not ok then
       r = failed(r)
+    elseif r.s then
+      r = r.s
+    elseif r.err == nil and #r == 10 then
+      -- One limit's reply, as a string too.
+      r = string.format('%d %d %d %d %d %d %d %d %d %d', r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10])
     end
-    out[c] = r.s or r
+    out[c] = r
     k, a = k + nk, a + na
   end
   flushall()

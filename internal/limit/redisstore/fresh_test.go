@@ -175,10 +175,7 @@ func testRedisNewKeysCopied(t *testing.T, acl bool) {
 	srv := redistest.Start(t)
 	url := srv.URL()
 	if acl {
-		if err := srv.Client().Do(ctx, "ACL", "SETUSER", "gw", "on", ">secret", "~*", "&*", "+@all", "-copy", "-exists").Err(); err != nil {
-			t.Fatal(err)
-		}
-		url = strings.Replace(url, "redis://", "redis://gw:secret@", 1)
+		url = deniedURL(t, srv, "-copy", "-exists")
 	}
 	red := newTestRedis(t, Config{URL: url, DenyCacheSize: -1, Timeout: 10 * time.Second})
 	clock := &fixedClock{}

@@ -35,10 +35,7 @@ func testRedisFunctionsDenied(t *testing.T, acl bool) {
 	url := ""
 	if acl {
 		srv = redistest.Start(t)
-		if err := srv.Client().Do(ctx, "ACL", "SETUSER", "gw", "on", ">secret", "~*", "&*", "+@all", "-function").Err(); err != nil {
-			t.Fatal(err)
-		}
-		url = strings.Replace(srv.URL(), "redis://", "redis://gw:secret@", 1)
+		url = deniedURL(t, srv, "-function")
 	} else {
 		srv = redistest.Start(t, "--rename-command", "FUNCTION", "")
 		url = srv.URL()
@@ -96,4 +93,18 @@ func TestRedisFunctionsLoaded(t *testing.T) {
 	if calls := srv.Info("commandstats")["cmdstat_fcall"]; !strings.Contains(calls, "calls=2,") {
 		t.Errorf("FCALL stats: got %q, want 2 calls", calls)
 	}
+}
+
+// deniedURL returns the URL of srv for a Redis user that may run every
+// command but those denied ("-function", ...), by ACL.
+func deniedURL(t *testing.T, srv *redistest.Server, denied ...string) string {
+	t.Helper()
+	args := []any{"ACL", "SETUSER", "gw", "on", ">secret", "~*", "&*", "+@all"}
+	for _, d := range denied {
+		args = append(args, d)
+	}
+	if err := srv.Client().Do(context.Background(), args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Replace(srv.URL(), "redis://", "redis://gw:secret@", 1)
 }

@@ -414,8 +414,8 @@ local function clock()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- NOSTATE is the algorithm's fields of a key that does not exist: none.
--- Nothing writes to it.
+-- NOSTATE is the fields of a key that does not exist, the algorithm's
+-- and those decideAt reads: none. Nothing writes to it.
 local NOSTATE = {}
 
 -- freshFor returns what a usual call (cost 1, decide and count, no lease)
@@ -455,9 +455,17 @@ local function freshFor(key, s, a, now)
   return f
 end
 
--- ABSENT is what decideAt reads of a key that does not exist when it
--- does not read its fields: nothing.
-local ABSENT = {}
+-- present asks Redis whether key exists: true or false, or nil when
+-- EXISTS is refused (an ACL).
+local function present(key)
+  local e = redis.pcall('EXISTS', key)
+  if e == 0 then
+    return false
+  elseif e == 1 then
+    return true
+  end
+  return nil
+end
 
 -- TMPL maps each key that the short way created (create) in the script
 -- call under way to its f (freshFor), as long as nothing else wrote it:
@@ -469,19 +477,29 @@ local ABSENT = {}
 -- may write it.
 local TMPL = {}
 
--- create writes f (freshFor) to key, a new key, and makes it a member of
--- the key budget's set bset, when not nil, due when it expires (ms is
--- the instant its expiry counts from, newcaller).
-local function create(f, key, bset, ms)
-  rcall('HSET', key, unpack(f.set))
-  rcall('PEXPIRE', key, f.ttl)
-  if TMPL[f.tmpl] ~= f then
-    f.tmpl = key
-    TMPL[key] = f
+-- create makes key, a new key, what f (freshFor) says, as a copy of
+-- f.tmpl when copy, else by writing it (the first such key becomes
+-- f.tmpl), and makes it a member of the key budget's set bset, when not
+-- nil, due when it expires (ms is the instant its expiry counts from,
+-- newcaller). It reports false when COPY made nothing: key exists, or
+-- COPY is refused (an ACL).
+local function create(f, key, bset, ms, copy)
+  if copy then
+    if redis.pcall('COPY', f.tmpl, key) ~= 1 then
+      return false
+    end
+  else
+    rcall('HSET', key, unpack(f.set))
+    rcall('PEXPIRE', key, f.ttl)
+    if TMPL[f.tmpl] ~= f then
+      f.tmpl = key
+      TMPL[key] = f
+    end
   end
   if bset then
     joined(bset, key, arg(ms + f.ttln))
   end
+  return true
 end
 
 -- quick decides the usual call of one limit on key at now the short way,
@@ -503,48 +521,29 @@ local function quick(key, ARGV, a0, top, now)
     return nil, nil
   end
   local copy = TMPL[f.tmpl] == f
-  if not copy then
-    local e = redis.pcall('EXISTS', key)
-    if e ~= 0 then
-      -- It exists, or EXISTS was refused (an ACL): decideAt reads it.
-      return nil, e == 1 or nil
-    end
-  end
   local bset, bcap, bover = budget(ARGV, top, 1)
-  if copy and bset and card(bset) >= bcap then
-    -- The budget may send the key to its overflow counter, which only a
-    -- key that does not exist may be: ask first, as the key budget costs
-    -- nothing for a counter that exists.
-    local e = redis.pcall('EXISTS', key)
-    if e ~= 0 then
-      return nil, e == 1 or nil
+  -- Without a copy to make, which tells whether key exists, ask first;
+  -- and also when the budget may send key to its overflow counter, which
+  -- only a key that does not exist may be (the key budget costs nothing
+  -- for a counter that exists). An existing key, or EXISTS refused: decideAt
+  -- reads it.
+  if not copy or (bset and card(bset) >= bcap) then
+    local e = present(key)
+    if e ~= false then
+      return nil, e
     end
   end
   local ms
   if bset then
-    local c = CARD[bset]
-    if c and c < bcap and ARGV[a0 + 1] == '' then
-      -- Room, as newcaller would find it.
-      ms = floor(now / 1000)
-    else
-      local over, pruned
-      over, pruned, ms = newcaller(bset, bcap, bover, false, key, now, ARGV[a0 + 1] ~= '', 0)
-      if over then
-        -- decideAt counts it there, without asking the budget again.
-        return nil, false, over
-      end
+    local over, pruned
+    over, pruned, ms = newcaller(bset, bcap, bover, false, key, now, ARGV[a0 + 1] ~= '', 0)
+    if over then
+      -- decideAt counts it there, without asking the budget again.
+      return nil, false, over
     end
   end
-  if copy then
-    if redis.pcall('COPY', f.tmpl, key) ~= 1 then
-      -- key exists, or COPY is refused (an ACL).
-      return nil, nil
-    end
-    if bset then
-      joined(bset, key, arg(ms + f.ttln))
-    end
-  else
-    create(f, key, bset, ms)
+  if not create(f, key, bset, ms, copy) then
+    return nil, nil
   end
   return f[1]
 end
@@ -671,8 +670,8 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
     end
     names[i] = names_i
     local v
-    if probe and n == 1 and p == s and p.limit > 0 and exists ~= true and (exists == false or redis.pcall('EXISTS', key) == 0) then
-      v = ABSENT
+    if probe and n == 1 and p == s and p.limit > 0 and exists ~= true and (exists == false or present(key) == false) then
+      v = NOSTATE
     else
       v = rcall('HMGET', key, unpack(names_i))
     end
@@ -707,7 +706,7 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
       -- is the same for every new key of its settings at this instant.
       local f = freshFor(key, s, a, now)
       if f then
-        create(f, key, JOIN[i], JOINMS[i])
+        create(f, key, JOIN[i], JOINMS[i], false)
         return f[overflowed + 1]
       end
     end

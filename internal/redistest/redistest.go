@@ -172,8 +172,15 @@ func (s *Server) start(bin string) error {
 			return fmt.Errorf("redis-server on %s exited: %s%s", s.Addr, stderr.String(), log)
 		default:
 		}
-		if err := s.ping(); err == nil {
-			return nil
+		if pid, err := s.pid(); err == nil {
+			if pid == cmd.Process.Pid {
+				return nil
+			}
+			// Another test process's server took the port between
+			// freePort and ours binding it (ours exits): answering as
+			// ours, it would vanish or stall with that process's tests.
+			s.kill()
+			return fmt.Errorf("redis-server on %s: the port is pid %d's, not ours (%d)", s.Addr, pid, cmd.Process.Pid)
 		} else if time.Now().After(deadline) {
 			s.kill()
 			return fmt.Errorf("redis-server on %s did not answer within %s: %v", s.Addr, readyTimeout, err)
@@ -182,12 +189,23 @@ func (s *Server) start(bin string) error {
 	}
 }
 
-func (s *Server) ping() error {
+// pid returns the process ID of the server that answers on s.Addr (INFO
+// server).
+func (s *Server) pid() (int, error) {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, DialTimeout: time.Second, MaxRetries: -1, DisableIdentity: true})
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	return c.Ping(ctx).Err()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, fmt.Errorf("no process_id in INFO server")
 }
 
 // URL returns redis://host:port/0.

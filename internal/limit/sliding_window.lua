@@ -2,7 +2,9 @@
 -- sliding_window.go: a ring of precision+1 bucket counts in fields 0..P,
 -- h the newest bucket counted into and t the total. Buckets are
 -- ⌈window/precision⌉ µs wide and aligned to the Unix epoch. An admission
--- in the newest bucket reads and writes three fields.
+-- in the newest bucket reads and writes three fields; one that moves on
+-- from it also reads the buckets it moves past, and empties those that
+-- are not.
 local M = {}
 
 -- geometry returns the width of p's buckets and their number, and keeps
@@ -25,8 +27,13 @@ end
 -- indexed by bucket.
 local function counts(key, from, to, n)
   local f = {}
+  local s = slot(from, n)
   for j = from, to do
-    f[#f + 1] = slot(j, n)
+    f[#f + 1] = s
+    s = s + 1
+    if s == n then
+      s = 0
+    end
   end
   local out = {}
   if #f == 0 then
@@ -34,7 +41,8 @@ local function counts(key, from, to, n)
   end
   local v = rcall('HMGET', key, unpack(f))
   for i = 1, #f do
-    out[from + i - 1] = tonumber(v[i]) or 0
+    local c = v[i]
+    out[from + i - 1] = c and num(c) or 0
   end
   return out
 end
@@ -57,7 +65,7 @@ end
 
 function M.decide(key, p, now, v)
   local width, n = geometry(p)
-  local head, total = tonumber(v.h) or 0, tonumber(v.t) or 0
+  local head, total = v.h and num(v.h) or 0, v.t and num(v.t) or 0
   local b = fdiv(now, width)
   -- Every field r may get, so that the table is made at its size once.
   local r = { head = head, total = total, b = b, cb = false, c = false, ok = false, remaining = 0,
@@ -68,14 +76,17 @@ function M.decide(key, p, now, v)
       -- Counted in the head bucket (b < head: a clock that stepped back).
       b = head
       r.b = b
-      r.cb = tonumber(v[slot(b, n)])
-      if r.cb == nil then
+      local c = v[slot(b, n)]
+      r.cb = c and num(c)
+      if not r.cb then
         r.cb = tonumber(rcall('HGET', key, slot(b, n))) or 0
       end
     end
     if b - head < n then
       sum = total
-      if b > head then
+      -- A total of 1 is the head bucket's (every count goes into the
+      -- head bucket, h), which has not aged out: nothing else to read.
+      if b > head and total > 1 then
         -- Bucket j shares its slot with bucket j-n, which has aged out.
         r.c = counts(key, head + 1, b, n)
         for j = head + 1, b do
@@ -121,16 +132,31 @@ function M.commit(key, p, now, r, set)
   elseif b <= head then
     count = r.cb + p.cost
   elseif b - head >= n then
-    for i = 0, n - 1 do
-      put(set, i, 0)
+    if total == 1 then
+      -- Only the head bucket's slot is not empty (decide).
+      put(set, slot(head, n), 0)
+    else
+      for i = 0, n - 1 do
+        put(set, i, 0)
+      end
     end
     total = 0
-  else
+  elseif r.c then
+    -- The buckets moved past age out, and the slot of b with them; a
+    -- slot that is empty already is not written.
+    local c = r.c
+    local s = slot(head + 1, n)
     for j = head + 1, b - 1 do
-      total = total - r.c[j]
-      put(set, slot(j, n), 0)
+      if c[j] ~= 0 then
+        total = total - c[j]
+        put(set, s, 0)
+      end
+      s = s + 1
+      if s == n then
+        s = 0
+      end
     end
-    total = total - r.c[b]
+    total = total - c[b]
   end
   put(set, slot(b, n), count)
   put(set, 'h', b)

@@ -32,13 +32,15 @@ local function bind()
 end
 
 -- NUMOF maps the strings of numbers that calls sent as arguments (the
--- counts and indexes of a batch, budgets) to their numbers, nnumof of
--- them: tonumber reads a string with strtod every time.
+-- counts and indexes of a batch, budgets) or read from counters (counts,
+-- bucket numbers, expiry instants, which many counters share) to their
+-- numbers, nnumof of them: tonumber reads a string with strtod every
+-- time, at several times the cost of a table lookup.
 local NUMOF, nnumof = {}, 0
 
--- num returns the number that s, a script argument, spells (tonumber).
--- It is here, ahead of the decision's script (redis.lua), which uses it
--- too.
+-- num returns the number that s, a script argument or a field's value,
+-- spells (tonumber). It is here, ahead of the decision's script
+-- (redis.lua) and the algorithms', which use it too.
 local function num(s)
   local x = NUMOF[s]
   if x then

@@ -349,31 +349,32 @@ local MODES = { d = 'defer', c = 'charge', h = 'hold', r = 'release' }
 -- none of the algorithm's, and the store's (names, see decide).
 local NOFIELDS = { names = { '_id', '_lk', '_x', '_lt', '_h', '_hx' } }
 
--- view returns the algorithm's fields own, whose values are v[7] on (as
--- HMGET gives them), keyed by name: for up to five, a table made at its
--- size.
+-- view returns the algorithm's fields own, whose values are v[4] on (as
+-- HMGET gives them, see decide), keyed by name: for up to five, a table
+-- made at its size.
 local function view(own, v)
   local n = #own
   if n == 2 then
-    return { [own[1]] = v[7], [own[2]] = v[8] }
+    return { [own[1]] = v[4], [own[2]] = v[5] }
   elseif n == 3 then
-    return { [own[1]] = v[7], [own[2]] = v[8], [own[3]] = v[9] }
+    return { [own[1]] = v[4], [own[2]] = v[5], [own[3]] = v[6] }
   elseif n == 5 then
-    return { [own[1]] = v[7], [own[2]] = v[8], [own[3]] = v[9], [own[4]] = v[10], [own[5]] = v[11] }
+    return { [own[1]] = v[4], [own[2]] = v[5], [own[3]] = v[6], [own[4]] = v[7], [own[5]] = v[8] }
   end
   local st = {}
   for j = 1, n do
-    st[own[j]] = v[6 + j]
+    st[own[j]] = v[3 + j]
   end
   return st
 end
 
--- P, R, L, X, LT, H, FRESH and NAMES hold, for each limit i of the call
+-- P, R, L, X, LT, H, FRESH and OWNS hold, for each limit i of the call
 -- being decided, its p, its result, the end of its lockout, its expiry,
 -- the time of its last lease (nil for none), its units held, whether it
--- is new, and the names of the fields read (see decide). They are made
--- once: a library's calls (FCALL) fill them afresh, for limits 1..n.
-local P, R, L, X, LT, H, FRESH, NAMES = {}, {}, {}, {}, {}, {}, {}, {}
+-- is new, and the algorithm's fields read (own, with the names of every
+-- field read in own.names; see decide). They are made once: a library's
+-- calls (FCALL) fill them afresh, for limits 1..n.
+local P, R, L, X, LT, H, FRESH, OWNS = {}, {}, {}, {}, {}, {}, {}, {}
 
 -- charge counts a charge against limit i of KEYS at now and returns the
 -- result of the limit it leaves, for a next request of one unit, as
@@ -390,13 +391,8 @@ local function charge(KEYS, i, now)
     end
     join(i, key, write(key, p, set, max(idle, L[i]), X[i], now))
     -- Decide afresh on what was written.
-    local names = NAMES[i]
-    local v = rcall('HMGET', key, unpack(names))
-    local st = {}
-    for j = 7, #names do
-      st[names[j]] = v[j]
-    end
-    r = p.a.decide(key, p, now, st)
+    local own = OWNS[i]
+    r = p.a.decide(key, p, now, view(own, rcall('HMGET', key, unpack(own.names))))
   end
   if L[i] > now then
     r = lockout(r, L[i] - now)
@@ -585,7 +581,7 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
   for i = 1, n do
     K[i] = KEYS[k0 + i]
   end
-  local P, R, L, X, LT, H, fresh, names = P, R, L, X, LT, H, FRESH, NAMES
+  local P, R, L, X, LT, H, fresh, owns = P, R, L, X, LT, H, FRESH, OWNS
   local o = 2
   for i = 1, n do
     local s = settings(ARGV[a0 + o])
@@ -649,9 +645,12 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
     end
     local key = K[i]
     TMPL[key] = nil
-    -- The store's fields: the shape, the end of a lockout, the instant
-    -- the key expires, when a token beyond its request was last leased
-    -- (µs), the units held and until when they are.
+    -- The fields read (names): the store's first, the shape, the end of
+    -- a lockout and the instant the key expires; then the algorithm's
+    -- (own, m of them); then the store's that only some calls use (a
+    -- usual call, p == s, reads up to the algorithm's, the first 3 + m):
+    -- when a token beyond its request was last leased (µs), the units
+    -- held and until when they are.
     -- The algorithm's fields (own) are a table of its, made once; so are
     -- the names read (own.names), which nothing changes either.
     local names_i, own
@@ -659,19 +658,24 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
       own = a.fields(p, now)
       names_i = own.names
       if not names_i then
-        names_i = { '_id', '_lk', '_x', '_lt', '_h', '_hx', unpack(own) }
-        for j = 7, #names_i do
+        names_i = { '_id', '_lk', '_x', unpack(own) }
+        for j = 4, #names_i do
           names_i[j] = tostring(names_i[j])
         end
+        local m = #names_i
+        names_i[m + 1], names_i[m + 2], names_i[m + 3] = '_lt', '_h', '_hx'
         own.names = names_i
       end
     else
       own, names_i = NOFIELDS, NOFIELDS.names
     end
-    names[i] = names_i
+    owns[i] = own
+    local m = #own
     local v
     if probe and n == 1 and p == s and p.limit > 0 and exists ~= true and (exists == false or present(key) == false) then
       v = NOSTATE
+    elseif p == s then
+      v = rcall('HMGET', key, unpack(names_i, 1, 3 + m))
     else
       v = rcall('HMGET', key, unpack(names_i))
     end
@@ -698,7 +702,7 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
         TMPL[key] = nil
         K[i] = key
         overflowed = overflowed + 1
-        v = rcall('HMGET', key, unpack(names_i))
+        v = rcall('HMGET', key, unpack(names_i, 1, p == s and 3 + m or #names_i))
       end
     end
     if n == 1 and p == s and not v[1] and p.limit > 0 then
@@ -713,10 +717,12 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
     local lk, x, held = 0, 0, 0
     LT[i] = nil
     if v[1] then
-      lk, x = tonumber(v[2]) or 0, tonumber(v[3]) or 0
-      LT[i] = tonumber(v[4])
-      if (tonumber(v[6]) or 0) > now then
-        held = tonumber(v[5]) or 0
+      lk, x = v[2] and num(v[2]) or 0, v[3] and num(v[3]) or 0
+      if p ~= s then
+        LT[i] = tonumber(v[4 + m])
+        if (tonumber(v[6 + m]) or 0) > now then
+          held = tonumber(v[5 + m]) or 0
+        end
       end
     end
     local st = view(own, v)
@@ -764,6 +770,11 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
     end
     if lk > now and not p.charge and not p.release then
       r = lockout(r, lk - now)
+    end
+    if p == s and not r.ok and v[1] then
+      -- When the key's tokens were last leased, which a usual call did
+      -- not read: the gateway may wait for them to come back.
+      LT[i] = tonumber(rcall('HGET', key, '_lt'))
     end
     if p ~= s then
       p.units = units
@@ -903,7 +914,8 @@ local function many(KEYS, ARGV)
       r = r.s
     elseif r.err == nil and #r == 10 then
       -- One limit's reply, as a string too.
-      r = string.format('%d %d %d %d %d %d %d %d %d %d', r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10])
+      r = arg(r[1]) .. ' ' .. arg(r[2]) .. ' ' .. arg(r[3]) .. ' ' .. arg(r[4]) .. ' ' .. arg(r[5]) .. ' ' ..
+        arg(r[6]) .. ' ' .. arg(r[7]) .. ' ' .. arg(r[8]) .. ' ' .. arg(r[9]) .. ' ' .. arg(r[10])
     end
     out[c] = r
     k, a = k + nk, a + na

@@ -477,12 +477,13 @@ local TMPL = {}
 -- f.tmpl when copy, else by writing it (the first such key becomes
 -- f.tmpl), and makes it a member of the key budget's set bset, when not
 -- nil, due when it expires (ms is the instant its expiry counts from,
--- newcaller). It reports false when COPY made nothing: key exists, or
--- COPY is refused (an ACL).
+-- newcaller). It reports false when COPY made nothing, and then whether
+-- because key exists (true) or COPY is refused (false: an ACL).
 local function create(f, key, bset, ms, copy)
   if copy then
-    if redis.pcall('COPY', f.tmpl, key) ~= 1 then
-      return false
+    local e = redis.pcall('COPY', f.tmpl, key)
+    if e ~= 1 then
+      return false, e == 0
     end
   else
     rcall('HSET', key, unpack(f.set))
@@ -538,10 +539,72 @@ local function quick(key, ARGV, a0, top, now)
       return nil, false, over
     end
   end
-  if not create(f, key, bset, ms, copy) then
-    return nil, nil
+  local ok, found = create(f, key, bset, ms, copy)
+  if not ok then
+    return nil, found or nil
   end
   return f[1]
+end
+
+-- copied decides the usual call of one limit on key at now the shortest
+-- way, for many: when the call is spelled "?", on Redis's clock, and its
+-- settings' short way at now is worked out with a key of this script
+-- call to copy (TMPL), and the key budget, if any, has room as this
+-- script call knows it (CARD): it makes key a copy and returns the reply,
+-- as the string many answers with. Otherwise it returns nil, and whether
+-- it tried to copy, and then whether key exists (nil when COPY is
+-- refused).
+local function copied(key, ARGV, a0, top, now)
+  if ARGV[a0 + 3] ~= '?' or ARGV[a0 + 1] ~= '' then
+    return nil, false
+  end
+  local s = SETTINGS[ARGV[a0 + 2]]
+  local f = s and s.fresh
+  if not f or f.now ~= now or f.slack ~= 0 or TMPL[f.tmpl] ~= f then
+    return nil, false
+  end
+  local set, b = nil, ARGV[top]
+  if b ~= '0' then
+    b = BUDGETS[b]
+    if not b then
+      return nil, false
+    end
+    if b.over[1] then
+      set = b.set
+      local c = CARD[set]
+      if not c or c >= b.cap then
+        return nil, false
+      end
+    end
+  end
+  local ok, found = create(f, key, set, floor(now / 1000), true)
+  if not ok then
+    return nil, true, found or nil
+  end
+  return f[1].s
+end
+
+-- usual decides the usual call (cost 1, decide and count, no lease) of
+-- one limit s, without a lockout or a calendar unit, on key, a counter of
+-- its shape without a lockout, whose fields read (decideAt) are v, own
+-- the algorithm's: what decideAt would, with less to keep track of; as
+-- the string many answers with when spaced.
+local function usual(key, s, a, own, v, now, spaced)
+  local r = a.decide(key, s, now, view(own, v))
+  if not r.ok then
+    -- Nothing is written. When the key's tokens were last leased, which
+    -- a usual call does not read otherwise: the gateway may wait for
+    -- them to come back.
+    local lt = tonumber(rcall('HGET', key, '_lt'))
+    return { 0, 0, r.remaining, r.reset, r.retry, 0, 0, 0, lt and now - lt or -1, 0 }
+  end
+  local set = {}
+  local idle = a.commit(key, s, now, r, set)
+  write(key, s, set, max(idle, 0), v[3] and num(v[3]) or 0, now)
+  if spaced then
+    return '1 1 ' .. arg(r.remaining) .. ' ' .. arg(r.reset) .. ' ' .. arg(r.retry) .. ' 0 0 0 -1 0'
+  end
+  return { 1, 1, r.remaining, r.reset, r.retry, 0, 0, 0, -1, 0 }
 end
 
 -- K holds the keys of the call being decided (decideAt), made once.
@@ -550,8 +613,11 @@ local K = {}
 -- decideAt is one call: its n keys are those of KEYS after the first k0,
 -- and its arguments (as described at the top) those of ARGV after the
 -- first a0, up to ARGV[top]. at, when not nil, is Redis's clock already
--- read for it (many, below).
-local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
+-- read for it (many, below), which may then get the reply of a call of
+-- one limit as the string many answers with. tried says that copied
+-- tried to copy the key of a call of one limit, and known whether it
+-- exists then (nil: not known).
+local function decideAt(KEYS, ARGV, at, k0, a0, n, top, tried, known)
   local now
   slack = 0
   if ARGV[a0 + 1] ~= '' then
@@ -564,9 +630,11 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
     NUMS, nnums = {}, 0
   end
   -- exists is whether the key of a call of one limit exists, when quick
-  -- asked.
+  -- or copied asked.
   local exists, qover
-  if n == 1 then
+  if tried then
+    exists = known
+  elseif n == 1 then
     local r
     r, exists, qover = quick(KEYS[k0 + 1], ARGV, a0, top, now)
     if r then
@@ -678,6 +746,9 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
       v = rcall('HMGET', key, unpack(names_i, 1, 3 + m))
     else
       v = rcall('HMGET', key, unpack(names_i))
+    end
+    if n == 1 and p == s and v[1] == s.id and not v[2] and s.lock == 0 and s.limit > 0 then
+      return usual(key, s, a, own, v, now, at ~= nil)
     end
     local bset, bcap, bover
     if not v[1] then
@@ -907,9 +978,18 @@ local function many(KEYS, ARGV)
     if not same then
       nk, na = num(ARGV[1 + 2 * c]), num(ARGV[2 + 2 * c])
     end
-    local ok, r = pcall(decideAt, KEYS, ARGV, now, k, a, nk, a + na)
+    local r, tried, known
+    if nk == 1 then
+      r, tried, known = copied(KEYS[k + 1], ARGV, a, a + na, now)
+    end
+    local ok = true
+    if not r then
+      ok, r = pcall(decideAt, KEYS, ARGV, now, k, a, nk, a + na, tried, known)
+    end
     if not ok then
       r = failed(r)
+    elseif type(r) == 'string' then
+      -- One limit's reply, as a string already.
     elseif r.s then
       r = r.s
     elseif r.err == nil and #r == 10 then

@@ -374,6 +374,12 @@ func (r *Store) scriptArgs(now time.Time, reqs []limit.Request, tag string, ask 
 		rate, fleet = slices.Min(ask.rates), max(r.fleetSize.Load(), 1)
 		if ask.refill {
 			rate = -rate
+		} else if rate*int64(leaseAhead) <= int64(time.Second) {
+			// A lease would hold no token beyond the request's, which
+			// the gateway keeps none of (tokenLeases.grant): the usual
+			// call decides, counts and writes the same, at less cost to
+			// Redis. So are a cold key's second requests decided.
+			rate = 0
 		}
 	}
 	for i := range reqs {

@@ -21,6 +21,11 @@ const maxLeasedLimits = 8
 // rate of its key's requests.
 const leaseHorizon = 20 * time.Millisecond
 
+// leaseAhead is how far ahead a lease covers its key's rate: the script
+// leases what the rate uses in it (redis.lua), so a rate of at most one
+// request per leaseAhead leases no token beyond the request's own.
+const leaseAhead = 15 * time.Millisecond
+
 // LeaseIdle is how long a lease's tokens may go unused before the
 // gateway gives them back to Redis, and LeaseWait the longest a request
 // that Redis denied waits for tokens that other gateways may give back

@@ -205,7 +205,7 @@ func (r *Store) flushWriteBacks() {
 	}
 	r.wbGroup.Go(func() {
 		for r.wbAgain.Swap(false) {
-			r.flushOnce()
+			r.flushOnce(false)
 		}
 		r.wbBusy.Store(false)
 		if r.wbAgain.Load() {
@@ -215,8 +215,9 @@ func (r *Store) flushWriteBacks() {
 }
 
 // flushOnce sends the pending write-backs. Those its node's breaker
-// refuses wait for it to close.
-func (r *Store) flushOnce() {
+// refuses wait for it to close, unless this is the last flush (Close):
+// a flush that runs while the store closes keeps them for that one.
+func (r *Store) flushOnce(last bool) {
 	r.wbMu.Lock()
 	pending := r.writeBacks
 	r.writeBacks = nil
@@ -252,11 +253,13 @@ func (r *Store) flushOnce() {
 		switch {
 		case err == nil:
 			r.writtenBack.Add(1)
-		case errors.As(err, &le) && le.call.notCounted() && !r.closed.Load():
-			// Not sent: again when the breaker closes.
+		case errors.As(err, &le) && le.call.notCounted() && !last:
+			// Not sent: again when the breaker closes, or in the last
+			// flush.
 			again = append(again, lc)
 		default:
-			// Sent, but its fate is unknown: never twice.
+			// Sent, but its fate is unknown: never twice. Or refused
+			// in the last flush.
 			r.writeBacksDropped.Add(1)
 		}
 	}
@@ -286,7 +289,7 @@ func (r *Store) lastFlush() {
 	if pending {
 		r.nodes.probeNow()
 	}
-	r.flushOnce()
+	r.flushOnce(true)
 }
 
 // shortestBucket returns the shortest span of reqs' limits in which a

@@ -1,0 +1,177 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/redistest"
+)
+
+// Tests of the cheaper decisions of the Redis store: what a usual call
+// reads and writes (usual, the field layout, redis.lua), the copy of a
+// new key in a batch (copied), a batch's replies as strings (many),
+// sliding_window's shortcuts for a total of 1 (sliding_window.lua) and
+// the lease that is asked for only past one request per leaseAhead
+// (scriptArgs).
+
+// rawCall returns the script's arguments for the request q decided alone
+// with the call argument call in place of the usual one, and its key.
+func rawCall(t *testing.T, red *Store, q limit.Request, call string) ([]string, []any) {
+	t.Helper()
+	reqs := []limit.Request{q}
+	keys, tag, _, err := redisKeys(reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := red.scriptArgs(time.Time{}, reqs, tag, nil)
+	args[2] = call
+	return keys, args
+}
+
+// refillAndReturn leases tokens of q's key at the fixed instant now (µs)
+// as a call that only asks for the next lease does (every token leased,
+// none counted for a request), and gives every one of them back, as a
+// gateway does once it stops using them (lease_return.lua). The counter
+// is then as it was, but its head bucket may be empty.
+func refillAndReturn(t *testing.T, red *Store, clock *fixedClock, q limit.Request, now int64) {
+	t.Helper()
+	clock.us.Store(now)
+	keys, args := rawCall(t, red, q, "1 - 0 -100000 1 0")
+	v, err := red.run(context.Background(), keys, args)
+	if err != nil || len(v) != 10 {
+		t.Fatalf("refill at +%dµs: %v %v", now-us0, v, err)
+	}
+	if v[0] != 1 {
+		return // the window is full: nothing counted
+	}
+	if v[5] < 1 {
+		t.Fatalf("refill at +%dµs leased %d tokens, want some", now-us0, v[5])
+	}
+	red.giveBack([]leaseReturn{{key: keys[0], params: *q.Params, bucket: v[7], n: v[5]}})
+}
+
+// checkRing fails t unless key's sliding_window counter's total is the
+// sum of its buckets.
+func checkRing(t *testing.T, srv *redistest.Server, key string, where string) {
+	t.Helper()
+	h := srv.Client().HGetAll(context.Background(), key).Val()
+	total, _ := strconv.ParseInt(h["t"], 10, 64)
+	sum := int64(0)
+	for f, v := range h {
+		if strings.HasPrefix(f, "_") || f == "t" || f == "h" {
+			continue
+		}
+		c, _ := strconv.ParseInt(v, 10, 64)
+		sum += c
+	}
+	if sum != total {
+		t.Fatalf("%s: the buckets hold %d, the total t is %d: %v", where, sum, total, h)
+	}
+}
+
+// TestRedisSlidingWindowLeaseGivenBack checks sliding_window's shortcuts
+// for a total of 1 on a counter whose one count is not in its head
+// bucket: a lease counted in a newer bucket and given back in full leaves
+// the head bucket empty and the count in an older one. A lease given back
+// in full must change no later decision: the stores decide the usual
+// requests alike (storePair) whatever leases came and went between them.
+func TestRedisSlidingWindowLeaseGivenBack(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red, clock := newFixedRedis(t, srv)
+	sec := int64(time.Second / time.Microsecond)
+	p := &limit.Params{Algorithm: "sliding_window", Limit: 2, Window: 10 * time.Second, Precision: 10}
+	// The ring has 11 buckets of 1s; us0 starts one.
+	for _, tt := range []struct {
+		name string
+		// steps are the instants (s from us0) of the usual requests;
+		// lease is the instant of the lease given back, after the first.
+		steps []int64
+		lease int64
+	}{
+		// The count at 0 ages out at 10: the request at 11 moves the
+		// head from 1 by less than a ring, past the slot of 0.
+		{name: "within a ring", steps: []int64{0, 11, 12, 13}, lease: 1},
+		// At 12 the head moves on from 1 by a whole ring: every slot
+		// must be emptied, the slot of 0 too, or it counts again once
+		// the ring comes round to it (22).
+		{name: "past a ring", steps: []int64{0, 12, 13, 22, 22, 23}, lease: 1},
+		{name: "the request's bucket", steps: []int64{0, 9, 10, 11, 20}, lease: 9},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			app := "given-back-" + strings.ReplaceAll(tt.name, " ", "-")
+			q := limit.Request{Key: app + "|/a", Params: p}
+			pair := newStorePair(t, red, clock)
+			for i, s := range tt.steps {
+				where := func() string { return fmt.Sprintf("step %d at %ds", i, s) }
+				pair.allow(us0+s*sec, []limit.Request{q}, where)
+				checkRing(t, srv, redisKey(app, q.Key), where())
+				if i == 0 {
+					refillAndReturn(t, red, clock, q, us0+tt.lease*sec)
+					checkRing(t, srv, redisKey(app, q.Key), "after the lease")
+				}
+			}
+		})
+	}
+}
+
+// TestRedisSlidingWindowLeasesGivenBack is TestRedisSlidingWindowLeaseGivenBack
+// at random: usual requests with gaps of up to two and a half windows, and
+// between them leases counted and given back in full.
+func TestRedisSlidingWindowLeasesGivenBack(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red, clock := newFixedRedis(t, srv)
+	for seed := range 16 {
+		rng := rand.New(rand.NewPCG(uint64(seed), 19))
+		prec := 1 + rng.IntN(6)
+		p := &limit.Params{Algorithm: "sliding_window", Limit: 1 + rng.Int64N(3), Precision: prec,
+			Window: us(int64(prec) * (1 + rng.Int64N(100_000)))}
+		app := fmt.Sprintf("leases-back-%d", seed)
+		q := limit.Request{Key: app + "|/a", Params: p}
+		mem := newTestMemory(t)
+		w := micros(p.Window)
+		now := us0 + rng.Int64N(w)
+		for step := range 120 {
+			now += []int64{0, rng.Int64N(w/int64(prec) + 1), rng.Int64N(w), rng.Int64N(w * 5 / 2)}[rng.IntN(4)]
+			where := func() string { return fmt.Sprintf("%+v, step %d", *p, step) }
+			if rng.IntN(3) == 0 {
+				refillAndReturn(t, red, clock, q, now)
+			} else {
+				sameDecision(t, mem, red, clock, now, q, where)
+			}
+			checkRing(t, srv, redisKey(app, q.Key), where())
+		}
+	}
+}
+
+// sameDecision decides q at now (µs) in mem and red and fails t unless
+// they admit alike with the same room and retry, and the same reset when
+// admitted. A denial's reset is not compared: a lease given back leaves
+// the Redis counter's head bucket where the lease was counted, later than
+// the memory store's, and the reset of a denial runs from the head.
+func sameDecision(t *testing.T, mem *limit.Memory, red *Store, clock *fixedClock, now int64, q limit.Request, where func() string) {
+	t.Helper()
+	ctx := context.Background()
+	reqs := []limit.Request{q}
+	mres, rres := make([]limit.Result, 1), make([]limit.Result, 1)
+	if _, err := mem.Allow(ctx, time.Unix(0, now*1000), reqs, mres); err != nil {
+		t.Fatalf("%s: memory: %v", where(), err)
+	}
+	clock.us.Store(now)
+	if _, err := red.Allow(ctx, time.Time{}, reqs, rres); err != nil {
+		t.Fatalf("%s: redis: %v", where(), err)
+	}
+	m, r := mres[0], rres[0]
+	if m.Allowed != r.Allowed || m.Remaining != r.Remaining || !nearUp(m.RetryAfter, r.RetryAfter, 0) ||
+		(m.Allowed && !nearUp(m.Reset, r.Reset, 0)) {
+		t.Fatalf("%s at +%dµs: got %+v in redis, want %+v as in memory", where(), now-us0, r, m)
+	}
+}

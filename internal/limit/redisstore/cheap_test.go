@@ -175,3 +175,129 @@ func sameDecision(t *testing.T, mem *limit.Memory, red *Store, clock *fixedClock
 		t.Fatalf("%s at +%dµs: got %+v in redis, want %+v as in memory", where(), now-us0, r, m)
 	}
 }
+
+// TestRedisUsualCallLockouts checks the usual call of one limit (usual,
+// redis.lua, which decides only on a counter without a lockout of a rule
+// without one) against the memory store where a lockout is in play: a
+// rule that locks out, its lockout lifted by a reload that drops it, and
+// the rule locking out again.
+func TestRedisUsualCallLockouts(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red, clock := newFixedRedis(t, srv)
+	sec := int64(time.Second / time.Microsecond)
+	for _, alg := range []string{"sliding_window", "fixed_window", "token_bucket", "leaky_bucket", "sliding_log"} {
+		t.Run(alg, func(t *testing.T) {
+			t.Parallel()
+			lock := &limit.Params{Algorithm: alg, Limit: 2, Window: 10 * time.Second, Lock: 30 * time.Second}
+			if alg == "sliding_window" {
+				lock.Precision = 10
+			}
+			free := *lock
+			free.Lock = 0
+			pair := newStorePair(t, red, clock)
+			key := "usual-lock-" + alg + "|/a"
+			// Seconds from us0 and the rule then.
+			steps := []struct {
+				at int64
+				p  *limit.Params
+			}{
+				{0, lock}, {0, lock}, {0, lock}, // the third is denied: locked for 30s
+				{11, lock},               // still locked
+				{12, &free}, {12, &free}, // a reload lifts the lockout
+				{13, lock}, // the lockout lifted does not come back
+				{25, lock}, {25, lock}, {25, lock}, {26, lock},
+			}
+			for i, s := range steps {
+				where := func() string { return fmt.Sprintf("step %d at %ds", i, s.at) }
+				pair.allow(us0+s.at*sec, []limit.Request{{Key: key, Params: s.p}}, where)
+			}
+		})
+	}
+}
+
+// leasedKey counts a lease of several tokens on q's key at the fixed
+// instant now (µs), which writes when its tokens were leased (_lt), and
+// returns the reply.
+func leasedKey(t *testing.T, red *Store, clock *fixedClock, q limit.Request, now int64) []int64 {
+	t.Helper()
+	clock.us.Store(now)
+	keys, args := rawCall(t, red, q, "1 - 0 100000 1 0")
+	v, err := red.run(context.Background(), keys, args)
+	if err != nil || len(v) != 10 || v[0] != 1 || v[5] < 2 {
+		t.Fatalf("lease at +%dµs: %v %v, want several tokens leased", now-us0, v, err)
+	}
+	return v
+}
+
+// TestRedisUsualDenialLeaseAge checks that a usual call denied by a key
+// whose tokens were leased reports how long ago (the reply's ninth
+// value), which a usual call reads only when denied: the gateway waits
+// for tokens that may come back on it (tokensMayComeBack). Alone (usual),
+// with a lockout (the long way), with two limits, and in a batch.
+func TestRedisUsualDenialLeaseAge(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red, clock := newFixedFunctions(t, srv)
+	ctx := context.Background()
+	const ago = 1500
+	for _, tt := range []struct {
+		name  string
+		lock  time.Duration
+		two   bool
+		batch bool
+	}{
+		{name: "alone"},
+		{name: "lockout", lock: time.Minute},
+		{name: "two limits", two: true},
+		{name: "batch", batch: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			app := "age-" + strings.ReplaceAll(tt.name, " ", "-")
+			p := &limit.Params{Algorithm: "fixed_window", Limit: 4, Window: time.Minute, Lock: tt.lock}
+			q := limit.Request{Key: app + "|/a", Params: p}
+			// The lease takes the room the fleet's one gateway may, half;
+			// two usual calls the rest.
+			leasedKey(t, red, clock, q, us0)
+			clock.us.Store(us0 + 1)
+			for range 2 {
+				keys, args := rawCall(t, red, q, "")
+				if v, err := red.run(ctx, keys, args); err != nil || v[0] != 1 {
+					t.Fatalf("got %v %v, want admitted", v, err)
+				}
+			}
+			clock.us.Store(us0 + ago)
+			reqs := []limit.Request{q}
+			if tt.two {
+				reqs = append(reqs, limit.Request{Key: app + "|/b", Params: &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: time.Minute}})
+			}
+			keys, tag, _, err := redisKeys(reqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := red.scriptArgs(time.Time{}, reqs, tag, nil)
+			var v []int64
+			if tt.batch {
+				other := rawCallBatch(t, red, limit.Request{Key: app + "|/c", Params: p})
+				b := []*batchCall{other, {keys: keys, args: args}}
+				red.runAsOne(ctx, b)
+				v, err = b[1].v, b[1].err
+			} else {
+				v, err = red.run(ctx, keys, args)
+			}
+			if err != nil || len(v) != 2+8*len(reqs) || v[0] != 0 || v[1] != 0 {
+				t.Fatalf("got %v %v, want denied", v, err)
+			}
+			if v[8] != ago {
+				t.Errorf("the lease's age: got %dµs, want %dµs (%v)", v[8], ago, v)
+			}
+		})
+	}
+}
+
+// rawCallBatch returns the usual call of q as a call of a batch.
+func rawCallBatch(t *testing.T, red *Store, q limit.Request) *batchCall {
+	t.Helper()
+	keys, args := rawCall(t, red, q, "")
+	return &batchCall{keys: keys, args: args}
+}

@@ -234,7 +234,8 @@ func leasedKey(t *testing.T, red *Store, clock *fixedClock, q limit.Request, now
 // whose tokens were leased reports how long ago (the reply's ninth
 // value), which a usual call reads only when denied: the gateway waits
 // for tokens that may come back on it (tokensMayComeBack). Alone (usual),
-// with a lockout (the long way), with two limits, and in a batch.
+// with a lockout (the long way), with two limits, in a batch; and so does
+// a call that reads every field (a lease's, a deferred one).
 func TestRedisUsualDenialLeaseAge(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -246,11 +247,14 @@ func TestRedisUsualDenialLeaseAge(t *testing.T) {
 		lock  time.Duration
 		two   bool
 		batch bool
+		call  string // the call argument, when not the usual one
 	}{
 		{name: "alone"},
 		{name: "lockout", lock: time.Minute},
 		{name: "two limits", two: true},
 		{name: "batch", batch: true},
+		{name: "lease call", call: "1 - 0 100 1 0"},
+		{name: "deferred", call: "1 d 0 0 0 0"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			app := "age-" + strings.ReplaceAll(tt.name, " ", "-")
@@ -276,6 +280,9 @@ func TestRedisUsualDenialLeaseAge(t *testing.T) {
 				t.Fatal(err)
 			}
 			args := red.scriptArgs(time.Time{}, reqs, tag, nil)
+			if tt.call != "" {
+				args[2] = tt.call
+			}
 			var v []int64
 			if tt.batch {
 				other := rawCallBatch(t, red, limit.Request{Key: app + "|/c", Params: p})

@@ -308,3 +308,99 @@ func rawCallBatch(t *testing.T, red *Store, q limit.Request) *batchCall {
 	keys, args := rawCall(t, red, q, "")
 	return &batchCall{keys: keys, args: args}
 }
+
+// TestRedisBatchRepliesAsAlone checks that a batch in one script call
+// (many, redis.lua) answers each call with the numbers it answers the
+// call alone with: a usual call of one limit admitted on a counter that
+// exists (usual's string) or denied (its table, joined), a limit that
+// counts nothing (Remaining -1) or blocks, a new key, a lease, and two
+// limits, in a batch of calls of one shape ("=") and of mixed shapes
+// ("*"). Two apps have the same counters; one's calls go alone, the
+// other's in the batch, at one instant.
+func TestRedisBatchRepliesAsAlone(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red, clock := newFixedFunctions(t, srv)
+	ctx := context.Background()
+	fw := &limit.Params{Algorithm: "fixed_window", Limit: 4, Window: time.Minute}
+	sw := &limit.Params{Algorithm: "sliding_window", Limit: 3, Window: time.Minute, Precision: 6}
+	tb := &limit.Params{Algorithm: "token_bucket", Limit: 5, Window: time.Second}
+	free := &limit.Params{Algorithm: "fixed_window", Limit: -1, Window: time.Minute}
+	blocked := &limit.Params{Algorithm: "fixed_window", Limit: 0, Window: time.Minute}
+	type call struct {
+		reqs []limit.Request
+		call string // the call argument of the first limit, "" for the usual
+	}
+	one := func(app, key string, p *limit.Params, c string) call {
+		return call{reqs: []limit.Request{{Key: app + "|/" + key, Params: p}}, call: c}
+	}
+	build := func(app string, c call) *batchCall {
+		keys, tag, _, err := redisKeys(c.reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := red.scriptArgs(time.Time{}, c.reqs, tag, nil)
+		args[2] = c.call
+		return &batchCall{keys: keys, args: args}
+	}
+	for _, mixed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("mixed %v", mixed), func(t *testing.T) {
+			// The counters before: fw and sw counted once, full with a
+			// lease (denied, its age reported), tb counted twice.
+			var setup, calls []func(app string) call
+			setup = append(setup,
+				func(app string) call { return one(app, "fw", fw, "") },
+				func(app string) call { return one(app, "sw", sw, "") },
+				func(app string) call { return one(app, "full", fw, "1 - 0 100000 1 0") },
+				func(app string) call { return one(app, "full", fw, "") },
+				func(app string) call { return one(app, "full", fw, "") },
+				func(app string) call { return one(app, "tb", tb, "") },
+				func(app string) call { return one(app, "tb", tb, "") },
+			)
+			calls = append(calls,
+				func(app string) call { return one(app, "fw", fw, "") },
+				func(app string) call { return one(app, "sw", sw, "") },
+				func(app string) call { return one(app, "full", fw, "") },
+				func(app string) call { return one(app, "tb", tb, "") },
+				func(app string) call { return one(app, "free", free, "") },
+				func(app string) call { return one(app, "blocked", blocked, "") },
+				func(app string) call { return one(app, "new", sw, "?") },
+				func(app string) call { return one(app, "new2", sw, "?") },
+				func(app string) call { return one(app, "lease", sw, "1 - 0 100000 1 0") },
+				func(app string) call { return one(app, "sw", sw, "") },
+				func(app string) call { return one(app, "sw", sw, "") },
+			)
+			if mixed {
+				calls = append(calls, func(app string) call {
+					return call{reqs: []limit.Request{{Key: app + "|/fw", Params: fw}, {Key: app + "|/two", Params: sw}}}
+				})
+			}
+			alone, batched := fmt.Sprintf("alone-%v", mixed), fmt.Sprintf("batch-%v", mixed)
+			clock.us.Store(us0)
+			for _, app := range []string{alone, batched} {
+				for i, f := range setup {
+					c := build(app, f(app))
+					if _, err := red.run(ctx, c.keys, c.args); err != nil {
+						t.Fatalf("setup %d: %v", i, err)
+					}
+				}
+			}
+			clock.us.Store(us0 + 2500)
+			var batch []*batchCall
+			for _, f := range calls {
+				batch = append(batch, build(batched, f(batched)))
+			}
+			red.runAsOne(ctx, batch)
+			for i, f := range calls {
+				c := build(alone, f(alone))
+				want, err := red.run(ctx, c.keys, c.args)
+				if err != nil {
+					t.Fatalf("call %d alone: %v", i, err)
+				}
+				if got := batch[i]; got.err != nil || fmt.Sprint(got.v) != fmt.Sprint(want) {
+					t.Errorf("call %d (%s): got %v %v in the batch, want %v as alone", i, c.keys, got.v, got.err, want)
+				}
+			}
+		})
+	}
+}

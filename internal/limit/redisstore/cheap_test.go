@@ -404,3 +404,90 @@ func TestRedisBatchRepliesAsAlone(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisCopiedCommands checks the copy of a new key in a batch on
+// Redis's clock (copied, redis.lua): the batch's first new key is asked
+// about (EXISTS) and written, the next are copies of it; a key that
+// exists, which the copy finds there, is read and counted as it stands,
+// and neither copied again nor asked about. With an ACL that refuses
+// COPY, every key is counted all the same.
+func TestRedisCopiedCommands(t *testing.T) {
+	t.Parallel()
+	for _, acl := range []bool{false, true} {
+		t.Run(fmt.Sprintf("acl %v", acl), func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			url := srv.URL()
+			if acl {
+				url = deniedURL(t, srv, "-copy")
+			}
+			red := shortWayStore(t, url, -1)
+			ctx := context.Background()
+			c := srv.Client()
+			p := &limit.Params{Algorithm: "sliding_window", Limit: 10, Window: time.Minute, Precision: 10}
+			for range 2 {
+				b := shortWayCall(t, red, "app|/|z", "", p, "")
+				if _, err := red.run(ctx, b.keys, b.args); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := c.ConfigResetStat(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			names := []string{"x", "a", "z", "b"}
+			var batch []*batchCall
+			for _, n := range names {
+				batch = append(batch, shortWayCall(t, red, "app|/|"+n, "", p, "?"))
+			}
+			red.runAsOne(ctx, batch)
+			calls, _ := commandCalls(t, srv)
+			for i, want := range []int64{9, 9, 7, 9} {
+				b := batch[i]
+				if b.err != nil || len(b.v) != 10 || b.v[0] != 1 || b.v[2] != want {
+					t.Errorf("%s: %v %v, want admitted with %d remaining", names[i], b.v, b.err, want)
+				}
+			}
+			for i, n := range names {
+				want := []string{"1", "1", "3", "1"}[i]
+				if got := c.HGet(ctx, redisKey("app", "app|/|"+n), "t").Val(); got != want {
+					t.Errorf("%s counted %q, want %s", n, got, want)
+				}
+			}
+			// x is asked about; a, z and b copied onto (z fails), and z read.
+			want := map[string]int{"exists": 1, "copy": 3, "hmget": 1}
+			if acl {
+				// COPY refused (not counted as a call), every key is asked about.
+				want = map[string]int{"exists": 4, "copy": 0, "hmget": 1}
+			}
+			for cmd, n := range want {
+				if calls[cmd] != n {
+					t.Errorf("%s: %d calls, want %d (%v)", cmd, calls[cmd], n, calls)
+				}
+			}
+		})
+	}
+}
+
+// TestRedisCopiedBudget checks that a batch's copies of new keys keep to
+// the key budget (copied, redis.lua): once its set holds the budget, new
+// keys go to their overflow counter.
+func TestRedisCopiedBudget(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const budget = 3
+	red := shortWayStore(t, srv.URL(), budget)
+	ctx := context.Background()
+	p := &limit.Params{Algorithm: "sliding_window", Limit: 10, Window: time.Minute, Precision: 10}
+	const over = "app|/|overflow"
+	var batch []*batchCall
+	for i := range 6 {
+		batch = append(batch, shortWayCall(t, red, fmt.Sprintf("app|/|n%d", i), over, p, "?"))
+	}
+	red.runAsOne(ctx, batch)
+	if got, want := overflowed(t, batch), []int64{0, 0, 0, 1, 1, 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("overflowed %v, want %v", got, want)
+	}
+	if got := srv.Client().ZCard(ctx, budgetSet("app")).Val(); got != budget {
+		t.Errorf("the budget's set holds %d, want %d", got, budget)
+	}
+}

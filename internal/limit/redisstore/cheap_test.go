@@ -491,3 +491,71 @@ func TestRedisCopiedBudget(t *testing.T) {
 		t.Errorf("the budget's set holds %d, want %d", got, budget)
 	}
 }
+
+// TestRedisLeaseOnlyPastOnePerLeaseAhead checks that a call asks for a
+// lease only at a rate that leases more than the request's own token:
+// above one request per leaseAhead (scriptArgs). Below, the script would
+// lease the request's token alone (redis.lua), which the gateway keeps
+// none of (tokenLeases.grant): the lease call and the usual call decide,
+// write and answer alike. Above, the script leases more.
+func TestRedisLeaseOnlyPastOnePerLeaseAhead(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red, clock := newFixedRedis(t, srv)
+	ctx := context.Background()
+	cl := srv.Client()
+	// The highest rate that leases no more than the request: leaseAhead
+	// holds at most one of its requests.
+	most := int64(time.Second / leaseAhead)
+	for _, p := range []*limit.Params{
+		{Algorithm: "fixed_window", Limit: 100, Window: time.Second},
+		{Algorithm: "sliding_window", Limit: 100, Window: time.Second, Precision: 10},
+	} {
+		for _, rate := range []int64{1, most / 2, most, most + 1} {
+			name := fmt.Sprintf("%s rate %d", p.Algorithm, rate)
+			q := limit.Request{Key: "ahead|/" + strings.ReplaceAll(name, " ", "-"), Params: p}
+			reqs := []limit.Request{q}
+			_, tag, _, err := redisKeys(reqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := red.scriptArgs(time.Time{}, reqs, tag, &leaseAsk{rates: []int64{rate}, have: []int64{0}})
+			lease := fmt.Sprintf("1 - 0 %d 1 0", rate)
+			if got := args[2]; (rate <= most) != (got == "" || got == "?") || (rate > most && got != lease) {
+				t.Errorf("%s: the call argument is %q, want the usual one up to %d a second, else %q", name, got, most, lease)
+			}
+			// The script, asked for a lease at this rate and for the
+			// usual call on a twin key, at instants from a bucket's start
+			// to its end.
+			twin := limit.Request{Key: q.Key + "-usual", Params: p}
+			for i, at := range []int64{0, 1, 50_000, 84_999, 85_000, 99_999, 100_000, 985_000, 999_999} {
+				clock.us.Store(us0 + at)
+				lk, la := rawCall(t, red, q, lease)
+				lv, err := red.run(ctx, lk, la)
+				if err != nil {
+					t.Fatal(err)
+				}
+				uk, ua := rawCall(t, red, twin, "")
+				uv, err := red.run(ctx, uk, ua)
+				if err != nil {
+					t.Fatal(err)
+				}
+				span := lv[6]
+				want := max(min((rate*min(span, micros(leaseAhead))+999_999)/1_000_000, 50), 1)
+				if lv[0] != 1 || lv[5] != want {
+					t.Fatalf("%s, call %d at +%dµs: the lease call answered %v, want %d tokens leased", name, i, at, lv, want)
+				}
+				if rate > most {
+					continue
+				}
+				if fmt.Sprint(lv[:5]) != fmt.Sprint(uv[:5]) {
+					t.Errorf("%s, call %d: the lease call answered %v, the usual call %v", name, i, lv, uv)
+				}
+				lh, uh := cl.HGetAll(ctx, lk[0]).Val(), cl.HGetAll(ctx, uk[0]).Val()
+				if fmt.Sprint(lh) != fmt.Sprint(uh) {
+					t.Errorf("%s, call %d: the lease call wrote %v, the usual call %v", name, i, lh, uh)
+				}
+			}
+		}
+	}
+}

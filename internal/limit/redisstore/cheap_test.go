@@ -559,3 +559,72 @@ func TestRedisLeaseOnlyPastOnePerLeaseAhead(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisUsualCallOverflowCounter checks the usual call of new callers
+// counted on their overflow counter, which is read as a usual call reads
+// a counter (the fields up to the algorithm's): each counts there.
+func TestRedisUsualCallOverflowCounter(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, c := range algCases(10) {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			red := newTestRedis(t, Config{URL: srv.URL(), MaxKeys: 1, DenyCacheSize: -1, Timeout: 10 * time.Second})
+			clock := &fixedClock{}
+			clock.us.Store(us0)
+			red.fixedNow = clock.us.Load
+			app := "over-" + c.name
+			p := *c.p
+			p.Window = time.Minute
+			for i := range 5 {
+				q := limit.Request{Key: fmt.Sprintf("%s|/|%d", app, i), Overflow: app + "|/|overflow", Tag: app, Params: &p}
+				res := make([]limit.Result, 1)
+				if ok, err := red.Allow(context.Background(), time.Time{}, []limit.Request{q}, res); err != nil || !ok {
+					t.Fatalf("caller %d: %v %v, want admitted", i, ok, err)
+				}
+				// The first has its own counter, the others share the
+				// overflow counter.
+				want := int64(9 - max(i-1, 0))
+				if c.p.Warmup > 0 {
+					continue
+				}
+				if res[0].Remaining != want {
+					t.Errorf("caller %d: %d remaining, want %d", i, res[0].Remaining, want)
+				}
+			}
+		})
+	}
+}
+
+// TestRedisUsualCallWrites checks what a usual call on a counter that
+// exists sends Redis: one read and one write, and no new expiry while the
+// key's expiry covers it.
+func TestRedisUsualCallWrites(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red, clock := newFixedFunctions(t, srv)
+	ctx := context.Background()
+	p := &limit.Params{Algorithm: "sliding_window", Limit: 100, Window: time.Minute, Precision: 10}
+	q := limit.Request{Key: "writes|/a", Params: p}
+	call := func() {
+		t.Helper()
+		keys, args := rawCall(t, red, q, "")
+		if v, err := red.run(ctx, keys, args); err != nil || v[0] != 1 {
+			t.Fatalf("got %v %v, want admitted", v, err)
+		}
+	}
+	call()
+	clock.us.Store(us0 + 1000)
+	if err := srv.Client().ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		call()
+	}
+	calls, _ := commandCalls(t, srv)
+	for cmd, n := range map[string]int{"hmget": 5, "hset": 5, "pexpire": 0, "hget": 0} {
+		if calls[cmd] != n {
+			t.Errorf("%s: %d calls, want %d (%v)", cmd, calls[cmd], n, calls)
+		}
+	}
+}

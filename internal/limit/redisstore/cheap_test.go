@@ -628,3 +628,63 @@ func TestRedisUsualCallWrites(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRedisSlidingWindowSecondRequest measures Redis's time (the
+// FCALL's, INFO commandstats) per decision of a sliding_window key's
+// second request, a bucket or more after its first (a total of 1 moving
+// on): batches of 64 such calls in one script call, as the gateway sends
+// them, on a fixed clock.
+func BenchmarkRedisSlidingWindowSecondRequest(b *testing.B) {
+	srv := redistest.Start(b)
+	red, clock := newFixedRedis(b, srv)
+	ctx := context.Background()
+	if err := red.Ready(ctx); err != nil || !red.fn.on.Load() {
+		b.Fatalf("the function library is not loaded: %v", err)
+	}
+	p := &limit.Params{Algorithm: "sliding_window", Limit: 100, Window: time.Second, Precision: 10}
+	const batchSize = 64
+	width := micros(p.Window) / int64(p.Precision)
+	mk := func(round, j int) *batchCall {
+		q := limit.Request{Key: fmt.Sprintf("second|/%d-%d", round, j), Params: p}
+		reqs := []limit.Request{q}
+		keys, tag, _, _ := redisKeys(reqs)
+		args := red.scriptArgs(time.Time{}, reqs, tag, nil)
+		args[2] = "" // the usual call, on a key the gateway asked about
+		return &batchCall{keys: keys, args: args}
+	}
+	var usec, n int
+	b.ReportAllocs()
+	for round := 0; b.Loop(); round++ {
+		now := us0 + int64(round)*2*micros(p.Window)
+		first, second := make([]*batchCall, batchSize), make([]*batchCall, batchSize)
+		for j := range batchSize {
+			first[j], second[j] = mk(round, j), mk(round, j)
+		}
+		clock.us.Store(now)
+		red.runAsOne(ctx, first)
+		clock.us.Store(now + width*int64(1+round%12))
+		u0 := fcallUsec(srv)
+		red.runAsOne(ctx, second)
+		u1 := fcallUsec(srv)
+		for _, c := range second {
+			if c.err != nil || c.v[0] != 1 {
+				b.Fatalf("%v %v", c.v, c.err)
+			}
+		}
+		usec += u1 - u0
+		n += batchSize
+	}
+	b.ReportMetric(float64(usec)/float64(n), "redis-µs/decision")
+}
+
+// fcallUsec returns the time Redis spent in FCALL (µs, INFO
+// commandstats).
+func fcallUsec(srv *redistest.Server) int {
+	for _, f := range strings.Split(srv.Info("commandstats")["cmdstat_fcall"], ",") {
+		if k, v, _ := strings.Cut(f, "="); k == "usec" {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	return 0
+}

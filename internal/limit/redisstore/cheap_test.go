@@ -313,8 +313,8 @@ func rawCallBatch(t *testing.T, red *Store, q limit.Request) *batchCall {
 // (many, redis.lua) answers each call with the numbers it answers the
 // call alone with: a usual call of one limit admitted on a counter that
 // exists (usual's string) or denied (its table, joined), a limit that
-// counts nothing (Remaining -1) or blocks, a new key, a lease, and two
-// limits, in a batch of calls of one shape ("=") and of mixed shapes
+// counts nothing (Remaining -1) or blocks, a new key, a lease, every
+// algorithm, and two limits, in a batch of calls of one shape ("=") and of mixed shapes
 // ("*"). Two apps have the same counters; one's calls go alone, the
 // other's in the batch, at one instant.
 func TestRedisBatchRepliesAsAlone(t *testing.T) {
@@ -370,6 +370,20 @@ func TestRedisBatchRepliesAsAlone(t *testing.T) {
 				func(app string) call { return one(app, "sw", sw, "") },
 				func(app string) call { return one(app, "sw", sw, "") },
 			)
+			// Every algorithm, on an odd window, counted twice before:
+			// what it answers is whole µs, which a batch's string spells
+			// as the call alone's integers.
+			for _, c := range algCases(7) {
+				p := *c.p
+				p.Window = time.Second + 333*time.Microsecond
+				if p.Warmup > 0 {
+					p.Warmup = 777 * time.Millisecond
+				}
+				setup = append(setup,
+					func(app string) call { return one(app, c.name, &p, "") },
+					func(app string) call { return one(app, c.name, &p, "") })
+				calls = append(calls, func(app string) call { return one(app, c.name, &p, "") })
+			}
 			if mixed {
 				calls = append(calls, func(app string) call {
 					return call{reqs: []limit.Request{{Key: app + "|/fw", Params: fw}, {Key: app + "|/two", Params: sw}}}

@@ -68,10 +68,22 @@ function M.decide(key, p, now, v)
   local head, total = v.h and num(v.h) or 0, v.t and num(v.t) or 0
   local b = fdiv(now, width)
   -- Every field r may get, so that the table is made at its size once.
-  local r = { head = head, total = total, b = b, cb = false, c = false, ok = false, remaining = 0,
-    reset = 0, retry = 0, uncounted = 0, span = false }
+  local r = { head = head, total = total, b = b, cb = false, c = false, one = false, ok = false,
+    remaining = 0, reset = 0, retry = 0, uncounted = 0, span = false }
   local sum = 0
   if total > 0 then
+    if total == 1 and b > head then
+      -- A total of 1 is mostly the head bucket's: every count goes into
+      -- the head bucket (h). But tokens given back (lease_return.lua)
+      -- may have emptied it, the count being then in an older bucket,
+      -- which may have aged out: one (the head bucket holds the 1, and
+      -- no other slot holds anything) is known only from its slot.
+      local c = v[slot(head, n)]
+      if c == nil then
+        c = rcall('HGET', key, slot(head, n))
+      end
+      r.one = c and num(c) == 1 or false
+    end
     if b <= head then
       -- Counted in the head bucket (b < head: a clock that stepped back).
       b = head
@@ -84,9 +96,9 @@ function M.decide(key, p, now, v)
     end
     if b - head < n then
       sum = total
-      -- A total of 1 is the head bucket's (every count goes into the
-      -- head bucket, h), which has not aged out: nothing else to read.
-      if b > head and total > 1 then
+      -- The head bucket has not aged out: when it holds the one count
+      -- (r.one), nothing else is to read.
+      if b > head and not r.one then
         -- Bucket j shares its slot with bucket j-n, which has aged out.
         r.c = counts(key, head + 1, b, n)
         for j = head + 1, b do
@@ -132,7 +144,7 @@ function M.commit(key, p, now, r, set)
   elseif b <= head then
     count = r.cb + p.cost
   elseif b - head >= n then
-    if total == 1 then
+    if r.one then
       -- Only the head bucket's slot is not empty (decide).
       put(set, slot(head, n), 0)
     else

@@ -57,8 +57,8 @@ func refillAndReturn(t *testing.T, red *Store, clock *fixedClock, q limit.Reques
 }
 
 // checkRing fails t unless key's sliding_window counter's total is the
-// sum of its buckets.
-func checkRing(t *testing.T, srv *redistest.Server, key string, where string) {
+// sum of its buckets, and returns the counter's fields.
+func checkRing(t *testing.T, srv *redistest.Server, key string, where string) map[string]string {
 	t.Helper()
 	h := srv.Client().HGetAll(context.Background(), key).Val()
 	total, _ := strconv.ParseInt(h["t"], 10, 64)
@@ -73,6 +73,7 @@ func checkRing(t *testing.T, srv *redistest.Server, key string, where string) {
 	if sum != total {
 		t.Fatalf("%s: the buckets hold %d, the total t is %d: %v", where, sum, total, h)
 	}
+	return h
 }
 
 // TestRedisSlidingWindowLeaseGivenBack checks sliding_window's shortcuts

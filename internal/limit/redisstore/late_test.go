@@ -166,31 +166,11 @@ func TestRedisWriteBackWhileIdle(t *testing.T) {
 // twice, and a loaded machine can take 300ms to answer one.
 func TestRedisCloseWritesBack(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	red, err := New(Config{URL: srv.URL(), Timeout: 2 * time.Second, DialTimeout: 10 * time.Second,
-		Leases: -1, BreakerBackoff: time.Hour, BreakerThreshold: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := red.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
-	p := &limit.Params{Algorithm: "fixed_window", Limit: 100000, Window: 1000 * time.Hour}
-	g := newFailLocal(red, "closing|/", p)
-	for range 10 {
-		g.allow()
-	}
-	g.stall(srv)
-	eventually.True(t, 30*time.Second, func() bool { return red.lateWaiting.Load() == 0 },
-		"%d calls still without an answer 30s after Redis's return", red.lateWaiting.Load())
-	if !red.CircuitOpen() {
-		t.Fatalf("the breaker closed before Close: the test closes nothing while it is open")
-	}
+	srv, red, g := stalledBeforeClose(t, "closing|/")
 	if err := red.Close(); err != nil {
 		t.Fatal(err)
 	}
-	counted, err := srv.Client().HGet(ctx, "gw:{closing}:/", "c").Int()
+	counted, err := srv.Client().HGet(context.Background(), "gw:{closing}:/", "c").Int()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,25 +180,24 @@ func TestRedisCloseWritesBack(t *testing.T) {
 	}
 }
 
-// TestRedisCloseKeepsRefusedWriteBacks is TestRedisCloseWritesBack with
-// a flush of the write-backs running as Close begins, while the breaker
-// still refuses them: it keeps them for Close's last flush, which sends
-// them. (That flush dropped them once the store was closing, seen under
-// three test suites at once: Redis counted 22 of 30 admissions.)
-func TestRedisCloseKeepsRefusedWriteBacks(t *testing.T) {
-	t.Parallel()
+// stalledBeforeClose returns a store with a breaker that opens at the
+// first failure and a backoff of an hour, which admitted 10 requests on
+// key and then, through a stall of Redis, 20 or more locally, and whose
+// calls in flight then got their answers: its breaker still open, its
+// write-backs waiting.
+func stalledBeforeClose(t *testing.T, key string) (*redistest.Server, *Store, *failLocal) {
+	t.Helper()
 	srv := redistest.Start(t)
 	red, err := New(Config{URL: srv.URL(), Timeout: 2 * time.Second, DialTimeout: 10 * time.Second,
 		Leases: -1, BreakerBackoff: time.Hour, BreakerThreshold: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	if err := red.Ready(ctx); err != nil {
+	if err := red.Ready(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	p := &limit.Params{Algorithm: "fixed_window", Limit: 100000, Window: 1000 * time.Hour}
-	g := newFailLocal(red, "keeping|/", p)
+	g := newFailLocal(red, key, p)
 	for range 10 {
 		g.allow()
 	}
@@ -228,6 +207,17 @@ func TestRedisCloseKeepsRefusedWriteBacks(t *testing.T) {
 	if !red.CircuitOpen() {
 		t.Fatalf("the breaker closed before Close: the test closes nothing while it is open")
 	}
+	return srv, red, g
+}
+
+// TestRedisCloseKeepsRefusedWriteBacks is TestRedisCloseWritesBack with
+// a flush of the write-backs running as Close begins, while the breaker
+// still refuses them: it keeps them for Close's last flush, which sends
+// them. (That flush dropped them once the store was closing, seen under
+// three test suites at once: Redis counted 22 of 30 admissions.)
+func TestRedisCloseKeepsRefusedWriteBacks(t *testing.T) {
+	t.Parallel()
+	srv, red, g := stalledBeforeClose(t, "keeping|/")
 	// The background flush, as Close marks the store closed.
 	red.closed.Store(true)
 	red.flushOnce(false)
@@ -238,7 +228,7 @@ func TestRedisCloseKeepsRefusedWriteBacks(t *testing.T) {
 	if err := red.Close(); err != nil {
 		t.Fatal(err)
 	}
-	counted, err := srv.Client().HGet(ctx, "gw:{keeping}:/", "c").Int()
+	counted, err := srv.Client().HGet(context.Background(), "gw:{keeping}:/", "c").Int()
 	if err != nil {
 		t.Fatal(err)
 	}

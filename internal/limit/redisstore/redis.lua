@@ -499,6 +499,21 @@ local function create(f, key, bset, ms, copy)
   return true
 end
 
+-- shortway returns the short way (freshFor) of the call whose arguments
+-- follow ARGV[a0] when it is spelled "?" and its settings' short way is
+-- worked out at now with slack sl; else nil.
+local function shortway(ARGV, a0, now, sl)
+  if ARGV[a0 + 3] ~= '?' then
+    return nil
+  end
+  local s = SETTINGS[ARGV[a0 + 2]]
+  local f = s and s.fresh
+  if not f or f.now ~= now or f.slack ~= sl then
+    return nil
+  end
+  return f
+end
+
 -- quick decides the usual call of one limit on key at now the short way,
 -- before decideAt looks at anything else, when the call is spelled "?"
 -- and its settings' short way at now is worked out already (freshFor:
@@ -509,12 +524,8 @@ end
 -- to its overflow counter is left to decideAt, with that counter as the
 -- third result; nothing is written then.
 local function quick(key, ARGV, a0, top, now)
-  if ARGV[a0 + 3] ~= '?' then
-    return nil, nil
-  end
-  local s = SETTINGS[ARGV[a0 + 2]]
-  local f = s and s.fresh
-  if not f or f.now ~= now or f.slack ~= slack then
+  local f = shortway(ARGV, a0, now, slack)
+  if not f then
     return nil, nil
   end
   local copy = TMPL[f.tmpl] == f
@@ -555,12 +566,11 @@ end
 -- it tried to copy, and then whether key exists (nil when COPY is
 -- refused).
 local function copied(key, ARGV, a0, top, now)
-  if ARGV[a0 + 3] ~= '?' or ARGV[a0 + 1] ~= '' then
+  if ARGV[a0 + 1] ~= '' then
     return nil, false
   end
-  local s = SETTINGS[ARGV[a0 + 2]]
-  local f = s and s.fresh
-  if not f or f.now ~= now or f.slack ~= 0 or TMPL[f.tmpl] ~= f then
+  local f = shortway(ARGV, a0, now, 0)
+  if not f or TMPL[f.tmpl] ~= f then
     return nil, false
   end
   local set, b = nil, ARGV[top]
@@ -584,6 +594,12 @@ local function copied(key, ARGV, a0, top, now)
   return f[1].s
 end
 
+-- leasedAt returns when key's tokens were last leased (µs), or nil: what
+-- a usual call does not read unless it is denied (decideAt).
+local function leasedAt(key)
+  return tonumber(rcall('HGET', key, '_lt'))
+end
+
 -- usual decides the usual call (cost 1, decide and count, no lease) of
 -- one limit s, without a lockout or a calendar unit, on key, a counter of
 -- its shape without a lockout, whose fields read (decideAt) are v, own
@@ -595,7 +611,7 @@ local function usual(key, s, a, own, v, now, spaced)
     -- Nothing is written. When the key's tokens were last leased, which
     -- a usual call does not read otherwise: the gateway may wait for
     -- them to come back.
-    local lt = tonumber(rcall('HGET', key, '_lt'))
+    local lt = leasedAt(key)
     return { 0, 0, r.remaining, r.reset, r.retry, 0, 0, 0, lt and now - lt or -1, 0 }
   end
   local set = {}
@@ -845,7 +861,7 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top, tried, known)
     if p == s and not r.ok and v[1] then
       -- When the key's tokens were last leased, which a usual call did
       -- not read: the gateway may wait for them to come back.
-      LT[i] = tonumber(rcall('HGET', key, '_lt'))
+      LT[i] = leasedAt(key)
     end
     if p ~= s then
       p.units = units

@@ -186,11 +186,20 @@ const inline = 4
 // error wrapping ErrUnknownAlgorithm for Params naming an unregistered
 // algorithm, or the Validate error of Params used to create or reshape a
 // key's state. ctx is not used: a decision is a hash and a table lookup.
-func (m *Memory) Allow(_ context.Context, now time.Time, reqs []Request, res []Result) (bool, error) {
+func (m *Memory) Allow(ctx context.Context, now time.Time, reqs []Request, res []Result) (bool, error) {
 	n := len(reqs)
 	if len(res) < n {
 		return false, fmt.Errorf("limit: %d results for %d requests", len(res), n)
 	}
+	if n > 1 && Repeats(reqs) {
+		return AllowMerged(ctx, now, reqs, res, m.allow)
+	}
+	return m.allow(ctx, now, reqs, res)
+}
+
+// allow is Allow for requests of distinct counters.
+func (m *Memory) allow(_ context.Context, now time.Time, reqs []Request, res []Result) (bool, error) {
+	n := len(reqs)
 	for i := range reqs {
 		if reqs[i].Params == nil {
 			return false, fmt.Errorf("limit: request for %q has no params", reqs[i].Key)

@@ -88,3 +88,11 @@ func TestHoldRelease(t *testing.T) {
 		return newMemory(t, limit.MemoryConfig{})
 	})
 }
+
+// TestRepeatedKey runs limittest.RepeatedKey on the memory store.
+func TestRepeatedKey(t *testing.T) {
+	t.Parallel()
+	limittest.RepeatedKey(t, func(t *testing.T, _ time.Time) limit.Store {
+		return newMemory(t, limit.MemoryConfig{})
+	})
+}

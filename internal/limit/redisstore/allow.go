@@ -29,7 +29,8 @@ const (
 // Redis fails or does not answer within the timeout; a caller's own
 // cancellation is returned as such and does not count as a failure.
 //
-// The requests must share a Tag (Request.Tag) and have distinct keys. A
+// The requests must share a Tag (Request.Tag); a key named twice is
+// counted twice (limit.AllowMerged). A
 // request with an Overflow key is counted against it when its own key is
 // new and the key budget of its tag is used up (Config.MaxKeys).
 //
@@ -43,6 +44,14 @@ func (r *Store) Allow(ctx context.Context, now time.Time, reqs []limit.Request, 
 	if len(reqs) == 0 {
 		return true, nil
 	}
+	if len(reqs) > 1 && limit.Repeats(reqs) {
+		return limit.AllowMerged(ctx, now, reqs, res, r.allow)
+	}
+	return r.allow(ctx, now, reqs, res)
+}
+
+// allow is Allow for requests of distinct counters.
+func (r *Store) allow(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result) (allowed bool, err error) {
 	c := &call{r: r, now: now, reqs: reqs, res: res, fullReqs: reqs, full: res}
 	if c.keys, c.tag, c.charges, err = redisKeys(reqs); err != nil {
 		return false, err

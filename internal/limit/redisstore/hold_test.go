@@ -20,3 +20,15 @@ func TestHoldRelease(t *testing.T) {
 		return r
 	})
 }
+
+// TestRepeatedKey runs limittest.RepeatedKey on the Redis store, deciding
+// on a fixed clock.
+func TestRepeatedKey(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	limittest.RepeatedKey(t, func(t *testing.T, now time.Time) limit.Store {
+		r, c := newFixedRedis(t, srv)
+		c.us.Store(now.UnixMicro())
+		return r
+	})
+}

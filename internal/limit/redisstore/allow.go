@@ -513,7 +513,7 @@ func (r *Store) decideOnce(ctx context.Context, keys []string, reqs []limit.Requ
 	}
 	v, shared, late := cr.v, cr.shared, cr.late
 	if err != nil {
-		if late == nil && (isScriptError(err) || isRedirect(err) || errors.Is(err, redis.ErrPoolTimeout)) {
+		if late == nil && (isScriptError(err) || isRedirect(err) || errors.Is(err, redis.ErrPoolTimeout) || notSent(err)) {
 			// Redis refused the call, or it was never sent.
 			late = &lateCall{r: r, outcome: lateNotCounted}
 		}

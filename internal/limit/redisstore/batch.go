@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"errors"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -354,6 +356,14 @@ func (r *Store) pipeline(ctx context.Context, batch []*batchCall, cmd func(redis
 		return nil
 	})
 	return cmds
+}
+
+// notSent reports whether err is a failure to connect to Redis: nothing
+// of the call was sent (connection refused, no route, a dial timeout), so
+// Redis is known not to have run it.
+func notSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // isScriptError reports whether err is Redis's answer to one script call

@@ -69,7 +69,7 @@ func (lc *lateCall) answered(v []int64, err error) {
 	switch {
 	case err == nil && len(v) > 0 && v[0] == 1:
 		o = lateCounted
-	case err == nil, isScriptError(err):
+	case err == nil, isScriptError(err), notSent(err):
 		o = lateNotCounted
 	}
 	lc.mu.Lock()

@@ -323,3 +323,63 @@ func TestRedisWriteBackKeepsBudget(t *testing.T) {
 		t.Errorf("the overflow counter: %d (%v), want the %d written back", got, err, late)
 	}
 }
+
+// TestRedisRefusedWritesBack cuts the gateway's path to Redis (new
+// connections refused, open ones closed) while Redis runs on, and admits
+// locally every request Redis did not decide: none of them ran in Redis,
+// so each is written back once the path is restored, and none is dropped
+// while its window lasts.
+func TestRedisRefusedWritesBack(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, batch := range []int{0, 1} {
+		t.Run("batch="+strconv.Itoa(batch), func(t *testing.T) {
+			path := redistest.NewPath(t, srv)
+			red, err := New(Config{URL: path.URL(), Timeout: time.Second, DialTimeout: 10 * time.Second,
+				MaxBatch: batch, Leases: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer red.Close()
+			ctx := context.Background()
+			if err := red.Ready(ctx); err != nil {
+				t.Fatal(err)
+			}
+			p := &limit.Params{Algorithm: "fixed_window", Limit: 100000, Window: 1000 * time.Hour}
+			key := "refused-" + strconv.Itoa(batch) + "|/"
+			g := newFailLocal(red, key, p)
+			for range 3 {
+				if err := g.allow(); err != nil {
+					t.Fatalf("with the path open: %v", err)
+				}
+			}
+			path.Cut()
+			for i := 0; i < 8 || !red.CircuitOpen(); i++ {
+				g.allow()
+			}
+			path.Restore()
+			settled := func() bool {
+				red.wbMu.Lock()
+				pending := len(red.writeBacks)
+				red.wbMu.Unlock()
+				return red.lateWaiting.Load() == 0 && pending == 0 && !red.wbBusy.Load()
+			}
+			eventually.True(t, 30*time.Second, settled, "30s after the path's return, local admissions still wait to be written back: %+v", red.Stats())
+			counted, err := srv.Client().HGet(ctx, "gw:{refused-"+strconv.Itoa(batch)+"}:/", "c").Int()
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := red.Stats()
+			t.Logf("admitted %d, %d of them locally; Redis counted %d; %+v", g.admitted, g.local, counted, st)
+			if g.local == 0 {
+				t.Fatalf("no request was admitted locally: the path was not cut")
+			}
+			if counted != g.admitted {
+				t.Errorf("Redis counted %d, want the %d admitted, each once", counted, g.admitted)
+			}
+			if st.WriteBacksDropped != 0 {
+				t.Errorf("%d write-backs dropped though their window lasts", st.WriteBacksDropped)
+			}
+		})
+	}
+}

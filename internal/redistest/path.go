@@ -1,0 +1,159 @@
+package redistest
+
+import (
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Path is a TCP path from a gateway to a Redis server, on its own loopback
+// port, that a test can cut (new connections refused, open ones reset)
+// and slow (every reply held back), while Redis itself runs on: the
+// faults of a network between them. Its methods are safe for concurrent
+// use.
+type Path struct {
+	// Addr is the host:port to connect to instead of the server's.
+	Addr string
+
+	t      testing.TB
+	target string
+
+	mu    sync.Mutex
+	ln    net.Listener
+	conns map[net.Conn]struct{}
+	delay time.Duration
+	done  bool
+}
+
+// NewPath returns a path to srv, open. It is closed when the test ends.
+func NewPath(t testing.TB, srv *Server) *Path {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("redistest: listening for a path: %v", err)
+	}
+	p := &Path{Addr: ln.Addr().String(), t: t, target: srv.Addr, conns: map[net.Conn]struct{}{}}
+	p.serve(ln)
+	t.Cleanup(p.close)
+	return p
+}
+
+// URL returns a redis:// URL of the path.
+func (p *Path) URL() string { return "redis://" + p.Addr }
+
+// Cut closes the path: connections open through it are closed and new
+// ones are refused (nothing listens on its port) until Restore.
+func (p *Path) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		c.Close()
+		delete(p.conns, c)
+	}
+}
+
+// Restore opens a cut path again on its port.
+func (p *Path) Restore() {
+	p.t.Helper()
+	p.mu.Lock()
+	if p.ln != nil || p.done {
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	var ln net.Listener
+	var err error
+	// The port was ours a moment ago; another process may take it only
+	// in a race the test then reports.
+	for range 50 {
+		if ln, err = net.Listen("tcp", p.Addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		p.t.Fatalf("redistest: reopening the path on %s: %v", p.Addr, err)
+	}
+	p.serve(ln)
+}
+
+// SetDelay holds back every reply from Redis by d from now on (0: none).
+func (p *Path) SetDelay(d time.Duration) {
+	p.mu.Lock()
+	p.delay = d
+	p.mu.Unlock()
+}
+
+func (p *Path) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.forward(c)
+		}
+	}()
+}
+
+// forward carries one connection: requests as they come, replies after
+// the path's delay.
+func (p *Path) forward(c net.Conn) {
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	if p.ln == nil {
+		p.mu.Unlock()
+		c.Close()
+		up.Close()
+		return
+	}
+	p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+	p.mu.Unlock()
+	go func() {
+		io.Copy(up, c)
+		up.Close()
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := up.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			d := p.delay
+			p.mu.Unlock()
+			if d > 0 {
+				time.Sleep(d)
+			}
+			if _, werr := c.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	c.Close()
+	p.mu.Lock()
+	delete(p.conns, c)
+	delete(p.conns, up)
+	p.mu.Unlock()
+}
+
+func (p *Path) close() {
+	p.Cut()
+	p.mu.Lock()
+	p.done = true
+	p.mu.Unlock()
+}

@@ -150,17 +150,19 @@ func (f *Failover) Store() limit.Store { return f.cfg.Store }
 // with the params local(i) returns, without changing reqs (a request
 // decided again, after waiting for room, asks the store with its own
 // limits). A local admission is counted once by the fleet
-// (limit.AdmittedLocally). res holds the results only for StoreDecided
-// and LocalDecided; allowed is false only for a denial or FailedClosed.
-func (f *Failover) Allow(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result, local func(i int) *limit.Params) (allowed bool, v Verdict) {
+// (limit.AdmittedLocally), and alone, when not nil, is where the acts
+// that follow it go (Charge). res holds the results only for
+// StoreDecided and LocalDecided; allowed is false only for a denial or
+// FailedClosed.
+func (f *Failover) Allow(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result, local func(i int) *limit.Params) (allowed bool, v Verdict, alone limit.Alone) {
 	allowed, err := f.cfg.Store.Allow(ctx, now, reqs, res)
 	if err == nil {
-		return allowed, StoreDecided
+		return allowed, StoreDecided, nil
 	}
 	f.logError(ctx, err)
 	switch f.cfg.Mode {
 	case Closed:
-		return false, FailedClosed
+		return false, FailedClosed, nil
 	case Local:
 		// A copy, allocated on a failure only: reqs stay the caller's.
 		lreqs := make([]limit.Request, len(reqs))
@@ -174,24 +176,28 @@ func (f *Failover) Allow(ctx context.Context, now time.Time, reqs []limit.Reques
 				// The fleet counts it once: the store may have counted
 				// the call it did not answer in time, else it writes it
 				// back.
-				limit.AdmittedLocally(err)
+				alone = limit.AdmittedLocally(err)
 			}
-			return allowed, LocalDecided
+			return allowed, LocalDecided, alone
 		}
 	}
 	// Fail open: a broken limiter must not take the service down.
-	return true, FailedOpen
+	return true, FailedOpen, nil
 }
 
 // Charge counts charges and releases after the fact (limit.Request's
 // Charge and Release) on the store that decided the request, v: the
 // local one, with the params local(i) returns put in reqs, when v is
-// LocalDecided. A failed charge is the caller's to report; no fail mode
-// applies to it.
-func (f *Failover) Charge(ctx context.Context, now time.Time, v Verdict, reqs []limit.Request, res []limit.Result, local func(i int) *limit.Params) error {
+// LocalDecided; then alone, the journal Allow returned with it, takes
+// them with the fleet's params, so that the fleet counts them too. A
+// failed charge is the caller's to report; no fail mode applies to it.
+func (f *Failover) Charge(ctx context.Context, now time.Time, v Verdict, alone limit.Alone, reqs []limit.Request, res []limit.Result, local func(i int) *limit.Params) error {
 	if v != LocalDecided {
 		_, err := f.cfg.Store.Allow(ctx, now, reqs, res)
 		return err
+	}
+	if alone != nil {
+		alone.Follow(now, reqs)
 	}
 	for i := range reqs {
 		reqs[i].Params = local(i)

@@ -79,7 +79,7 @@ func TestFailover(t *testing.T) {
 			for i := range 2 {
 				reqs := []limit.Request{{Key: "app-1|/x", Params: &fleet}}
 				res := make([]limit.Result, 1)
-				allowed, v := f.Allow(context.Background(), t0, reqs, res, localParams)
+				allowed, v, _ := f.Allow(context.Background(), t0, reqs, res, localParams)
 				if reqs[0].Params != &fleet {
 					t.Errorf("request %d: Allow changed the request's params", i+1)
 				}
@@ -129,8 +129,16 @@ func TestFailover(t *testing.T) {
 // so that the store counts it once.
 type lateError struct{ admitted *int }
 
-func (e lateError) Error() string    { return "call timed out" }
-func (e lateError) AdmittedLocally() { *e.admitted++ }
+func (e lateError) Error() string { return "call timed out" }
+func (e lateError) AdmittedLocally() limit.Alone {
+	*e.admitted++
+	return &journal{}
+}
+
+// journal records what follows a local admission (limit.Alone).
+type journal struct{ reqs []limit.Request }
+
+func (j *journal) Follow(_ time.Time, reqs []limit.Request) { j.reqs = append(j.reqs, reqs...) }
 
 // lateStore fails every call with a lateError.
 type lateStore struct{ admitted int }
@@ -171,7 +179,10 @@ func TestAllowWritesBack(t *testing.T) {
 			}
 			for range tt.calls {
 				reqs := []limit.Request{{Key: "a|/x", Params: &p}}
-				f.Allow(context.Background(), t0, reqs, make([]limit.Result, 1), func(int) *limit.Params { return &p })
+				allowed, v, alone := f.Allow(context.Background(), t0, reqs, make([]limit.Result, 1), func(int) *limit.Params { return &p })
+				if (alone != nil) != (allowed && v == LocalDecided) {
+					t.Errorf("Allow: %v, %v with journal %v: want a journal exactly for a local admission", allowed, v, alone)
+				}
 			}
 			if st.admitted != tt.wantTold {
 				t.Errorf("store told of %d local admissions, want %d", st.admitted, tt.wantTold)
@@ -202,8 +213,16 @@ func TestCharge(t *testing.T) {
 		key := "a|/" + tt.name
 		reqs := []limit.Request{{Key: key, Params: &fleet}}
 		res := make([]limit.Result, 1)
-		if err := f.Charge(context.Background(), t0, tt.v, reqs, res, lp); err != nil {
+		j := &journal{}
+		if err := f.Charge(context.Background(), t0, tt.v, j, reqs, res, lp); err != nil {
 			t.Fatalf("%s: %v", tt.name, err)
+		}
+		// The fleet hears of a charge decided alone, with its own params.
+		if tt.v == LocalDecided && (len(j.reqs) != 1 || j.reqs[0].Params != &fleet) {
+			t.Errorf("%s: journal got %+v, want the charge with the fleet's params", tt.name, j.reqs)
+		}
+		if tt.v != LocalDecided && len(j.reqs) != 0 {
+			t.Errorf("%s: journal got %+v, want nothing: the store counted it", tt.name, j.reqs)
 		}
 		wantRemaining := fleet.Limit - 1
 		if tt.v == LocalDecided {

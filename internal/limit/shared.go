@@ -3,6 +3,7 @@ package limit
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // What a store shared by a fleet of gateways (the Redis store) and its
@@ -17,12 +18,29 @@ var ErrCircuitOpen = errors.New("redis circuit breaker is open")
 // request was then admitted by a local decision (--fail-mode local), so
 // that a store that can count it later does so exactly once (the Redis
 // store: not again if Redis ran the call late and counted it, else as a
-// charge when Redis answers). It does nothing for other errors.
-func AdmittedLocally(err error) {
-	var lc interface{ AdmittedLocally() }
+// charge when Redis answers). It returns where the acts that follow the
+// admission go (its charges and releases), or nil when the store keeps
+// none (other errors, other stores).
+func AdmittedLocally(err error) Alone {
+	var lc interface{ AdmittedLocally() Alone }
 	if errors.As(err, &lc) {
-		lc.AdmittedLocally()
+		return lc.AdmittedLocally()
 	}
+	return nil
+}
+
+// Alone is a shared store's journal of one request that a gateway
+// admitted alone while the store failed (--fail-mode local): the acts
+// that follow the admission reach the fleet through it exactly once, in
+// the order they came, when the store answers again — or are dropped
+// once the window they count in has ended (docs/fleet.md, "When Redis
+// fails"). It is safe for concurrent use.
+type Alone interface {
+	// Follow records acts that follow the admission, at the gateway's
+	// clock now: charges (Request.Charge) and releases (Request.Release)
+	// of the admitted request's limits, with the fleet's Params, not
+	// the local share's. Other requests are ignored.
+	Follow(now time.Time, reqs []Request)
 }
 
 // CallerBuckets is the number of tags CallerTag spreads callers over.

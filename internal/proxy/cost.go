@@ -156,7 +156,7 @@ func (h *Handler) countOwed(ctx context.Context, now time.Time, sc *scratch, ow 
 		k++
 	}
 	var res [2 * maxLimitsPerRequest]limit.Result
-	return h.charge(ctx, now, sc.decidedBy, all[:k], lims[:k], res[:k])
+	return h.charge(ctx, now, sc.decidedBy, sc.alone, all[:k], lims[:k], res[:k])
 }
 
 // settleCharges completes the charges of an admitted request's response

@@ -18,14 +18,14 @@ import (
 
 // allow decides reqs through the failover, under FailLocal with the local
 // params of lims[i] (failmode.Failover.Allow).
-func (h *Handler) allow(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result, lims []*ruleset.Limit) (bool, failmode.Verdict) {
+func (h *Handler) allow(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result, lims []*ruleset.Limit) (bool, failmode.Verdict, limit.Alone) {
 	return h.failover.Allow(ctx, now, reqs, res, func(i int) *limit.Params { return &lims[i].Local })
 }
 
 // charge counts charges and releases after the fact on the store that
 // decided the request (failmode.Failover.Charge).
-func (h *Handler) charge(ctx context.Context, now time.Time, v failmode.Verdict, reqs []limit.Request, lims []*ruleset.Limit, res []limit.Result) error {
-	return h.failover.Charge(ctx, now, v, reqs, res, func(i int) *limit.Params { return &lims[i].Local })
+func (h *Handler) charge(ctx context.Context, now time.Time, v failmode.Verdict, alone limit.Alone, reqs []limit.Request, lims []*ruleset.Limit, res []limit.Result) error {
+	return h.failover.Charge(ctx, now, v, alone, reqs, res, func(i int) *limit.Params { return &lims[i].Local })
 }
 
 // acquireSlots takes the slots of reqs through the failover, under FailLocal

@@ -49,6 +49,10 @@ type scratch struct {
 	// --fail-mode local the memory store, which then also takes the
 	// response's charges.
 	decidedBy failmode.Verdict
+	// alone is where, when decidedBy is failmode.LocalDecided, the
+	// charges and releases of the response go so that the fleet counts
+	// them too (limit.Alone).
+	alone limit.Alone
 	// fwd is what the upstream's copy of the request is to differ in
 	// (forward.go).
 	fwd forward
@@ -329,9 +333,12 @@ func (h *Handler) decide(r *http.Request, sc *scratch) {
 	n := sc.n
 	lims, res := sc.lims[:n], sc.res[:n]
 	t0 := time.Now()
-	allowed, v := h.allow(r.Context(), o.Start, sc.reqs[:n], res, lims)
+	allowed, v, alone := h.allow(r.Context(), o.Start, sc.reqs[:n], res, lims)
 	o.LimiterDuration = time.Since(t0)
-	sc.decidedBy = v
+	sc.decidedBy, sc.alone = v, alone
+	// A decision replaces what an earlier one of the same request (before
+	// a wait for room) said of its limits, whoever decides it.
+	o.ResetLimits()
 	switch v {
 	case failmode.FailedClosed:
 		o.StoreError, o.Decision = true, DecisionFailClosed
@@ -343,7 +350,6 @@ func (h *Handler) decide(r *http.Request, sc *scratch) {
 		o.StoreError = true
 	}
 	o.Decision = DecisionAllowed
-	o.ResetLimits()
 	for i, cl := range lims {
 		o.AddLimit(LimitOutcome{
 			App: cl.App, API: cl.API, Limit: res[i].Limit, Remaining: res[i].Remaining,

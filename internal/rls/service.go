@@ -284,7 +284,7 @@ func (s *Service) decide(ctx context.Context, now time.Time, reqs []limit.Reques
 		scaled[i] = reqs[i].Params.Scaled(s.cfg.LocalShare)
 		return &scaled[i]
 	}
-	allowed, v := s.failover.Allow(ctx, now, reqs, res, local)
+	allowed, v, _ := s.failover.Allow(ctx, now, reqs, res, local)
 	if v == failmode.StoreDecided {
 		return allowed, 0, nil
 	}

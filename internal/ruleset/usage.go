@@ -94,6 +94,10 @@ func (rs *Set) usageTargets(app, key string) ([]usageTarget, error) {
 	return out, nil
 }
 
+// ErrStore is in the error of Usage and ResetUsage when the store failed
+// to read or clear a counter (not a problem of the request).
+var ErrStore = errors.New("the store failed")
+
 // Usage returns what the counters of app's limits hold in store at now,
 // counting nothing: each is read as a shadow request that counts
 // nothing (limit.Request Shadow and Defer), which starts no lockout.
@@ -118,7 +122,7 @@ func (rs *Set) Usage(ctx context.Context, store limit.Store, now time.Time, app,
 			reqs := []limit.Request{{Key: t.key, Overflow: t.overflow, Tag: t.tag, Params: &cl.Params, Shadow: true, Defer: true}}
 			res := make([]limit.Result, 1)
 			if _, err := store.Allow(ctx, now, reqs, res); err != nil {
-				return nil, fmt.Errorf("reading %s: %w", t.key, err)
+				return nil, fmt.Errorf("reading %s: %w: %w", t.key, ErrStore, err)
 			}
 			rem := res[0].Remaining
 			used := max(cl.Params.Capacity()-rem, 0)
@@ -149,7 +153,10 @@ func (rs *Set) ResetUsage(ctx context.Context, store limit.Resetter, app, api, k
 			return "", false, errors.New(t.note)
 		}
 		existed, err := store.Reset(ctx, t.key, t.tag)
-		return t.key, existed, err
+		if err != nil {
+			return t.key, false, fmt.Errorf("clearing %s: %w: %w", t.key, ErrStore, err)
+		}
+		return t.key, existed, nil
 	}
 	return "", false, fmt.Errorf("app %q has no rate limit on api %q; GET /usage?app=%s lists them", app, api, app)
 }

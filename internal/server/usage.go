@@ -95,7 +95,7 @@ func usageError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, ruleset.ErrUnknownApp):
 		proxy.WriteError(w, http.StatusNotFound, "unknown_app", err.Error())
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+	case errors.Is(err, ruleset.ErrStore), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		proxy.WriteError(w, http.StatusServiceUnavailable, "store_unavailable", err.Error())
 	default:
 		var se interface{ Timeout() bool }

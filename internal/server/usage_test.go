@@ -171,3 +171,34 @@ func TestUsageAPI(t *testing.T) {
 		})
 	}
 }
+
+// TestUsageStoreDown reads and resets usage while the Redis store cannot
+// answer (its server stopped, then its breaker open): each answer is 503
+// store_unavailable, never a 400 that blames the request.
+func TestUsageStoreDown(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red, err := redisstore.New(redisstore.Config{URL: srv.URL(), Timeout: 2 * time.Second, DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { red.Close() })
+	_, admin := usageGW(t, red, red)
+	if code, b := adminDo(t, admin, "GET", "/usage?app=acme", ""); code != 200 {
+		t.Fatalf("GET /usage with Redis up: %d %v", code, b)
+	}
+	srv.Stop()
+	// The first reads fail on the connection, later ones on the open
+	// breaker: both are the store's failure.
+	for i := range 8 {
+		if code, b := adminDo(t, admin, "GET", "/usage?app=acme", ""); code != 503 || b["error"] != "store_unavailable" {
+			t.Fatalf("GET /usage %d with Redis down: %d %v, want 503 store_unavailable", i+1, code, b)
+		}
+	}
+	if !red.CircuitOpen() {
+		t.Errorf("the breaker did not open: the test did not read through it")
+	}
+	if code, b := adminDo(t, admin, "POST", "/usage/reset?app=acme&api=/v1/chat", "tok"); code != 503 || b["error"] != "store_unavailable" {
+		t.Errorf("POST /usage/reset with Redis down: %d %v, want 503 store_unavailable", code, b)
+	}
+}

@@ -268,9 +268,9 @@ func (ask *leaseAsk) pick(idx []int) *leaseAsk {
 func (r *Store) late(err error, now time.Time, reqs []limit.Request) error {
 	var le *lateError
 	if !errors.As(err, &le) {
-		return err
+		return r.lateFor(err, nil, now, reqs)
 	}
-	return lateFor(le.err, le.call, now, reqs)
+	return r.lateFor(le.err, le.call, now, reqs)
 }
 
 // clock returns the store's clock: ns since its epoch.

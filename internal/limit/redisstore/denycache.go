@@ -47,10 +47,10 @@ type denySlot struct {
 	// more until until (= retry); else the entry describes a limit that
 	// admitted a request that another limit denied.
 	denied bool
-	// cost is the cost of the denied request. A limit that denies a cost
-	// until some instant denies every greater cost at least as long (the
-	// room of a limit only grows with time, for every algorithm), but a
-	// smaller cost may fit: the cache does not answer for it.
+	// cost is the cost of the denied request. The cache answers only for
+	// the same cost: a smaller cost may fit, and a greater one is denied
+	// for longer than Redis said of this one, by how much only Redis
+	// knows.
 	cost      int64
 	remaining int64
 	reset     int64 // when the limit is fully replenished
@@ -73,7 +73,7 @@ func (c *denyCache) get(key string, p *limit.Params, cost, now int64) (denySlot,
 	mu.Lock()
 	e := *s
 	mu.Unlock()
-	if e.key != key || e.stop <= now || e.params != *p || (e.denied && cost < e.cost) {
+	if e.key != key || e.stop <= now || e.params != *p || (e.denied && cost != e.cost) {
 		return denySlot{}, false
 	}
 	return e, true

@@ -64,6 +64,9 @@ func TestDenyCache(t *testing.T) {
 		{name: "the admitting limit alone", keys: keys[:1], reqs: reqs[:1], at: 10 * s},
 		{name: "a limit the cache does not know", keys: []string{keys[1], "gw:{a}:/y"}, reqs: []limit.Request{rule, {Key: "a|/y", Params: p}}, at: 10 * s},
 		{name: "shadow", keys: keys[1:], reqs: []limit.Request{{Key: "a|/x", Params: p, Shadow: true}}, at: 10 * s},
+		// Denied for longer than the cheaper one, by how much only Redis
+		// knows.
+		{name: "a costlier request", keys: keys[1:], reqs: []limit.Request{{Key: "a|/x", Params: p, Cost: 3}}, at: 10 * s},
 		{name: "reloaded params", keys: keys[1:], reqs: []limit.Request{{Key: "a|/x", Params: q}}, at: 10 * s},
 	}
 	for _, tt := range tests {
@@ -149,6 +152,37 @@ func TestRedisDenyCacheCost(t *testing.T) {
 			if got != want {
 				t.Errorf("%s step %d, cost %d: allowed %v, want %v (%+v)", key, i, s.cost, got, want, res[0])
 			}
+		}
+	}
+}
+
+// TestDenyCacheCostlierRetryAfter denies a request of 100 units on a
+// bucket that refills one unit an hour, then asks for 300: the Retry-After
+// of both is the exact store's (100h, then 300h), not the cached denial's.
+func TestDenyCacheCostlierRetryAfter(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: 10 * time.Second, Leases: -1})
+	mem := newTestMemory(t)
+	p := &limit.Params{Algorithm: "token_bucket", Limit: 1000, Window: 1000 * time.Hour}
+	ctx := context.Background()
+	ask := func(s limit.Store, q limit.Request) limit.Result {
+		t.Helper()
+		q.Key, q.Params = "costly|/x", p
+		res := make([]limit.Result, 1)
+		if _, err := s.Allow(ctx, time.Now(), []limit.Request{q}, res); err != nil {
+			t.Fatal(err)
+		}
+		return res[0]
+	}
+	for _, s := range []limit.Store{red, mem} {
+		ask(s, limit.Request{Cost: 1000, Charge: true})
+	}
+	for _, cost := range []int64{100, 100, 300, 300, 100} {
+		got, want := ask(red, limit.Request{Cost: cost}), ask(mem, limit.Request{Cost: cost})
+		if got.Allowed || got.RetryAfter.Round(time.Minute) != want.RetryAfter.Round(time.Minute) {
+			t.Errorf("cost %d: Redis with its deny cache says %v, retry %v; the exact store %v, retry %v",
+				cost, got.Allowed, got.RetryAfter, want.Allowed, want.RetryAfter)
 		}
 	}
 }

@@ -32,6 +32,9 @@ type lateCall struct {
 	outcome lateOutcome
 	local   bool
 	done    bool
+	// follows are the acts that followed the local admission
+	// (limit.Alone), until what Redis did is known.
+	follows []pendingWrite
 	// The call: its requests and the gateway's instant, set by Allow.
 	now  time.Time
 	reqs []limit.Request
@@ -154,23 +157,91 @@ func (lc *lateCall) admittedLocally() {
 	lc.settle()
 }
 
-// settle writes the request back once it is known to be admitted locally
-// and not counted by Redis.
+// follow records acts that follow the local admission of the call's
+// request (limit.Alone): its charges, and the releases of what it held.
+func (lc *lateCall) follow(now time.Time, reqs []limit.Request) {
+	lc.mu.Lock()
+	lc.follows = append(lc.follows, pendingWrite{at: lc.r.clock(), now: now, reqs: slices.Clone(reqs)})
+	lc.mu.Unlock()
+	lc.settle()
+}
+
+// settle journals what the fleet must still count of the call once it is
+// known to be admitted locally and what Redis did with it is known (or
+// known to be unknowable): the admission, if Redis did not count it, and
+// the acts that followed it.
 func (lc *lateCall) settle() {
 	lc.mu.Lock()
-	back := !lc.done && lc.local && lc.outcome == lateNotCounted && lc.reqs != nil
-	if back || (lc.outcome != latePending && lc.local) {
+	if !lc.local || lc.outcome == latePending || lc.reqs == nil {
+		lc.mu.Unlock()
+		return
+	}
+	var out []pendingWrite
+	if !lc.done {
 		lc.done = true
+		if lc.outcome == lateNotCounted {
+			if q := admission(lc.reqs); len(q) > 0 {
+				out = append(out, pendingWrite{at: lc.at, now: lc.now, reqs: q})
+			}
+		}
 	}
+	for _, f := range lc.follows {
+		if f.reqs = followed(f.reqs, lc.outcome != lateNotCounted); len(f.reqs) > 0 {
+			out = append(out, f)
+		}
+	}
+	lc.follows = nil
 	lc.mu.Unlock()
-	if back {
-		lc.r.writeBack(lc)
+	if len(out) > 0 {
+		lc.r.writeBack(out)
 	}
+}
+
+// admission returns what the local admission of reqs counts in Redis, as
+// charges: each request's units, with its Overflow, as the decision had
+// it (a new caller past the key budget is counted against its overflow
+// counter, not given a counter outside the budget). A deferred request
+// counts nothing until its charge; a hold counts nothing, and holds
+// nothing in Redis, which never saw it: its charge, if any, follows.
+func admission(reqs []limit.Request) []limit.Request {
+	var out []limit.Request
+	for _, q := range reqs {
+		if q.Defer || q.Hold || q.Charge || q.Release {
+			continue
+		}
+		out = append(out, limit.Request{Key: q.Key, Overflow: q.Overflow, Tag: q.Tag, Params: q.Params, Cost: q.Units(), Charge: true})
+	}
+	return out
+}
+
+// followed returns what acts that followed a local admission count in
+// Redis: every charge; and a release only if Redis may hold what it gives
+// back (held: it ran the call, or may have). A release Redis may not owe
+// gives back at most what is held on the key (never below none), and
+// a hold Redis ran and nobody released would stay held as long as new
+// holds keep the key alive: when in doubt, it is released.
+func followed(reqs []limit.Request, held bool) []limit.Request {
+	out := reqs[:0]
+	for _, q := range reqs {
+		if q.Charge || (q.Release && held) {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// pendingWrite is what Redis has still to count of acts a gateway decided
+// alone: reqs (charges and releases), at the store's clock at (ns) and
+// the gateway's clock now.
+type pendingWrite struct {
+	at   int64
+	now  time.Time
+	reqs []limit.Request
 }
 
 // lateError is an error of Allow for a call Redis did not decide in time,
 // with the call, so that a local decision can be written back
-// (AdmittedLocally).
+// (limit.AdmittedLocally).
 type lateError struct {
 	err  error
 	call *lateCall
@@ -180,15 +251,25 @@ func (e *lateError) Error() string { return e.err.Error() }
 func (e *lateError) Unwrap() error { return e.err }
 
 // AdmittedLocally implements limit.AdmittedLocally for the call of e.
-func (e *lateError) AdmittedLocally() { e.call.admittedLocally() }
+func (e *lateError) AdmittedLocally() limit.Alone {
+	e.call.admittedLocally()
+	return e.call
+}
 
-// writeBack counts lc's request in Redis, now or, while Redis does not
-// answer, when its node's breaker closes, unless its shortest bucket has
+// Follow implements limit.Alone: acts that follow the local admission.
+func (lc *lateCall) Follow(now time.Time, reqs []limit.Request) { lc.follow(now, reqs) }
+
+// writeBack counts ws in Redis, now or, while Redis does not answer,
+// when its node's breaker closes, unless the shortest bucket of one has
 // ended meanwhile (its count would fall in another).
-func (r *Store) writeBack(lc *lateCall) {
+func (r *Store) writeBack(ws []pendingWrite) {
 	r.wbMu.Lock()
-	if len(r.writeBacks) < maxWriteBacks {
-		r.writeBacks = append(r.writeBacks, lc)
+	for _, w := range ws {
+		if len(r.writeBacks) < maxWriteBacks {
+			r.writeBacks = append(r.writeBacks, w)
+		} else {
+			r.writeBacksDropped.Add(1)
+		}
 	}
 	r.wbMu.Unlock()
 	r.flushWriteBacks()
@@ -215,39 +296,27 @@ func (r *Store) flushWriteBacks() {
 }
 
 // flushOnce sends the pending write-backs. Those its node's breaker
-// refuses wait for it to close, unless this is the last flush (Close):
-// a flush that runs while the store closes keeps them for that one.
+// refuses, or that could not connect, wait for it to close, unless this
+// is the last flush (Close): a flush that runs while the store closes
+// keeps them for that one.
 func (r *Store) flushOnce(last bool) {
 	r.wbMu.Lock()
 	pending := r.writeBacks
 	r.writeBacks = nil
 	r.wbMu.Unlock()
-	var again []*lateCall
-	for _, lc := range pending {
-		if r.clock()-lc.at > int64(shortestBucket(lc.reqs)) {
+	var again []pendingWrite
+	for _, w := range pending {
+		if r.clock()-w.at > int64(shortestBucket(w.reqs)) {
 			r.writeBacksDropped.Add(1)
 			continue
 		}
-		reqs := make([]limit.Request, 0, len(lc.reqs))
-		for _, q := range lc.reqs {
-			if q.Defer {
-				continue // a deferred request counts nothing
-			}
-			// With its Overflow, as the decision had it: a new caller
-			// past the key budget is counted against its overflow
-			// counter, not given a counter outside the budget.
-			reqs = append(reqs, limit.Request{Key: q.Key, Overflow: q.Overflow, Tag: q.Tag, Params: q.Params, Cost: q.Units(), Charge: true})
-		}
-		if len(reqs) == 0 {
-			continue
-		}
-		keys, tag, _, err := redisKeys(reqs)
+		keys, tag, _, err := redisKeys(w.reqs)
 		if err != nil {
 			continue
 		}
-		args := r.scriptArgs(lc.now, reqs, tag, nil)
+		args := r.scriptArgs(w.now, w.reqs, tag, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), r.callTimeout)
-		_, err = r.decide(ctx, keys, reqs, args, make([]limit.Result, len(reqs)))
+		_, err = r.decide(ctx, keys, w.reqs, args, make([]limit.Result, len(w.reqs)))
 		cancel()
 		var le *lateError
 		switch {
@@ -256,7 +325,7 @@ func (r *Store) flushOnce(last bool) {
 		case errors.As(err, &le) && le.call.notCounted() && !last:
 			// Not sent: again when the breaker closes, or in the last
 			// flush.
-			again = append(again, lc)
+			again = append(again, w)
 		default:
 			// Sent, but its fate is unknown: never twice. Or refused
 			// in the last flush.
@@ -308,10 +377,10 @@ func shortestBucket(reqs []limit.Request) time.Duration {
 
 // lateFor returns err as a lateError for a call of reqs at now that Redis
 // did not decide: lc is what became of it (nil: nothing known, a failure
-// after the call was sent).
-func lateFor(err error, lc *lateCall, now time.Time, reqs []limit.Request) error {
+// after the call was sent, so that the call may have run).
+func (r *Store) lateFor(err error, lc *lateCall, now time.Time, reqs []limit.Request) error {
 	if lc == nil {
-		return err
+		lc = &lateCall{r: r, outcome: lateUnknown}
 	}
 	lc.mu.Lock()
 	lc.now, lc.reqs = now, slices.Clone(reqs)

@@ -303,7 +303,7 @@ func TestRedisWriteBackKeepsBudget(t *testing.T) {
 	}
 	red.wbMu.Lock()
 	for _, ip := range ips[perBucket:] {
-		red.writeBacks = append(red.writeBacks, &lateCall{r: red, reqs: []limit.Request{callerReq("/", ip, p)}, at: red.clock()})
+		red.writeBacks = append(red.writeBacks, pendingWrite{reqs: admission([]limit.Request{callerReq("/", ip, p)}), at: red.clock()})
 	}
 	red.wbMu.Unlock()
 	red.flushOnce(false)
@@ -379,6 +379,105 @@ func TestRedisRefusedWritesBack(t *testing.T) {
 			}
 			if st.WriteBacksDropped != 0 {
 				t.Errorf("%d write-backs dropped though their window lasts", st.WriteBacksDropped)
+			}
+		})
+	}
+}
+
+// TestRedisActsDecidedAlone decides a request locally while Redis cannot
+// (stalled: the call runs when it wakes; or its path cut: the call never
+// runs), then follows it with the acts a response brings, through the
+// journal limit.AdmittedLocally returns: after the fault, Redis has
+// counted exactly what was admitted and charged, and holds nothing.
+func TestRedisActsDecidedAlone(t *testing.T) {
+	t.Parallel()
+	p := &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: 1000 * time.Hour}
+	charge := func(key string, n int64) limit.Request {
+		return limit.Request{Key: key, Params: p, Cost: n, Charge: true}
+	}
+	release := func(key string, n int64) limit.Request {
+		return limit.Request{Key: key, Params: p, Cost: n, Release: true}
+	}
+	for _, tc := range []struct {
+		name string
+		// first is the request decided alone; then the acts after it.
+		first   func(key string) limit.Request
+		then    func(key string) []limit.Request
+		wantC   int64
+		stalled bool // stalled (ran late) rather than cut (never ran)
+	}{
+		{name: "hold released, stalled", stalled: true,
+			first: func(k string) limit.Request { return limit.Request{Key: k, Params: p, Cost: 5, Hold: true} },
+			then:  func(k string) []limit.Request { return []limit.Request{release(k, 5)} }},
+		{name: "hold charged, stalled", stalled: true, wantC: 5,
+			first: func(k string) limit.Request { return limit.Request{Key: k, Params: p, Cost: 5, Hold: true} },
+			then:  func(k string) []limit.Request { return []limit.Request{charge(k, 5), release(k, 5)} }},
+		{name: "hold released, cut",
+			first: func(k string) limit.Request { return limit.Request{Key: k, Params: p, Cost: 5, Hold: true} },
+			then:  func(k string) []limit.Request { return []limit.Request{release(k, 5)} }},
+		{name: "hold charged, cut", wantC: 5,
+			first: func(k string) limit.Request { return limit.Request{Key: k, Params: p, Cost: 5, Hold: true} },
+			then:  func(k string) []limit.Request { return []limit.Request{charge(k, 5), release(k, 5)} }},
+		{name: "deferred, cut", wantC: 7,
+			first: func(k string) limit.Request { return limit.Request{Key: k, Params: p, Defer: true} },
+			then:  func(k string) []limit.Request { return []limit.Request{charge(k, 7)} }},
+		{name: "deferred, stalled", stalled: true, wantC: 7,
+			first: func(k string) limit.Request { return limit.Request{Key: k, Params: p, Defer: true} },
+			then:  func(k string) []limit.Request { return []limit.Request{charge(k, 7)} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			path := redistest.NewPath(t, srv)
+			// Long enough for a loaded machine outside the fault; a stalled
+			// call times out after it and runs when Redis wakes.
+			red, err := New(Config{URL: path.URL(), Timeout: 500 * time.Millisecond, DialTimeout: 10 * time.Second, Leases: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer red.Close()
+			ctx := context.Background()
+			if err := red.Ready(ctx); err != nil {
+				t.Fatal(err)
+			}
+			key := "alone|/x"
+			if tc.stalled {
+				srv.Pause()
+			} else {
+				path.Cut()
+			}
+			_, err = red.Allow(ctx, time.Now(), []limit.Request{tc.first(key)}, make([]limit.Result, 1))
+			if err == nil {
+				t.Fatal("Redis decided during the fault")
+			}
+			alone := limit.AdmittedLocally(err)
+			if alone == nil {
+				t.Fatalf("no journal for a request decided alone (%v)", err)
+			}
+			if tc.stalled {
+				srv.Resume()
+			} else {
+				path.Restore()
+			}
+			alone.Follow(time.Now(), tc.then(key))
+			settled := func() bool {
+				red.wbMu.Lock()
+				pending := len(red.writeBacks)
+				red.wbMu.Unlock()
+				return red.lateWaiting.Load() == 0 && pending == 0 && !red.wbBusy.Load()
+			}
+			eventually.True(t, 30*time.Second, settled, "30s after the fault, acts still wait to reach Redis: %+v", red.Stats())
+			h, err := srv.Client().HMGet(ctx, "gw:{alone}:/x", "c", "_h").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			num := func(v any) int64 {
+				s, _ := v.(string)
+				n, _ := strconv.ParseInt(s, 10, 64)
+				return n
+			}
+			if c, held := num(h[0]), num(h[1]); c != tc.wantC || held != 0 {
+				t.Errorf("Redis holds c=%d, _h=%d; want c=%d, _h=0 (%+v)", c, held, tc.wantC, red.Stats())
 			}
 		})
 	}

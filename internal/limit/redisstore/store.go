@@ -201,7 +201,7 @@ type Store struct {
 	// (lateCall), at most maxWriteBacks; wbBusy is set while a flush
 	// runs, in wbGroup. writtenBack and writeBacksDropped count them.
 	wbMu                           sync.Mutex
-	writeBacks                     []*lateCall
+	writeBacks                     []pendingWrite
 	wbBusy, wbAgain                atomic.Bool
 	wbClosed                       bool // guarded by wbMu
 	wbGroup                        sync.WaitGroup

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/eventually"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
@@ -257,5 +258,57 @@ configs:
 	}
 	if n := served.Load(); n != 3 {
 		t.Errorf("served %d, want 3", n)
+	}
+}
+
+// TestMaxDelayStoreFailsDuringWait stops Redis while a request waits for
+// room: the decision after the wait is the fail mode's (open: forwarded),
+// and the response carries none of the refusal's rate-limit headers,
+// which described a decision that no longer stands.
+func TestMaxDelayStoreFailsDuringWait(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red, err := redisstore.New(redisstore.Config{URL: srv.URL(), Timeout: 2 * time.Second, DialTimeout: 2 * time.Second, DenyCacheSize: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { red.Close() })
+	parsed, err := config.Parse("rules.yaml", []byte(`
+configs:
+  - appId: app-1
+    limits:
+      - {api: /v1/chat, limit: 1, unit: 2, algorithm: token_bucket, maxDelay: 30s}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, _ := ruleset.Compile(parsed, time.Now())
+	h, err := NewHandler(HandlerConfig{Rules: rs, Store: red, FailMode: FailOpen, Logger: slog.New(slog.DiscardHandler),
+		Upstream: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	do := func() *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", "/v1/chat", nil)
+		r.Header.Set("X-App-Id", "app-1")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	if w := do(); w.Code != 200 || w.Header().Get("X-RateLimit-Limit") != "1" {
+		t.Fatalf("first request: %d %v", w.Code, w.Header())
+	}
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() { done <- do() }()
+	eventually.True(t, 10*time.Second, func() bool { return h.Waiting() == 1 }, "the second request does not wait")
+	srv.Stop()
+	w := <-done
+	if w.Code != 200 {
+		t.Fatalf("after the wait, with Redis down: %d %s, want 200 (fail open)", w.Code, w.Body)
+	}
+	for _, name := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit", "RateLimit-Policy", "Retry-After"} {
+		if v := w.Header().Get(name); v != "" {
+			t.Errorf("fail_open after a wait carries %s: %q, from the refusal before it", name, v)
+		}
 	}
 }

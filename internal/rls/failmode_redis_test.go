@@ -116,3 +116,51 @@ descriptors:
 		t.Errorf("Redis counted %d, want the %d admitted, each once", counted, admitted)
 	}
 }
+
+// TestFailLocalCallerGoneAnswers stalls Redis under a call whose caller
+// gives up before the store's timeout: the call is decided locally, and
+// counted, so it gets that answer, not the caller's cancellation as a gRPC
+// error for a call that was counted all the same.
+func TestFailLocalCallerGoneAnswers(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red, err := redisstore.New(redisstore.Config{URL: srv.URL(), Timeout: 5 * time.Second, DialTimeout: 10 * time.Second, Leases: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { red.Close() })
+	if err := red.Ready(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mem, err := limit.NewMemory(limit.MemoryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := New(Config{Store: red, FailMode: failmode.Local, Local: mem, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := rlsconfig.Parse("gone.yaml", []byte(`domain: gone
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 100}
+`), rlsconfig.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.SetConfig(rules)
+	req := &rlsv3.RateLimitRequest{Domain: "gone", Descriptors: []*rlv3.RateLimitDescriptor{
+		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}},
+	}}
+	srv.Pause()
+	defer srv.Resume()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	resp, err := svc.ShouldRateLimit(ctx, req)
+	if err != nil {
+		t.Fatalf("a call decided and counted locally: got error %v, want its answer", err)
+	}
+	if resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Errorf("got %v, want OK", resp.OverallCode)
+	}
+}

@@ -288,7 +288,11 @@ func (s *Service) decide(ctx context.Context, now time.Time, reqs []limit.Reques
 	if v == failmode.StoreDecided {
 		return allowed, 0, nil
 	}
-	if ctx.Err() != nil {
+	// A call decided locally is counted (and reaches the fleet through
+	// the store's journal): it gets its answer, even if its caller has
+	// stopped waiting for it. Only an undecided one is the caller's
+	// cancellation.
+	if ctx.Err() != nil && v != failmode.LocalDecided {
 		return false, 0, status.FromContextError(ctx.Err()).Err()
 	}
 	if s.cfg.Metrics != nil {

@@ -23,7 +23,7 @@ type Path struct {
 	mu    sync.Mutex
 	ln    net.Listener
 	conns map[net.Conn]struct{}
-	delay time.Duration
+	delay func() time.Duration
 	done  bool
 }
 
@@ -83,10 +83,11 @@ func (p *Path) Restore() {
 	p.serve(ln)
 }
 
-// SetDelay holds back every reply from Redis by d from now on (0: none).
-func (p *Path) SetDelay(d time.Duration) {
+// SetDelay holds back every reply from Redis by what delay returns for
+// it, from now on (nil: none).
+func (p *Path) SetDelay(delay func() time.Duration) {
 	p.mu.Lock()
-	p.delay = d
+	p.delay = delay
 	p.mu.Unlock()
 }
 
@@ -131,10 +132,10 @@ func (p *Path) forward(c net.Conn) {
 		n, err := up.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
-			d := p.delay
+			delay := p.delay
 			p.mu.Unlock()
-			if d > 0 {
-				time.Sleep(d)
+			if delay != nil {
+				time.Sleep(delay())
 			}
 			if _, werr := c.Write(buf[:n]); werr != nil {
 				break

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"log/slog"
 	"time"
 
@@ -77,10 +79,8 @@ func newStore(cfg Config, onCircuit func(open bool)) (*stores, error) {
 				red.Close()
 				return nil, fmt.Errorf("--max-keys: %w", err)
 			}
-			st.mem, st.local = mem, mem
-			if cfg.LocalShare == 0 {
-				st.local = &fleetShare{mem: mem, red: red}
-			}
+			st.mem = mem
+			st.local = &fleetShare{mem: mem, red: red, auto: cfg.LocalShare == 0}
 		}
 	default:
 		return nil, fmt.Errorf("--store %q is not one of memory, redis", cfg.Store)
@@ -131,42 +131,101 @@ func compileShare(cfg Config) float64 {
 	return cfg.LocalShare
 }
 
-// fleetShare is the local store of --local-share auto: the memory store,
-// deciding each limit (and burst) × 1 / the fleet size last seen in
-// Redis, rounded up, or × ruleset.DefaultLocalShare before any was seen.
-// The counts survive a change of the fleet size: a limit's counter does
-// not depend on its limit (limit.Params.Identity).
+// fleetShare is the local store of --fail-mode local on Redis: the memory
+// store, deciding each limit on this gateway's share of what the fleet
+// has (docs/fleet.md, "When Redis fails"). With --local-share auto (auto)
+// it scales each limit (and burst) by 1 / the fleet size last seen in
+// Redis, rounded up, once this gateway has seen the whole fleet
+// (redisstore.Store.FleetSeen), and by at most ruleset.DefaultLocalShare
+// before; otherwise the limits come scaled by --local-share. Then a
+// limit Redis last said had R of L left (redisstore.Store.Known) admits
+// at most its share of R: none while Redis last said the counter was
+// full, until the instant Redis gave. The counts survive a change of
+// the share: a limit's counter does not depend on its limit
+// (limit.Params.Identity).
 type fleetShare struct {
-	mem *limit.Memory
-	red *redisstore.Store
+	mem  *limit.Memory
+	red  *redisstore.Store
+	auto bool
 }
 
 var _ limit.Store = (*fleetShare)(nil)
 
-// share returns the share of each limit this gateway admits on its own.
+// share returns the share of each limit this gateway admits on its own
+// under --local-share auto.
 func (f *fleetShare) share() float64 {
-	if n := f.red.FleetSize(); n > 0 {
+	n := f.red.FleetSize()
+	switch {
+	case n > 0 && f.red.FleetSeen():
 		return 1 / float64(n)
+	case n > 0:
+		return min(1/float64(n), ruleset.DefaultLocalShare)
 	}
 	return ruleset.DefaultLocalShare
 }
 
-// Allow decides reqs in memory with their limits scaled by the share.
-// It runs only while Redis does not decide, so its copies cost nothing
-// that matters.
+// Allow decides reqs in memory on this gateway's share of what the
+// fleet has. It runs only while Redis does not decide, so its copies cost
+// nothing that matters.
 func (f *fleetShare) Allow(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result) (bool, error) {
-	share := f.share()
-	if share >= 1 {
-		return f.mem.Allow(ctx, now, reqs, res)
+	share := 1.0
+	if f.auto {
+		share = f.share()
 	}
 	scaled := make([]limit.Request, len(reqs))
 	params := make([]limit.Params, len(reqs))
+	var full []bool // the limits Redis last said were full, if any is
 	for i := range reqs {
 		params[i] = reqs[i].Params.Scaled(share)
 		scaled[i] = reqs[i]
 		scaled[i].Params = &params[i]
+		if q := &reqs[i]; !q.Charge && !q.Release && !q.Shadow {
+			if k, ok := f.red.Known(q); ok && bounded(&params[i], k) {
+				if full == nil {
+					full = make([]bool, len(reqs))
+				}
+				full[i] = true
+				res[i] = limit.Result{Limit: params[i].Limit, Reset: k.Reset, RetryAfter: cmp.Or(k.RetryAfter, k.Reset)}
+			}
+		}
 	}
-	return f.mem.Allow(ctx, now, scaled, res)
+	if full == nil {
+		return f.mem.Allow(ctx, now, scaled, res)
+	}
+	// Redis said a counter was full until later: refused as Redis would,
+	// counting nothing; the other limits read as they stand.
+	for i := range reqs {
+		if full[i] || reqs[i].Charge || reqs[i].Release {
+			continue
+		}
+		read := []limit.Request{{Key: scaled[i].Key, Overflow: scaled[i].Overflow, Params: scaled[i].Params, Shadow: true, Defer: true}}
+		if _, err := f.mem.Allow(ctx, now, read, res[i:i+1]); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+// bounded bounds p, a local share of a fleet limit, by the same share of
+// the room k says the fleet's counter had: it reports whether that is
+// none (the counter is full).
+func bounded(p *limit.Params, k redisstore.Known) bool {
+	if k.Limit <= 0 || p.Limit <= 0 {
+		return false
+	}
+	if k.Remaining <= 0 {
+		return true
+	}
+	room := int64(math.Ceil(float64(p.Limit)*float64(k.Remaining)/float64(k.Limit) - 1e-9))
+	q := *p
+	q.Limit = min(q.Limit, max(room, 1))
+	if q.Burst > 0 {
+		q.Burst = min(q.Burst, q.Limit)
+	}
+	if q.Validate() == nil {
+		*p = q
+	}
+	return false
 }
 
 // runFleet keeps the gateway a member of the Redis fleet until ctx is

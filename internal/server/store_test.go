@@ -96,10 +96,44 @@ func TestLocalShareAuto(t *testing.T) {
 	if n, err := st.redis.Heartbeat(ctx); err != nil || n != 3 {
 		t.Fatalf("heartbeat: got %d %v, want 3", n, err)
 	}
+	// Gateways that start together may each find themselves alone at
+	// their first heartbeat: until its second, a gateway takes at most
+	// the default share.
+	if got := admitted("three-first|/"); got != 3 {
+		t.Errorf("fleet of 3 at the first heartbeat: admitted %d, want 30 × %v = 3", got, ruleset.DefaultLocalShare)
+	}
+	if n, err := st.redis.Heartbeat(ctx); err != nil || n != 3 {
+		t.Fatalf("second heartbeat: got %d %v, want 3", n, err)
+	}
 	if got := admitted("three|/"); got != 10 {
 		t.Errorf("fleet of 3: admitted %d, want 30 / 3 = 10", got)
 	}
+	// A counter Redis last said had 12 of 30 left: a third of 12.
+	if err := st.redis.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	charge := func(key string, n int64) {
+		t.Helper()
+		if _, err := st.redis.Allow(ctx, t0, []limit.Request{{Key: key, Params: p, Cost: n, Charge: true}}, make([]limit.Result, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	charge("known|/", 18)
+	if got := admitted("known|/"); got != 4 {
+		t.Errorf("a counter Redis said had 12 left: admitted %d locally, want 12 / 3 = 4", got)
+	}
+	// A counter Redis last said was full: refused locally until its
+	// reset, with Redis's wait.
+	charge("full|/", 30)
+	res := make([]limit.Result, 1)
+	if got := admitted("full|/"); got != 0 {
+		t.Errorf("a counter Redis said was full: admitted %d locally, want 0", got)
+	}
+	if _, err := st.local.Allow(ctx, t0, []limit.Request{{Key: "full|/", Params: p}}, res); err != nil || res[0].RetryAfter < 59*time.Minute {
+		t.Errorf("a counter Redis said was full for an hour: Retry-After %v (%v), want about an hour", res[0].RetryAfter, err)
+	}
 
+	// Two charges above, and three calls below.
 	reg := prometheus.NewRegistry()
 	st.register(reg)
 	if err := st.redis.Ready(ctx); err != nil {
@@ -124,10 +158,10 @@ func TestLocalShareAuto(t *testing.T) {
 	want := `
 # HELP gateway_redis_calls_total Script calls sent to Redis, failed ones included; / gateway_redis_decisions_total is the calls per decision.
 # TYPE gateway_redis_calls_total counter
-gateway_redis_calls_total 3
+gateway_redis_calls_total 5
 # HELP gateway_redis_decisions_total Requests the Redis store decided, by Redis or by its deny cache.
 # TYPE gateway_redis_decisions_total counter
-gateway_redis_decisions_total 3
+gateway_redis_decisions_total 5
 # HELP gateway_redis_fleet_gateways Gateways registered in Redis at this gateway's last heartbeat (0 before the first); --local-share auto is 1 / this.
 # TYPE gateway_redis_fleet_gateways gauge
 gateway_redis_fleet_gateways 3
@@ -139,7 +173,7 @@ gateway_redis_node_circuit_open{node="` + srv.Addr + `"} 0
 gateway_redis_overflow_total 1
 # HELP gateway_redis_round_trips_total Round trips to Redis that carried script calls; fewer than gateway_redis_calls_total when calls were batched (--redis-batch).
 # TYPE gateway_redis_round_trips_total counter
-gateway_redis_round_trips_total 3
+gateway_redis_round_trips_total 5
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "gateway_redis_calls_total", "gateway_redis_decisions_total",
 		"gateway_redis_fleet_gateways", "gateway_redis_node_circuit_open", "gateway_redis_round_trips_total", "gateway_redis_overflow_total"); err != nil {

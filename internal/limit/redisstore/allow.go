@@ -221,6 +221,7 @@ func (c *call) mayComeBack(d scriptAnswer, hold time.Duration) bool {
 // remembered denial would go on denying after they came back.
 func (c *call) settle(d scriptAnswer) {
 	r := c.r
+	r.known.record(c.reqs, c.res, c.start)
 	if c.ask != nil {
 		if d.allowed && c.ask.claim != nil {
 			r.leases.grant(c.keys, c.reqs, c.res, d.grants, c.start, 1)

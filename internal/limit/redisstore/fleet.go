@@ -54,6 +54,13 @@ func (r *Store) FleetID() string { return r.fleetID }
 // Through an outage it stays what it was last seen.
 func (r *Store) FleetSize() int { return int(r.fleetSize.Load()) }
 
+// FleetSeen reports whether this gateway has seen the whole fleet: its
+// second heartbeat succeeded, so that every gateway that registered
+// before its first one was counted. At the first, the gateways that
+// start at the same moment have not all registered yet, and each may
+// find itself alone.
+func (r *Store) FleetSeen() bool { return r.fleetBeats.Load() >= 2 }
+
 // Heartbeat registers this gateway as a member of the fleet for three
 // heartbeats and counts the members. It returns the fleet size.
 func (r *Store) Heartbeat(ctx context.Context) (int, error) {
@@ -65,6 +72,7 @@ func (r *Store) Heartbeat(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("redis fleet heartbeat: %w", err)
 	}
 	r.fleetSize.Store(n)
+	r.fleetBeats.Add(1)
 	return int(n), nil
 }
 

@@ -176,10 +176,12 @@ type Store struct {
 	warmConns   int
 	nodes       nodes
 	deny        *denyCache
+	known       *known // what Redis last said of each key (known.go)
 	now         func() time.Time
 	fleetID     string
 	heartbeat   time.Duration
 	fleetSize   atomic.Int64
+	fleetBeats  atomic.Int64 // heartbeats that succeeded
 	// calls counts script calls sent to Redis, roundTrips the round
 	// trips that carried them, decisions the calls of Allow that decided,
 	// overflowed the requests Redis counted against their Overflow key
@@ -365,6 +367,7 @@ func New(cfg Config) (*Store, error) {
 		r.leases.giveBack = r.giveBack
 		r.leaseWait = LeaseWait
 	}
+	r.known = newKnown(knownSize)
 	if cfg.DenyCacheSize >= 0 {
 		r.deny = newDenyCache(cmp.Or(cfg.DenyCacheSize, DefaultDenyCacheSize))
 	}

@@ -1,0 +1,127 @@
+package redisstore
+
+import (
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+)
+
+// known remembers what Redis last said of each key this gateway asked
+// about, so that a gateway that decides alone while Redis does not answer
+// (--fail-mode local) starts from the fleet's last known state rather
+// than from an empty counter: a key Redis last reported full stays
+// refused until the instant Redis gave, and the room of a key is a share
+// of what Redis last said remained (docs/fleet.md, "When Redis fails").
+//
+// Like the deny cache it is direct-mapped, with a per-process seed: its
+// memory is fixed at creation, and a key whose slot another took is
+// simply not known (its local room is a share of the limit). It is safe
+// for concurrent use.
+type known struct {
+	seed  maphash.Seed
+	mask  uint64
+	slots []knownSlot
+	locks [denyLocks]struct {
+		sync.Mutex
+		_ [64 - 8]byte
+	}
+}
+
+// knownSlot is what Redis said of key under params, at the store's clock
+// at (ns since its creation): remaining, and the instants (same clock) when
+// the limit is full again (reset) and, for a denial, when the request it
+// denied would be admitted (retry; 0 when it admitted).
+type knownSlot struct {
+	key                string
+	params             limit.Params
+	remaining          int64
+	at, reset, retryAt int64
+}
+
+// knownSize is the number of keys known keeps: about 2 MB.
+const knownSize = 1 << 14
+
+func newKnown(size int) *known {
+	d := newDenyCache(size) // for its rounding of size
+	return &known{seed: maphash.MakeSeed(), mask: d.mask, slots: make([]knownSlot, len(d.slots))}
+}
+
+func (k *known) slot(key string) (*knownSlot, *sync.Mutex) {
+	i := maphash.String(k.seed, key) & k.mask
+	return &k.slots[i], &k.locks[i%denyLocks].Mutex
+}
+
+// record remembers Redis's answer res to reqs, sent at start.
+func (k *known) record(reqs []limit.Request, res []limit.Result, start int64) {
+	for i := range reqs {
+		q, r := &reqs[i], &res[i]
+		if q.Params.Limit <= 0 {
+			continue
+		}
+		e := knownSlot{key: q.Key, params: *q.Params, remaining: r.Remaining, at: start, reset: start + int64(r.Reset)}
+		if !r.Allowed && r.RetryAfter > 0 {
+			e.retryAt = start + int64(r.RetryAfter)
+		}
+		s, mu := k.slot(q.Key)
+		mu.Lock()
+		*s = e
+		mu.Unlock()
+	}
+}
+
+// get returns what Redis last said of key under p (the same counter: the
+// same shape; the limit may be a share of it), if it still holds at now:
+// not once the limit is full again.
+func (k *known) get(key string, p *limit.Params, now int64) (knownSlot, bool) {
+	s, mu := k.slot(key)
+	mu.Lock()
+	e := *s
+	mu.Unlock()
+	if e.key != key || !e.params.Identity(p) || now >= e.reset {
+		return knownSlot{}, false
+	}
+	return e, true
+}
+
+// Known is what Redis last said of a limit's counter (Store.Known).
+type Known struct {
+	// Limit is the fleet's limit Redis decided on.
+	Limit int64
+	// Remaining is what the limit had left at Redis's last answer (for a
+	// bucket, with what it has refilled since).
+	Remaining int64
+	// Reset is the time from now until the limit is full again, as Redis
+	// said; beyond it, nothing is known.
+	Reset time.Duration
+	// RetryAfter is, when Redis last denied a request on the counter,
+	// the time from now until that request would have been admitted; 0
+	// when it admitted, or that time has passed.
+	RetryAfter time.Duration
+}
+
+// Known returns what Redis last said of q's counter, of q's Params' shape
+// (their Limit may be a local share of the fleet's), if this gateway
+// asked about it and that still holds: before the limit is full again. A local decision while Redis does not answer starts
+// from it.
+func (r *Store) Known(q *limit.Request) (Known, bool) {
+	if r.known == nil || q.Params == nil {
+		return Known{}, false
+	}
+	now := r.clock()
+	e, ok := r.known.get(q.Key, q.Params, now)
+	if !ok {
+		return Known{}, false
+	}
+	rem := e.remaining
+	if a := e.params.Algorithm; (a == "token_bucket" || a == "leaky_bucket") && e.reset > e.at {
+		// A bucket refills at a steady rate from what it had to full at
+		// reset: what it has now is on that line. (A window frees its
+		// counts only as they leave it: until reset, no more is known
+		// than what it had.)
+		c := e.params.Capacity()
+		rem += int64(float64(c-rem) * float64(now-e.at) / float64(e.reset-e.at))
+	}
+	return Known{Limit: e.params.Limit, Remaining: rem, Reset: time.Duration(e.reset - now), RetryAfter: time.Duration(max(e.retryAt-now, 0))}, true
+}

@@ -1,0 +1,158 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/eventually"
+	"github.com/ratelimit-gateway/gateway/internal/failmode"
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/redistest"
+)
+
+// fleetGW is one gateway of a fleet test: its stores, as serve builds
+// them with the default flags, behind --fail-mode local.
+type fleetGW struct {
+	st   *stores
+	fo   *failmode.Failover
+	path *redistest.Path
+}
+
+// startFleet starts n gateways with the default flags, each on its own
+// path to srv, ready and registered in the fleet (each has sent its first
+// heartbeat, in turn).
+func startFleet(t *testing.T, srv *redistest.Server, paths []*redistest.Path) []*fleetGW {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	gws := make([]*fleetGW, len(paths))
+	log := slog.New(slog.DiscardHandler)
+	for i, path := range paths {
+		cfg := DefaultConfig()
+		cfg.Store, cfg.RedisURL, cfg.Logger = StoreRedis, path.URL(), log
+		st, err := newStore(cfg, func(bool) {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fo, err := failmode.New(failmode.Config{Mode: failmode.Local, Store: st.store, Local: st.local, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.redis.Ready(ctx); err != nil {
+			t.Fatal(err)
+		}
+		st.runFleet(ctx, log)
+		eventually.True(t, 10*time.Second, func() bool { return st.redis.FleetSize() == i+1 }, "gateway %d did not register", i+1)
+		gws[i] = &fleetGW{st: st, fo: fo, path: path}
+	}
+	t.Cleanup(func() {
+		cancel()
+		for _, g := range gws {
+			g.st.close()
+		}
+	})
+	return gws
+}
+
+// hammer sends conns × each requests for one key, spread over gws,
+// and returns how many were admitted.
+func hammer(gws []*fleetGW, p *limit.Params, key string, conns, each int) int64 {
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for c := range conns {
+		g := gws[c%len(gws)]
+		wg.Go(func() {
+			res := make([]limit.Result, 1)
+			for range each {
+				reqs := []limit.Request{{Key: key, Params: p}}
+				ok, v, _ := g.fo.Allow(context.Background(), time.Now(), reqs, res, func(int) *limit.Params { return p })
+				if ok && (v == failmode.StoreDecided || v == failmode.LocalDecided) {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return admitted.Load()
+}
+
+// slow makes each path answer in 30 to 80 ms: later than the default
+// --redis-timeout of 25ms.
+func slow(gws []*fleetGW) {
+	for _, g := range gws {
+		g.path.SetDelay(func() time.Duration { return 30*time.Millisecond + rand.N(50*time.Millisecond) })
+	}
+}
+
+// TestFleetSlowRedisBound runs three fresh gateways with the default
+// flags against a Redis that answers in 30–80ms, later than their
+// timeout, while 30 connections hammer one key limited to 100 per 600s:
+// in every run the fleet admits no more than docs/fleet.md's bound,
+// limit + Σ ceil(share × limit) over the gateways, each at the share it
+// had (at most the default 0.1 until it has seen the whole fleet, then 1
+// / the fleet size); and when the key was full before Redis slowed,
+// exactly the limit: each gateway refuses locally what Redis last said
+// was full.
+func TestFleetSlowRedisBound(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const lim = 100
+	p := &limit.Params{Algorithm: "sliding_window", Limit: lim, Window: 600 * time.Second, Precision: 10}
+	bound := func(gws []*fleetGW) int64 {
+		b := int64(lim)
+		for _, g := range gws {
+			b += int64(math.Ceil(g.st.local.(*fleetShare).share()*lim - 1e-9))
+		}
+		return b
+	}
+	run := func(t *testing.T, name string, setup func(gws []*fleetGW, key string)) {
+		if err := srv.Client().FlushAll(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		paths := []*redistest.Path{redistest.NewPath(t, srv), redistest.NewPath(t, srv), redistest.NewPath(t, srv)}
+		gws := startFleet(t, srv, paths)
+		key := "fleet|/" + name
+		before := int64(0)
+		if setup != nil {
+			setup(gws, key)
+			before = hammer(gws, p, key, 3, lim/3+1) // fills it, through each gateway
+			// Each gateway hears from Redis that it is full.
+			for _, g := range gws {
+				if n := hammer([]*fleetGW{g}, p, key, 1, 1); n != 0 {
+					t.Fatalf("%s: a request after the limit was admitted", name)
+				}
+			}
+		}
+		slow(gws)
+		during := hammer(gws, p, key, 30, 20)
+		got, b := before+during, bound(gws)
+		t.Logf("%s: admitted %d (%d before Redis slowed), bound %d", name, got, before, b)
+		if got > b {
+			t.Errorf("%s: the fleet admitted %d of a limit of %d, above the stated bound %d", name, got, lim, b)
+		}
+		if setup != nil && got != lim {
+			t.Errorf("%s: the key was full before Redis slowed, and the fleet admitted %d, want exactly %d", name, got, lim)
+		}
+	}
+	for i := range 20 {
+		t.Run(fmt.Sprintf("fresh-%d", i), func(t *testing.T) { run(t, fmt.Sprintf("fresh-%d", i), nil) })
+	}
+	for i := range 3 {
+		name := fmt.Sprintf("full-%d", i)
+		t.Run(name, func(t *testing.T) {
+			run(t, name, func(gws []*fleetGW, key string) {
+				// Every gateway has seen the fleet, and hears from Redis
+				// that the key is full.
+				for _, g := range gws {
+					eventually.True(t, 10*time.Second, g.st.redis.FleetSeen, "a gateway did not see the fleet")
+				}
+			})
+		})
+	}
+}

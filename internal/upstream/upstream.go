@@ -49,14 +49,26 @@ type Events interface {
 type Config struct {
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
-	// Failures is how many connection failures or 5xx responses in a
-	// row eject a target. Default DefaultFailures.
+	// Failures is how many failed requests in a row (no connection, no
+	// response headers in time, or a status of the upstream's outlier
+	// statuses) eject a target. Default DefaultFailures.
 	Failures int
 	// BaseEjection is how long a first ejection lasts; each ejection
 	// that follows another without a success in between lasts twice
 	// as long, up to MaxEjection. Defaults DefaultBaseEjection and
 	// DefaultMaxEjection.
 	BaseEjection, MaxEjection time.Duration
+	// MaxEjectionPercent bounds the targets of a pool that passive
+	// ejection holds out at once, in percent of the pool, but lets it
+	// hold out one target whatever the size of the pool (as Envoy's
+	// max_ejection_percent). Whatever it says, the last target in a
+	// pool is never ejected. Default config.DefaultMaxEjectionPercent.
+	MaxEjectionPercent int
+	// PanicThreshold is the percentage of a pool's targets below which
+	// the pool, with fewer targets in it than that, sends requests to
+	// its ejected targets as well (Envoy's healthy_panic_threshold).
+	// Default config.DefaultPanicThreshold; negative turns it off.
+	PanicThreshold int
 	// ResponseHeaderTimeout bounds the wait for a target's response
 	// headers (a route may set a shorter or longer one). Default 30s.
 	ResponseHeaderTimeout time.Duration
@@ -82,6 +94,12 @@ type Registry struct {
 	plain   *transport
 	current *Set
 	wake    chan struct{}
+
+	// ejectMu makes each passive ejection's look at the rest of its
+	// pool and the ejection one step, so that two targets failing at
+	// once cannot both pass the bounds. A target kept by a reload is in
+	// the pools of both sets: one lock serves them all.
+	ejectMu sync.Mutex
 }
 
 // New returns a Registry.
@@ -92,6 +110,8 @@ func New(cfg Config) (*Registry, error) {
 	cfg.Failures = cmp.Or(cfg.Failures, DefaultFailures)
 	cfg.BaseEjection = cmp.Or(cfg.BaseEjection, DefaultBaseEjection)
 	cfg.MaxEjection = cmp.Or(cfg.MaxEjection, DefaultMaxEjection)
+	cfg.MaxEjectionPercent = cmp.Or(cfg.MaxEjectionPercent, config.DefaultMaxEjectionPercent)
+	cfg.PanicThreshold = cmp.Or(cfg.PanicThreshold, config.DefaultPanicThreshold)
 	cfg.ResponseHeaderTimeout = cmp.Or(cfg.ResponseHeaderTimeout, 30*time.Second)
 	cfg.MaxIdleConnsPerHost = cmp.Or(cfg.MaxIdleConnsPerHost, 256)
 	if cfg.Logger == nil {
@@ -102,7 +122,12 @@ func New(cfg Config) (*Registry, error) {
 		return nil, fmt.Errorf("upstream: failures %d is negative", cfg.Failures)
 	case cfg.BaseEjection < 0 || cfg.MaxEjection < cfg.BaseEjection:
 		return nil, fmt.Errorf("upstream: ejection times %s..%s are not in order", cfg.BaseEjection, cfg.MaxEjection)
+	case cfg.MaxEjectionPercent < 0 || cfg.MaxEjectionPercent > 100:
+		return nil, fmt.Errorf("upstream: max ejection percent %d is outside 0..100", cfg.MaxEjectionPercent)
+	case cfg.PanicThreshold > 100:
+		return nil, fmt.Errorf("upstream: panic threshold %d is above 100", cfg.PanicThreshold)
 	}
+	cfg.PanicThreshold = max(cfg.PanicThreshold, 0)
 	return &Registry{cfg: cfg, targets: map[string]*Target{}, wake: make(chan struct{}, 1)}, nil
 }
 
@@ -133,9 +158,12 @@ func (r *Registry) Build(ups []config.Upstream) (*Set, error) {
 		}
 		tkey := tlsKey(u.TLS)
 		p := &Pool{name: u.Name, reg: r, roundRobin: u.Balancing == config.BalanceRoundRobin,
-			failures: r.cfg.Failures, ejection: r.cfg.BaseEjection, maxEjection: r.cfg.MaxEjection}
+			failures: r.cfg.Failures, ejection: r.cfg.BaseEjection, maxEjection: r.cfg.MaxEjection,
+			maxEjectionPercent: r.cfg.MaxEjectionPercent, panicThreshold: r.cfg.PanicThreshold}
 		if o := u.Outlier; o != nil {
 			p.failures, p.ejection, p.maxEjection = o.Failures, o.Ejection, o.MaxEjection
+			p.maxEjectionPercent = cmp.Or(o.MaxEjectionPercent, r.cfg.MaxEjectionPercent)
+			p.panicThreshold, p.failStatus = o.PanicThreshold, slices.Clone(o.Statuses)
 		}
 		if hc := u.HealthCheck; hc != nil {
 			c := *hc
@@ -247,10 +275,13 @@ type Pool struct {
 	base       *url.URL
 	roundRobin bool
 	health     *config.HealthCheck
-	// failures, ejection and maxEjection are the pool's outlier
-	// settings (Config's, or the upstream's outlier section).
-	failures              int
-	ejection, maxEjection time.Duration
+	// failures, ejection, maxEjection, maxEjectionPercent,
+	// panicThreshold and failStatus are the pool's outlier settings
+	// (Config's, or the upstream's outlier section).
+	failures                           int
+	ejection, maxEjection              time.Duration
+	maxEjectionPercent, panicThreshold int
+	failStatus                         []config.StatusRange
 
 	// mu guards current, the smooth weighted round-robin state (as
 	// nginx's upstream module does it).
@@ -280,16 +311,37 @@ func (p *Pool) States(now time.Time) []TargetState {
 	return out
 }
 
-// Ready reports whether the pool has a target in it (not ejected, not
-// failing its health checks) at now.
+// Ready reports whether the pool has a target that takes requests at
+// now: one in the pool (not ejected, not failing its health checks), or,
+// when the pool panics, one not failing its health checks.
 func (p *Pool) Ready(now time.Time) bool {
 	n := now.UnixNano()
+	panicking := p.panicking(n)
 	for _, t := range p.targets {
-		if t.available(n) {
+		if t.usable(n, panicking) {
 			return true
 		}
 	}
 	return false
+}
+
+// Panicking reports whether the pool has so few targets in it at now
+// that it sends requests to its ejected targets too.
+func (p *Pool) Panicking(now time.Time) bool { return p.panicking(now.UnixNano()) }
+
+// panicking reports whether fewer than panicThreshold percent of the
+// pool's targets are in it at now (Unix ns).
+func (p *Pool) panicking(now int64) bool {
+	if p.panicThreshold == 0 {
+		return false
+	}
+	in := 0
+	for _, t := range p.targets {
+		if t.available(now) {
+			in++
+		}
+	}
+	return in*100 < p.panicThreshold*len(p.targets)
 }
 
 // NoHealthyTargetError is the error of a request to a pool with no target

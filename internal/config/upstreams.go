@@ -38,8 +38,9 @@ type Upstream struct {
 
 // Target is one server of an upstream.
 type Target struct {
-	// URL is the target's base URL: http or https, a host, and the
-	// path prefix its pool shares.
+	// URL is the target's base URL: http, https or h2c (HTTP/2 without
+	// TLS, with prior knowledge: gRPC servers), a host, and the path
+	// prefix its pool shares.
 	URL *url.URL
 	// Weight is the target's share of the pool's requests relative to
 	// the others': 1..MaxWeight, default 1.
@@ -119,6 +120,11 @@ const (
 	DefaultMaxEjectionPercent = 10
 	DefaultPanicThreshold     = 50
 )
+
+// SchemeH2C is the scheme of a target that speaks HTTP/2 without TLS,
+// with prior knowledge (RFC 9113 §3.3): requests go to it as http ones
+// would, over HTTP/2.
+const SchemeH2C = "h2c"
 
 // MaxWeight is the largest weight of a target.
 const MaxWeight = 1000
@@ -423,8 +429,8 @@ func parseTargetURL(s string) (*url.URL, error) {
 			err = ue.Err
 		}
 		return nil, fmt.Errorf("not a URL (%v); write one like http://10.0.0.1:8080", err)
-	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, errors.New("the scheme must be http or https, like http://10.0.0.1:8080")
+	case u.Scheme != "http" && u.Scheme != "https" && u.Scheme != SchemeH2C:
+		return nil, errors.New("the scheme must be http, https or h2c (HTTP/2 without TLS, as gRPC servers speak it), like http://10.0.0.1:8080")
 	case u.Host == "":
 		return nil, errors.New("the URL has no host; write one like http://10.0.0.1:8080")
 	case u.User != nil:

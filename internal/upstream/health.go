@@ -14,9 +14,12 @@ import (
 // survives reloads that keep it (see Registry.Build). It is safe for
 // concurrent use.
 type Target struct {
-	url  *url.URL
-	pool string
-	tr   *transport
+	url *url.URL
+	// scheme is the one requests to t are sent with: url's, or http for
+	// an h2c target, whose transport speaks HTTP/2 to it.
+	scheme string
+	pool   string
+	tr     *transport
 	// byTimeout are copies of tr with another response header timeout,
 	// for the routes that set their own, by timeout.
 	byTimeout   sync.Map
@@ -228,6 +231,7 @@ func (p *Pool) probe(parent context.Context, t *Target) {
 	ctx, cancel := context.WithTimeout(parent, hc.Timeout)
 	defer cancel()
 	u := *t.url
+	u.Scheme = t.scheme
 	u.Path, u.RawQuery = t.url.Path+hc.Path, ""
 	if i := indexByte(hc.Path, '?'); i >= 0 {
 		u.Path, u.RawQuery = t.url.Path+hc.Path[:i], hc.Path[i+1:]

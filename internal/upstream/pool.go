@@ -93,7 +93,7 @@ func (p *Pool) send(req *http.Request, body io.ReadCloser, t *Target, timeout ti
 		a.req = *req
 	}
 	a.url = *req.URL
-	a.url.Scheme, a.url.Host = t.url.Scheme, t.url.Host
+	a.url.Scheme, a.url.Host = t.scheme, t.url.Host
 	out := &a.req
 	out.URL, out.Body = &a.url, body
 	t.outstanding.Add(1)

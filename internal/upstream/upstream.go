@@ -89,11 +89,11 @@ type Registry struct {
 
 	mu sync.Mutex
 	// targets are those of the committed Set, by key; plain is the
-	// transport of every plain http target.
-	targets map[string]*Target
-	plain   *transport
-	current *Set
-	wake    chan struct{}
+	// transport of every plain http target, h2c that of every h2c one.
+	targets    map[string]*Target
+	plain, h2c *transport
+	current    *Set
+	wake       chan struct{}
 
 	// ejectMu makes each passive ejection's look at the rest of its
 	// pool and the ejection one step, so that two targets failing at
@@ -176,11 +176,14 @@ func (r *Registry) Build(ups []config.Upstream) (*Set, error) {
 				t = s.targets[key] // an upstream defined twice is refused above
 			}
 			if t == nil {
-				tr, err := r.transportFor(u.TLS, tc.URL.Hostname())
+				tr, err := r.transportFor(u.TLS, tc.URL)
 				if err != nil {
 					return nil, fmt.Errorf("upstream %q: %w", u.Name, err)
 				}
-				t = &Target{url: tc.URL, pool: u.Name, tr: tr}
+				t = &Target{url: tc.URL, scheme: tc.URL.Scheme, pool: u.Name, tr: tr}
+				if t.scheme == config.SchemeH2C {
+					t.scheme = "http" // over tr, which speaks HTTP/2 only
+				}
 			}
 			s.targets[key] = t
 			p.targets = append(p.targets, t)
@@ -195,11 +198,18 @@ func (r *Registry) Build(ups []config.Upstream) (*Set, error) {
 	return s, nil
 }
 
-// transportFor returns the transport of a new target on host with the
-// tls section t: the shared plain one, or a new one. r.mu is held.
-func (r *Registry) transportFor(t *config.UpstreamTLS, host string) (*transport, error) {
+// transportFor returns the transport of a new target at u with the tls
+// section t: the shared plain or h2c one, or a new one. r.mu is held.
+func (r *Registry) transportFor(t *config.UpstreamTLS, u *url.URL) (*transport, error) {
 	if t != nil {
-		return newTransport(t, host, r.cfg)
+		return newTransport(t, u.Hostname(), r.cfg)
+	}
+	if u.Scheme == config.SchemeH2C {
+		if r.h2c == nil {
+			r.h2c, _ = newTransport(nil, "", r.cfg)
+			r.h2c.Protocols = h2cOnly()
+		}
+		return r.h2c, nil
 	}
 	if r.plain == nil {
 		r.plain, _ = newTransport(nil, "", r.cfg)
@@ -226,7 +236,7 @@ func (r *Registry) Commit(s *Set) {
 	r.mu.Unlock()
 	for k, t := range old {
 		if s.targets[k] != t {
-			if t.tr != r.plain {
+			if t.tr != r.plain && t.tr != r.h2c {
 				t.closeIdle()
 			} else {
 				t.byTimeout.Range(func(_, v any) bool {

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
@@ -42,20 +43,15 @@ func ejected(p *Pool, c *clock) int {
 // pool than its bounds allow, nor its last target.
 func TestPassiveEjectionIsBounded(t *testing.T) {
 	t.Parallel()
-	failing := func(t *testing.T) string {
-		u := newCounting(t)
-		u.status.Store(500)
-		return u.URL
-	}
-	hanging := func(t *testing.T) string { return newHanging(t).URL }
-	dead := func(t *testing.T) string { return deadURL(t) }
 	outlier := func(failures, pct int, statuses ...config.StatusRange) *config.Outlier {
 		return &config.Outlier{Failures: failures, Ejection: time.Minute, MaxEjection: time.Minute,
 			MaxEjectionPercent: pct, Statuses: statuses}
 	}
 	tests := []struct {
-		name    string
-		targets []func(*testing.T) string
+		name string
+		// targets are what each target does: "failing" answers 500,
+		// "hanging" never answers, "dead" refuses connections.
+		targets []string
 		outlier *config.Outlier
 		timeout time.Duration
 		// requests are sent; wantEjected of the targets are out after
@@ -65,27 +61,47 @@ func TestPassiveEjectionIsBounded(t *testing.T) {
 		// noFailures: the requests count as no failure of a target.
 		noFailures bool
 	}{
-		{name: "500s through two targets, 5xx not counted", targets: []func(*testing.T) string{failing, failing},
+		{name: "500s through two targets, 5xx not counted", targets: []string{"failing", "failing"},
 			requests: 10 * DefaultFailures, noFailures: true},
-		{name: "500s through two targets, 5xx counted", targets: []func(*testing.T) string{failing, failing},
+		{name: "500s through two targets, 5xx counted", targets: []string{"failing", "failing"},
 			outlier: outlier5xx(), requests: 10 * DefaultFailures, wantEjected: 1},
-		{name: "timeouts on a one-target pool", targets: []func(*testing.T) string{hanging},
+		{name: "timeouts on a one-target pool", targets: []string{"hanging"},
 			timeout: 100 * time.Millisecond, requests: 2 * DefaultFailures},
-		{name: "refused on a one-target pool", targets: []func(*testing.T) string{dead},
+		{name: "refused on a one-target pool", targets: []string{"dead"},
 			requests: 2 * DefaultFailures},
-		{name: "four dead targets, at most half ejected", targets: []func(*testing.T) string{dead, dead, dead, dead},
+		{name: "four dead targets, at most half ejected", targets: slices.Repeat([]string{"dead"}, 4),
 			outlier: outlier(1, 50), requests: 20, wantEjected: 2},
-		{name: "three dead targets, 100% ejectable: the last stays", targets: []func(*testing.T) string{dead, dead, dead},
+		{name: "three dead targets, 100% ejectable: the last stays", targets: slices.Repeat([]string{"dead"}, 3),
 			outlier: outlier(1, 100), requests: 20, wantEjected: 2},
-		{name: "ten 500s, 10% of ten targets: one", targets: []func(*testing.T) string{failing, failing, failing, failing, failing, failing, failing, failing, failing, failing},
+		{name: "ten 500s, 10% of ten targets: one", targets: slices.Repeat([]string{"failing"}, 10),
 			outlier: outlier(1, 10, config.StatusRange{Lo: 500, Hi: 599}), requests: 10, wantEjected: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
+			// A dead target's port is held until every target has its
+			// URL, so that no two dead targets share one.
 			var urls []string
-			for _, f := range tt.targets {
-				urls = append(urls, f(t))
+			var held []net.Listener
+			for _, kind := range tt.targets {
+				switch kind {
+				case "failing":
+					u := newCounting(t)
+					u.status.Store(500)
+					urls = append(urls, u.URL)
+				case "hanging":
+					urls = append(urls, newHanging(t).URL)
+				case "dead":
+					l, err := net.Listen("tcp", "127.0.0.1:0")
+					if err != nil {
+						t.Fatal(err)
+					}
+					held = append(held, l)
+					urls = append(urls, "http://"+l.Addr().String())
+				}
+			}
+			for _, l := range held {
+				l.Close()
 			}
 			c := newClock()
 			reg := newRegistry(t, c)

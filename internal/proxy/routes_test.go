@@ -295,7 +295,8 @@ upstreams:
   - {name: one, targets: [%s], outlier: {statuses: [5xx]}}
 routes:
   - {path: /gone, upstream: gone}
-  - {path: /one, upstream: one, timeout: 100ms}
+  - {path: /one, upstream: one}
+  - {path: /one/slow, upstream: one, timeout: 100ms}
 `+anyApp, dead, slow.URL), "")
 	for _, tt := range []struct {
 		path string

@@ -183,7 +183,8 @@ configs:
 
 // TestOneCallerCannotEmptyAPool fails requests on purpose, as one caller
 // can: 500s through a pool of two targets that counts 5xx, and requests
-// slower than their route's timeout on a pool of one. Each pool keeps a
+// slower than their route's timeout on a pool of one (a route of its own,
+// so that no other request meets that short timeout). Each pool keeps a
 // target, so other callers are served and /readyz stays ready.
 func TestOneCallerCannotEmptyAPool(t *testing.T) {
 	t.Parallel()
@@ -221,7 +222,8 @@ upstreams:
     targets: [%s]
 routes:
   - {path: /two, upstream: two}
-  - {path: /one, upstream: one, timeout: 200ms}
+  - {path: /one, upstream: one}
+  - {path: /one/slow, upstream: one, timeout: 200ms}
 configs:
   - appId: "*"
     limit: -1

@@ -38,8 +38,9 @@ type Upstream struct {
 
 // Target is one server of an upstream.
 type Target struct {
-	// URL is the target's base URL: http or https, a host, and the
-	// path prefix its pool shares.
+	// URL is the target's base URL: http, https or h2c (HTTP/2 without
+	// TLS, with prior knowledge: gRPC servers), a host, and the path
+	// prefix its pool shares.
 	URL *url.URL
 	// Weight is the target's share of the pool's requests relative to
 	// the others': 1..MaxWeight, default 1.
@@ -83,14 +84,27 @@ type HealthCheck struct {
 }
 
 // Outlier is how failed requests take a target out of its pool: Failures
-// in a row (connection failures, timeouts, 5xx) eject it for Ejection,
-// doubled at each ejection that follows another without a success
-// between them, up to MaxEjection.
+// in a row (connection failures, timeouts, and responses with one of
+// Statuses) eject it for Ejection, doubled at each ejection that follows
+// another without a success between them, up to MaxEjection; within
+// bounds that keep one caller from emptying the pool (MaxEjectionPercent,
+// PanicThreshold).
 type Outlier struct {
 	// Failures is 1..1000, default 5.
 	Failures int
 	// Ejection and MaxEjection default to 10s and 5m.
 	Ejection, MaxEjection time.Duration
+	// MaxEjectionPercent is the most of the pool's targets, in percent,
+	// held out by ejection at once, though at least one (never the last
+	// target in the pool): 1..100, default DefaultMaxEjectionPercent.
+	MaxEjectionPercent int
+	// PanicThreshold is the percentage of the pool's targets below which
+	// the pool, having fewer in it, sends requests to its ejected targets
+	// as well: 0..100, 0 turning it off; default DefaultPanicThreshold.
+	PanicThreshold int
+	// Statuses are the response statuses (5xx only) that count as
+	// failures; nil, the default, counts none.
+	Statuses []StatusRange
 	// Line is where the section starts.
 	Line int
 }
@@ -100,6 +114,17 @@ const (
 	BalanceLeastRequest = "least-request"
 	BalanceRoundRobin   = "round-robin"
 )
+
+// Defaults of Outlier, as Envoy's outlier detection.
+const (
+	DefaultMaxEjectionPercent = 10
+	DefaultPanicThreshold     = 50
+)
+
+// SchemeH2C is the scheme of a target that speaks HTTP/2 without TLS,
+// with prior knowledge (RFC 9113 §3.3): requests go to it as http ones
+// would, over HTTP/2.
+const SchemeH2C = "h2c"
 
 // MaxWeight is the largest weight of a target.
 const MaxWeight = 1000
@@ -119,7 +144,7 @@ const (
 
 var (
 	upstreamFields = []string{"name", "targets", "tls", "balancing", "healthCheck", "outlier"}
-	outlierFields  = []string{"failures", "ejection", "maxEjection"}
+	outlierFields  = []string{"failures", "ejection", "maxEjection", "maxEjectionPercent", "panicThreshold", "statuses"}
 	targetFields   = []string{"url", "weight"}
 	tlsFields      = []string{"ca", "cert", "key", "serverName"}
 	healthFields   = []string{"path", "interval", "timeout", "healthy", "unhealthy"}
@@ -209,7 +234,8 @@ func (p *parser) outlier(f field) (*Outlier, bool) {
 		p.wrongType(f, p.word("a mapping", "an object")+" of failures, ejection and maxEjection")
 		return nil, false
 	}
-	o := &Outlier{Failures: 5, Ejection: 10 * time.Second, MaxEjection: 5 * time.Minute, Line: f.line}
+	o := &Outlier{Failures: 5, Ejection: 10 * time.Second, MaxEjection: 5 * time.Minute,
+		MaxEjectionPercent: DefaultMaxEjectionPercent, PanicThreshold: DefaultPanicThreshold, Line: f.line}
 	fs := p.fields(f.val, "outlier", outlierFields)
 	ok := true
 	if g, set := fs["failures"]; set {
@@ -223,6 +249,34 @@ func (p *parser) outlier(f field) (*Outlier, bool) {
 		default:
 			o.Failures = int(v)
 		}
+	}
+	for _, b := range []struct {
+		name string
+		lo   int64
+		to   *int
+		what string
+	}{
+		{"maxEjectionPercent", 1, &o.MaxEjectionPercent, "the most of the upstream's targets, in percent, that ejection holds out at once"},
+		{"panicThreshold", 0, &o.PanicThreshold, "the percentage of targets in the pool below which ejected targets take requests again (0: never)"},
+	} {
+		g, set := fs[b.name]
+		if !set {
+			continue
+		}
+		v, good := p.integer(g)
+		switch {
+		case !good:
+			ok = false
+		case v < b.lo || v > 100:
+			p.errorf(g.line, "outlier %s %d is outside %d..100; it is %s", b.name, v, b.lo, b.what)
+			ok = false
+		default:
+			*b.to = int(v)
+		}
+	}
+	if g, set := fs["statuses"]; set {
+		st, good := p.outlierStatuses(g)
+		o.Statuses, ok = st, ok && good
 	}
 	line := f.line
 	for _, name := range []string{"ejection", "maxEjection"} {
@@ -245,6 +299,32 @@ func (p *parser) outlier(f field) (*Outlier, bool) {
 		ok = false
 	}
 	return o, ok
+}
+
+// outlierStatuses reads an outlier's statuses: 5xx statuses, classes or
+// ranges, as count's status takes them.
+func (p *parser) outlierStatuses(f field) ([]StatusRange, bool) {
+	items, isList := oneOrList(f)
+	if !isList {
+		p.errorf(f.line, "outlier statuses must be a status, a class like \"5xx\", a range like \"502-504\", or a list of them, not %s", p.describe(f.val))
+		return nil, false
+	}
+	var out []StatusRange
+	ok := true
+	for _, it := range items {
+		r, err := parseStatus(it.node)
+		switch {
+		case err != "":
+			p.errorf(it.line, "outlier status %s %s", p.describe(it.node), err)
+			ok = false
+		case r.Lo < 500:
+			p.errorf(it.line, "outlier status %s is not a 5xx status; a target is failing only when it answers 5xx (a 4xx answers the caller's request)", r)
+			ok = false
+		default:
+			out = append(out, r)
+		}
+	}
+	return out, ok
 }
 
 // validName reports whether s is a valid upstream or route name.
@@ -349,8 +429,8 @@ func parseTargetURL(s string) (*url.URL, error) {
 			err = ue.Err
 		}
 		return nil, fmt.Errorf("not a URL (%v); write one like http://10.0.0.1:8080", err)
-	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, errors.New("the scheme must be http or https, like http://10.0.0.1:8080")
+	case u.Scheme != "http" && u.Scheme != "https" && u.Scheme != SchemeH2C:
+		return nil, errors.New("the scheme must be http, https or h2c (HTTP/2 without TLS, as gRPC servers speak it), like http://10.0.0.1:8080")
 	case u.Host == "":
 		return nil, errors.New("the URL has no host; write one like http://10.0.0.1:8080")
 	case u.User != nil:

@@ -144,6 +144,13 @@ func TestRouteErrors(t *testing.T) {
 			want: []wantErr{{4, "/dev/zero is not a regular file"}}},
 		{name: "tls on http", data: "upstreams:\n  - name: a\n    targets: [http://x]\n    tls: {serverName: x}\n" + tail,
 			want: []wantErr{{4, "the targets are http"}}},
+		{name: "h2c targets", data: "upstreams:\n  - name: a\n    targets: [h2c://x:50051, H2C://y:50051]\n" + tail},
+		{name: "tls on h2c", data: "upstreams:\n  - name: a\n    targets: [h2c://x]\n    tls: {serverName: x}\n" + tail,
+			want: []wantErr{{4, "tls is set but the targets are h2c; use https targets, or remove tls"}}},
+		{name: "h2c beside http", data: "upstreams:\n  - name: a\n    targets: [http://x, h2c://y]\n" + tail,
+			want: []wantErr{{3, "another scheme or path"}}},
+		{name: "unknown scheme", data: "upstreams:\n  - name: a\n    targets: [grpc://x]\n" + tail,
+			want: []wantErr{{3, "the scheme must be http, https or h2c"}}},
 		{name: "weight", data: "upstreams:\n  - name: a\n    targets: [{url: http://x, weight: 0}]\n" + tail,
 			want: []wantErr{{3, "weight 0 is outside 1..1000"}}},
 		{name: "balancing", data: "upstreams:\n  - name: a\n    balancing: random\n    targets: [http://x]\n" + tail,
@@ -186,9 +193,21 @@ func TestRouteErrorsNameTheFile(t *testing.T) {
 
 func TestOutlier(t *testing.T) {
 	t.Parallel()
-	for _, f := range []struct{ name, data string }{
-		{"r.yaml", "upstreams:\n  - name: a\n    targets: [http://x]\n    outlier: {failures: 2, ejection: 1s, maxEjection: 1m}\nconfigs: [{appId: \"*\", limit: 1}]\n"},
-		{"r.xml", `<rules><upstream name="a"><target url="http://x"/><outlier failures="2" ejection="1s" maxEjection="1m"/></upstream><config appId="*" limit="1"/></rules>`},
+	defaults := Outlier{Failures: 2, Ejection: time.Second, MaxEjection: time.Minute,
+		MaxEjectionPercent: DefaultMaxEjectionPercent, PanicThreshold: DefaultPanicThreshold}
+	all := Outlier{Failures: 2, Ejection: time.Second, MaxEjection: time.Minute, MaxEjectionPercent: 100, PanicThreshold: 0,
+		Statuses: []StatusRange{{502, 504}, {500, 500}}}
+	for _, f := range []struct {
+		name, data string
+		want       Outlier
+	}{
+		{"r.yaml", "upstreams:\n  - name: a\n    targets: [http://x]\n    outlier: {failures: 2, ejection: 1s, maxEjection: 1m}\nconfigs: [{appId: \"*\", limit: 1}]\n", defaults},
+		{"r.xml", `<rules><upstream name="a"><target url="http://x"/><outlier failures="2" ejection="1s" maxEjection="1m"/></upstream><config appId="*" limit="1"/></rules>`, defaults},
+		{"all.yaml", "upstreams:\n  - name: a\n    targets: [http://x]\n    outlier: {failures: 2, ejection: 1s, maxEjection: 1m, maxEjectionPercent: 100, panicThreshold: 0, statuses: [502-504, 500]}\nconfigs: [{appId: \"*\", limit: 1}]\n", all},
+		{"all.json", `{"upstreams": [{"name": "a", "targets": ["http://x"], "outlier": {"failures": 2, "ejection": "1s", "maxEjection": "1m", "maxEjectionPercent": 100, "panicThreshold": 0, "statuses": ["502-504", 500]}}], "configs": [{"appId": "*", "limit": 1}]}`, all},
+		{"all.xml", `<rules><upstream name="a"><target url="http://x"/><outlier failures="2" ejection="1s" maxEjection="1m" maxEjectionPercent="100" panicThreshold="0"><status>502-504</status><status>500</status></outlier></upstream><config appId="*" limit="1"/></rules>`, all},
+		{"class.xml", `<rules><upstream name="a"><target url="http://x"/><outlier failures="2" ejection="1s" maxEjection="1m" statuses="5xx"/></upstream><config appId="*" limit="1"/></rules>`,
+			Outlier{Failures: 2, Ejection: time.Second, MaxEjection: time.Minute, MaxEjectionPercent: DefaultMaxEjectionPercent, PanicThreshold: DefaultPanicThreshold, Statuses: []StatusRange{{500, 599}}}},
 	} {
 		r, err := Parse(f.name, []byte(f.data))
 		if err != nil {
@@ -196,10 +215,17 @@ func TestOutlier(t *testing.T) {
 		}
 		got := *r.Upstreams[0].Outlier
 		got.Line = 0
-		if want := (Outlier{Failures: 2, Ejection: time.Second, MaxEjection: time.Minute}); got != want {
-			t.Errorf("%s: got %+v, want %+v", f.name, got, want)
+		if !reflect.DeepEqual(got, f.want) {
+			t.Errorf("%s: got %+v, want %+v", f.name, got, f.want)
 		}
 	}
-	_, err := Parse("rules.yaml", []byte("upstreams:\n  - name: a\n    targets: [http://x]\n    outlier:\n      ejection: 1m\n      maxEjection: 10s\nconfigs: [{appId: \"*\", limit: 1}]\n"))
+	_, err := Parse("rules.yaml", []byte("upstreams:\n  - name: a\n    targets: [http://x]\n    outlier:\n      maxEjectionPercent: 0\n      panicThreshold: 101\n      statuses: [404, \"5xx\", 600]\nconfigs: [{appId: \"*\", limit: 1}]\n"))
+	checkErrors(t, err, []wantErr{
+		{5, "outlier maxEjectionPercent 0 is outside 1..100"},
+		{6, "outlier panicThreshold 101 is outside 0..100"},
+		{7, "outlier status 404 is not a 5xx status"},
+		{7, "outlier status the number 600 is not a status"},
+	})
+	_, err = Parse("rules.yaml", []byte("upstreams:\n  - name: a\n    targets: [http://x]\n    outlier:\n      ejection: 1m\n      maxEjection: 10s\nconfigs: [{appId: \"*\", limit: 1}]\n"))
 	checkErrors(t, err, []wantErr{{6, "outlier maxEjection 10s is shorter than ejection 1m0s"}})
 }

@@ -40,7 +40,7 @@ func (p *parser) upstreamTLS(f field, u *Upstream) (*UpstreamTLS, bool) {
 		return t, false
 	}
 	if len(u.Targets) > 0 && u.Targets[0].URL.Scheme != "https" {
-		p.errorf(f.line, "tls is set but the targets are http; use https targets, or remove tls")
+		p.errorf(f.line, "tls is set but the targets are %s; use https targets, or remove tls", u.Targets[0].URL.Scheme)
 		ok = false
 	}
 	if t.CA != "" {

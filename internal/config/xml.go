@@ -65,7 +65,9 @@ var (
 		{name: "target", field: "targets", list: true, elem: &xmlElement{name: "target"}},
 		{name: "tls", field: "tls", elem: &xmlElement{name: "tls"}},
 		{name: "healthCheck", field: "healthCheck", elem: &xmlElement{name: "healthCheck"}},
-		{name: "outlier", field: "outlier", elem: &xmlElement{name: "outlier"}},
+		{name: "outlier", field: "outlier", elem: &xmlElement{name: "outlier", children: []xmlChild{
+			{name: "status", field: "statuses", list: true, attr: true, elem: xmlText},
+		}}},
 	}}
 	xmlRoot = &xmlElement{name: "rules", children: []xmlChild{
 		{name: "defaults", field: "defaults", elem: &xmlElement{name: "defaults"}},

@@ -59,14 +59,11 @@ func grpcGateway(t *testing.T, rules string) (*grpc.ClientConn, *atomic.Int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rp, err := NewUpstream(UpstreamConfig{URL: &url.URL{Scheme: "http", Host: ln.Addr().String()}, Logger: slog.New(slog.DiscardHandler)})
+	// The upstream speaks HTTP/2 with prior knowledge: an h2c URL.
+	rp, err := NewUpstream(UpstreamConfig{URL: &url.URL{Scheme: "h2c", Host: ln.Addr().String()}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The upstream speaks HTTP/2 with prior knowledge.
-	var up http.Protocols
-	up.SetUnencryptedHTTP2(true)
-	rp.Transport.(*http.Transport).Protocols = &up
 	h, err := NewHandler(HandlerConfig{Rules: rs, Store: store, Upstream: rp, Now: gwtest.NewClock(t0).Now, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -241,26 +241,84 @@ routes: [{path: /api, upstream: a}]
 
 func TestPoolWithNoHealthyTargetIs503(t *testing.T) {
 	t.Parallel()
+	var failing atomic.Bool
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if failing.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(up.Close)
+	g := newRouted(t, fmt.Sprintf(`
+upstreams: [{name: gone, targets: [%s], healthCheck: {path: /healthz, unhealthy: 1}}]
+routes: [{path: /, upstream: gone}]
+`+anyApp, up.URL), "")
+	failing.Store(true)
+	g.reg.Current().Check(context.Background(), time.Now())
+	code, body := g.get(t, "", "/x")
+	var e struct{ Error, Message string }
+	json.Unmarshal([]byte(body), &e)
+	if code != http.StatusServiceUnavailable || e.Error != "no_healthy_upstream" || !strings.Contains(e.Message, "gone") {
+		t.Errorf("got %d %s, want 503 no_healthy_upstream naming the upstream", code, body)
+	}
+}
+
+// TestOnlyTargetIsNeverEjected sends requests that fail on the only
+// target of a pool: refused, timed out, answered 500. Each gets the
+// error it met, never a 503 for an empty pool that would hit every
+// caller.
+func TestOnlyTargetIsNeverEjected(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	dead := "http://" + l.Addr().String()
 	l.Close()
+	release := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/one/slow" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		if r.URL.Path == "/one/err" {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	}))
+	t.Cleanup(slow.Close)
+	t.Cleanup(func() { close(release) })
 	g := newRouted(t, fmt.Sprintf(`
-upstreams: [{name: gone, targets: [%s]}]
-routes: [{path: /, upstream: gone}]
-`+anyApp, dead), "")
-	for range upstream.DefaultFailures {
-		if code, _ := g.get(t, "", "/x"); code != http.StatusBadGateway {
-			t.Fatalf("refused: got %d, want 502", code)
+upstreams:
+  - {name: gone, targets: [%s]}
+  - {name: one, targets: [%s], outlier: {statuses: [5xx]}}
+routes:
+  - {path: /gone, upstream: gone}
+  - {path: /one, upstream: one}
+  - {path: /one/slow, upstream: one, timeout: 100ms}
+`+anyApp, dead, slow.URL), "")
+	for _, tt := range []struct {
+		path string
+		want int
+	}{
+		{"/gone/x", http.StatusBadGateway},
+		{"/one/slow", http.StatusGatewayTimeout},
+		{"/one/err", http.StatusInternalServerError},
+	} {
+		for i := range 2 * upstream.DefaultFailures {
+			if code, body := g.get(t, "", tt.path); code != tt.want {
+				t.Fatalf("%s, request %d: got %d %s, want %d", tt.path, i, code, body, tt.want)
+			}
 		}
 	}
-	code, body := g.get(t, "", "/x")
-	var e struct{ Error, Message string }
-	json.Unmarshal([]byte(body), &e)
-	if code != http.StatusServiceUnavailable || e.Error != "no_healthy_upstream" || !strings.Contains(e.Message, "gone") {
-		t.Errorf("got %d %s, want 503 no_healthy_upstream naming the upstream", code, body)
+	if code, _ := g.get(t, "", "/one/ok"); code != http.StatusOK {
+		t.Errorf("after the failures: got %d, want 200 from the pool's only target", code)
+	}
+	for _, p := range g.reg.Current().Pools() {
+		if !p.Ready(time.Now()) {
+			t.Errorf("pool %s: not ready, want its only target kept", p.Name())
+		}
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/upstream"
 )
@@ -27,8 +28,9 @@ const StatusClientClosed = 499
 // DefaultUpstreamTimeout is the default UpstreamConfig.Timeout.
 const DefaultUpstreamTimeout = 30 * time.Second
 
-// ParseUpstreamURL parses the upstream's base URL: absolute, http or
-// https.
+// ParseUpstreamURL parses the upstream's base URL: absolute, http, https
+// or h2c (HTTP/2 without TLS, with prior knowledge, as gRPC servers speak
+// it).
 func ParseUpstreamURL(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
 	if err != nil {
@@ -44,8 +46,8 @@ func checkUpstreamURL(u *url.URL) error {
 	if u == nil || u.Scheme == "" || u.Host == "" {
 		return errors.New("the upstream must be an absolute URL like http://127.0.0.1:8081")
 	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("the upstream scheme %q is not http or https", u.Scheme)
+	if u.Scheme != "http" && u.Scheme != "https" && u.Scheme != config.SchemeH2C {
+		return fmt.Errorf("the upstream scheme %q is not http, https or h2c", u.Scheme)
 	}
 	return nil
 }
@@ -127,6 +129,13 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 		log = slog.Default()
 	}
 	target := cfg.URL
+	h2c := target.Scheme == config.SchemeH2C
+	if h2c {
+		// Sent as http requests, over HTTP/2 (the Transport's Protocols).
+		t := *target
+		t.Scheme = "http"
+		target = &t
+	}
 	events := cfg.Events
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
@@ -139,6 +148,10 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 		TLSHandshakeTimeout:   5 * time.Second,
 		ResponseHeaderTimeout: cfg.Timeout,
 		ExpectContinueTimeout: time.Second,
+	}
+	if h2c {
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true)
 	}
 	var rt http.RoundTripper = tr
 	if cfg.Transport != nil {

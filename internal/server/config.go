@@ -198,6 +198,11 @@ type Config struct {
 	// HTTPS with HTTP/2, and reloads the pair when either file changes or
 	// on Reload. The admin port stays plain HTTP.
 	TLSCert, TLSKey string
+	// H2C serves HTTP/2 without TLS (prior knowledge, RFC 9113 §3.3) on
+	// the proxy port besides HTTP/1.1, for plaintext gRPC clients.
+	// Without TLS only; the upgrade from HTTP/1.1 (Upgrade: h2c) is
+	// never served.
+	H2C bool
 	// AdminToken is the bearer token that POST /rules/reload requires;
 	// without one that endpoint is disabled (403).
 	AdminToken string
@@ -319,6 +324,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--max-header-bytes %d is not positive: it caps the size of a request's headers", c.MaxHeaderBytes)
 	case (c.TLSCert == "") != (c.TLSKey == ""):
 		return errors.New("--tls-cert and --tls-key go together: pass both to serve HTTPS, or neither for plain HTTP")
+	case c.H2C && c.TLSCert != "":
+		return errors.New("--h2c serves HTTP/2 without TLS; with --tls-cert the proxy serves HTTP/2 over TLS already: drop --h2c")
 	case c.AdminToken != "" && c.AdminTokenFile != "":
 		return errors.New("--admin-token and --admin-token-file are exclusive: pass one")
 	case c.AdminToken != "" && strings.TrimSpace(c.AdminToken) == "":

@@ -241,6 +241,11 @@ func New(cfg Config) (_ *Server, err error) {
 	if s.certs != nil {
 		s.proxySrv.TLSConfig = serverTLSConfig(s.certs)
 	}
+	if cfg.H2C {
+		s.proxySrv.Protocols = new(http.Protocols)
+		s.proxySrv.Protocols.SetHTTP1(true)
+		s.proxySrv.Protocols.SetUnencryptedHTTP2(true)
+	}
 	s.adminSrv = &http.Server{
 		Handler: NewAdmin(AdminConfig{
 			Rules: s.rules, Store: s.st.health, Draining: s.draining.Load,

@@ -16,8 +16,11 @@ type upstreamsView struct {
 
 type poolView struct {
 	Name string `json:"name"`
-	// Ready reports whether a target is in the pool.
-	Ready   bool                   `json:"ready"`
+	// Ready reports whether a target takes requests.
+	Ready bool `json:"ready"`
+	// Panic reports whether so few targets are in the pool that the
+	// ejected ones take requests too (docs/routes.md, "Health").
+	Panic   bool                   `json:"panic,omitempty"`
 	Targets []upstream.TargetState `json:"targets"`
 }
 
@@ -25,7 +28,7 @@ type poolView struct {
 func upstreamsOf(set *upstream.Set, now time.Time) upstreamsView {
 	v := upstreamsView{Upstreams: []poolView{}}
 	for _, p := range set.Pools() {
-		pv := poolView{Name: p.Name(), Ready: p.Ready(now), Targets: p.States(now)}
+		pv := poolView{Name: p.Name(), Ready: p.Ready(now), Panic: p.Panicking(now), Targets: p.States(now)}
 		v.Upstreams = append(v.Upstreams, pv)
 	}
 	return v

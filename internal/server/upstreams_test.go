@@ -70,21 +70,21 @@ func TestUpstreamsEndpointReadyzAndRefusedReload(t *testing.T) {
 	if code := adminJSON(t, g.admin, "/readyz", &ready); code != 200 {
 		t.Fatalf("readyz with a fresh pool: got %d %+v, want 200", code, ready)
 	}
-	// The only target refuses: ejected after a few requests, and /readyz
-	// then says so.
-	for range 5 {
-		g.get(t, "/api/x")
+	// The only target refuses: it is never ejected on passive signals
+	// (each request gets 502), and the pool stays ready.
+	for i := range 10 {
+		if code := g.get(t, "/api/x"); code != http.StatusBadGateway {
+			t.Errorf("request %d to a refusing target: got %d, want 502", i, code)
+		}
 	}
-	if code := g.get(t, "/api/x"); code != http.StatusServiceUnavailable {
-		t.Errorf("with no healthy target: got %d, want 503", code)
-	}
-	if code := adminJSON(t, g.admin, "/readyz", &ready); code != 503 || ready.Error != "no_healthy_upstream" {
-		t.Errorf("readyz: got %d %+v, want 503 no_healthy_upstream", code, ready)
+	if code := adminJSON(t, g.admin, "/readyz", &ready); code != 200 {
+		t.Errorf("readyz: got %d %+v, want 200: the pool keeps its only target", code, ready)
 	}
 	var ups upstreamsView
 	adminJSON(t, g.admin, "/upstreams", &ups)
-	if len(ups.Upstreams) != 1 || ups.Upstreams[0].Ready || ups.Upstreams[0].Targets[0].State != "ejected" || ups.Upstreams[0].Targets[0].Ejections != 1 {
-		t.Errorf("/upstreams: got %+v, want api with its target ejected once", ups)
+	if len(ups.Upstreams) != 1 || !ups.Upstreams[0].Ready || ups.Upstreams[0].Targets[0].State != "healthy" ||
+		ups.Upstreams[0].Targets[0].Ejections != 0 || ups.Upstreams[0].Targets[0].Failures != 10 {
+		t.Errorf("/upstreams: got %+v, want api with its target in, 10 failures, never ejected", ups)
 	}
 	if code := g.get(t, "/other"); code != 404 {
 		t.Errorf("no route: got %d, want 404", code)
@@ -147,6 +147,7 @@ func TestActiveHealthChecksRun(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	g := startLive(t, func(c *Config) {
+		c.ReadyUpstreams = []string{"api"}
 		os.WriteFile(c.ConfigPath, []byte(fmt.Sprintf(`
 upstreams:
   - name: api
@@ -169,9 +170,97 @@ configs:
 	if code := g.get(t, "/api/x"); code != http.StatusServiceUnavailable {
 		t.Errorf("with the only target unhealthy: got %d, want 503", code)
 	}
+	var ready readyView
+	if code := adminJSON(t, g.admin, "/readyz", &ready); code != 503 || ready.Error != "no_healthy_upstream" {
+		t.Errorf("readyz: got %d %+v, want 503 no_healthy_upstream", code, ready)
+	}
 	healthy.Store(true)
 	eventually.True(t, 30*time.Second, func() bool { return state() == "healthy" }, "the passing check never brought the target back")
 	if code := g.get(t, "/api/x"); code != 200 {
 		t.Errorf("back in the pool: got %d, want 200", code)
+	}
+}
+
+// TestOneCallerCannotEmptyAPool fails requests on purpose, as one caller
+// can: 500s through a pool of two targets that counts 5xx, and requests
+// slower than their route's timeout on a pool of one (a route of its own,
+// so that no other request meets that short timeout). Each pool keeps a
+// target, so other callers are served and /readyz stays ready.
+func TestOneCallerCannotEmptyAPool(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var served atomic.Int64
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/err"):
+			w.WriteHeader(http.StatusInternalServerError)
+		case strings.HasSuffix(r.URL.Path, "/slow"):
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		served.Add(1)
+	})
+	var urls []string
+	for range 3 {
+		up := httptest.NewServer(handler)
+		t.Cleanup(up.Close)
+		urls = append(urls, up.URL)
+	}
+	t.Cleanup(func() { close(release) })
+	g := startLive(t, func(c *Config) {
+		c.Upstream = ""
+		c.ReadyUpstreams = []string{"two", "one"}
+		os.WriteFile(c.ConfigPath, []byte(fmt.Sprintf(`
+upstreams:
+  - name: two
+    targets: [%s, %s]
+    outlier: {statuses: [5xx]}
+  - name: one
+    targets: [%s]
+routes:
+  - {path: /two, upstream: two}
+  - {path: /one, upstream: one}
+  - {path: /one/slow, upstream: one, timeout: 200ms}
+configs:
+  - appId: "*"
+    limit: -1
+`, urls[0], urls[1], urls[2])), 0o644)
+	})
+	for i := range 10 {
+		if code := g.get(t, "/two/err"); code != http.StatusInternalServerError {
+			t.Fatalf("500 %d: got %d, want the upstream's 500", i, code)
+		}
+	}
+	for i := range 5 {
+		if code := g.get(t, "/one/slow"); code != http.StatusGatewayTimeout {
+			t.Fatalf("slow request %d: got %d, want 504", i, code)
+		}
+	}
+	for _, path := range []string{"/two/ok", "/one/ok"} {
+		for i := range 10 {
+			if code := g.get(t, path); code != 200 {
+				t.Errorf("%s, request %d after the failures: got %d, want 200", path, i, code)
+			}
+		}
+	}
+	var ready readyView
+	if code := adminJSON(t, g.admin, "/readyz", &ready); code != 200 {
+		t.Errorf("readyz: got %d %+v, want 200", code, ready)
+	}
+	var ups upstreamsView
+	adminJSON(t, g.admin, "/upstreams", &ups)
+	out := map[string]int{}
+	for _, p := range ups.Upstreams {
+		for _, tg := range p.Targets {
+			if tg.State != "healthy" {
+				out[p.Name]++
+			}
+		}
+	}
+	if out["two"] > 1 || out["one"] != 0 {
+		t.Errorf("targets out: got %v, want at most 1 of two's 2 and none of one's 1; /upstreams %+v", out, ups)
 	}
 }

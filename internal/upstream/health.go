@@ -14,9 +14,12 @@ import (
 // survives reloads that keep it (see Registry.Build). It is safe for
 // concurrent use.
 type Target struct {
-	url  *url.URL
-	pool string
-	tr   *transport
+	url *url.URL
+	// scheme is the one requests to t are sent with: url's, or http for
+	// an h2c target, whose transport speaks HTTP/2 to it.
+	scheme string
+	pool   string
+	tr     *transport
 	// byTimeout are copies of tr with another response header timeout,
 	// for the routes that set their own, by timeout.
 	byTimeout   sync.Map
@@ -29,8 +32,11 @@ type Target struct {
 
 	mu sync.Mutex
 	// failures are the failed requests in a row; strikes the ejections
-	// in a row, without a success between them.
+	// in a row, without a success between them. kept is set when the
+	// bounds of passive ejection kept t in its pool in this run of
+	// failures (and that was logged).
 	failures, strikes int
+	kept              bool
 	// probeOK and probeFail are the health checks in a row that passed
 	// and failed; nextProbe when the next is due.
 	probeOK, probeFail int
@@ -64,8 +70,18 @@ func (t *Target) closeIdle() {
 // URL returns the target's URL.
 func (t *Target) URL() *url.URL { return t.url }
 
+// available reports whether t is in its pool at now (Unix ns): neither
+// ejected nor failing its health check.
 func (t *Target) available(now int64) bool {
 	return !t.down.Load() && now >= t.ejectedUntil.Load()
+}
+
+// usable reports whether t takes requests at now (Unix ns): when it is in
+// its pool, or, in a panicking pool, when it is only ejected. A target
+// failing its active health check stays out: that is the target's own
+// answer, not what its callers' requests made of it.
+func (t *Target) usable(now int64, panicking bool) bool {
+	return !t.down.Load() && (panicking || now >= t.ejectedUntil.Load())
 }
 
 // TargetState is a target's state, for /upstreams.
@@ -102,30 +118,69 @@ func (t *Target) State(now time.Time) TargetState {
 }
 
 // observe counts the outcome of a request to t: failed is a connection
-// failure, a timeout or a 5xx response. Failures in a row eject t.
+// failure, a timeout or a status of the pool's outlier statuses. Failures
+// in a row eject t, within the bounds of eject.
 func (p *Pool) observe(t *Target, failed bool) {
-	cfg := &p.reg.cfg
 	t.mu.Lock()
 	if !failed {
-		t.failures, t.strikes = 0, 0
+		t.failures, t.strikes, t.kept = 0, 0, false
 		t.mu.Unlock()
 		return
 	}
 	t.failures++
-	if p.failures == 0 || t.failures < p.failures {
+	due := p.failures != 0 && t.failures >= p.failures
+	t.mu.Unlock()
+	if due {
+		p.eject(t)
+	}
+}
+
+// eject takes t out of its pool after failures in a row, unless that
+// would leave the pool without a target in it, or hold out more of its
+// targets than maxEjectionPercent allows (at least one). Passive ejection
+// counts what callers' requests did to a target, and one caller can make
+// every request it sends fail (a slow or failing path, a request the
+// upstream refuses): without the bounds, it could empty a pool for every
+// caller. Envoy bounds outlier ejection the same way
+// (max_ejection_percent).
+func (p *Pool) eject(t *Target) {
+	cfg := &p.reg.cfg
+	p.reg.ejectMu.Lock()
+	defer p.reg.ejectMu.Unlock()
+	now := cfg.Now()
+	n := now.UnixNano()
+	t.mu.Lock()
+	if t.failures < p.failures || n < t.ejectedUntil.Load() {
+		// A success came in between, or t is already out: requests
+		// that were in flight.
 		t.mu.Unlock()
 		return
 	}
-	now := cfg.Now()
-	if now.UnixNano() < t.ejectedUntil.Load() {
-		t.mu.Unlock() // already out: requests that were in flight
+	out, others := 0, 0
+	for _, o := range p.targets {
+		switch {
+		case o == t:
+		case n < o.ejectedUntil.Load():
+			out++
+		case !o.down.Load():
+			others++
+		}
+	}
+	if others == 0 || out >= max(1, len(p.targets)*p.maxEjectionPercent/100) {
+		logged := t.kept
+		t.kept = true
+		t.mu.Unlock()
+		if !logged {
+			cfg.Logger.Warn("upstream target fails requests in a row but stays in its pool: ejecting it would leave too few targets",
+				"upstream", p.name, "target", t.url.String(), "ejected", out, "inPool", others+1, "targets", len(p.targets))
+		}
 		return
 	}
 	d := p.ejection << min(t.strikes, 20)
 	if d > p.maxEjection || d <= 0 {
 		d = p.maxEjection
 	}
-	t.failures = 0
+	t.failures, t.kept = 0, false
 	t.strikes++
 	t.ejectedUntil.Store(now.Add(d).UnixNano())
 	t.mu.Unlock()
@@ -176,6 +231,7 @@ func (p *Pool) probe(parent context.Context, t *Target) {
 	ctx, cancel := context.WithTimeout(parent, hc.Timeout)
 	defer cancel()
 	u := *t.url
+	u.Scheme = t.scheme
 	u.Path, u.RawQuery = t.url.Path+hc.Path, ""
 	if i := indexByte(hc.Path, '?'); i >= 0 {
 		u.Path, u.RawQuery = t.url.Path+hc.Path[:i], hc.Path[i+1:]

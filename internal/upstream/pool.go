@@ -31,6 +31,7 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 
 func (p *Pool) roundTrip(req *http.Request, timeout time.Duration) (*http.Response, error) {
 	now := p.reg.cfg.Now().UnixNano()
+	in := inPool{now: now, panicking: p.panicking(now)}
 	var tried [maxAttempts]*Target
 	n := 0
 	body := req.Body
@@ -44,7 +45,7 @@ func (p *Pool) roundTrip(req *http.Request, timeout time.Duration) (*http.Respon
 	}
 	var lastErr error
 	for {
-		t := p.pick(now, tried[:n])
+		t := p.pick(in, tried[:n])
 		if t == nil {
 			if lastErr != nil {
 				held.release()
@@ -58,11 +59,11 @@ func (p *Pool) roundTrip(req *http.Request, timeout time.Duration) (*http.Respon
 		// Only a try that another target could follow needs to know
 		// whether the request reached its target: the others are not
 		// traced, which spares the trace's allocations.
-		traced := n < maxAttempts && p.another(now, tried[:n])
+		traced := n < maxAttempts && p.another(in, tried[:n])
 		resp, err, reached := p.send(req, body, t, timeout, traced)
 		if err == nil {
 			held.release()
-			p.observe(t, resp.StatusCode >= 500)
+			p.observe(t, resp.StatusCode >= 500 && p.failedStatus(resp.StatusCode))
 			return resp, nil
 		}
 		if req.Context().Err() == nil {
@@ -92,7 +93,7 @@ func (p *Pool) send(req *http.Request, body io.ReadCloser, t *Target, timeout ti
 		a.req = *req
 	}
 	a.url = *req.URL
-	a.url.Scheme, a.url.Host = t.url.Scheme, t.url.Host
+	a.url.Scheme, a.url.Host = t.scheme, t.url.Host
 	out := &a.req
 	out.URL, out.Body = &a.url, body
 	t.outstanding.Add(1)
@@ -262,17 +263,36 @@ func (b *heldBody) release() {
 	}
 }
 
-// pick returns the target for a request at now (Unix ns) among those in
-// the pool and not in tried, nil if there is none.
-func (p *Pool) pick(now int64, tried []*Target) *Target {
-	if p.roundRobin {
-		return p.pickRoundRobin(now, tried)
+// inPool says which targets take a request: those in the pool at now
+// (Unix ns), and the ejected ones too when the pool is panicking.
+type inPool struct {
+	now       int64
+	panicking bool
+}
+
+// failedStatus reports whether a response with status code counts as a
+// failure of its target: the upstream's outlier statuses, none by
+// default (docs/routes.md, "Health").
+func (p *Pool) failedStatus(code int) bool {
+	for _, r := range p.failStatus {
+		if code >= r.Lo && code <= r.Hi {
+			return true
+		}
 	}
-	a := p.pickRandom(now, tried, -1)
+	return false
+}
+
+// pick returns the target for a request among those in and not in
+// tried, nil if there is none.
+func (p *Pool) pick(in inPool, tried []*Target) *Target {
+	if p.roundRobin {
+		return p.pickRoundRobin(in, tried)
+	}
+	a := p.pickRandom(in, tried, -1)
 	if a < 0 {
 		return nil
 	}
-	b := p.pickRandom(now, tried, a)
+	b := p.pickRandom(in, tried, a)
 	if b < 0 {
 		return p.targets[a]
 	}
@@ -284,10 +304,10 @@ func (p *Pool) pick(now int64, tried []*Target) *Target {
 	return ta
 }
 
-// eligible reports whether the target i may take a request at now.
-func (p *Pool) eligible(i int, now int64, tried []*Target, not int) bool {
+// eligible reports whether the target i may take a request.
+func (p *Pool) eligible(i int, in inPool, tried []*Target, not int) bool {
 	t := p.targets[i]
-	if i == not || !t.available(now) {
+	if i == not || !t.usable(in.now, in.panicking) {
 		return false
 	}
 	for _, x := range tried {
@@ -298,11 +318,10 @@ func (p *Pool) eligible(i int, now int64, tried []*Target, not int) bool {
 	return true
 }
 
-// another reports whether a target not in tried may take a request at
-// now.
-func (p *Pool) another(now int64, tried []*Target) bool {
+// another reports whether a target not in tried may take a request.
+func (p *Pool) another(in inPool, tried []*Target) bool {
 	for i := range p.targets {
-		if p.eligible(i, now, tried, -1) {
+		if p.eligible(i, in, tried, -1) {
 			return true
 		}
 	}
@@ -311,10 +330,10 @@ func (p *Pool) another(now int64, tried []*Target) bool {
 
 // pickRandom returns the index of an eligible target other than not,
 // chosen at random in proportion to the weights, or -1.
-func (p *Pool) pickRandom(now int64, tried []*Target, not int) int {
+func (p *Pool) pickRandom(in inPool, tried []*Target, not int) int {
 	var sum int64
 	for i := range p.targets {
-		if p.eligible(i, now, tried, not) {
+		if p.eligible(i, in, tried, not) {
 			sum += p.weights[i]
 		}
 	}
@@ -323,7 +342,7 @@ func (p *Pool) pickRandom(now int64, tried []*Target, not int) int {
 	}
 	r := rand.Int64N(sum)
 	for i := range p.targets {
-		if p.eligible(i, now, tried, not) {
+		if p.eligible(i, in, tried, not) {
 			if r -= p.weights[i]; r < 0 {
 				return i
 			}
@@ -335,12 +354,12 @@ func (p *Pool) pickRandom(now int64, tried []*Target, not int) int {
 // pickRoundRobin returns the next eligible target by smooth weighted
 // round-robin: each target gains its weight, the one with the most is
 // chosen and loses the sum of the weights.
-func (p *Pool) pickRoundRobin(now int64, tried []*Target) *Target {
+func (p *Pool) pickRoundRobin(in inPool, tried []*Target) *Target {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	best, total := -1, int64(0)
 	for i := range p.targets {
-		if !p.eligible(i, now, tried, -1) {
+		if !p.eligible(i, in, tried, -1) {
 			continue
 		}
 		w := p.weights[i]

@@ -15,12 +15,20 @@ import (
 )
 
 // transport is the http.Transport of a target: plain http targets share
-// one; a target with a tls section has its own, which checks its
+// one, h2c targets another; a target with a tls section has its own, which checks its
 // certificate against its own name. A target kept by a reload keeps its
 // transport, and so its connections.
 type transport struct {
 	*http.Transport
 	files *tlsFiles // nil without a tls section
+}
+
+// h2cOnly returns the protocols of a transport to h2c targets: HTTP/2
+// without TLS, with prior knowledge (RFC 9113 §3.3), for http requests.
+func h2cOnly() *http.Protocols {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &p
 }
 
 // tlsKey identifies TLS settings.

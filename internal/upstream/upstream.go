@@ -49,14 +49,26 @@ type Events interface {
 type Config struct {
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
-	// Failures is how many connection failures or 5xx responses in a
-	// row eject a target. Default DefaultFailures.
+	// Failures is how many failed requests in a row (no connection, no
+	// response headers in time, or a status of the upstream's outlier
+	// statuses) eject a target. Default DefaultFailures.
 	Failures int
 	// BaseEjection is how long a first ejection lasts; each ejection
 	// that follows another without a success in between lasts twice
 	// as long, up to MaxEjection. Defaults DefaultBaseEjection and
 	// DefaultMaxEjection.
 	BaseEjection, MaxEjection time.Duration
+	// MaxEjectionPercent bounds the targets of a pool that passive
+	// ejection holds out at once, in percent of the pool, but lets it
+	// hold out one target whatever the size of the pool (as Envoy's
+	// max_ejection_percent). Whatever it says, the last target in a
+	// pool is never ejected. Default config.DefaultMaxEjectionPercent.
+	MaxEjectionPercent int
+	// PanicThreshold is the percentage of a pool's targets below which
+	// the pool, with fewer targets in it than that, sends requests to
+	// its ejected targets as well (Envoy's healthy_panic_threshold).
+	// Default config.DefaultPanicThreshold; negative turns it off.
+	PanicThreshold int
 	// ResponseHeaderTimeout bounds the wait for a target's response
 	// headers (a route may set a shorter or longer one). Default 30s.
 	ResponseHeaderTimeout time.Duration
@@ -77,11 +89,17 @@ type Registry struct {
 
 	mu sync.Mutex
 	// targets are those of the committed Set, by key; plain is the
-	// transport of every plain http target.
-	targets map[string]*Target
-	plain   *transport
-	current *Set
-	wake    chan struct{}
+	// transport of every plain http target, h2c that of every h2c one.
+	targets    map[string]*Target
+	plain, h2c *transport
+	current    *Set
+	wake       chan struct{}
+
+	// ejectMu makes each passive ejection's look at the rest of its
+	// pool and the ejection one step, so that two targets failing at
+	// once cannot both pass the bounds. A target kept by a reload is in
+	// the pools of both sets: one lock serves them all.
+	ejectMu sync.Mutex
 }
 
 // New returns a Registry.
@@ -92,6 +110,8 @@ func New(cfg Config) (*Registry, error) {
 	cfg.Failures = cmp.Or(cfg.Failures, DefaultFailures)
 	cfg.BaseEjection = cmp.Or(cfg.BaseEjection, DefaultBaseEjection)
 	cfg.MaxEjection = cmp.Or(cfg.MaxEjection, DefaultMaxEjection)
+	cfg.MaxEjectionPercent = cmp.Or(cfg.MaxEjectionPercent, config.DefaultMaxEjectionPercent)
+	cfg.PanicThreshold = cmp.Or(cfg.PanicThreshold, config.DefaultPanicThreshold)
 	cfg.ResponseHeaderTimeout = cmp.Or(cfg.ResponseHeaderTimeout, 30*time.Second)
 	cfg.MaxIdleConnsPerHost = cmp.Or(cfg.MaxIdleConnsPerHost, 256)
 	if cfg.Logger == nil {
@@ -102,7 +122,12 @@ func New(cfg Config) (*Registry, error) {
 		return nil, fmt.Errorf("upstream: failures %d is negative", cfg.Failures)
 	case cfg.BaseEjection < 0 || cfg.MaxEjection < cfg.BaseEjection:
 		return nil, fmt.Errorf("upstream: ejection times %s..%s are not in order", cfg.BaseEjection, cfg.MaxEjection)
+	case cfg.MaxEjectionPercent < 0 || cfg.MaxEjectionPercent > 100:
+		return nil, fmt.Errorf("upstream: max ejection percent %d is outside 0..100", cfg.MaxEjectionPercent)
+	case cfg.PanicThreshold > 100:
+		return nil, fmt.Errorf("upstream: panic threshold %d is above 100", cfg.PanicThreshold)
 	}
+	cfg.PanicThreshold = max(cfg.PanicThreshold, 0)
 	return &Registry{cfg: cfg, targets: map[string]*Target{}, wake: make(chan struct{}, 1)}, nil
 }
 
@@ -133,9 +158,12 @@ func (r *Registry) Build(ups []config.Upstream) (*Set, error) {
 		}
 		tkey := tlsKey(u.TLS)
 		p := &Pool{name: u.Name, reg: r, roundRobin: u.Balancing == config.BalanceRoundRobin,
-			failures: r.cfg.Failures, ejection: r.cfg.BaseEjection, maxEjection: r.cfg.MaxEjection}
+			failures: r.cfg.Failures, ejection: r.cfg.BaseEjection, maxEjection: r.cfg.MaxEjection,
+			maxEjectionPercent: r.cfg.MaxEjectionPercent, panicThreshold: r.cfg.PanicThreshold}
 		if o := u.Outlier; o != nil {
 			p.failures, p.ejection, p.maxEjection = o.Failures, o.Ejection, o.MaxEjection
+			p.maxEjectionPercent = cmp.Or(o.MaxEjectionPercent, r.cfg.MaxEjectionPercent)
+			p.panicThreshold, p.failStatus = o.PanicThreshold, slices.Clone(o.Statuses)
 		}
 		if hc := u.HealthCheck; hc != nil {
 			c := *hc
@@ -148,11 +176,14 @@ func (r *Registry) Build(ups []config.Upstream) (*Set, error) {
 				t = s.targets[key] // an upstream defined twice is refused above
 			}
 			if t == nil {
-				tr, err := r.transportFor(u.TLS, tc.URL.Hostname())
+				tr, err := r.transportFor(u.TLS, tc.URL)
 				if err != nil {
 					return nil, fmt.Errorf("upstream %q: %w", u.Name, err)
 				}
-				t = &Target{url: tc.URL, pool: u.Name, tr: tr}
+				t = &Target{url: tc.URL, scheme: tc.URL.Scheme, pool: u.Name, tr: tr}
+				if t.scheme == config.SchemeH2C {
+					t.scheme = "http" // over tr, which speaks HTTP/2 only
+				}
 			}
 			s.targets[key] = t
 			p.targets = append(p.targets, t)
@@ -167,11 +198,18 @@ func (r *Registry) Build(ups []config.Upstream) (*Set, error) {
 	return s, nil
 }
 
-// transportFor returns the transport of a new target on host with the
-// tls section t: the shared plain one, or a new one. r.mu is held.
-func (r *Registry) transportFor(t *config.UpstreamTLS, host string) (*transport, error) {
+// transportFor returns the transport of a new target at u with the tls
+// section t: the shared plain or h2c one, or a new one. r.mu is held.
+func (r *Registry) transportFor(t *config.UpstreamTLS, u *url.URL) (*transport, error) {
 	if t != nil {
-		return newTransport(t, host, r.cfg)
+		return newTransport(t, u.Hostname(), r.cfg)
+	}
+	if u.Scheme == config.SchemeH2C {
+		if r.h2c == nil {
+			r.h2c, _ = newTransport(nil, "", r.cfg)
+			r.h2c.Protocols = h2cOnly()
+		}
+		return r.h2c, nil
 	}
 	if r.plain == nil {
 		r.plain, _ = newTransport(nil, "", r.cfg)
@@ -198,7 +236,7 @@ func (r *Registry) Commit(s *Set) {
 	r.mu.Unlock()
 	for k, t := range old {
 		if s.targets[k] != t {
-			if t.tr != r.plain {
+			if t.tr != r.plain && t.tr != r.h2c {
 				t.closeIdle()
 			} else {
 				t.byTimeout.Range(func(_, v any) bool {
@@ -247,10 +285,13 @@ type Pool struct {
 	base       *url.URL
 	roundRobin bool
 	health     *config.HealthCheck
-	// failures, ejection and maxEjection are the pool's outlier
-	// settings (Config's, or the upstream's outlier section).
-	failures              int
-	ejection, maxEjection time.Duration
+	// failures, ejection, maxEjection, maxEjectionPercent,
+	// panicThreshold and failStatus are the pool's outlier settings
+	// (Config's, or the upstream's outlier section).
+	failures                           int
+	ejection, maxEjection              time.Duration
+	maxEjectionPercent, panicThreshold int
+	failStatus                         []config.StatusRange
 
 	// mu guards current, the smooth weighted round-robin state (as
 	// nginx's upstream module does it).
@@ -280,16 +321,37 @@ func (p *Pool) States(now time.Time) []TargetState {
 	return out
 }
 
-// Ready reports whether the pool has a target in it (not ejected, not
-// failing its health checks) at now.
+// Ready reports whether the pool has a target that takes requests at
+// now: one in the pool (not ejected, not failing its health checks), or,
+// when the pool panics, one not failing its health checks.
 func (p *Pool) Ready(now time.Time) bool {
 	n := now.UnixNano()
+	panicking := p.panicking(n)
 	for _, t := range p.targets {
-		if t.available(n) {
+		if t.usable(n, panicking) {
 			return true
 		}
 	}
 	return false
+}
+
+// Panicking reports whether the pool has so few targets in it at now
+// that it sends requests to its ejected targets too.
+func (p *Pool) Panicking(now time.Time) bool { return p.panicking(now.UnixNano()) }
+
+// panicking reports whether fewer than panicThreshold percent of the
+// pool's targets are in it at now (Unix ns).
+func (p *Pool) panicking(now int64) bool {
+	if p.panicThreshold == 0 {
+		return false
+	}
+	in := 0
+	for _, t := range p.targets {
+		if t.available(now) {
+			in++
+		}
+	}
+	return in*100 < p.panicThreshold*len(p.targets)
 }
 
 // NoHealthyTargetError is the error of a request to a pool with no target

@@ -84,7 +84,13 @@ func mustURL(t *testing.T, s string) *url.URL {
 // build returns the committed pool "p" of targets (URL, weight).
 func build(t *testing.T, reg *Registry, balancing string, hc *config.HealthCheck, targets ...string) *Pool {
 	t.Helper()
-	u := config.Upstream{Name: "p", Balancing: balancing, HealthCheck: hc}
+	return buildOutlier(t, reg, balancing, hc, nil, targets...)
+}
+
+// buildOutlier is build with the outlier section o.
+func buildOutlier(t *testing.T, reg *Registry, balancing string, hc *config.HealthCheck, o *config.Outlier, targets ...string) *Pool {
+	t.Helper()
+	u := config.Upstream{Name: "p", Balancing: balancing, HealthCheck: hc, Outlier: o}
 	for _, s := range targets {
 		u.Targets = append(u.Targets, config.Target{URL: mustURL(t, s), Weight: 1})
 	}
@@ -227,7 +233,7 @@ func TestRoundRobinOrder(t *testing.T) {
 	p := set.Pool("p")
 	var got string
 	for range 14 {
-		got += p.pick(0, nil).url.Host
+		got += p.pick(inPool{}, nil).url.Host
 	}
 	if want := "aabacaaaabacaa"; got != want {
 		t.Errorf("got %s, want %s", got, want)
@@ -335,13 +341,21 @@ func TestNoRetryOnceTheRequestReachedATarget(t *testing.T) {
 	}
 }
 
+// outlier5xx is the default outlier section with 5xx responses counted
+// as failures.
+func outlier5xx() *config.Outlier {
+	return &config.Outlier{Failures: DefaultFailures, Ejection: DefaultBaseEjection, MaxEjection: DefaultMaxEjection,
+		MaxEjectionPercent: config.DefaultMaxEjectionPercent, PanicThreshold: config.DefaultPanicThreshold,
+		Statuses: []config.StatusRange{{Lo: 500, Hi: 599}}}
+}
+
 func TestEjectionGrowsAndRecovers(t *testing.T) {
 	t.Parallel()
 	bad, good := newCounting(t), newCounting(t)
 	bad.status.Store(502)
 	c := newClock()
 	reg := newRegistry(t, c)
-	p := build(t, reg, config.BalanceRoundRobin, nil, bad.URL, good.URL)
+	p := buildOutlier(t, reg, config.BalanceRoundRobin, nil, outlier5xx(), bad.URL, good.URL)
 	badT := p.Targets()[0]
 	// Round-robin alternates: the bad target fails every other request.
 	for bad.n.Load() < DefaultFailures {
@@ -383,20 +397,19 @@ func TestEjectionGrowsAndRecovers(t *testing.T) {
 
 func TestNoHealthyTarget(t *testing.T) {
 	t.Parallel()
+	up := newCounting(t)
 	c := newClock()
 	reg := newRegistry(t, c)
-	p := build(t, reg, "", nil, deadURL(t))
-	for range DefaultFailures {
-		if _, err := get(t, p, p.Base()); err == nil || errors.Is(err, ErrNoHealthyTarget) {
-			t.Fatalf("got %v, want a connection error", err)
-		}
-	}
+	hc := &config.HealthCheck{Path: "/healthz", Interval: 5 * time.Second, Timeout: 5 * time.Second, Healthy: 1, Unhealthy: 1}
+	p := build(t, reg, "", hc, up.URL)
+	up.status.Store(503)
+	reg.Current().Check(context.Background(), c.Now())
 	_, err := get(t, p, p.Base())
 	if !errors.Is(err, ErrNoHealthyTarget) {
 		t.Fatalf("got %v, want ErrNoHealthyTarget", err)
 	}
 	if p.Ready(c.Now()) {
-		t.Errorf("Ready: got true for a pool with its only target ejected")
+		t.Errorf("Ready: got true for a pool with its only target failing its health check")
 	}
 }
 
@@ -444,13 +457,13 @@ func TestReloadKeepsTargets(t *testing.T) {
 	a, b, d := newCounting(t), newCounting(t), newCounting(t)
 	c := newClock()
 	reg := newRegistry(t, c)
-	p1 := build(t, reg, "", nil, a.URL, b.URL)
+	p1 := buildOutlier(t, reg, "", nil, outlier5xx(), a.URL, b.URL)
 	// b is ejected in the first set.
 	b.status.Store(500)
 	for b.n.Load() < DefaultFailures {
 		get(t, p1, p1.Base())
 	}
-	p2 := build(t, reg, "", nil, a.URL, b.URL, d.URL)
+	p2 := buildOutlier(t, reg, "", nil, outlier5xx(), a.URL, b.URL, d.URL)
 	t1, t2 := p1.Targets(), p2.Targets()
 	if t1[0] != t2[0] || t1[1] != t2[1] {
 		t.Fatalf("the targets kept by a reload are new ones")
@@ -559,7 +572,7 @@ func TestOutlierSettingsOfAnUpstream(t *testing.T) {
 	reg := newRegistry(t, c)
 	set, err := reg.Build([]config.Upstream{{Name: "p", Balancing: config.BalanceRoundRobin,
 		Targets: []config.Target{{URL: mustURL(t, bad.URL), Weight: 1}, {URL: mustURL(t, good.URL), Weight: 1}},
-		Outlier: &config.Outlier{Failures: 2, Ejection: time.Second, MaxEjection: time.Second}}})
+		Outlier: &config.Outlier{Failures: 2, Ejection: time.Second, MaxEjection: time.Second, Statuses: []config.StatusRange{{Lo: 500, Hi: 503}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,6 +48,11 @@ import (
 //	<!-- example: rls ARGS -->       likewise with `gateway rls ARGS`;
 //	                                 localhost:9091 becomes its admin
 //	                                 address
+//	<!-- example: file PATH -->      on any block: it must be the file
+//	                                 PATH (from the repository root),
+//	                                 line for line, so that an example
+//	                                 run on that file shows what the
+//	                                 page shows
 //
 // so that an example needing a running gateway, Redis or a cluster says
 // so where it is written, and a docs page split off the README keeps its
@@ -158,6 +163,10 @@ func TestDocExamples(t *testing.T) {
 	var run, skipped int
 	for _, file := range docFiles(t, root) {
 		for _, b := range docBlocks(t, root, file) {
+			if path, ok := strings.CutPrefix(b.directive, "file "); ok {
+				checkFileBlock(t, root, b, strings.TrimSpace(path))
+				continue
+			}
 			switch {
 			case b.lang == "":
 				t.Errorf("%s: a fenced block without a language: tag it sh or console (a shell example, which this test runs) or text", b.where)
@@ -182,6 +191,19 @@ func TestDocExamples(t *testing.T) {
 	t.Logf("ran %d shell examples, skipped %d (each with its reason in the docs)", run, skipped)
 	if run == 0 {
 		t.Error("no shell example ran")
+	}
+}
+
+// checkFileBlock checks that block b is the file path, line for line.
+func checkFileBlock(t *testing.T, root string, b docBlock, path string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, path))
+	if err != nil {
+		t.Errorf("%s: <!-- example: file %s -->: %v", b.where, path, err)
+		return
+	}
+	if got, want := trimLines(b.lines), trimLines(strings.Split(string(data), "\n")); !slices.Equal(got, want) {
+		t.Errorf("%s: the block is not %s: make them the same\nblock:\n%s\nfile:\n%s", b.where, path, strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 

@@ -61,7 +61,13 @@ import (
 //	                                 the block and in later ARGS; a
 //	                                 second gateway's addresses replace
 //	                                 localhost:8081 and localhost:9091
-//	                                 (a third's :8082 and :9092…)
+//	                                 (a third's :8082 and :9092…);
+//	                                 redis-cluster starts a Cluster of
+//	                                 three for localhost:7000,
+//	                                 localhost:7001,localhost:7002, and
+//	                                 redis-sentinel a Sentinel watching
+//	                                 a Redis as mymaster for
+//	                                 localhost:26379
 //	<!-- example: starts -->         each `gateway serve` or `gateway
 //	                                 rls` line of the block serves until
 //	                                 stopped: it must start and listen
@@ -251,6 +257,16 @@ func runDocBlock(t *testing.T, root string, b docBlock) {
 			addr = etcdtest.Start(t).Addr
 		case "zk":
 			addr = zktest.Start(t).Addr
+		case "redis-cluster":
+			c := redistest.StartCluster(t, 3)
+			pairs = append(pairs, "localhost:7000,localhost:7001,localhost:7002", strings.Join(c.Addrs(), ","))
+			services = strings.NewReplacer(pairs...)
+			continue
+		case "redis-sentinel":
+			sentinel := redistest.StartSentinel(t, redistest.Start(t), "mymaster")
+			pairs = append(pairs, "localhost:26379", sentinel.Addr)
+			services = strings.NewReplacer(pairs...)
+			continue
 		case "starts":
 			starts = true
 			continue
@@ -268,7 +284,7 @@ func runDocBlock(t *testing.T, root string, b docBlock) {
 			pairs = append(pairs, "localhost:9091", a, "127.0.0.1:9091", a)
 			continue
 		default:
-			t.Fatalf("%s: unknown <!-- example: %s -->: use skip: REASON, file PATH, or any of redis, etcd, zk, starts, gateway ARGS, rls ARGS separated by ;", b.where, b.directive)
+			t.Fatalf("%s: unknown <!-- example: %s -->: use skip: REASON, file PATH, or any of redis, redis-cluster, redis-sentinel, etcd, zk, starts, gateway ARGS, rls ARGS separated by ;", b.where, b.directive)
 		}
 		port := serviceAddrs[name]
 		pairs = append(pairs, "localhost:"+port, addr, "127.0.0.1:"+port, addr)
@@ -375,16 +391,16 @@ func startServing(t *testing.T, root, where, line string) {
 		t.Fatal(err)
 	}
 	logs := &logBuffer{}
-	ready, done := make(chan struct{}), make(chan error, 1)
+	ready, done := make(chan string, 1), make(chan error, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		listening := false
 		for sc.Scan() {
 			logs.WriteString(sc.Text() + "\n")
-			var rec struct{ Msg string }
+			var rec struct{ Msg, Admin string }
 			if !listening && json.Unmarshal(sc.Bytes(), &rec) == nil && (rec.Msg == "gateway listening" || rec.Msg == "gateway rls listening") {
 				listening = true
-				close(ready)
+				ready <- rec.Admin
 			}
 		}
 		done <- cmd.Wait()
@@ -394,7 +410,14 @@ func startServing(t *testing.T, root, where, line string) {
 		<-done
 	})
 	select {
-	case <-ready:
+	case admin := <-ready:
+		// Listening is not enough: a gateway serves under its fail mode
+		// with its store unreachable. Its store and rule source must
+		// answer.
+		code, body := send(t, "GET", "http://"+admin+"/readyz")
+		if code != 200 || strings.Contains(body, `"reachable":false`) || strings.Contains(body, `"connected":false`) {
+			t.Fatalf("%s: $ %s\nlistens, but /readyz answers %d %s\n%s", where, line, code, body, logs)
+		}
 	case err := <-done:
 		t.Fatalf("%s: $ %s\nexits before it listens: %v\n%s", where, line, err, logs)
 	case <-time.After(time.Minute):

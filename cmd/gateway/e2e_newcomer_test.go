@@ -83,8 +83,8 @@ func TestMatchFromRuleStore(t *testing.T) {
 			t.Fatalf("%s: rules push: exit %d %q %q", tt.name, code, out, errOut)
 		}
 		code, out, errOut := runBinaryEnv(t, tt.env, "match", "--config", tt.src, "--app", "app-7", "/v1/store/1")
-		if code != 0 || !strings.Contains(out, "/v1/store") || !strings.Contains(out, "7") {
-			t.Errorf("%s: match --config %s: got exit %d, %q %q, want the rule /v1/store", tt.name, tt.src, code, out, errOut)
+		if code != 0 || !strings.Contains(out, "/v1/store") || !strings.Contains(out, "7") || errOut != "" {
+			t.Errorf("%s: match --config %s: got exit %d, %q %q, want the rule /v1/store and nothing on stderr", tt.name, tt.src, code, out, errOut)
 		}
 	}
 	// A store that does not answer is an error that names it, not a

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -20,7 +21,9 @@ var timeZero time.Time
 func newMatchCmd() *cobra.Command {
 	var path, app, method, ip, host string
 	var headers, claims []string
-	sf := storeFlags{timeout: source.DefaultTimeout, maxBytes: config.DefaultMaxBytes}
+	// match prints what it found; the store's "reachable" log line is not
+	// part of it.
+	sf := storeFlags{timeout: source.DefaultTimeout, maxBytes: config.DefaultMaxBytes, logger: slog.New(slog.DiscardHandler)}
 	cmd := &cobra.Command{
 		Use:   "match --config FILE [--app ID] [--method M] PATH",
 		Short: "Show which rules apply to a request, and why",

@@ -131,3 +131,23 @@ func TestLogDurations(t *testing.T) {
 		}
 	}
 }
+
+// TestArgNames checks the names a usage error gives for the arguments a
+// command's Use line ends with.
+func TestArgNames(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, use, want string
+	}{
+		{"one", "validate FILE|DIR", "FILE|DIR"},
+		{"two", "push SOURCE FILE", "SOURCE FILE"},
+		{"after flags", "match --config FILE [--app ID] [--method M] PATH", "PATH"},
+		{"a flag's value is not an argument", "match --config FILE", ""},
+		{"none", "health", ""},
+	}
+	for _, tt := range tests {
+		if got := strings.Join(argNames(tt.use), " "); got != tt.want {
+			t.Errorf("%s: argNames(%q): got %q, want %q", tt.name, tt.use, got, tt.want)
+		}
+	}
+}

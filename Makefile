@@ -21,7 +21,9 @@ run:
 test: deps lint lint-deploy
 	$(GO) test -race -count=1 ./...
 
-# Installs what the tests need beyond Go (promtool), when missing.
+# Installs what the tests need beyond Go, when missing: promtool,
+# redis-server, etcd, ZooKeeper, chromium, curl and the deploy linters
+# (.ci/deps says why each).
 deps:
 	@bash .ci/deps
 

@@ -19,10 +19,25 @@ import (
 
 var (
 	// mdLink finds inline links and images: [text](target "title").
-	mdLink = regexp.MustCompile(`!?\[[^\]]*\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
+	mdLink = regexp.MustCompile(`!?\[([^\]]*)\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
 	// htmlID finds explicit anchors: <a id="name"></a>, <span id=name>.
 	htmlID = regexp.MustCompile(`\bid="?([A-Za-z0-9_-]+)"?`)
+	// topicRE finds a topic: a paragraph that starts with its name in
+	// bold, "**Leases.** …", after an optional anchor of its own.
+	topicRE = regexp.MustCompile(`^(?:<a id="([A-Za-z0-9_-]+)"></a>)?\*\*([^*]+)\.\*\*`)
 )
+
+// topics returns the topics of a Markdown text, by name in lower case,
+// each with its anchor ("" if it has none).
+func topics(text string) map[string]string {
+	out := map[string]string{}
+	for _, line := range outsideCode(text) {
+		if m := topicRE.FindStringSubmatch(line); m != nil {
+			out[strings.ToLower(m[2])] = m[1]
+		}
+	}
+	return out
+}
 
 // slug returns the anchor GitHub gives a heading: lower case, everything
 // but letters, digits, spaces, hyphens and underscores dropped, spaces
@@ -97,7 +112,7 @@ func brokenLinks(root, rel string) ([]string, error) {
 	var broken []string
 	for i, line := range outsideCode(string(data)) {
 		for _, m := range mdLink.FindAllStringSubmatch(line, -1) {
-			target := m[1]
+			text, target := m[1], m[2]
 			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
 				continue
 			}
@@ -115,8 +130,16 @@ func brokenLinks(root, rel string) ([]string, error) {
 				broken = append(broken, where+": no file "+path)
 				continue
 			}
-			if frag != "" && strings.HasSuffix(path, ".md") && !slices.Contains(anchors(string(body)), frag) {
+			if !strings.HasSuffix(path, ".md") {
+				continue
+			}
+			if frag != "" && !slices.Contains(anchors(string(body)), frag) {
 				broken = append(broken, where+": "+path+" has no heading #"+frag)
+			}
+			// A link named after a topic of the page lands on the topic,
+			// not on the top of the section that holds it.
+			if id, ok := topics(string(body))[strings.ToLower(text)]; ok && (id == "" || id != frag) {
+				broken = append(broken, where+": "+path+" has the topic **"+text+".**: link to its anchor (give it one, <a id=\"…\"></a>, if it has none)")
 			}
 		}
 	}
@@ -166,7 +189,7 @@ func TestBrokenLinks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("docs/a.md", "# A\n\n## Keys: what a counter is shared by\n\n## Verified callers (JWT)\n\n## Keys: what a counter is shared by\n\n<a id=\"leases\"></a>\n```sh\n## not a heading\n```\n")
+	write("docs/a.md", "# A\n\n## Keys: what a counter is shared by\n\n## Verified callers (JWT)\n\n## Keys: what a counter is shared by\n\n<a id=\"leases\"></a>\n```sh\n## not a heading\n```\n\n## Redis\n\n<a id=\"batching\"></a>**Batching.** One round trip.\n\n**Deny cache.** No anchor.\n")
 	write("docs/pic.png", "")
 	tests := []struct {
 		name, page string
@@ -180,6 +203,9 @@ func TestBrokenLinks(t *testing.T) {
 		{"heading inside a code block", "[n](a.md#not-a-heading)", 1},
 		{"path from the page's directory", "[p](docs/pic.png)", 1},
 		{"inside code", "`[b](b.md)`\n```text\n[b](b.md)\n```", 0},
+		{"a topic's anchor", "[Batching](a.md#batching) [the batches](a.md#redis)", 0},
+		{"a topic by the section's top", "[Batching](a.md#redis)", 1},
+		{"a topic without an anchor", "[Deny cache](a.md#redis)", 1},
 	}
 	for _, tt := range tests {
 		write("docs/page.md", "# Page\n\n"+tt.page+"\n")

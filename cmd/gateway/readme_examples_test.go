@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io/fs"
 	"net/url"
 	"os"
@@ -14,6 +15,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/etcdtest"
+	"github.com/ratelimit-gateway/gateway/internal/redistest"
+	"github.com/ratelimit-gateway/gateway/internal/zktest"
 )
 
 // The documentation's shell examples are run by TestDocExamples. It reads
@@ -48,6 +53,31 @@ import (
 //	<!-- example: rls ARGS -->       likewise with `gateway rls ARGS`;
 //	                                 localhost:9091 becomes its admin
 //	                                 address
+//	<!-- example: redis; gateway ARGS; gateway ARGS -->
+//	                                 the parts, separated by ";", in
+//	                                 order: redis, etcd and zk start a
+//	                                 real server whose address replaces
+//	                                 localhost:6379, :2379 and :2181 in
+//	                                 the block and in later ARGS; a
+//	                                 second gateway's addresses replace
+//	                                 localhost:8081 and localhost:9091
+//	                                 (a third's :8082 and :9092…);
+//	                                 redis-cluster starts a Cluster of
+//	                                 three for localhost:7000,
+//	                                 localhost:7001,localhost:7002, and
+//	                                 redis-sentinel a Sentinel watching
+//	                                 a Redis as mymaster for
+//	                                 localhost:26379
+//	<!-- example: starts -->         each `gateway serve` or `gateway
+//	                                 rls` line of the block serves until
+//	                                 stopped: it must start and listen
+//	                                 (on free ports), and is stopped at
+//	                                 the end; with redis, etcd or zk too
+//	<!-- example: file PATH -->      on any block: it must be the file
+//	                                 PATH (from the repository root),
+//	                                 line for line, so that an example
+//	                                 run on that file shows what the
+//	                                 page shows
 //
 // so that an example needing a running gateway, Redis or a cluster says
 // so where it is written, and a docs page split off the README keeps its
@@ -158,6 +188,10 @@ func TestDocExamples(t *testing.T) {
 	var run, skipped int
 	for _, file := range docFiles(t, root) {
 		for _, b := range docBlocks(t, root, file) {
+			if path, ok := strings.CutPrefix(b.directive, "file "); ok {
+				checkFileBlock(t, root, b, strings.TrimSpace(path))
+				continue
+			}
 			switch {
 			case b.lang == "":
 				t.Errorf("%s: a fenced block without a language: tag it sh or console (a shell example, which this test runs) or text", b.where)
@@ -185,27 +219,96 @@ func TestDocExamples(t *testing.T) {
 	}
 }
 
+// checkFileBlock checks that block b is the file path, line for line.
+func checkFileBlock(t *testing.T, root string, b docBlock, path string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, path))
+	if err != nil {
+		t.Errorf("%s: <!-- example: file %s -->: %v", b.where, path, err)
+		return
+	}
+	if got, want := trimLines(b.lines), trimLines(strings.Split(string(data), "\n")); !slices.Equal(got, want) {
+		t.Errorf("%s: the block is not %s: make them the same\nblock:\n%s\nfile:\n%s", b.where, path, strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// serviceAddrs are the loopback addresses a block names for the servers
+// of a directive's redis, etcd and zk: the test starts them and puts
+// their real addresses in place of these.
+var serviceAddrs = map[string]string{"redis": "6379", "etcd": "2379", "zk": "2181"}
+
 // runDocBlock runs one shell block.
 func runDocBlock(t *testing.T, root string, b docBlock) {
-	replace := strings.NewReplacer() // addresses of a gateway started for the block
-	switch {
-	case b.directive == "":
-	case strings.HasPrefix(b.directive, "gateway "):
-		g := startGateway(t, nil, strings.Fields(strings.TrimPrefix(b.directive, "gateway "))...)
-		p, a := hostOf(t, g.proxy), hostOf(t, g.admin)
-		replace = strings.NewReplacer("localhost:8080", p, "127.0.0.1:8080", p, "localhost:9090", a, "127.0.0.1:9090", a)
-	case strings.HasPrefix(b.directive, "rls "):
-		g := startRLS(t, nil, nil, strings.Fields(strings.TrimPrefix(b.directive, "rls "))...)
-		a := hostOf(t, g.admin)
-		replace = strings.NewReplacer("localhost:9091", a, "127.0.0.1:9091", a)
-	default:
-		t.Fatalf("%s: unknown <!-- example: %s -->: use skip: REASON, gateway ARGS or rls ARGS", b.where, b.directive)
+	var pairs []string // addresses of what was started for the block
+	services := strings.NewReplacer()
+	starts, gateways := false, 0
+	var served []string // the ARGS of each gateway started, in order
+	for part := range strings.SplitSeq(b.directive, ";") {
+		part = strings.TrimSpace(part)
+		name, args, _ := strings.Cut(part, " ")
+		argv := strings.Fields(services.Replace(args))
+		var addr string
+		switch name {
+		case "":
+			continue
+		case "redis":
+			addr = redistest.Start(t).Addr
+		case "etcd":
+			addr = etcdtest.Start(t).Addr
+		case "zk":
+			addr = zktest.Start(t).Addr
+		case "redis-cluster":
+			c := redistest.StartCluster(t, 3)
+			pairs = append(pairs, "localhost:7000,localhost:7001,localhost:7002", strings.Join(c.Addrs(), ","))
+			services = strings.NewReplacer(pairs...)
+			continue
+		case "redis-sentinel":
+			sentinel := redistest.StartSentinel(t, redistest.Start(t), "mymaster")
+			pairs = append(pairs, "localhost:26379", sentinel.Addr)
+			services = strings.NewReplacer(pairs...)
+			continue
+		case "starts":
+			starts = true
+			continue
+		case "gateway":
+			g := startGateway(t, nil, argv...)
+			p, a := hostOf(t, g.proxy), hostOf(t, g.admin)
+			port, aport := strconv.Itoa(8080+gateways), strconv.Itoa(9090+gateways)
+			pairs = append(pairs, "localhost:"+port, p, "127.0.0.1:"+port, p, "localhost:"+aport, a, "127.0.0.1:"+aport, a)
+			gateways++
+			served = append(served, "gateway serve "+args)
+			continue
+		case "rls":
+			g := startRLS(t, nil, nil, argv...)
+			a := hostOf(t, g.admin)
+			pairs = append(pairs, "localhost:9091", a, "127.0.0.1:9091", a)
+			continue
+		default:
+			t.Fatalf("%s: unknown <!-- example: %s -->: use skip: REASON, file PATH, or any of redis, redis-cluster, redis-sentinel, etcd, zk, starts, gateway ARGS, rls ARGS separated by ;", b.where, b.directive)
+		}
+		port := serviceAddrs[name]
+		pairs = append(pairs, "localhost:"+port, addr, "127.0.0.1:"+port, addr)
+		services = strings.NewReplacer(pairs...)
 	}
+	replace := strings.NewReplacer(pairs...)
 	if why := unsafeExample(replace.Replace(strings.Join(b.lines, "\n"))); why != "" {
 		t.Fatalf("%s: not run: %s; mark it <!-- example: skip: REASON --> or make it local", b.where, why)
 	}
 	if b.lang != "console" {
-		out, code := runShell(t, root, replace.Replace(strings.Join(b.lines, "\n")))
+		script := replace.Replace(strings.Join(b.lines, "\n"))
+		var rest []string
+		for i, line := range strings.Split(script, "\n") {
+			switch {
+			case !isServeCommand(line):
+				rest = append(rest, line)
+			case starts:
+				startServing(t, root, b.where, line)
+			default:
+				served = checkServed(t, b.where, b.lines[i], served)
+			}
+		}
+		script = strings.Join(rest, "\n")
+		out, code := runShell(t, root, script)
 		if code != 0 {
 			t.Errorf("%s: the block exits %d:\n%s", b.where, code, out)
 		}
@@ -230,6 +333,14 @@ func runDocBlock(t *testing.T, root string, b docBlock) {
 		}
 	}
 	for _, s := range steps {
+		if isServeCommand(s.cmd) && starts {
+			startServing(t, root, b.where, replace.Replace(s.cmd))
+			continue
+		}
+		if isServeCommand(s.cmd) {
+			served = checkServed(t, b.where, s.cmd, served)
+			continue
+		}
 		out, code := runShell(t, root, replace.Replace(s.cmd))
 		if code != 0 {
 			t.Errorf("%s: $ %s\nexits %d:\n%s", b.where, s.cmd, code, out)
@@ -238,6 +349,79 @@ func runDocBlock(t *testing.T, root string, b docBlock) {
 		if got := trimLines(strings.Split(out, "\n")); !outputMatches(got, trimLines(s.want)) {
 			t.Errorf("%s: $ %s\ngot:\n%s\nwant (… for any text):\n%s", b.where, s.cmd, strings.Join(got, "\n"), strings.Join(trimLines(s.want), "\n"))
 		}
+	}
+}
+
+// isServeCommand reports whether a line of a block starts a gateway or
+// gateway rls that serves until stopped.
+func isServeCommand(line string) bool {
+	f := strings.Fields(line)
+	return len(f) >= 2 && f[0] == "gateway" && (f[1] == "serve" || f[1] == "rls")
+}
+
+// checkServed checks that a block's serve command line is the next
+// gateway its directive started (the test started it, on free ports), and
+// returns the gateways left.
+func checkServed(t *testing.T, where, line string, served []string) []string {
+	t.Helper()
+	flat := strings.Join(strings.Fields(strings.ReplaceAll(line, "\\\n", " ")), " ")
+	if len(served) == 0 {
+		t.Errorf("%s: $ %s\nserves until stopped: start it from the directive (<!-- example: gateway ARGS -->) or mark the block starts", where, line)
+		return nil
+	}
+	if want := strings.Join(strings.Fields(served[0]), " "); !strings.HasPrefix(flat, want) {
+		t.Errorf("%s: $ %s\nis not what the directive started: %s", where, line, want)
+	}
+	return served[1:]
+}
+
+// startServing runs the command line of a gateway (serve or rls) that
+// serves until stopped, on free loopback ports in place of those it names,
+// and waits until it listens; the test stops it.
+func startServing(t *testing.T, root, where, line string) {
+	t.Helper()
+	cmd := exec.Command("bash", "-c", "exec "+strings.TrimSpace(line)+" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0")
+	cmd.Dir = root
+	cmd.Env = shellEnv()
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	logs := &logBuffer{}
+	ready, done := make(chan string, 1), make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		listening := false
+		for sc.Scan() {
+			logs.WriteString(sc.Text() + "\n")
+			var rec struct{ Msg, Admin string }
+			if !listening && json.Unmarshal(sc.Bytes(), &rec) == nil && (rec.Msg == "gateway listening" || rec.Msg == "gateway rls listening") {
+				listening = true
+				ready <- rec.Admin
+			}
+		}
+		done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-done
+	})
+	select {
+	case admin := <-ready:
+		// Listening is not enough: a gateway serves under its fail mode
+		// with its store unreachable. Its store and rule source must
+		// answer.
+		code, body := send(t, "GET", "http://"+admin+"/readyz")
+		if code != 200 || strings.Contains(body, `"reachable":false`) || strings.Contains(body, `"connected":false`) {
+			t.Fatalf("%s: $ %s\nlistens, but /readyz answers %d %s\n%s", where, line, code, body, logs)
+		}
+	case err := <-done:
+		t.Fatalf("%s: $ %s\nexits before it listens: %v\n%s", where, line, err, logs)
+	case <-time.After(time.Minute):
+		t.Fatalf("%s: $ %s\ndoes not listen within a minute\n%s", where, line, logs)
 	}
 }
 
@@ -294,17 +478,7 @@ func runShell(t *testing.T, dir, script string) (string, int) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-e", "-c", script)
 	cmd.Dir = dir
-	env := []string{raceEnv}
-	for _, kv := range os.Environ() {
-		switch {
-		case strings.HasPrefix(kv, "GATEWAY_"):
-		case strings.HasPrefix(kv, "PATH="):
-			env = append(env, "PATH="+filepath.Dir(binary)+string(os.PathListSeparator)+strings.TrimPrefix(kv, "PATH="))
-		default:
-			env = append(env, kv)
-		}
-	}
-	cmd.Env = env
+	cmd.Env = shellEnv()
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
 		t.Fatalf("%q did not finish within 2 minutes:\n%s", script, out)
@@ -315,6 +489,22 @@ func runShell(t *testing.T, dir, script string) (string, int) {
 		t.Fatalf("running %q: %v", script, err)
 	}
 	return string(out), 0
+}
+
+// shellEnv is the environment of the examples: the test's, with the built
+// gateway first on PATH and without GATEWAY_* variables.
+func shellEnv() []string {
+	env := []string{raceEnv}
+	for _, kv := range os.Environ() {
+		switch {
+		case strings.HasPrefix(kv, "GATEWAY_"):
+		case strings.HasPrefix(kv, "PATH="):
+			env = append(env, "PATH="+filepath.Dir(binary)+string(os.PathListSeparator)+strings.TrimPrefix(kv, "PATH="))
+		default:
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 // trimLines drops trailing spaces from each line and trailing empty lines.

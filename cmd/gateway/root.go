@@ -82,6 +82,9 @@ GATEWAY_UPSTREAM=http://127.0.0.1:8081. A flag given on the command line wins.`,
 			return cmd.Help()
 		},
 	}
+	// --version prints what `gateway version` prints.
+	root.Version = versionString()
+	root.SetVersionTemplate("{{.Name}} {{.Version}}\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
@@ -157,9 +160,19 @@ func (*levelFlag) Type() string { return "level" }
 
 // newLogger builds the one logger from --log-format and --log-level.
 func newLogger(w io.Writer, format logFormat, level levelFlag) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: level.Level}
+	opts := &slog.HandlerOptions{Level: level.Level, ReplaceAttr: durationString}
 	if format == logText {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
 	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// durationString writes a duration as Go writes it ("30s", "1.5ms") in
+// both log formats: slog's JSON handler would write nanoseconds
+// (30000000000), which a reader has to count the zeros of.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }

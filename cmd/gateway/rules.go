@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -28,6 +29,8 @@ type storeFlags struct {
 	zkFromEnv    func()
 	timeout      time.Duration
 	maxBytes     int64
+	// logger logs the store's connection changes; nil is slog.Default().
+	logger *slog.Logger
 }
 
 func newRulesCmd() *cobra.Command {
@@ -118,7 +121,7 @@ func (sf *storeFlags) open(spec string) (source.Store, error) {
 		}
 		auth.Password = strings.TrimSpace(string(data))
 	}
-	return source.NewStore(source.Config{Spec: spec, MaxBytes: sf.maxBytes, Etcd: auth, ZK: sf.zk, Timeout: sf.timeout})
+	return source.NewStore(source.Config{Spec: spec, MaxBytes: sf.maxBytes, Etcd: auth, ZK: sf.zk, Timeout: sf.timeout, Logger: sf.logger})
 }
 
 // writeFlags are the flags of the commands that write.

@@ -86,7 +86,7 @@ func TestTopCommandErrors(t *testing.T) {
 	}{
 		{name: "not a URL", args: []string{"--admin", "127.0.0.1:9090"}, wantCode: 2, wantStderr: "is not an http:// URL"},
 		{name: "nothing listening", args: []string{"--admin", closed}, wantCode: 1, wantStderr: "reading " + closed + "/top"},
-		{name: "an argument", args: []string{"app-1"}, wantCode: 2, wantStderr: "accepts 0 arg(s)"},
+		{name: "an argument", args: []string{"app-1"}, wantCode: 2, wantStderr: "gateway top takes no arguments"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := runBinary(t, append([]string{"top"}, tc.args...)...)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
@@ -92,12 +93,33 @@ func validateRLS(cmd *cobra.Command, path string, opt rlsconfig.Options) error {
 	return nil
 }
 
-// exactArgs is cobra.ExactArgs reported as a usage error.
+// exactArgs is cobra.ExactArgs reported as a usage error that names the
+// arguments expected, as the command's Use line spells them.
 func exactArgs(n int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
-		if err := cobra.ExactArgs(n)(cmd, args); err != nil {
-			return usageError{fmt.Errorf("%s: %w", cmd.CommandPath(), err)}
+		if len(args) == n {
+			return nil
 		}
-		return nil
+		names := argNames(cmd.Use)
+		switch {
+		case n == 0:
+			return usageError{fmt.Errorf("%s takes no arguments, got %q", cmd.CommandPath(), args)}
+		case len(args) == 0:
+			return usageError{fmt.Errorf("%s expects %s, got none; usage: %s", cmd.CommandPath(), strings.Join(names, " "), cmd.UseLine())}
+		default:
+			return usageError{fmt.Errorf("%s expects %s, got %d argument(s) %q; usage: %s", cmd.CommandPath(), strings.Join(names, " "), len(args), args, cmd.UseLine())}
+		}
 	}
+}
+
+// argNames returns the names of the positional arguments at the end of a
+// command's Use line: "validate FILE|DIR" gives FILE|DIR, "match --config
+// FILE [--app ID] PATH" gives PATH.
+func argNames(use string) []string {
+	f := strings.Fields(use)
+	i := len(f)
+	for i > 1 && strings.Trim(f[i-1], "ABCDEFGHIJKLMNOPQRSTUVWXYZ_|.") == "" && !strings.HasPrefix(f[i-2], "-") {
+		i--
+	}
+	return f[i:]
 }

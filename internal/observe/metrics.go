@@ -205,25 +205,32 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 // Handler serves the registry in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler { return m.handler }
 
-// ruleMetrics are the metric children of one (app, api) pair, resolved on
-// first use and kept by Metrics, so that the request path does not hash
-// label values into the vectors.
+// ruleMetrics are the metric children of one (app, api) pair, each
+// resolved on its first count and kept by Metrics, so that the request
+// path does not hash label values into the vectors. A series exists once
+// it has been counted: a rule that only ever admits has one series, not
+// one per decision (docs/operations.md, "Metrics").
 type ruleMetrics struct {
-	requests [NumDecisions]prometheus.Counter
-	near     prometheus.Counter
-	// units and missing are the cost metrics, resolved on first use:
-	// most rules have no cost.
+	requests [NumDecisions]atomic.Pointer[prometheus.Counter]
+	near     atomic.Pointer[prometheus.Counter]
+	// units and missing are the cost metrics.
 	units, missing atomic.Pointer[prometheus.Counter]
 }
 
-// child returns the child of vec that c caches, resolving it once.
-func (rm *ruleMetrics) child(c *atomic.Pointer[prometheus.Counter], vec *prometheus.CounterVec, app, api string) prometheus.Counter {
+// child returns the child of vec for app and api that c caches,
+// resolving it once.
+func child(c *atomic.Pointer[prometheus.Counter], vec *prometheus.CounterVec, app, api string) prometheus.Counter {
 	if p := c.Load(); p != nil {
 		return *p
 	}
-	child := vec.WithLabelValues(app, api)
-	c.Store(&child)
-	return child
+	return resolve(c, vec, app, api)
+}
+
+// resolve creates the child of vec for labels, and caches it in c.
+func resolve(c *atomic.Pointer[prometheus.Counter], vec *prometheus.CounterVec, labels ...string) prometheus.Counter {
+	ch := vec.WithLabelValues(labels...)
+	c.Store(&ch)
+	return ch
 }
 
 // ruleLabels are the labels of one ruleMetrics.
@@ -235,18 +242,19 @@ func (m *Metrics) rule(app, api string) *ruleMetrics {
 	if rm, ok := m.rules.Load(k); ok {
 		return rm.(*ruleMetrics)
 	}
-	rm := &ruleMetrics{near: m.nearLimit.WithLabelValues(app, api)}
-	for d := range NumDecisions {
-		rm.requests[d] = m.requests.WithLabelValues(app, api, d.String())
-	}
-	got, _ := m.rules.LoadOrStore(k, rm)
+	got, _ := m.rules.LoadOrStore(k, new(ruleMetrics))
 	return got.(*ruleMetrics)
 }
 
 // ObserveRequest records one request. It implements Observer.
 func (m *Metrics) ObserveRequest(o *Outcome) {
 	d := o.Decision
-	m.rule(o.App, o.API).requests[d].Inc()
+	c := &m.rule(o.App, o.API).requests[d]
+	if p := c.Load(); p != nil {
+		(*p).Inc()
+	} else {
+		resolve(c, m.requests, o.App, o.API, d.String()).Inc()
+	}
 	m.durations[d].Observe(o.Duration.Seconds())
 	if o.n > 0 || o.StoreError {
 		m.limiterDuration.Observe(o.LimiterDuration.Seconds())
@@ -269,18 +277,18 @@ func (m *Metrics) ObserveRequest(o *Outcome) {
 		}
 		rm := m.rule(l.App, l.API)
 		if l.Charged > 0 {
-			rm.child(&rm.units, m.costUnits, l.App, l.API).Add(float64(l.Charged))
+			child(&rm.units, m.costUnits, l.App, l.API).Add(float64(l.Charged))
 			if l.Tokens {
 				m.tokenUnits.WithLabelValues(l.App, l.Plan).Add(float64(l.Charged))
 			}
 		}
 		if l.CostMissing {
-			rm.child(&rm.missing, m.costMissing, l.App, l.API).Inc()
+			child(&rm.missing, m.costMissing, l.App, l.API).Inc()
 		}
 	}
 	for _, l := range o.Limits() {
 		if l.Allowed && l.Limit > 0 && float64(l.Limit-l.Remaining) >= NearLimitRatio*float64(l.Limit) {
-			m.rule(l.App, l.API).near.Inc()
+			child(&m.rule(l.App, l.API).near, m.nearLimit, l.App, l.API).Inc()
 		}
 	}
 }

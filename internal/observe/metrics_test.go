@@ -1,6 +1,7 @@
 package observe
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -71,5 +72,65 @@ gateway_route_requests_total{class="5xx",route="users",upstream="users"} 1
 `
 	if err := testutil.CollectAndCompare(reg, strings.NewReader(want), "gateway_route_requests_total"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestMetricsSeriesOnFirstCount checks that a rule's request series
+// appear when a request is first counted with that decision: 1,000 apps of
+// two rules, each admitted once, add 2,000 series, not one per decision
+// and rule, and the near-limit series only where a limit was nearly used.
+func TestMetricsSeriesOnFirstCount(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(MetricsConfig{Registry: reg})
+	before := testutil.CollectAndCount(reg)
+	const apps = 1000
+	for i := range apps {
+		for _, api := range []string{"/v1/a", "/v1/b"} {
+			o := Outcome{App: fmt.Sprintf("app-%d", i), API: api, Decision: DecisionAllowed}
+			o.AddLimit(LimitOutcome{App: o.App, API: api, Limit: 100, Remaining: 99, Allowed: true})
+			m.ObserveRequest(&o)
+		}
+	}
+	if got, want := testutil.CollectAndCount(reg)-before, 2*apps; got != want {
+		t.Errorf("series added by 2,000 first requests: got %d, want %d", got, want)
+	}
+	if got := testutil.CollectAndCount(reg, "gateway_near_limit_total"); got != 0 {
+		t.Errorf("near-limit series with no limit near: got %d, want 0", got)
+	}
+
+	// Each new decision of a rule adds its series, counted once.
+	for _, o := range []Outcome{
+		{App: "app-1", API: "/v1/a", Decision: DecisionLimited},
+		{App: "app-1", API: "/v1/a", Decision: DecisionLimited},
+		{App: "*", API: "", Decision: DecisionUnmatched},
+	} {
+		m.ObserveRequest(&o)
+	}
+	got := testutil.CollectAndCount(reg, "gateway_requests_total")
+	if got != 2*apps+2 {
+		t.Errorf("gateway_requests_total series: got %d, want %d", got, 2*apps+2)
+	}
+	for _, tt := range []struct {
+		decision Decision
+		app, api string
+		want     float64
+	}{
+		{DecisionAllowed, "app-1", "/v1/a", 1},
+		{DecisionLimited, "app-1", "/v1/a", 2},
+		{DecisionUnmatched, "*", "", 1},
+		{DecisionAllowed, "app-999", "/v1/b", 1},
+	} {
+		if v := testutil.ToFloat64(m.requests.WithLabelValues(tt.app, tt.api, tt.decision.String())); v != tt.want {
+			t.Errorf("requests{%s,%s,%s}: got %v, want %v", tt.app, tt.api, tt.decision, v, tt.want)
+		}
+	}
+
+	// A limit left 80% used counts its near-limit series, once created.
+	o := Outcome{App: "app-2", API: "/v1/a", Decision: DecisionAllowed}
+	o.AddLimit(LimitOutcome{App: "app-2", API: "/v1/a", Limit: 10, Remaining: 1, Allowed: true})
+	m.ObserveRequest(&o)
+	if got := testutil.CollectAndCount(reg, "gateway_near_limit_total"); got != 1 {
+		t.Errorf("near-limit series after one near request: got %d, want 1", got)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/gwtest"
@@ -16,6 +17,13 @@ import (
 )
 
 var t0 = gwtest.T0
+
+// testSettle is the rule file watchers' settle time in these tests, in
+// place of the product's watch.DefaultSettle (2s), which every edit would
+// wait: long enough for writeFile's truncate and write to land as one
+// change, and the tests wait for the reload they expect rather than for a
+// time. TestHalfWrittenFileNeverLoads keeps the default, which it tests.
+const testSettle = 100 * time.Millisecond
 
 // basicRules are the rules most tests use (package gwtest).
 var basicRules = gwtest.BasicRules

@@ -59,7 +59,7 @@ func newWatched(t *testing.T, path string) *watched {
 	rules := g.reloader(func() (*config.Rules, error) { return config.Load(path) })
 	w := &watched{gw: g, rules: rules, path: path, reloads: make(chan bool, 100)}
 	rules.onReload = func(ok bool, _ *ruleset.Set) { w.reloads <- ok }
-	fw, err := watch.New(watch.Config{Path: path, OnChange: func() { rules.Reload() }, Debounce: 10 * time.Millisecond})
+	fw, err := watch.New(watch.Config{Path: path, OnChange: func() { rules.Reload() }, Debounce: 10 * time.Millisecond, Settle: testSettle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,7 +454,7 @@ func TestHalfWrittenFileNeverLoads(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	order := "      - api: /v1/order\n        limit: 5\n        unit: 1h\n"
 	writeFile(t, path, rulesWithLimit(5, order))
-	g := startLive(t, func(c *Config) { c.ConfigPath = path })
+	g := startLive(t, func(c *Config) { c.ConfigPath, c.WatchSettle = path, watch.DefaultSettle })
 	for i := range 3 {
 		if code := g.get(t, "/v1/order"); code != 200 {
 			t.Fatalf("spending /v1/order %d: got %d", i, code)

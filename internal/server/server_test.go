@@ -51,6 +51,7 @@ func startLive(t *testing.T, edit func(*Config)) *live {
 		t.Fatal(err)
 	}
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.WatchSettle = testSettle
 	logs := newLogStore()
 	cfg.Logger = slog.New(&logRecorder{store: logs})
 	if edit != nil {

@@ -29,7 +29,7 @@ func TestFromEnv(t *testing.T) {
 			"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01",
 			"OTEL_PROPAGATORS": "tracecontext, b3multi", "OTEL_SERVICE_NAME": "edge",
 			"OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=prod,team=a%20b",
-			"OTEL_BSP_MAX_QUEUE_SIZE": "100", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "10",
+			"OTEL_BSP_MAX_QUEUE_SIZE":  "100", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "10",
 			"OTEL_BSP_SCHEDULE_DELAY": "250", "OTEL_BSP_EXPORT_TIMEOUT": "2000",
 		}, want: Config{
 			Enabled: true, Protocol: ProtocolGRPC, Sampler: "parentbased_traceidratio", SamplerArg: 0.01,

@@ -62,7 +62,7 @@ func traceUpstream(pr *httputil.ProxyRequest, prop propagation.TextMapPropagator
 		}
 		pr.Out = pr.Out.WithContext(ctx)
 	}
-	prop.Inject(ctx, propagation.HeaderCarrier(pr.Out.Header))
+	prop.Inject(ctx, tracing.HeaderCarrier(pr.Out.Header))
 }
 
 // endUpstream ends the upstream span of the request behind ctx's forward,

@@ -33,6 +33,7 @@ configs:
 		ratio float64 // < 0: tracing off
 	}{
 		{"off", -1},
+		{"sampled-none", 0},
 		{"sampled-1pct", 0.01},
 		{"sampled-all", 1},
 	} {

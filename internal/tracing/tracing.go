@@ -205,7 +205,7 @@ func (t *Tracer) Register(reg prometheus.Registerer) {
 // outcome, written by observe.Traces). It ends when next returns.
 func (t *Tracer) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+		ctx := t.prop.Extract(r.Context(), HeaderCarrier(r.Header))
 		ctx, span := t.tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer))
 		defer span.End()
 		if span.IsRecording() {

@@ -229,7 +229,9 @@ func TestTracesAdmittedAndRefused(t *testing.T) {
 				t.Errorf("keyed server span: got %s %q in %v, want a 16-digit hash and no raw value", key, h, srv.Attrs)
 			}
 
-			// The exemplar of the admitted request's duration.
+			// The exemplars of the requests' durations: a bucket keeps the
+			// last one, so the refused request, alone in its decision, is
+			// there, and one of the two admitted ones.
 			req, _ := http.NewRequest(http.MethodGet, "http://"+g.admin+"/metrics", nil)
 			req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
 			resp, err := http.DefaultClient.Do(req)
@@ -238,8 +240,12 @@ func TestTracesAdmittedAndRefused(t *testing.T) {
 			}
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if !strings.Contains(string(body), `trace_id="`+admitted+`"`) {
-				t.Errorf("no exemplar with trace_id %s in /metrics:\n%s", admitted, grepLines(string(body), "gateway_request_duration_seconds_bucket"))
+			buckets := grepLines(string(body), "gateway_request_duration_seconds_bucket")
+			if !strings.Contains(grepLines(buckets, `decision="limited"`), `trace_id="`+refused+`"`) {
+				t.Errorf("no exemplar with trace_id %s among the limited buckets of /metrics:\n%s", refused, buckets)
+			}
+			if allowed := grepLines(buckets, `decision="allowed"`); !strings.Contains(allowed, `trace_id="`+admitted+`"`) && !strings.Contains(allowed, `trace_id="`+keyed+`"`) {
+				t.Errorf("no exemplar with trace_id %s or %s among the allowed buckets of /metrics:\n%s", admitted, keyed, buckets)
 			}
 		})
 	}

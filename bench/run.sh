@@ -49,6 +49,10 @@
 #   Redis store; the table gives the store errors per request, which must
 #   be 0 for its figures to be Redis's)
 #   QUIET_WAIT=0
+#   TRACES=1 adds gateway-traces-1pct and gateway-traces-all on the admitted
+#   and limited paths: the gateway exporting OpenTelemetry traces of 1% and
+#   of every request (docs/operations.md, "Traces") to bench/otlpsink on
+#   the load's core
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
@@ -58,6 +62,7 @@ PROXY_CPU=${PROXY_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 BASE_REF=${BASE_REF:-}
 QUIET_WAIT=${QUIET_WAIT:-0}
+TRACES=${TRACES:-0}
 REDIS_TIMEOUT=${REDIS_TIMEOUT:-1s}
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -97,6 +102,7 @@ fi
 echo "building" >&2
 go build -o "$WORK/upstream" ./bench/upstream
 go build -o "$WORK/bareproxy" ./bench/bareproxy
+[ "$TRACES" != 1 ] || go build -o "$WORK/otlpsink" ./bench/otlpsink
 CGO_ENABLED=0 go build -trimpath -o "$WORK/gateway" ./cmd/gateway
 if [ -n "$BASE_REF" ]; then
 	echo "building gateway-base from $BASE_REF (${base_commit:0:12})" >&2
@@ -115,6 +121,9 @@ declare -A ADMIN=([gateway-redis]=19096 [gateway-redis-exact]=19097)
 REDIS_PORT=18379
 if [ -n "$BASE_REF" ]; then
 	PORT[gateway-base]=18095 PORT[gateway-redis-base]=18099 ADMIN[gateway-redis-base]=19099
+fi
+if [ "$TRACES" = 1 ]; then
+	PORT[gateway-traces-1pct]=18100 PORT[gateway-traces-all]=18101
 fi
 declare -A PID # contender -> the process whose CPU time is measured
 
@@ -156,6 +165,18 @@ for c in gateway-redis gateway-redis-exact; do
 		--listen "127.0.0.1:${PORT[$c]}" --admin-listen "127.0.0.1:${ADMIN[$c]}" --log-level warn --watch=false \
 		--store redis --redis-url "redis://127.0.0.1:$REDIS_PORT/0" --redis-timeout "$REDIS_TIMEOUT" "${extra[@]}"
 done
+if [ "$TRACES" = 1 ]; then
+	OTLP=127.0.0.1:14318
+	start otlpsink "$LOAD_CPU" "$WORK/otlpsink" -listen "$OTLP"
+	for c in gateway-traces-1pct gateway-traces-all; do
+		ratio=1
+		[ "$c" = gateway-traces-all ] || ratio=0.01
+		start "$c" "$PROXY_CPU" env OTEL_TRACES_EXPORTER=otlp OTEL_EXPORTER_OTLP_ENDPOINT="http://$OTLP" \
+			OTEL_TRACES_SAMPLER=parentbased_traceidratio OTEL_TRACES_SAMPLER_ARG="$ratio" \
+			"$WORK/gateway" serve --config bench/rules.yaml --upstream "http://$UPSTREAM" \
+			--listen "127.0.0.1:${PORT[$c]}" --admin-listen "127.0.0.1:$((PORT[$c] + 1000))" --log-level warn --watch=false
+	done
+fi
 if [ -n "$BASE_REF" ]; then
 	start gateway-base "$PROXY_CPU" "$WORK/gateway-base" serve --config bench/rules.yaml --upstream "http://$UPSTREAM" \
 		--listen "127.0.0.1:${PORT[gateway-base]}" --admin-listen 127.0.0.1:19095 --log-level warn --watch=false
@@ -281,6 +302,10 @@ if [ -n "$BASE_REF" ]; then
 	CONTENDERS[admitted]+=" gateway-redis-base"
 	CONTENDERS[cold]+=" gateway-redis-base"
 fi
+if [ "$TRACES" = 1 ]; then
+	CONTENDERS[admitted]+=" gateway-traces-1pct gateway-traces-all"
+	CONTENDERS[limited]+=" gateway-traces-1pct gateway-traces-all"
+fi
 declare -A APP=([admitted]=bench [limited]=blocked [cold]=mix)
 
 for round in $(seq "$ROUNDS"); do
@@ -352,6 +377,7 @@ file="$OUT/$stamp.md"
 	echo "direct = the upstream without a proxy; bare = httputil.ReverseProxy with the gateway's Transport and no limiting;"
 	echo "gateway-noheaders = the gateway with --ratelimit-headers none; gateway-routes = the gateway with a route to a pool of two"
 	echo "targets (the upstream and a second one on core $LOAD_CPU) instead of --upstream."
+	[ "$TRACES" != 1 ] || echo "gateway-traces-1pct, gateway-traces-all = the gateway exporting OpenTelemetry traces of 1% and of every request over OTLP/HTTP to bench/otlpsink on core $LOAD_CPU."
 	echo "CPU µs/request = user+sys time of the proxy's process (nginx: master and worker) during the wrk run / requests completed;"
 	echo "CPU / bare divides by bare's admitted median on both paths (bare forwards every request: it does not limit)."
 	echo

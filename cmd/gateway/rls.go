@@ -22,6 +22,7 @@ func newRLSCmd() *cobra.Command {
 		}
 		logFormat = logJSON
 		logLevel  levelFlag
+		traces    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "rls",
@@ -44,6 +45,9 @@ SIGINT drains and exits.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Logger = newLogger(cmd.ErrOrStderr(), logFormat, logLevel)
 			cfg.Version = version
+			if err := tracingFromEnv(&cfg.Tracing, "gateway-rls", true, traces); err != nil {
+				return err
+			}
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
@@ -66,6 +70,7 @@ SIGINT drains and exits.`,
 	f.StringVar(&cfg.AccessLog, "access-log", cfg.AccessLog, "write one JSON line per ShouldRateLimit call to stdout, stderr or this file (off when empty)")
 	f.BoolVar(&cfg.AccessLogKeys, "access-log-keys", cfg.AccessLogKeys, "write descriptor values to the access log as they are, rather than the first 16 hex digits of their sha256")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "longest drain of calls in flight on SIGTERM")
+	f.BoolVar(&traces, "tracing", false, tracingUsage+"; envoyproxy/ratelimit's TRACING_ENABLED, TRACING_EXPORTER_PROTOCOL, TRACING_SERVICE_NAME and TRACING_SAMPLING_RATE work too")
 	f.Var(&logFormat, "log-format", "log format: json or text")
 	f.Var(&logLevel, "log-level", "log level: debug, info, warn, error")
 	return cmd

@@ -22,6 +22,7 @@ func newServeCmd() *cobra.Command {
 		logFormat = logJSON
 		logLevel  levelFlag
 		zkFromEnv func()
+		traces    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -45,6 +46,9 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 			cfg.Logger = newLogger(cmd.ErrOrStderr(), logFormat, logLevel)
 			cfg.Version = version
 			zkFromEnv()
+			if err := tracingFromEnv(&cfg.Tracing, "gateway", false, traces); err != nil {
+				return err
+			}
 			if !cmd.Flags().Changed("config") {
 				cfg.FallbackRules = configs.ExampleRules
 			}
@@ -95,6 +99,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 	f.StringVar(&cfg.AccessLog, "access-log", cfg.AccessLog, "write one JSON line per request to stdout, stderr or this file (off when empty)")
 	f.BoolVar(&cfg.AccessLogKeys, "access-log-keys", cfg.AccessLogKeys, "write the header and query values of keyed limits to the access log as they are, rather than the first 16 hex digits of their sha256")
 	f.BoolVar(&cfg.Pprof, "pprof", cfg.Pprof, "serve the Go profiler on the admin port at /debug/pprof/")
+	f.BoolVar(&traces, "tracing", false, tracingUsage)
 	f.DurationVar(&cfg.ReadHeaderTimeout, "read-header-timeout", cfg.ReadHeaderTimeout, "longest a client may take to send a request's headers (and TLS handshake) before the proxy closes the connection; stops slowloris clients. Whole requests and responses have no timeout, so that streams work")
 	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "longest a keep-alive connection to the proxy may wait for its next request")
 	f.IntVar(&cfg.MaxHeaderBytes, "max-header-bytes", cfg.MaxHeaderBytes, "largest request line and headers in bytes, else 431; the default 64 KiB is well above what browsers and proxies send (8-16 KiB) and caps the memory a connection can pin")

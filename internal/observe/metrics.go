@@ -76,6 +76,10 @@ type MetricsConfig struct {
 	Keys func() int
 	// Version is the gateway's version for gateway_build_info.
 	Version string
+	// Exemplars serves the OpenMetrics format to scrapers that ask for
+	// it, whose request-duration histogram carries the trace and span
+	// IDs of sampled requests as exemplars; set it when tracing is on.
+	Exemplars bool
 }
 
 // NewMetrics registers the gateway's metrics with cfg.Registry.
@@ -198,7 +202,7 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 	m.reloads.WithLabelValues("success")
 	m.reloads.WithLabelValues("failure")
 	m.reloads.WithLabelValues("unchanged")
-	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: cfg.Exemplars})
 	return m
 }
 
@@ -255,7 +259,7 @@ func (m *Metrics) ObserveRequest(o *Outcome) {
 	} else {
 		resolve(c, m.requests, o.App, o.API, d.String()).Inc()
 	}
-	m.durations[d].Observe(o.Duration.Seconds())
+	m.observeDuration(o)
 	if o.n > 0 || o.StoreError {
 		m.limiterDuration.Observe(o.LimiterDuration.Seconds())
 	}
@@ -291,6 +295,23 @@ func (m *Metrics) ObserveRequest(o *Outcome) {
 			child(&m.rule(l.App, l.API).near, m.nearLimit, l.App, l.API).Inc()
 		}
 	}
+}
+
+// observeDuration records the request's duration, with its trace as the
+// exemplar when it was sampled.
+func (m *Metrics) observeDuration(o *Outcome) {
+	h := m.durations[o.Decision]
+	if o.Span != nil {
+		if sc := o.Span.SpanContext(); sc.IsSampled() {
+			if eo, ok := h.(prometheus.ExemplarObserver); ok {
+				eo.ObserveWithExemplar(o.Duration.Seconds(), prometheus.Labels{
+					"trace_id": sc.TraceID().String(), "span_id": sc.SpanID().String(),
+				})
+				return
+			}
+		}
+	}
+	h.Observe(o.Duration.Seconds())
 }
 
 // UpstreamResponse records a response from the upstream.

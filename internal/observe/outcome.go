@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 )
@@ -69,6 +71,10 @@ type Outcome struct {
 	HasUpstreamCost bool
 	// ChargeError reports whether charging the response's cost failed.
 	ChargeError bool
+	// Span is the request's server span when it is traced and recording
+	// (docs/operations.md, "Traces"), nil otherwise: observers add to it
+	// (package tracing) or link to it (the metrics' exemplars).
+	Span trace.Span
 
 	limits [MaxLimits]LimitOutcome
 	n      int

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ratelimit-gateway/gateway/internal/query"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The handler decides on the request as the client sent it: every key,
@@ -47,6 +48,9 @@ type forward struct {
 	// request is not canceled with it (a limit charged by the response):
 	// the errors of the upstream's request are judged by it.
 	client context.Context
+	// span is the upstream request's client span while it is open
+	// (trace.go).
+	span trace.Span
 }
 
 // clientContext returns the context of the client's request behind the

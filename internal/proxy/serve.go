@@ -10,7 +10,9 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
+	"github.com/ratelimit-gateway/gateway/internal/tracing"
 	"github.com/ratelimit-gateway/gateway/internal/trie"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // scratch is the per-request state of the handler, pooled so that a
@@ -86,6 +88,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// refusal's Trailers-Only response early.
 	sc.sw = statusWriter{ResponseWriter: w, unread: r.ContentLength != 0 && r.ProtoMajor == 1}
 	sc.o.Start, sc.o.Method = h.now(), r.Method
+	sc.o.Span = tracedSpan(r)
 	defer func() {
 		// ReverseProxy aborts a response whose upstream broke mid-body
 		// by panicking with http.ErrAbortHandler, so that the client
@@ -332,8 +335,14 @@ func (h *Handler) decide(r *http.Request, sc *scratch) {
 	o := &sc.o
 	n := sc.n
 	lims, res := sc.lims[:n], sc.res[:n]
+	ctx := r.Context()
+	if o.Span != nil {
+		var span trace.Span
+		ctx, span = tracing.StartDecision(ctx)
+		defer endDecision(span, sc)
+	}
 	t0 := time.Now()
-	allowed, v, alone := h.allow(r.Context(), o.Start, sc.reqs[:n], res, lims)
+	allowed, v, alone := h.allow(ctx, o.Start, sc.reqs[:n], res, lims)
 	o.LimiterDuration = time.Since(t0)
 	sc.decidedBy, sc.alone = v, alone
 	// A decision replaces what an earlier one of the same request (before
@@ -424,7 +433,12 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 	}
 	t0 := time.Now()
 	// Deferred: ReverseProxy panics to abort a response broken mid-body.
-	defer func() { o.UpstreamDuration = time.Since(t0) }()
+	defer func() {
+		o.UpstreamDuration = time.Since(t0)
+		if sc.fwd.span != nil { // a response neither answered nor failed
+			sc.fwd.span.End()
+		}
+	}()
 	sc.sw.forwarding = true
 	out := r.WithContext(context.WithValue(ctx, forwardKey{}, &sc.fwd))
 	if sc.route != nil && sc.route.Handler != nil {

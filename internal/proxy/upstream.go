@@ -19,6 +19,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/upstream"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // StatusClientClosed is the status recorded (never sent) for a request whose
@@ -82,6 +83,10 @@ type UpstreamConfig struct {
 	// StripSegments removes that many leading segments of the path
 	// before it is joined to URL's (a route's stripPrefix).
 	StripSegments int
+	// Propagator, when not nil (tracing is on), writes the trace
+	// context into the upstream's request, whose client span it starts
+	// when the request's span records (docs/operations.md, "Traces").
+	Propagator propagation.TextMapPropagator
 }
 
 // RouteForwarder returns what builds the reverse proxy of each route of a
@@ -157,7 +162,7 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 	if cfg.Transport != nil {
 		rt = cfg.Transport
 	}
-	strip := cfg.StripSegments
+	strip, prop := cfg.StripSegments, cfg.Propagator
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			rewriteForward(pr) // before SetURL joins the path
@@ -178,6 +183,9 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 				pr.Out.Header["X-Forwarded-For"] = []string{strings.Join(chain, ", ") + ", " + pr.Out.Header.Get("X-Forwarded-For")}
 			}
 			sendOnce(pr.Out)
+			if prop != nil {
+				traceUpstream(pr, prop)
+			}
 		},
 		Transport:  rt,
 		BufferPool: newBufferPool(),
@@ -197,6 +205,9 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 			if events != nil {
 				events.UpstreamResponse(resp.StatusCode)
 			}
+			if prop != nil {
+				endUpstream(resp.Request, resp.StatusCode, "")
+			}
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -206,6 +217,9 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 			status, code, msg := upstreamError(clientContext(r), err)
 			if events != nil {
 				events.UpstreamError(errorKind(status, err))
+			}
+			if prop != nil {
+				endUpstream(r, 0, errorKind(status, err))
 			}
 			if status == StatusClientClosed {
 				markStatus(w, StatusClientClosed)

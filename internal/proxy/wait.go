@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/tracing"
 )
 
 // This file lets a request over a limit wait for room instead of being
@@ -110,6 +112,9 @@ func (h *Handler) waitForRoom(r *http.Request, sc *scratch) {
 	}
 	defer ws.waiting.Add(-1)
 	start := time.Now()
+	if sc.o.Span != nil {
+		defer func() { tracing.Waited(sc.o.Span, time.Since(start)) }()
+	}
 	w := ws.join(key)
 	defer ws.leave(key, w)
 	// First at once: the decision just made stands, and the wait it

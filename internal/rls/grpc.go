@@ -18,9 +18,10 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 
 // NewGRPCServer returns a gRPC server of svc and of the standard health
 // service (grpc.health.v1.Health), serving over TLS when tlsConf is not
-// nil. The health service starts SERVING for "" and ServiceName; set it
-// to NOT_SERVING while draining.
-func NewGRPCServer(svc *Service, tlsConf *tls.Config) (*grpc.Server, *health.Server) {
+// nil, with extra's options too (the tracing stats handler). The health
+// service starts SERVING for "" and ServiceName; set it to NOT_SERVING
+// while draining.
+func NewGRPCServer(svc *Service, tlsConf *tls.Config, extra ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	opts := []grpc.ServerOption{
 		// Envoy keeps its connections open for ever; pings from a client
 		// more often than this are abuse.
@@ -30,7 +31,7 @@ func NewGRPCServer(svc *Service, tlsConf *tls.Config) (*grpc.Server, *health.Ser
 	if tlsConf != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConf)))
 	}
-	srv := grpc.NewServer(opts...)
+	srv := grpc.NewServer(append(opts, extra...)...)
 	rlsv3.RegisterRateLimitServiceServer(srv, svc)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

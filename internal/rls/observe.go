@@ -4,6 +4,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Call is one ShouldRateLimit call as observers see it. Observers must
@@ -18,6 +19,9 @@ type Call struct {
 	Response *rlsv3.RateLimitResponse // nil when Err is not
 	// Err is why the call was refused (an invalid request) or failed.
 	Err error
+	// Span is the call's server span when it is traced and recording,
+	// else nil.
+	Span trace.Span
 	// ds are the descriptors' decisions, nil when Err is not.
 	ds []decision
 }

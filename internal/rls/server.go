@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,13 +21,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/stats"
 
 	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
 	"github.com/ratelimit-gateway/gateway/internal/server"
+	"github.com/ratelimit-gateway/gateway/internal/tracing"
 	"github.com/ratelimit-gateway/gateway/internal/watch"
 )
 
@@ -61,6 +65,10 @@ type ServerConfig struct {
 	AccessLogKeys bool
 	// ShutdownTimeout bounds the drain of calls in flight.
 	ShutdownTimeout time.Duration
+	// Tracing exports OpenTelemetry traces of the calls when
+	// Tracing.Enabled (docs/operations.md, "Traces"), descriptor values
+	// hashed unless AccessLogKeys.
+	Tracing tracing.Config
 	// Version is the build's version, for gateway_build_info.
 	Version string
 	// Logger is the one logger.
@@ -95,6 +103,7 @@ type Server struct {
 	metrics *Metrics
 	top     *Top
 	alog    *AccessLog
+	tracer  *tracing.Tracer // nil without tracing
 	stores  *server.Stores
 	certs   *server.CertReloader
 	grpc    *grpc.Server
@@ -170,6 +179,24 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 	s.metrics = NewMetrics(reg)
 	s.top = NewTop(observe.TopConfig{})
 	observers := []Observer{s.top}
+	var grpcOpts []grpc.ServerOption
+	if cfg.Tracing.Enabled {
+		tc := cfg.Tracing
+		tc.Store = string(cfg.Store.Store)
+		tr, err := tracing.New(tc)
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, tr.Close)
+		s.tracer = tr
+		tr.Register(reg)
+		observers = append(observers, &Traces{RawValues: cfg.AccessLogKeys})
+		grpcOpts = append(grpcOpts, grpc.StatsHandler(otelgrpc.NewServerHandler(
+			otelgrpc.WithTracerProvider(tr.Provider()), otelgrpc.WithPropagators(tr.Propagator()),
+			// The health checks are not calls worth a trace.
+			otelgrpc.WithFilter(func(info *stats.RPCTagInfo) bool { return !strings.HasPrefix(info.FullMethodName, "/grpc.health.") }),
+		)))
+	}
 	if cfg.AccessLog != "" {
 		if s.alog, err = OpenAccessLog(cfg.AccessLog); err != nil {
 			return nil, fmt.Errorf("--access-log: %w", err)
@@ -189,7 +216,7 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 	s.install(c)
 	s.log.Info("rls config loaded", "path", cfg.ConfigPath, "files", len(c.Files), "domains", len(c.Domains), "limits", c.Limits(), "sha256", c.SHA256)
 
-	s.grpc, s.health = NewGRPCServer(s.svc, s.tlsConfig())
+	s.grpc, s.health = NewGRPCServer(s.svc, s.tlsConfig(), grpcOpts...)
 	if s.gl, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("--listen: %w", err)
 	}
@@ -268,6 +295,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	defer s.stores.Close()
 	if s.alog != nil {
 		defer s.alog.Close() // after the drain: no call is in flight
+	}
+	if s.tracer != nil {
+		defer s.tracer.Close() // exports the spans of the last calls
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

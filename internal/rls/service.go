@@ -23,6 +23,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -151,6 +152,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	resp, ds, err := s.shouldRateLimit(ctx, req, now)
 	if len(s.cfg.Observers) > 0 {
 		c := &Call{Start: now, Duration: s.cfg.Now().Sub(now), Request: req, Response: resp, Err: err, ds: ds}
+		if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
+			c.Span = sp
+		}
 		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 			c.Peer = p.Addr.String()
 		}
@@ -284,7 +288,9 @@ func (s *Service) decide(ctx context.Context, now time.Time, reqs []limit.Reques
 		scaled[i] = reqs[i].Params.Scaled(s.cfg.LocalShare)
 		return &scaled[i]
 	}
-	allowed, v, _ := s.failover.Allow(ctx, now, reqs, res, local)
+	dctx, traced := startDecision(ctx)
+	allowed, v, _ := s.failover.Allow(dctx, now, reqs, res, local)
+	traced(v)
 	if v == failmode.StoreDecided {
 		return allowed, 0, nil
 	}

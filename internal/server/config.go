@@ -17,6 +17,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/source"
+	"github.com/ratelimit-gateway/gateway/internal/tracing"
 	"github.com/ratelimit-gateway/gateway/internal/watch"
 )
 
@@ -218,6 +219,10 @@ type Config struct {
 	AccessLogKeys bool
 	// Pprof serves the Go profiler on the admin port at /debug/pprof/.
 	Pprof bool
+	// Tracing exports OpenTelemetry traces of the requests when
+	// Tracing.Enabled (docs/operations.md, "Traces"): the values of
+	// keyed limits on them are hashed unless AccessLogKeys.
+	Tracing tracing.Config
 	// Version is the build's version, for gateway_build_info.
 	Version string
 	// Logger is the one logger. nil means slog.Default().

@@ -30,6 +30,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/source"
+	"github.com/ratelimit-gateway/gateway/internal/tracing"
 	"github.com/ratelimit-gateway/gateway/internal/upstream"
 	"github.com/ratelimit-gateway/gateway/internal/watch"
 )
@@ -119,10 +120,23 @@ func New(cfg Config) (_ *Server, err error) {
 		log.Info("demo upstream started", "url", s.upstream)
 	}
 	reg := prometheus.NewRegistry()
-	s.metrics = observe.NewMetrics(observe.MetricsConfig{Registry: reg, Store: string(cfg.Store), Keys: s.st.keys, Version: cfg.Version})
+	var tr *tracing.Tracer
+	if cfg.Tracing.Enabled {
+		tc := cfg.Tracing
+		tc.Store = string(cfg.Store)
+		if tr, err = tracing.New(tc); err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, tr.Close)
+		tr.Register(reg)
+	}
+	s.metrics = observe.NewMetrics(observe.MetricsConfig{Registry: reg, Store: string(cfg.Store), Keys: s.st.keys, Version: cfg.Version, Exemplars: tr != nil})
 	s.st.register(reg)
 	top := observe.NewTop(observe.TopConfig{})
 	observers := []proxy.Observer{s.metrics, top}
+	if tr != nil {
+		observers = append(observers, &observe.Traces{RawKeys: cfg.AccessLogKeys})
+	}
 	if cfg.AccessLog != "" {
 		al, err := observe.OpenAccessLog(cfg.AccessLog)
 		if err != nil {
@@ -135,6 +149,9 @@ func New(cfg Config) (_ *Server, err error) {
 	forward := proxy.UpstreamConfig{
 		Timeout: cfg.UpstreamTimeout, TrustedProxies: trusted, PreserveHost: cfg.PreserveHost,
 		Logger: log, Events: s.metrics,
+	}
+	if tr != nil {
+		forward.Propagator = tr.Propagator()
 	}
 	var rp http.Handler = noRoute
 	if s.upstream != "" {
@@ -231,8 +248,12 @@ func New(cfg Config) (_ *Server, err error) {
 	}
 	s.closers = append(s.closers, s.al.Close)
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	var front http.Handler = s.handler
+	if tr != nil {
+		front = tr.Handler(s.handler)
+	}
 	s.proxySrv = &http.Server{
-		Handler:           s.handler,
+		Handler:           front,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/tracing"
 )
 
 // maxAttempts bounds the targets one request is tried on.
@@ -75,6 +77,7 @@ func (p *Pool) roundTrip(req *http.Request, timeout time.Duration) (*http.Respon
 			return nil, err
 		}
 		lastErr = err
+		tracing.Retried(req.Context(), t.url.Host, err)
 		held.reset()
 	}
 }

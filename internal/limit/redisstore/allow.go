@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/tracing"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -59,14 +60,18 @@ func (r *Store) allow(ctx context.Context, now time.Time, reqs []limit.Request, 
 	c.start = r.clock()
 	defer func() { c.finish(allowed) }()
 	if ok, done, err := c.fromLeases(ctx); done {
+		tracing.Source(ctx, "lease")
 		return ok, err
 	}
 	if c.spendSome() {
+		tracing.Source(ctx, "lease")
 		return true, nil
 	}
 	if c.cachedDenial() {
+		tracing.Source(ctx, "deny_cache")
 		return false, nil
 	}
+	tracing.Source(ctx, "redis")
 	d, err := c.decide(ctx)
 	if err != nil {
 		return false, err

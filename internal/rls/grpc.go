@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
 )
 
 // ServiceName is the gRPC service name of RateLimitService, which the
@@ -19,8 +20,9 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 // NewGRPCServer returns a gRPC server of svc and of the standard health
 // service (grpc.health.v1.Health), serving over TLS when tlsConf is not
 // nil. The health service starts SERVING for "" and ServiceName; set it
-// to NOT_SERVING while draining.
-func NewGRPCServer(svc *Service, tlsConf *tls.Config) (*grpc.Server, *health.Server) {
+// to NOT_SERVING while draining. Server reflection is on, so that
+// grpcurl lists and calls the service. extra options are added.
+func NewGRPCServer(svc *Service, tlsConf *tls.Config, extra ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	opts := []grpc.ServerOption{
 		// Envoy keeps its connections open for ever; pings from a client
 		// more often than this are abuse.
@@ -30,11 +32,13 @@ func NewGRPCServer(svc *Service, tlsConf *tls.Config) (*grpc.Server, *health.Ser
 	if tlsConf != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConf)))
 	}
+	opts = append(opts, extra...)
 	srv := grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(srv, svc)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(srv, hs)
+	reflection.Register(srv)
 	return srv, hs
 }

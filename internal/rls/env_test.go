@@ -46,17 +46,6 @@ func lookupIn(m map[string]string) func(string) (string, bool) {
 	}
 }
 
-func with(base map[string]string, kv ...string) map[string]string {
-	m := map[string]string{}
-	for k, v := range base {
-		m[k] = v
-	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		m[kv[i]] = kv[i+1]
-	}
-	return m
-}
-
 func TestFromEnvEnvoyGateway(t *testing.T) {
 	t.Parallel()
 	e, err := FromEnv(lookupIn(envoyGatewayEnv), ServerConfig{Store: server.DefaultConfig(), MaxConfigBytes: 1 << 20, ShutdownTimeout: time.Second})

@@ -77,7 +77,11 @@ func FromEnv(lookup func(string) (string, bool), base ServerConfig) (Env, error)
 	switch t := r.str("CONFIG_TYPE", "FILE"); strings.ToUpper(t) {
 	case "FILE":
 		c.ConfigPath = filepath.Join(r.str("RUNTIME_ROOT", "/srv/runtime_data/current"), r.str("RUNTIME_SUBDIRECTORY", ""), r.str("RUNTIME_APPDIRECTORY", "config"))
-		c.Watch = r.boolean("RUNTIME_WATCH_ROOT", true)
+		// envoyproxy/ratelimit always reloads on changes; RUNTIME_WATCH_ROOT
+		// only chooses whether it watches RUNTIME_ROOT or the config
+		// directory, which watching the directory covers.
+		r.boolean("RUNTIME_WATCH_ROOT", true)
+		c.Watch = true
 	case "GRPC_XDS_SOTW":
 		x := &c.XDS
 		x.ServerURL = r.str("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000")

@@ -103,7 +103,7 @@ func TestFromEnv(t *testing.T) {
 			return ""
 		}},
 		{"files", map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "false", "MERGE_DOMAIN_CONFIG": "true"}, func(e Env) string {
-			if e.Server.ConfigPath != "/data/ratelimit/config" || e.Server.Watch || !e.Server.MergeDomains {
+			if e.Server.ConfigPath != "/data/ratelimit/config" || !e.Server.Watch || !e.Server.MergeDomains {
 				return "config path " + e.Server.ConfigPath
 			}
 			return ""

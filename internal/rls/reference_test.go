@@ -144,6 +144,9 @@ func TestReferenceCounting(t *testing.T) {
 			{0, "ext", "cost=a", 4, ok, []string{"ok/1/5"}},
 			{0, "ext", "cost=a", 3, over, []string{"over/0/5"}},
 			{0, "ext", "cost=a", 1, ok, []string{"ok/0/5"}},
+			// Over one limit, counted against none.
+			{0, "ext", "pair=b;pair=a", 0, ok, []string{"ok/0/1", "ok/4/5"}},
+			{0, "ext", "pair=b;pair=a", 0, over, []string{"over/0/1", "ok/4/5"}},
 		}},
 		{"sliding limits become fixed windows", Config{ReferenceCounting: true}, []step{
 			{50 * time.Second, "ext", "sliding=a", 0, ok, []string{"ok/1/2"}},

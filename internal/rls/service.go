@@ -99,9 +99,9 @@ type Config struct {
 	// a limit counted too. Default off: this gateway's algorithms, all or
 	// nothing.
 	ReferenceCounting bool
-	// StopOverLimitCount, with ReferenceCounting, leaves the hits of a
-	// request over a limit uncounted (envoyproxy/ratelimit's
-	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT).
+	// StopOverLimitCount, with ReferenceCounting, leaves a request over a
+	// limit uncounted, against that limit and the others
+	// (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT).
 	StopOverLimitCount bool
 	// ReferenceHeaders, if not nil, adds envoyproxy/ratelimit's three
 	// response headers (LIMIT_RESPONSE_HEADERS_ENABLED) of the limit
@@ -315,10 +315,13 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 		r.Shadow = d.shadow || d.quota
 		if params != nil {
-			// Each limit on its own: none takes part in the others'
-			// decision, and each counts when it admits.
 			params[i] = referenceParams(d.lim.Params)
-			r.Params, r.Shadow = &params[i], true
+			r.Params = &params[i]
+			// Each limit on its own: none takes part in the others'
+			// decision, and each counts when it admits. With
+			// StopOverLimitCount, as in envoyproxy/ratelimit, a request
+			// over any limit is counted against none: all or nothing.
+			r.Shadow = r.Shadow || !s.cfg.StopOverLimitCount
 		}
 		reqs = append(reqs, r)
 	}

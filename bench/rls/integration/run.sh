@@ -8,13 +8,15 @@
 # docs/rls.md, "Their integration tests".
 #
 #   bash bench/rls/integration/run.sh [go test -run pattern]
+#   GATEWAY_ENV=GATEWAY_REFERENCE_COUNTING=false bash bench/rls/integration/run.sh
 #
+# The second counts with the gateway's defaults rather than theirs.
 # Needs redis-server on PATH; the tests use its fixed ports 6380-6385.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
 version=v1.4.1-0.20260122083618-3fb702589d36
-run=${1:-'^(TestBasicConfig|TestBasicAuthConfig|TestBasicReloadConfig|TestShareThreshold)$'}
+run=${1:-'^(TestBasicConfig|TestBasicAuthConfig|TestBasicReloadConfig|TestShareThreshold|TestXdsProviderBasicConfig|TestXdsProviderBasicConfigReload|Test_mTLS|TestReloadGRPCServerCerts|Test_mTLSSetup)$'}
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -27,7 +29,7 @@ python3 "$here/patch.py" "$it/integration_test.go"
 cp "$here/external_test.go.in" "$it/external_test.go"
 mkdir -p "$work/logs"
 cd "$it"
-GATEWAY_BIN="$work/gateway" GATEWAY_LOGS="$work/logs" GOFLAGS=-mod=mod \
+GATEWAY_BIN="$work/gateway" GATEWAY_LOGS="$work/logs" GATEWAY_ENV="${GATEWAY_ENV:-}" GOFLAGS=-mod=mod \
 	go test -tags integration -count=1 -v -run "$run" . 2>&1 | tee "$work/test.log" | grep -E '^(=== RUN|\s*--- (PASS|FAIL|SKIP)|PASS|FAIL|ok)' || true
 if grep -q '^--- FAIL\|^FAIL' "$work/test.log"; then
 	grep -E '^\s+(integration_test|common)\.go:[0-9]+:|Error:|expected|actual' "$work/test.log" | head -80

@@ -194,9 +194,10 @@ func (r *envReader) redis(st *server.Config) {
 			st.RedisPassword = auth
 		}
 	}
-	if _, ok := r.lookup("REDIS_TIMEOUT"); ok {
-		st.RedisTimeout = r.duration("REDIS_TIMEOUT", st.RedisTimeout)
-	}
+	// Theirs, 10 s, rather than this gateway's tight default: a slow
+	// Redis waits, as under envoyproxy/ratelimit, rather than going to
+	// --fail-mode, whose local counts would disagree with Redis's.
+	st.RedisTimeout = r.duration("REDIS_TIMEOUT", 10*time.Second)
 }
 
 func splitList(s string) []string {

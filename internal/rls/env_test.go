@@ -72,6 +72,7 @@ func TestFromEnvEnvoyGateway(t *testing.T) {
 		// (GRPC_CLIENT_TLS_CACERT is): ignored as it ignores it.
 		{"client ca", c.TLSClientCA, ""},
 		{"redis", c.Store.RedisURL, "redis://redis.redis.svc:6379"},
+		{"redis timeout", c.Store.RedisTimeout, 10 * time.Second},
 		{"store", c.Store.Store, server.StoreRedis},
 		{"reference counting", c.ReferenceCounting, true},
 		{"headers", c.Headers, proxy.HeadersNone},

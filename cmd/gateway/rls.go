@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"os/signal"
 	"syscall"
@@ -52,6 +53,10 @@ envoyproxy/ratelimit's environment instead: RUNTIME_* files or an xDS server
 				env, err := rls.FromEnv(os.LookupEnv, rlsDefaults())
 				if err != nil {
 					return usageError{err}
+				}
+				if env.Set == 0 && !fromEnv {
+					// Neither flags nor envoyproxy/ratelimit's environment.
+					return usageError{errors.New("--config is empty: name an envoyproxy/ratelimit config file or directory, or set envoyproxy/ratelimit's environment (docs/rls.md)")}
 				}
 				c, lf, ll := env.Server, logText, levelFlag{env.LogLevel}
 				if env.LogJSON {

@@ -23,6 +23,8 @@ type Env struct {
 	// Ignored lists, as "NAME: why", the variables set that this service
 	// reads but cannot honour, for the log.
 	Ignored []string
+	// Set is how many of envoyproxy/ratelimit's variables are set.
+	Set int
 }
 
 // FromEnv returns the configuration that envoyproxy/ratelimit's
@@ -148,6 +150,7 @@ func FromEnv(lookup func(string) (string, bool), base ServerConfig) (Env, error)
 			e.Ignored = append(e.Ignored, n.name+": "+n.why)
 		}
 	}
+	e.Set = r.set
 	return e, r.err
 }
 
@@ -214,6 +217,7 @@ func splitList(s string) []string {
 type envReader struct {
 	lookup func(string) (string, bool)
 	err    error
+	set    int // variables found set
 }
 
 func (r *envReader) fail(name, v, want string) {
@@ -223,14 +227,22 @@ func (r *envReader) fail(name, v, want string) {
 }
 
 func (r *envReader) str(name, def string) string {
-	if v, ok := r.lookup(name); ok {
+	if v, ok := r.get(name); ok {
 		return v
 	}
 	return def
 }
 
-func (r *envReader) boolean(name string, def bool) bool {
+func (r *envReader) get(name string) (string, bool) {
 	v, ok := r.lookup(name)
+	if ok {
+		r.set++
+	}
+	return v, ok
+}
+
+func (r *envReader) boolean(name string, def bool) bool {
+	v, ok := r.get(name)
 	if !ok || v == "" {
 		return def
 	}
@@ -242,7 +254,7 @@ func (r *envReader) boolean(name string, def bool) bool {
 }
 
 func (r *envReader) integer(name string, def int) int {
-	v, ok := r.lookup(name)
+	v, ok := r.get(name)
 	if !ok || v == "" {
 		return def
 	}
@@ -254,7 +266,7 @@ func (r *envReader) integer(name string, def int) int {
 }
 
 func (r *envReader) duration(name string, def time.Duration) time.Duration {
-	v, ok := r.lookup(name)
+	v, ok := r.get(name)
 	if !ok || v == "" {
 		return def
 	}

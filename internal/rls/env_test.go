@@ -98,7 +98,7 @@ func TestFromEnv(t *testing.T) {
 	}{
 		{"defaults", map[string]string{}, func(e Env) string {
 			c := e.Server
-			if c.ConfigPath != "/srv/runtime_data/current/config" || !c.Watch || c.Store.RedisURL != "unix:///var/run/nutcracker/ratelimit.sock" || e.LogLevel != slog.LevelWarn || c.MetricsListen != "" {
+			if c.ConfigPath != "/srv/runtime_data/current/config" || !c.Watch || c.Store.RedisURL != "unix:///var/run/nutcracker/ratelimit.sock" || e.LogLevel != slog.LevelWarn || c.MetricsListen != "" || e.Set != 0 {
 				return "not envoyproxy/ratelimit's defaults"
 			}
 			return ""

@@ -3,6 +3,7 @@ package rlsxds_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -41,6 +42,7 @@ func (a *applied) apply(version string, rs []*rlsconfv3.RateLimitConfig) error {
 		}
 		ds = append(ds, r.GetDomain())
 	}
+	slices.Sort(ds) // a snapshot's resources come in no set order
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.versions = append(a.versions, version)

@@ -39,12 +39,19 @@ ARG VERSION=dev
 ARG TARGETOS
 ARG TARGETARCH
 RUN GOOS=$TARGETOS GOARCH=$TARGETARCH VERSION=$VERSION OUT=/out/gateway sh deploy/build.sh
+# /bin/ratelimit, where envoyproxy/ratelimit's image has its binary: run by
+# that name (Envoy Gateway runs /bin/ratelimit), the gateway serves `rls`
+# from envoyproxy/ratelimit's environment (docs/rls.md, "Running as
+# envoyproxy/ratelimit"). A symlink, copied as one with its directory.
+RUN mkdir -p /out/bin && ln -s /gateway /out/bin/ratelimit
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/gateway /gateway
+COPY --from=build /out/bin/ /bin/
 COPY configs/ratelimiter-rule.yaml /etc/gateway/ratelimiter-rule.yaml
 USER nonroot:nonroot
-# 8080: the proxy (--listen); 9090: the admin port (--admin-listen).
+# 8080: the proxy (--listen); 9090: the admin port (--admin-listen). As
+# /bin/ratelimit: 8081 gRPC, 8080 HTTP (/healthcheck), 6070 debug.
 EXPOSE 8080 9090
 ENTRYPOINT ["/gateway"]
 CMD ["serve", "--config", "/etc/gateway/ratelimiter-rule.yaml"]

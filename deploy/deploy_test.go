@@ -376,6 +376,17 @@ func TestDockerfile(t *testing.T) {
 	if len(entrypoint) != 1 || !strings.HasPrefix(copied[entrypoint[0]], "--from=") {
 		t.Errorf("Dockerfile: ENTRYPOINT %q, want the binary copied from the build stage", entrypoint)
 	}
+	// /bin/ratelimit, the name envoyproxy/ratelimit's image and Envoy
+	// Gateway run: a symlink to the binary made in the build stage.
+	var links bool
+	for _, in := range build {
+		if in.cmd == "RUN" && len(entrypoint) == 1 && strings.Contains(in.args, "ln -s "+entrypoint[0]+" /out/bin/ratelimit") {
+			links = true
+		}
+	}
+	if !links || copied["/bin/"] != "--from=build /out/bin/" {
+		t.Errorf("Dockerfile: no /bin/ratelimit symlink to the ENTRYPOINT %q copied from the build stage", entrypoint)
+	}
 	e := parseServe(t, "Dockerfile CMD", cmd, nil, flags)
 	rules := e.str(t, "config")
 	if rules != "/etc/gateway/ratelimiter-rule.yaml" {

@@ -3,7 +3,9 @@
 // This package is the command line only: one cobra constructor per command
 // (serve, validate, match, replay, rules, rls, top, health, version) turns
 // flags into a config and calls internal/, and exit codes are chosen in one
-// place (Execute). It owns the signals. It must not hold request-path,
+// place (Execute). It owns the signals. Invoked as "ratelimit" (a copy or
+// a symlink, as envoyproxy/ratelimit's image has /bin/ratelimit), it runs
+// `gateway rls --from-env`. It must not hold request-path,
 // rule or store logic of its own: what a command does is in internal/.
 package main
 
@@ -16,5 +18,5 @@ import (
 )
 
 func main() {
-	os.Exit(Execute(os.Args[1:]))
+	os.Exit(Execute(commandLine(os.Args)))
 }

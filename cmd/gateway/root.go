@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -36,6 +37,21 @@ func (e exitError) Error() string { return fmt.Sprintf("exit %d", int(e)) }
 // Execute runs the command line args and returns the process exit code.
 func Execute(args []string) int {
 	return execute(args, os.Stdout, os.Stderr)
+}
+
+// commandLine returns the arguments Execute takes for the process's
+// argv: those after the program's name, or, when it is named ratelimit,
+// `rls --from-env` and those, so that the binary stands in for
+// envoyproxy/ratelimit's as it is invoked (docs/rls.md, "Running as
+// envoyproxy/ratelimit").
+func commandLine(argv []string) []string {
+	if len(argv) == 0 {
+		return nil
+	}
+	if strings.TrimSuffix(filepath.Base(argv[0]), ".exe") == "ratelimit" {
+		return append([]string{"rls", "--from-env"}, argv[1:]...)
+	}
+	return argv[1:]
 }
 
 func execute(args []string, stdout, stderr io.Writer) int {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
 )
 
 // ServiceName is the gRPC service name of RateLimitService, which the
@@ -20,7 +21,8 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 // service (grpc.health.v1.Health), serving over TLS when tlsConf is not
 // nil, with extra's options too (the tracing stats handler). The health
 // service starts SERVING for "" and ServiceName; set it to NOT_SERVING
-// while draining.
+// while draining. Server reflection is on, so that grpcurl lists and
+// calls the service.
 func NewGRPCServer(svc *Service, tlsConf *tls.Config, extra ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	opts := []grpc.ServerOption{
 		// Envoy keeps its connections open for ever; pings from a client
@@ -37,5 +39,6 @@ func NewGRPCServer(svc *Service, tlsConf *tls.Config, extra ...grpc.ServerOption
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(srv, hs)
+	reflection.Register(srv)
 	return srv, hs
 }

@@ -123,8 +123,9 @@ func TestAccessLog(t *testing.T) {
 		al.SetRawValues(raw)
 		h := newHarness(t, Config{Observers: []Observer{al}})
 		h.now.Store(int64(1500 * time.Millisecond))
-		// 3 hits exceed sliding's 2: denied, nothing counted; pair=b
-		// is only checked (its hits_addend is 0).
+		// 3 hits exceed sliding's 2: denied, nothing counted, reset at
+		// the window's end (59 s after 1.5 s); pair=b is only checked
+		// (its hits_addend is 0).
 		h.call(t, "ext", "sliding=u1;pair=b+0;nothing=here", 3)
 		h.call(t, "ext", "sliding=u1", 0)
 		_, err := h.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "ext"})
@@ -151,7 +152,7 @@ func TestAccessLog(t *testing.T) {
 			u1 = "u1"
 		}
 		first, _ := json.Marshal(lines[0]["descriptors"])
-		wantDescs := `[{"code":"OVER_LIMIT","entries":[["sliding","` + u1 + `"]],"limit":"2/minute","remaining":0,"reset":60},` +
+		wantDescs := `[{"code":"OVER_LIMIT","entries":[["sliding","` + u1 + `"]],"limit":"2/minute","remaining":0,"reset":59},` +
 			`{"code":"OK","entries":[["pair","` + map[bool]string{false: observe.KeyHash("b"), true: "b"}[raw] + `"]],"hits_addend":0,"limit":"1/minute","remaining":1},` +
 			`{"code":"OK","entries":[["nothing","` + map[bool]string{false: observe.KeyHash("here"), true: "here"}[raw] + `"]],"remaining":0}]`
 		if string(first) != wantDescs {

@@ -10,6 +10,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
+	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
 )
 
 // newRedis returns a Redis store on srv with test timeouts: generous, so
@@ -179,4 +180,28 @@ func TestFleetNeverOverLimit(t *testing.T) {
 			t.Logf("admitted %d of 960 (limit 100)", got)
 		})
 	}
+}
+
+// TestReferenceCountingRedis counts as envoyproxy/ratelimit does on a
+// real redis-server: each descriptor on its own, the hits over a limit
+// counted. Redis keeps the time, so the limits are a day long: no window
+// ends while the test runs but at midnight UTC.
+func TestReferenceCountingRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	h := newHarness(t, Config{Store: newRedisDeny(t, srv, -1), FailMode: proxy.FailClosed, ReferenceCounting: true})
+	c, err := rlsconfig.Parse("day.yaml", []byte("domain: day\ndescriptors:\n  - key: cost\n    rate_limit: {unit: day, requests_per_unit: 5}\n  - key: one\n    rate_limit: {unit: day, requests_per_unit: 1}\n"), rlsconfig.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.svc.SetConfig(c)
+	run(t, h, []step{
+		{0, "day", "cost=a", 4, ok, []string{"ok/1/5"}},
+		{0, "day", "cost=a", 3, over, []string{"over/0/5"}},
+		// 7 counted: 1 more is over too.
+		{0, "day", "cost=a", 1, over, []string{"over/0/5"}},
+		{0, "day", "one=a;cost=b", 0, ok, []string{"ok/0/1", "ok/4/5"}},
+		// one=a denies, cost=b still counts.
+		{0, "day", "one=a;cost=b", 0, over, []string{"over/0/1", "ok/3/5"}},
+	})
 }

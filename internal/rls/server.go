@@ -3,10 +3,10 @@ package rls
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -29,6 +29,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
+	"github.com/ratelimit-gateway/gateway/internal/rlsxds"
 	"github.com/ratelimit-gateway/gateway/internal/server"
 	"github.com/ratelimit-gateway/gateway/internal/tracing"
 	"github.com/ratelimit-gateway/gateway/internal/watch"
@@ -73,13 +74,71 @@ type ServerConfig struct {
 	Version string
 	// Logger is the one logger.
 	Logger *slog.Logger
+
+	// XDS, when its ServerURL is set, takes the configuration from an
+	// xDS server (envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW)
+	// instead of ConfigPath.
+	XDS XDSConfig
+	// ForceStart, with XDS, serves before the first configuration
+	// arrives (every domain unknown until then, so every request OK); by
+	// default the gRPC port opens only once it has
+	// (FORCE_START_WITHOUT_INITIAL_CONFIG).
+	ForceStart bool
+	// HealthyWithConfig makes /healthcheck fail until a configuration
+	// with a domain is in force (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
+	HealthyWithConfig bool
+	// DebugListen, if set, serves the admin endpoints there too,
+	// /rlconfig among them (envoyproxy/ratelimit's DEBUG_PORT).
+	DebugListen string
+	// MetricsListen, if set, serves the Prometheus metrics there too, at
+	// MetricsPath (default /metrics) (PROMETHEUS_ADDR).
+	MetricsListen, MetricsPath string
+	// TLSClientCA, with TLSCert, requires the gRPC clients' certificates
+	// to verify against this PEM bundle (mutual TLS); TLSClientSAN, if
+	// set, requires a client certificate to carry it as a DNS name, URI
+	// or IP address.
+	TLSClientCA, TLSClientSAN string
+	// MaxConnectionAge and MaxConnectionAgeGrace, if positive, close a
+	// gRPC connection (GOAWAY) after this age, and at once this much
+	// later, so that clients spread over new replicas.
+	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
+	// KeyPrefix, QuotaMode, DynamicMetadata, ReferenceCounting,
+	// StopOverLimitCount and ReferenceHeaders are the Service's (Config).
+	KeyPrefix                  string
+	QuotaMode, DynamicMetadata bool
+	ReferenceCounting          bool
+	StopOverLimitCount         bool
+	ReferenceHeaders           *HeaderNames
+}
+
+// XDSConfig locates an xDS server of RateLimitConfig resources.
+type XDSConfig struct {
+	// ServerURL is its host:port; NodeID the node this service is.
+	ServerURL, NodeID string
+	// NodeMetadata and Headers are sent as the node's metadata and as
+	// gRPC metadata.
+	NodeMetadata, Headers map[string]string
+	// UseTLS connects with TLS, verifying the server against CAFile (the
+	// system's roots when empty) and, if set, its name ServerSAN;
+	// CertFile and KeyFile, if set, are the client certificate (mutual
+	// TLS).
+	UseTLS                               bool
+	CertFile, KeyFile, CAFile, ServerSAN string
+	// BackoffInitial and BackoffMax bound the waits before reconnecting.
+	BackoffInitial, BackoffMax time.Duration
+	// MaxMsgSize is the largest response taken; 0 means gRPC's default.
+	MaxMsgSize int
 }
 
 // Validate reports the first setting that cannot work, naming its flag.
 func (c *ServerConfig) Validate() error {
 	switch {
-	case c.ConfigPath == "":
+	case c.ConfigPath == "" && c.XDS.ServerURL == "":
 		return errors.New("--config is empty: name an envoyproxy/ratelimit config file or directory")
+	case c.XDS.ServerURL != "" && c.XDS.NodeID == "":
+		return errors.New("the xDS node ID is empty (CONFIG_GRPC_XDS_NODE_ID)")
+	case c.TLSClientCA != "" && c.TLSCert == "":
+		return errors.New("a client CA for gRPC needs a server certificate (--tls-cert, GRPC_SERVER_TLS_CERT)")
 	case c.Listen == "":
 		return errors.New("--listen is empty: give an address such as :8081")
 	case c.AdminListen == "":
@@ -110,6 +169,12 @@ type Server struct {
 	health  *health.Server
 	admin   *http.Server
 	gl, al  net.Listener
+	// extra are the debug and Prometheus servers, when set.
+	extra []extraServer
+	xds   *rlsxds.Client
+	// configured is closed when a configuration is first in force.
+	configured chan struct{}
+	onceConfig sync.Once
 
 	draining atomic.Bool
 	reloadMu sync.Mutex
@@ -144,9 +209,17 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 			}
 		}
 	}()
-	c, err := rlsconfig.Load(cfg.ConfigPath, s.loadOptions())
-	if err != nil {
-		return nil, err
+	s.configured = make(chan struct{})
+	var c *rlsconfig.Config
+	if cfg.XDS.ServerURL == "" {
+		if c, err = rlsconfig.Load(cfg.ConfigPath, s.loadOptions()); err != nil {
+			return nil, err
+		}
+	} else {
+		if s.xds, err = s.newXDSClient(); err != nil {
+			return nil, err
+		}
+		c = &rlsconfig.Config{Domains: map[string]*rlsconfig.Domain{}}
 	}
 	if cfg.TLSCert != "" {
 		if s.certs, err = server.NewCertReloader(cfg.TLSCert, cfg.TLSKey, s.log); err != nil {
@@ -209,15 +282,27 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 		Store: s.stores.Store(), FailMode: s.stores.FailMode(), Local: s.stores.Local(),
 		LocalShare: server.LocalScale(cfg.Store), Headers: cfg.Headers, ShadowMode: cfg.ShadowMode,
 		Metrics: s.metrics, Logger: s.log, Observers: observers,
+		KeyPrefix: cfg.KeyPrefix, QuotaMode: cfg.QuotaMode, DynamicMetadata: cfg.DynamicMetadata,
+		ReferenceCounting: cfg.ReferenceCounting, StopOverLimitCount: cfg.StopOverLimitCount, ReferenceHeaders: cfg.ReferenceHeaders,
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.install(c)
-	s.log.Info("rls config loaded", "path", cfg.ConfigPath, "files", len(c.Files), "domains", len(c.Domains), "limits", c.Limits(), "sha256", c.SHA256)
+	if s.xds == nil {
+		s.install(c)
+		s.log.Info("rls config loaded", "path", cfg.ConfigPath, "files", len(c.Files), "domains", len(c.Domains), "limits", c.Limits(), "sha256", c.SHA256)
+	} else {
+		// Nothing is in force until the server sends it.
+		s.svc.SetConfig(c)
+		s.state.Store(&loadState{configInUse: c})
+	}
 
-	s.grpc, s.health = NewGRPCServer(s.svc, s.tlsConfig(), grpcOpts...)
-	if s.gl, err = net.Listen("tcp", cfg.Listen); err != nil {
+	tlsConf, err := s.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	s.grpc, s.health = NewGRPCServer(s.svc, tlsConf, append(grpcOpts, s.keepalive()...)...)
+	if s.gl, err = listen(cfg.Listen); err != nil {
 		return nil, fmt.Errorf("--listen: %w", err)
 	}
 	closers = append(closers, s.gl.Close)
@@ -225,20 +310,25 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 		return nil, fmt.Errorf("--admin-listen: %w", err)
 	}
 	closers = append(closers, s.al.Close)
-	s.admin = &http.Server{
-		Handler:           s.adminHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	adminHandler := s.adminHandler(metricsHandler)
+	s.admin = s.httpServer(adminHandler)
+	if cfg.DebugListen != "" {
+		if err := s.addExtra("debug", cfg.DebugListen, adminHandler); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.MetricsListen != "" {
+		mux := http.NewServeMux()
+		mux.Handle("GET "+cmp.Or(cfg.MetricsPath, "/metrics"), metricsHandler)
+		if err := s.addExtra("metrics", cfg.MetricsListen, mux); err != nil {
+			return nil, err
+		}
+	}
+	for _, x := range s.extra {
+		closers = append(closers, x.ln.Close)
 	}
 	return s, nil
-}
-
-func (s *Server) tlsConfig() *tls.Config {
-	if s.certs == nil {
-		return nil
-	}
-	return s.certs.TLSConfig("h2")
 }
 
 func (s *Server) loadOptions() rlsconfig.Options {
@@ -249,12 +339,24 @@ func (s *Server) loadOptions() rlsconfig.Options {
 func (s *Server) install(c *rlsconfig.Config) {
 	now := time.Now()
 	s.svc.SetConfig(c)
+	s.onceConfig.Do(func() { close(s.configured) })
 	s.metrics.Loaded(c, float64(now.UnixNano())/1e9)
 	st := &loadState{loadedAt: now, configInUse: c}
 	s.state.Store(st)
 }
 
 // Addr returns the gRPC address; AdminAddr the admin address.
+// ExtraAddr returns the address of the debug or metrics listener, nil
+// when it is not set.
+func (s *Server) ExtraAddr(name string) net.Addr {
+	for _, x := range s.extra {
+		if x.name == name {
+			return x.ln.Addr()
+		}
+	}
+	return nil
+}
+
 func (s *Server) Addr() net.Addr      { return s.gl.Addr() }
 func (s *Server) AdminAddr() net.Addr { return s.al.Addr() }
 
@@ -262,6 +364,9 @@ func (s *Server) AdminAddr() net.Addr { return s.al.Addr() }
 // a configuration that does not load is refused, logged, and the one in
 // force stays. It reports whether the new configuration differs.
 func (s *Server) Reload() (changed bool, err error) {
+	if s.xds != nil {
+		return false, nil // the xDS server pushes its changes
+	}
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
 	old := s.state.Load()
@@ -308,17 +413,42 @@ func (s *Server) Serve(ctx context.Context) error {
 		}
 		defer stop()
 	}
-	if s.cfg.Watch {
+	if s.cfg.Watch && s.xds == nil {
 		if err := s.watchConfig(ctx); err != nil {
 			return err
 		}
 	}
 	go s.sweepEvery(ctx, time.Minute)
 	s.stores.Start(ctx, s.log)
-	errc := make(chan error, 2)
-	go func() { errc <- s.grpc.Serve(s.gl) }()
+	errc := make(chan error, 2+len(s.extra))
 	go func() { errc <- s.admin.Serve(s.al) }()
-	s.log.Info("gateway rls listening", "grpc", s.gl.Addr().String(), "admin", s.al.Addr().String(), "tls", s.certs != nil, "store", string(s.cfg.Store.Store))
+	for _, x := range s.extra {
+		go func() { errc <- x.srv.Serve(x.ln) }()
+	}
+	defer func() {
+		for _, x := range s.extra {
+			x.srv.Close()
+		}
+	}()
+	if s.xds != nil {
+		go s.xds.Run(ctx)
+		if !s.cfg.ForceStart {
+			s.log.Info("waiting for the first config from the xDS server", "server", s.cfg.XDS.ServerURL, "node", s.cfg.XDS.NodeID)
+			select {
+			case <-s.configured:
+			case <-ctx.Done():
+				s.admin.Close()
+				s.gl.Close()
+				return nil
+			}
+		}
+	}
+	go func() { errc <- s.grpc.Serve(s.gl) }()
+	attrs := []any{"grpc", s.gl.Addr().String(), "admin", s.al.Addr().String(), "tls", s.certs != nil, "store", string(s.cfg.Store.Store)}
+	for _, x := range s.extra {
+		attrs = append(attrs, x.name, x.ln.Addr().String())
+	}
+	s.log.Info("gateway rls listening", attrs...)
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
@@ -446,6 +576,12 @@ func (s *Server) adminHandler(metrics http.Handler) http.Handler {
 		writeJSON(w, http.StatusOK, s.rulesView())
 	})
 	mux.Handle("GET /top", topHandler(s.top, time.Now))
+	mux.HandleFunc("GET /healthcheck", s.healthcheck)
+	mux.HandleFunc("GET /rlconfig", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, dump(s.state.Load().configInUse))
+	})
+	mux.HandleFunc("POST /json", s.jsonHandler)
 	return mux
 }
 
@@ -511,7 +647,11 @@ type descriptorView struct {
 func (s *Server) rulesView() rulesView {
 	st := s.state.Load()
 	c := st.configInUse
-	v := rulesView{Path: s.cfg.ConfigPath, SHA256: c.SHA256, LoadedAt: st.loadedAt.UTC(), Files: c.Files, LastError: st.lastErr}
+	path := s.cfg.ConfigPath
+	if s.xds != nil {
+		path = "xds:" + s.cfg.XDS.ServerURL
+	}
+	v := rulesView{Path: path, SHA256: c.SHA256, LoadedAt: st.loadedAt.UTC(), Files: c.Files, LastError: st.lastErr}
 	if st.lastErr != "" {
 		t := st.lastErrAt.UTC()
 		v.LastErrorAt = &t

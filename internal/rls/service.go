@@ -81,7 +81,45 @@ type Config struct {
 	Now func() time.Time
 	// Observers see every call once it is answered (Top, AccessLog).
 	Observers []Observer
+	// KeyPrefix starts the key of every counter, so that services
+	// sharing one Redis keep apart (envoyproxy/ratelimit's
+	// CACHE_KEY_PREFIX). Default none.
+	KeyPrefix string
+	// QuotaMode makes every limit a quota, as envoyproxy/ratelimit's
+	// QUOTA_MODE does: see rlsconfig.Descriptor.QuotaMode.
+	QuotaMode bool
+	// DynamicMetadata returns, in every response's dynamic metadata, the
+	// request's domain and descriptors and the quota limits it went over,
+	// as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA does
+	// (docs/rls.md, "Protocol"). Default off.
+	DynamicMetadata bool
+	// ReferenceCounting counts as envoyproxy/ratelimit does (docs/rls.md,
+	// "Counting as envoyproxy/ratelimit"): every limit a fixed window
+	// aligned to the Unix epoch, each descriptor decided and counted on
+	// its own rather than all or nothing, and the hits of a request over
+	// a limit counted too. Default off: this gateway's algorithms, all or
+	// nothing.
+	ReferenceCounting bool
+	// StopOverLimitCount, with ReferenceCounting, leaves a request over a
+	// limit uncounted, against that limit and the others
+	// (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT).
+	StopOverLimitCount bool
+	// ReferenceHeaders, if not nil, adds envoyproxy/ratelimit's three
+	// response headers (LIMIT_RESPONSE_HEADERS_ENABLED) of the limit
+	// closest to denying, under these names. Default nil: none.
+	ReferenceHeaders *HeaderNames
 }
+
+// HeaderNames are the names of envoyproxy/ratelimit's response headers.
+type HeaderNames struct {
+	// Limit carries the limit's requests per unit; Remaining what is
+	// left of it; Reset the seconds until its window ends.
+	Limit, Remaining, Reset string
+}
+
+// DefaultHeaderNames are envoyproxy/ratelimit's default names
+// (LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER).
+var DefaultHeaderNames = HeaderNames{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}
 
 // Service implements RateLimitService. It is safe for concurrent use; its
 // configuration is swapped whole by SetConfig.
@@ -140,6 +178,14 @@ type decision struct {
 	hits  int64
 	req   int // index in reqs, -1 when the store is not asked
 	skip  outcome
+	// shared is the configured descriptor whose counter a limit override
+	// shares (the one its entries match, of the same unit), as
+	// envoyproxy/ratelimit's keys make it.
+	shared *rlsconfig.Match
+	// shadow and quota report whether the limit never denies: a shadow
+	// limit (shadow_mode or ShadowMode) or a quota (quota_mode or
+	// QuotaMode).
+	shadow, quota bool
 }
 
 // ShouldRateLimit decides the request's descriptors together: the
@@ -213,6 +259,14 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			if err != nil {
 				return nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
 			}
+			if m, ok := dom.Find(es); ok && len(es) > 0 && !m.Descriptor.Limit.Unlimited && m.Descriptor.Limit.Params.Window == lim.Params.Window {
+				// The configured counter of the same entries and unit:
+				// its algorithm, the override's number.
+				p := m.Descriptor.Limit.Params
+				p.Limit, p.Burst, p.Lock = lim.Params.Limit, 0, 0
+				lim.Params = p
+				ds[i].shared = &m
+			}
 			ds[i].lim, ds[i].label = lim, overrideLabel
 			continue
 		}
@@ -233,6 +287,10 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 	}
 	reqs := make([]limit.Request, 0, len(descs))
+	var params []limit.Params // ReferenceCounting's
+	if s.cfg.ReferenceCounting {
+		params = make([]limit.Params, len(descs))
+	}
 	for i := range ds {
 		d := &ds[i]
 		switch {
@@ -248,15 +306,26 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		d.req = nreq
 		nreq++
 		r := limit.Request{
-			Key: counterKey(req.Domain, descs[i].GetEntries(), d), Tag: tagPrefix + req.Domain,
+			Key: s.cfg.KeyPrefix + counterKey(req.Domain, descs[i].GetEntries(), d), Tag: tagPrefix + req.Domain,
 			Params: &d.lim.Params, Cost: max(d.hits, 1), Defer: d.hits == 0,
 		}
-		r.Shadow = s.cfg.ShadowMode
+		d.shadow, d.quota = s.cfg.ShadowMode, s.cfg.QuotaMode
 		if d.desc != nil {
-			r.Shadow = r.Shadow || d.desc.ShadowMode
+			d.shadow = d.shadow || d.desc.ShadowMode
+			d.quota = d.quota || d.desc.QuotaMode
 			if !d.desc.Bounded {
 				r.Overflow = overflowKey(req.Domain, d.desc)
 			}
+		}
+		r.Shadow = d.shadow || d.quota
+		if params != nil {
+			params[i] = referenceParams(d.lim.Params)
+			r.Params = &params[i]
+			// Each limit on its own: none takes part in the others'
+			// decision, and each counts when it admits. With
+			// StopOverLimitCount, as in envoyproxy/ratelimit, a request
+			// over any limit is counted against none: all or nothing.
+			r.Shadow = r.Shadow || !s.cfg.StopOverLimitCount
 		}
 		reqs = append(reqs, r)
 	}
@@ -268,8 +337,47 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		if err != nil {
 			return nil, nil, err
 		}
+		if s.cfg.ReferenceCounting {
+			allowed = true
+			for i := range ds {
+				if d := &ds[i]; d.req >= 0 && !res[d.req].Allowed && !d.shadow && !d.quota {
+					allowed = false
+				}
+			}
+			if how == 0 && !s.cfg.StopOverLimitCount {
+				s.chargeOverLimit(ctx, now, reqs, res)
+			}
+		}
 	}
-	return s.respond(req.Domain, domLabel, ds, reqs, res, allowed, how), ds, nil
+	return s.respond(req, domLabel, ds, reqs, res, allowed, how, now), ds, nil
+}
+
+// referenceParams returns p as envoyproxy/ratelimit counts it: a fixed
+// window of p's unit aligned to the Unix epoch (a month of 30 days, no
+// calendar), with none of this gateway's extensions.
+func referenceParams(p limit.Params) limit.Params {
+	return limit.Params{Algorithm: "fixed_window", Limit: p.Limit, Window: p.Window}
+}
+
+// chargeOverLimit counts the hits of the requests that a limit denied
+// against that limit, as envoyproxy/ratelimit counts every hit. The
+// decision is made: a store error only leaves them uncounted.
+func (s *Service) chargeOverLimit(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result) {
+	var charges []limit.Request
+	for i := range reqs {
+		if !res[i].Allowed && !reqs[i].Defer {
+			c := reqs[i]
+			c.Charge, c.Shadow = true, false
+			charges = append(charges, c)
+		}
+	}
+	if len(charges) == 0 {
+		return
+	}
+	cres := make([]limit.Result, len(charges))
+	if _, err := s.cfg.Store.Allow(ctx, now, charges, cres); err != nil {
+		s.log.Debug("counting hits over the limit", "err", err)
+	}
 }
 
 // decide asks the store through the failover, which applies the fail
@@ -327,7 +435,7 @@ func (s *Service) decide(ctx context.Context, now time.Time, reqs []limit.Reques
 }
 
 // respond builds the response of the decided request.
-func (s *Service) respond(domain, domLabel string, ds []decision, reqs []limit.Request, res []limit.Result, allowed bool, how outcome) *rlsv3.RateLimitResponse {
+func (s *Service) respond(req *rlsv3.RateLimitRequest, domLabel string, ds []decision, reqs []limit.Request, res []limit.Result, allowed bool, how outcome, now time.Time) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds)),
@@ -336,6 +444,7 @@ func (s *Service) respond(domain, domLabel string, ds []decision, reqs []limit.R
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	m := s.cfg.Metrics
+	var violations []int // the quotas the request went over
 	for i := range ds {
 		d := &ds[i]
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
@@ -355,11 +464,26 @@ func (s *Service) respond(domain, domLabel string, ds []decision, reqs []limit.R
 				Name: d.lim.Name, RequestsPerUnit: d.lim.RequestsPerUnit, Unit: d.lim.Unit,
 			}
 			st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
-			st.DurationUntilReset = durationpb.New(r.Reset)
+			if !r.Allowed && s.cfg.ReferenceCounting {
+				st.LimitRemaining = 0 // its hits are counted: none is left
+			}
+			// Whole seconds, as envoyproxy/ratelimit reports them; a
+			// request that can never fit waits for the window's end.
+			reset := time.Duration(ceilSeconds(r.Reset)) * time.Second
+			if q.Cost > q.Params.Capacity() {
+				reset = windowEnd(now, d.lim.Params.Window)
+			}
+			st.DurationUntilReset = durationpb.New(reset)
 			switch {
 			case r.Allowed:
 				out = outOK
-			case q.Shadow:
+			case d.quota:
+				// A quota over its limit is OK with what is left of it,
+				// and told in the dynamic metadata.
+				out = outShadow
+				st.DurationUntilReset = nil
+				violations = append(violations, i)
+			case d.shadow:
 				out = outShadow
 				if d.desc == nil || !d.desc.ShadowMode {
 					// Shadowed by ShadowMode alone: the status tells.
@@ -380,8 +504,22 @@ func (s *Service) respond(domain, domLabel string, ds []decision, reqs []limit.R
 	if m != nil {
 		m.requests.WithLabelValues(domLabel, strings.ToLower(resp.OverallCode.String())).Inc()
 	}
-	resp.ResponseHeadersToAdd = s.headers(ds, reqs, res)
+	resp.ResponseHeadersToAdd = s.headers(ds, res)
+	if s.cfg.ReferenceHeaders != nil {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, referenceHeaders(s.cfg.ReferenceHeaders, ds, resp.Statuses, now)...)
+	}
+	if s.cfg.DynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, ds, violations)
+	}
 	return resp
+}
+
+// windowEnd returns the time from now to the end of the window of length
+// w aligned to the Unix epoch, in whole seconds, as envoyproxy/ratelimit
+// reports every reset.
+func windowEnd(now time.Time, w time.Duration) time.Duration {
+	sec := max(int64(w/time.Second), 1)
+	return time.Duration(sec-now.Unix()%sec) * time.Second
 }
 
 // hitsOf returns the units descriptor d asks for: its own hits_addend
@@ -424,22 +562,30 @@ var keyEscaper = strings.NewReplacer("%", "%25", "|", "%7C", "=", "%3D")
 // counterKey names the counter of a descriptor: its domain and every
 // entry's key and value (for share_threshold, the wildcard instead of
 // the value), as envoyproxy/ratelimit's cache keys do, so that a reload
-// that keeps a descriptor keeps its count. An override's counter is
-// apart from the configured one of the same entries.
+// that keeps a descriptor keeps its count. A limit override shares the
+// counter of the configured descriptor its entries match when it has the
+// same unit, as envoyproxy/ratelimit's keys (domain, entries and window)
+// make it; otherwise its counter is its own, by unit.
 func counterKey(domain string, es []*rlv3.RateLimitDescriptor_Entry, d *decision) string {
 	var b strings.Builder
 	b.WriteString("rls|")
 	b.WriteString(keyEscaper.Replace(domain))
-	if d.desc == nil {
-		b.WriteString("|override")
+	m := &d.match
+	switch {
+	case d.shared != nil:
+		m = d.shared
+	case d.desc == nil:
+		b.WriteString("|override|")
+		b.WriteString(strings.ToLower(d.lim.Unit.String()))
+		m = nil
 	}
 	for i, e := range es {
 		b.WriteByte('|')
 		b.WriteString(keyEscaper.Replace(e.GetKey()))
 		b.WriteByte('=')
 		v := e.GetValue()
-		if d.desc != nil {
-			v = d.match.CounterValue(i, v)
+		if m != nil {
+			v = m.CounterValue(i, v)
 		}
 		b.WriteString(keyEscaper.Replace(v))
 	}
@@ -455,14 +601,14 @@ func overflowKey(domain string, desc *rlsconfig.Descriptor) string {
 // headers returns the headers for Envoy to add to the response: those of
 // proxy's rate-limit headers (docs/rules.md, "Responses") for the limits that
 // applied, shadow limits left out.
-func (s *Service) headers(ds []decision, reqs []limit.Request, res []limit.Result) []*corev3.HeaderValue {
+func (s *Service) headers(ds []decision, res []limit.Result) []*corev3.HeaderValue {
 	mode := s.cfg.Headers
 	if mode == proxy.HeadersNone {
 		return nil
 	}
 	most := -1
 	for i := range ds {
-		if ds[i].req < 0 || reqs[ds[i].req].Shadow {
+		if ds[i].req < 0 || ds[i].shadow || ds[i].quota {
 			continue
 		}
 		if most < 0 || moreConstraining(res[ds[i].req], res[ds[most].req]) {
@@ -477,7 +623,7 @@ func (s *Service) headers(ds []decision, reqs []limit.Request, res []limit.Resul
 		var policy, state []byte
 		for i := range ds {
 			d := &ds[i]
-			if d.req < 0 || reqs[d.req].Shadow {
+			if d.req < 0 || d.shadow || d.quota {
 				continue
 			}
 			r := res[d.req]

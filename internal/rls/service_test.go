@@ -55,6 +55,9 @@ descriptors:
   - key: detailed
     detailed_metric: true
     rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: quota
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
 `
 
 // harness is a Service behind a real gRPC server on a loopback port,

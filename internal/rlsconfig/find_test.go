@@ -40,6 +40,10 @@ func TestFind(t *testing.T) {
 		{"child", basic, "key5=value5,subkey5=subvalue5", "key5_value5.subkey5_subvalue5", ""},
 		{"unknown key", basic, "nokey=1", "", ""},
 		{"empty value matches key only", basic, "key2=", "key2", ""},
+		// A "*" inside a value is no wildcard, as envoyproxy/ratelimit's
+		// TestWildcardConfig has it: only a trailing "*" matches by prefix.
+		{"star inside a value is literal", wild, "midWild=barab", "", ""},
+		{"star inside a value matches itself", wild, "midWild=bar*b", "midWild_bar*b", ""},
 		{"wildcard", wild, "wild=foobar", "wild_foo*", ""},
 		{"wildcard prefix itself", wild, "wild=foo", "wild_foo*", ""},
 		{"wildcard miss", wild, "wild=fo", "", ""},

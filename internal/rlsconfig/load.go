@@ -385,9 +385,7 @@ func (p *parser) descriptor(parent *node, n *yaml.Node, path string, bounded boo
 		DetailedMetric: p.boolean(f["detailed_metric"], "detailed_metric"),
 		ValueToMetric:  p.boolean(f["value_to_metric"], "value_to_metric"),
 		ShareThreshold: p.boolean(f["share_threshold"], "share_threshold"),
-	}
-	if p.boolean(f["quota_mode"], "quota_mode") {
-		p.errorf(f["quota_mode"].Line, "quota_mode is not supported by gateway rls: remove it, or use shadow_mode to report without denying")
+		QuotaMode:      p.boolean(f["quota_mode"], "quota_mode"),
 	}
 	if d.Key == "" {
 		p.errorf(n.Line, "descriptor has an empty key: set key")

@@ -34,6 +34,11 @@ func TestUpstreamFilesLoad(t *testing.T) {
 		{"share threshold", upstream + "share_threshold.yaml", 1, 9},
 		{"merge part 1", upstream + "merge_domain_key1.yaml", 1, 1},
 		{"examples directory", upstream + "examples", 2, 17},
+		{"integration directory", upstream + "integration", 4, 14},
+		{"integration basic", upstream + "integration/basic.yaml", 1, 3},
+		{"integration another", upstream + "integration/another.yaml", 1, 6},
+		{"integration share threshold", upstream + "integration/share_threshold.yaml", 1, 2},
+		{"integration reload", upstream + "integration/reload.yaml", 1, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -45,6 +50,31 @@ func TestUpstreamFilesLoad(t *testing.T) {
 				t.Errorf("got %d domains and %d limits, want %d and %d", len(c.Domains), c.Limits(), tc.domains, tc.limits)
 			}
 		})
+	}
+}
+
+// TestQuotaMode reads quota_mode, envoyproxy/ratelimit's newest
+// descriptor key, onto the descriptor it is set on.
+func TestQuotaMode(t *testing.T) {
+	t.Parallel()
+	c, err := Parse("q.yaml", []byte("domain: d\ndescriptors:\n  - key: quota\n    quota_mode: true\n    rate_limit: {unit: minute, requests_per_unit: 5}\n  - key: plain\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		key  string
+		want bool
+	}{{"quota", true}, {"plain", false}} {
+		m, ok := c.Domains["d"].Find([]Entry{{Key: tc.key, Value: "x"}})
+		if !ok {
+			t.Fatalf("%s: no match", tc.key)
+		}
+		if m.Descriptor.QuotaMode != tc.want {
+			t.Errorf("%s: QuotaMode got %v, want %v", tc.key, m.Descriptor.QuotaMode, tc.want)
+		}
+	}
+	if _, err := Parse("q.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    quota_mode: maybe\n"), Options{}); err == nil || !strings.Contains(err.Error(), `q.yaml:4: quota_mode "maybe" is not true or false`) {
+		t.Errorf("a bad quota_mode: got %v, want an error on line 4", err)
 	}
 }
 
@@ -140,8 +170,6 @@ func TestParseErrors(t *testing.T) {
 		name, yaml string
 		want       []string // "line: text"
 	}{
-		{"quota mode", "domain: d\ndescriptors:\n  - key: k\n    quota_mode: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
-			[]string{"4: quota_mode is not supported"}},
 		{"unknown algorithm", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      algorithm: magic\n",
 			[]string{`7: rate_limit of k: unknown algorithm "magic"`}},
 		{"precision on fixed window", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      algorithm: fixed_window\n      precision: 4\n",

@@ -74,6 +74,11 @@ type Descriptor struct {
 	// ShadowMode reports whether the limit only reports its denials
 	// (shadow_mode): it is counted, but never denies a request.
 	ShadowMode bool
+	// QuotaMode reports whether the limit is a quota (quota_mode, as
+	// envoyproxy/ratelimit defines it): it is counted, and a request over
+	// it is reported in the response's dynamic metadata, but its status is
+	// OK and it never denies a request.
+	QuotaMode bool
 	// DetailedMetric reports whether the metrics of this descriptor's
 	// limit carry the request's values (detailed_metric); by default
 	// they carry only the configured path, which the config bounds.

@@ -47,8 +47,8 @@ type Cost struct {
 	// needs room for Min and is charged only at the end.
 	Reserve int64
 	// ReserveHeader, when not empty, is the canonical name of a request
-	// header whose whole number, capped by Max, is the request's
-	// reserve in place of Reserve.
+	// header whose whole number, capped by Max, raises the request's
+	// reserve above Reserve; it never lowers it (ReserveFor).
 	ReserveHeader string
 	// Inspect caps the bytes of a JSON body, or of one event of a
 	// stream, that are read for a Body cost; 0 means

@@ -119,21 +119,26 @@ func (c *Cost) bodyString() string {
 }
 
 // ReserveFor returns the reserve of a request whose header values of
-// ReserveHeader are vals: their whole number capped by Max, else Reserve.
+// ReserveHeader are vals: their whole number capped by Max when it is
+// above Reserve, else Reserve. A client may raise its reserve, never
+// lower it below the configured one: a reserve is what keeps requests in
+// flight together from overrunning the budget.
 func (c *Cost) ReserveFor(vals []string) int64 {
 	if c.ReserveHeader == "" || len(vals) != 1 {
 		return c.Reserve
 	}
 	var n int64
 	s := strings.TrimSpace(vals[0])
-	if s == "" || len(s) > 18 {
+	if s == "" {
 		return c.Reserve
 	}
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
 			return c.Reserve
 		}
-		n = n*10 + int64(s[i]-'0')
+		if n <= c.Max { // past Max the digits only matter as digits
+			n = n*10 + int64(s[i]-'0')
+		}
 	}
-	return min(n, c.Max)
+	return max(min(n, c.Max), c.Reserve)
 }

@@ -420,6 +420,16 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 	// Deferred: ReverseProxy panics to abort a response broken mid-body.
 	defer func() { o.UpstreamDuration = time.Since(t0) }()
 	sc.sw.forwarding = true
+	if r.ProtoMajor == 1 && r.ContentLength != 0 {
+		// The upstream may answer, and stream, before the body has all
+		// arrived: net/http's HTTP/1 server would otherwise read what is
+		// left of the body and close it when the response's headers go
+		// out, under the reverse proxy still copying it, and the
+		// upstream's connection, and the stream, would break
+		// (http.ResponseController.EnableFullDuplex; golang/go issue
+		// 15527).
+		http.NewResponseController(w).EnableFullDuplex()
+	}
 	out := r.WithContext(context.WithValue(ctx, forwardKey{}, &sc.fwd))
 	if sc.route != nil && sc.route.Handler != nil {
 		sc.route.Handler.ServeHTTP(w, out)

@@ -21,7 +21,7 @@ var (
 	settingFields  = []string{"algorithm", "unit", "precision", "burst", "warmup", "lockSeconds", "timezone"}
 	defaultsFields = append(slices.Clone(settingFields), "by", "missing")
 	appFields      = []string{"appId", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "limits", "keys", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count", "plan"}
-	ruleFields     = []string{"api", "method", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "shadow", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count", "maxDelay"}
+	ruleFields     = []string{"api", "method", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "shadow", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count", "maxDelay", "errorFormat", "retryAfterMax"}
 )
 
 // maxLockSeconds is the longest lockSeconds that a time.Duration holds;
@@ -427,6 +427,12 @@ func (p *parser) buildRule(n *yaml.Node) *ruleResult {
 		} else {
 			ok = false
 		}
+	}
+
+	if rf, good := p.refusal(fs); good {
+		res.rule.Refusal = rf
+	} else {
+		ok = false
 	}
 
 	if f, has := fs["by"]; has {

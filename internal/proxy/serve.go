@@ -381,7 +381,7 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 		return
 	case DecisionLimited:
 		h.writeHeaders(w.Header(), sc.lims[:len(o.Limits())], sc.res[:len(o.Limits())])
-		h.reject(w, sc.lims[:len(o.Limits())], sc.res[:len(o.Limits())])
+		h.reject(w, sc.route, sc.lims[:len(o.Limits())], sc.res[:len(o.Limits())])
 		return
 	}
 	h.writeHeaders(w.Header(), sc.lims[:len(o.Limits())], sc.res[:len(o.Limits())])

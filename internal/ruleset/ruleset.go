@@ -111,6 +111,9 @@ type Limit struct {
 	// (docs/plans-and-tokens.md, "Waiting for room instead of 429"); 0
 	// refuses at once.
 	MaxDelay time.Duration
+	// Refusal is how the limit's refusals are written (its rule's and
+	// plan's errorFormat and retryAfterMax).
+	Refusal config.Refusal
 }
 
 // DefaultLocalShare is the share of each limit that one gateway admits on
@@ -182,7 +185,7 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Set,
 				return nil, noJWTError(rules.Path, r.Line, "rule "+r.API, by)
 			}
 			cl := newCompiledLimit(app.ID, r.API, r.Methods, r.Params, r.Shadow, opts)
-			cl.Cost, cl.Count, cl.Plan, cl.MaxDelay = r.Cost, r.Count, r.Plan, r.MaxDelay
+			cl.Cost, cl.Count, cl.Plan, cl.MaxDelay, cl.Refusal = r.Cost, r.Count, r.Plan, r.MaxDelay, r.Refusal
 			cl.keyBy(cmp.Or(r.By, app.By), cmp.Or(r.Missing, app.Missing))
 			sec.IPTag = sec.IPTag && cl.Kind == KeyIP
 			cl.head = slices.Contains(r.Methods, http.MethodHead)

@@ -57,6 +57,8 @@ type scratch struct {
 	// owed is what the response's cost counts, sent to the store when
 	// its headers are written (cost.go).
 	owed owed
+	// body is the request's body as read for keys (bodykeys.go).
+	body bodyKeys
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
@@ -307,7 +309,7 @@ func (h *Handler) counterKey(w http.ResponseWriter, r *http.Request, cl *ruleset
 	case ruleset.KeyIP:
 		return cl.Key + "|" + group(), true
 	case ruleset.KeyAttrs:
-		readKeys(r, cl, &sc.o)
+		readKeys(r, cl, sc)
 		key, code, msg := cl.AttrKey(r.URL.RawQuery, group, &sc.o)
 		if code != "" {
 			sc.o.Decision = DecisionInvalid
@@ -431,6 +433,9 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 		http.NewResponseController(w).EnableFullDuplex()
 	}
 	out := r.WithContext(context.WithValue(ctx, forwardKey{}, &sc.fwd))
+	if sc.body.read {
+		out.Body = sc.body.forwardBody(r) // what was read for keys, then the rest
+	}
 	if sc.route != nil && sc.route.Handler != nil {
 		sc.route.Handler.ServeHTTP(w, out)
 		return

@@ -111,6 +111,9 @@ type Limit struct {
 	// (docs/plans-and-tokens.md, "Waiting for room instead of 429"); 0
 	// refuses at once.
 	MaxDelay time.Duration
+	// MaxBody is the most bytes of a request's body read for a key part
+	// naming a body field; 0 when By names none.
+	MaxBody int
 	// Refusal is how the limit's refusals are written (its rule's and
 	// plan's errorFormat and retryAfterMax).
 	Refusal config.Refusal
@@ -187,6 +190,9 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Set,
 			cl := newCompiledLimit(app.ID, r.API, r.Methods, r.Params, r.Shadow, opts)
 			cl.Cost, cl.Count, cl.Plan, cl.MaxDelay, cl.Refusal = r.Cost, r.Count, r.Plan, r.MaxDelay, r.Refusal
 			cl.keyBy(cmp.Or(r.By, app.By), cmp.Or(r.Missing, app.Missing))
+			if r.MaxBody > 0 {
+				cl.MaxBody = r.MaxBody
+			}
 			sec.IPTag = sec.IPTag && cl.Kind == KeyIP
 			cl.head = slices.Contains(r.Methods, http.MethodHead)
 			cl.setConcurrency(r.Concurrency, opts)
@@ -262,6 +268,9 @@ func (rs *Set) addKeyHeaders(by config.By) {
 func (cl *Limit) keyBy(by config.By, missing config.Missing) {
 	cl.By, cl.Kind, cl.Parts, cl.Claims = by, kindOf(by), by.Parts(), by.Claims()
 	cl.Missing = cmp.Or(missing, config.MissingIP)
+	if by.Body() {
+		cl.MaxBody = config.DefaultMaxBody
+	}
 }
 
 // sfString renders s as a structured-field string (RFC 8941 §3.3.3),

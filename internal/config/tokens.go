@@ -66,6 +66,15 @@ func (p *parser) bodyOptions(fs map[string]field, c *Cost, hasBody bool) bool {
 		return ok
 	}
 	if f, has := fs["reserve"]; has {
+		if n := f.val; n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" {
+			if strings.TrimSpace(n.Value) != "estimate" {
+				p.errorf(f.line, "cost reserve %q is neither a whole number of units nor estimate (from the request's max_tokens and size)", n.Value)
+				p.reserveHeaderAndInspect(fs, c)
+				return false
+			}
+			c.Estimate = true
+			return p.reserveHeaderAndInspect(fs, c) && ok
+		}
 		v, good := p.integer(f)
 		switch {
 		case !good:
@@ -77,6 +86,12 @@ func (p *parser) bodyOptions(fs map[string]field, c *Cost, hasBody bool) bool {
 			c.Reserve = v
 		}
 	}
+	return p.reserveHeaderAndInspect(fs, c) && ok
+}
+
+// reserveHeaderAndInspect reads reserveHeader and inspect into c.
+func (p *parser) reserveHeaderAndInspect(fs map[string]field, c *Cost) bool {
+	ok := true
 	if f, has := fs["reserveHeader"]; has {
 		if name, good := p.str(f); !good {
 			ok = false
@@ -111,6 +126,9 @@ func (c *Cost) bodyString() string {
 	s := fmt.Sprintf("body %s (min %d, max %d", strings.Join(ps, "+"), c.Min, c.Max)
 	if c.Reserve > 0 {
 		s += fmt.Sprintf(", reserve %d", c.Reserve)
+	}
+	if c.Estimate {
+		s += ", reserve estimate"
 	}
 	if c.ReserveHeader != "" {
 		s += ", reserve from " + c.ReserveHeader

@@ -96,3 +96,17 @@ func TestReserveFor(t *testing.T) {
 		t.Errorf("no reserve, header 70: got %d, want 70", got)
 	}
 }
+
+func TestReserveEstimate(t *testing.T) {
+	t.Parallel()
+	r := mustParse(t, "rules.yaml", []byte("configs:\n  - appId: a\n    limits:\n      - {api: /c, limit: 1000, cost: {body: usage.total_tokens, reserve: estimate, reserveHeader: X-Est}}\n"))
+	c := r.Apps[0].Limits[0].Cost
+	if !c.Estimate || c.Reserve != 0 || c.ReserveHeader != "X-Est" {
+		t.Errorf("cost: got %+v, want an estimated reserve with its header", c)
+	}
+	if got, want := c.String(), "body usage.total_tokens (min 1, max 1000, reserve estimate, reserve from X-Est)"; got != want {
+		t.Errorf("String: got %q, want %q", got, want)
+	}
+	_, err := Parse("rules.yaml", []byte("configs:\n  - appId: a\n    limits:\n      - {api: /c, limit: 1000, cost: {body: usage.total_tokens, reserve: guess}}\n"))
+	checkErrors(t, err, []wantErr{{4, `cost reserve "guess" is neither a whole number of units nor estimate`}})
+}

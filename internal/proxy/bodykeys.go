@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
@@ -59,6 +60,31 @@ func (b *bodyKeys) value(path string) string {
 		return strconv.FormatBool(v)
 	}
 	return ""
+}
+
+// estimate returns the tokens a request may use, as reserve: estimate
+// reads them from its body: its max_tokens (max_completion_tokens,
+// max_output_tokens) and a prompt of one token per
+// config.EstimateBytesPerToken bytes of the body, at least 1; most when
+// the body gives no max_tokens or could not be read, since nothing then
+// bounds what the response may use.
+func (b *bodyKeys) estimate(most int64) int64 {
+	if b.doc == nil {
+		return most
+	}
+	for _, f := range [...]string{"max_tokens", "max_completion_tokens", "max_output_tokens"} {
+		n, ok := b.doc[f].(json.Number)
+		if !ok {
+			continue
+		}
+		out, err := n.Int64()
+		if err != nil || out < 0 {
+			return most
+		}
+		in := (int64(len(b.head)) + config.EstimateBytesPerToken - 1) / config.EstimateBytesPerToken
+		return max(min(out, most)+in, 1)
+	}
+	return most
 }
 
 // load reads r's body, up to the largest MaxBody of lims and one byte

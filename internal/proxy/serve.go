@@ -275,7 +275,7 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *ruleset.Sect
 			// Its reserve is held until the response ends, or room for
 			// min checked (tokens.go).
 			var deferred bool
-			q.Cost, deferred = bodyNeed(cl, r)
+			q.Cost, deferred = bodyNeed(cl, r, sc)
 			q.Hold, q.Defer = !deferred, deferred
 		}
 		switch cl.Kind {

@@ -24,13 +24,21 @@ import (
 
 // bodyNeed returns what a request r asks of a limit cl with a body cost:
 // its reserve, held until the response ends (Hold), or, without one,
-// room for min, counted for none (Defer).
-func bodyNeed(cl *ruleset.Limit, r *http.Request) (units int64, deferred bool) {
+// room for min, counted for none (Defer). An estimated reserve reads the
+// request's body (sc.body) once.
+func bodyNeed(cl *ruleset.Limit, r *http.Request, sc *scratch) (units int64, deferred bool) {
 	var vals []string
 	if cl.Cost.ReserveHeader != "" {
 		vals = r.Header[cl.Cost.ReserveHeader]
 	}
-	if res := cl.Cost.ReserveFor(vals); res > 0 {
+	res := cl.Cost.ReserveFor(vals)
+	if cl.Cost.Estimate {
+		if !sc.body.read {
+			sc.body.load(r, sc.bodyLimits())
+		}
+		res = max(res, min(sc.body.estimate(cl.Cost.Max), cl.Cost.Max, cl.Params.Capacity()))
+	}
+	if res > 0 {
 		return res, false
 	}
 	return cl.Cost.Min, true

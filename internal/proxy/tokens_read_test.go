@@ -3,10 +3,14 @@ package proxy
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"io"
+	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // readRules are a token budget with a reserve of 500 that a client may
@@ -198,5 +202,65 @@ configs:
 				t.Errorf("remaining %s, want %s", got, want)
 			}
 		})
+	}
+}
+
+// TestTokenReserveEstimate: reserve: estimate holds a request's
+// max_tokens and a prompt of a token per 4 bytes of its body, so that a
+// request that cannot fit what is left of the budget is refused before the
+// upstream sees it; the response is charged what it used.
+func TestTokenReserveEstimate(t *testing.T) {
+	t.Parallel()
+	rules := `
+configs:
+  - appId: app-1
+    limits:
+      - api: /v1/chat/completions
+        limit: 1000
+        unit: 1h
+        algorithm: fixed_window
+        cost: {body: usage.total_tokens, reserve: estimate}
+`
+	g := newTokenGWWith(t, "memory", rules)
+	prompt := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]` // 61 bytes
+	tests := []struct {
+		name, body, tokens string
+		status             int
+		charged            int64
+	}{
+		{"fits", prompt + `,"max_tokens":700}`, "600", 200, 600},
+		// 400 left: 390 and 79 bytes of body, 20 tokens, do not fit.
+		{"does not fit", prompt + `,"max_tokens":390}`, "10", 429, 0},
+		{"fits what is left", prompt + `,"max_tokens":300}`, "300", 200, 300},
+		// 100 left; without max_tokens the estimate is the budget's max.
+		{"no max_tokens", prompt + `}`, "10", 429, 0},
+		{"max_completion_tokens", prompt + `,"max_completion_tokens":50}`, "60", 200, 60},
+		{"not JSON", `{"max_tokens":1`, "1", 429, 0},
+	}
+	for i, tc := range tests {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		req, _ := http.NewRequestWithContext(ctx, "POST", g.srv.URL+"/v1/chat/completions?tokens="+tc.tokens, strings.NewReader(tc.body))
+		req.Header.Set("X-App-Id", "app-1")
+		resp, err := g.srv.Client().Do(req)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		cancel()
+		if resp.StatusCode != tc.status {
+			t.Errorf("%s: status %d, want %d", tc.name, resp.StatusCode, tc.status)
+		}
+		g.obs.waitFor(t, i+1)
+		g.obs.mu.Lock()
+		o := g.obs.out[i]
+		g.obs.mu.Unlock()
+		if tc.status == 429 && o.Decision != DecisionLimited {
+			t.Errorf("%s: decision %s, want limited before the upstream", tc.name, o.Decision)
+		}
+		if got := limitsOf(o)[0].Charged; got != tc.charged {
+			t.Errorf("%s: charged %d, want %d", tc.name, got, tc.charged)
+		}
 	}
 }

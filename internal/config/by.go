@@ -36,13 +36,14 @@ const (
 	KeyHeader                    // a request header
 	KeyQuery                     // a query parameter
 	KeyClaim                     // a claim of the caller's verified JWT
+	KeyBody                      // a field of the request's JSON body (bodykey.go)
 )
 
 // KeyPart is one request attribute a counter key is made of.
 type KeyPart struct {
 	Kind KeyKind
-	// Name is the header (canonical), query parameter or claim name;
-	// "" for KeyIP.
+	// Name is the header (canonical), query parameter or claim name,
+	// or the body field's dotted path; "" for KeyIP.
 	Name string
 }
 
@@ -56,6 +57,8 @@ func (p KeyPart) String() string {
 		return "query:" + p.Name
 	case KeyClaim:
 		return "claim:" + p.Name
+	case KeyBody:
+		return "body:" + p.Name
 	}
 	return string(ByIP)
 }
@@ -76,6 +79,8 @@ func (b By) Parts() []KeyPart {
 			parts = append(parts, KeyPart{Kind: KeyQuery, Name: name})
 		case "claim":
 			parts = append(parts, KeyPart{Kind: KeyClaim, Name: name})
+		case "body":
+			parts = append(parts, KeyPart{Kind: KeyBody, Name: name})
 		default:
 			parts = append(parts, KeyPart{Kind: KeyIP})
 		}
@@ -112,7 +117,7 @@ const (
 	MissingDeny Missing = "deny"
 )
 
-const byHelp = "use app, ip, global, header:NAME, query:NAME, claim:NAME, or a list of ip, header:NAME, query:NAME and claim:NAME for one counter per combination"
+const byHelp = "use app, ip, global, header:NAME, query:NAME, claim:NAME, body:FIELD, or a list of ip, header:NAME, query:NAME, claim:NAME and body:FIELD for one counter per combination"
 
 // by returns the value of a by field: a string, a list of strings, or a
 // string of comma-separated parts, in canonical form.
@@ -160,11 +165,11 @@ func (p *parser) by(f field) (By, bool) {
 			return "", false
 		case it.s == string(ByIP):
 			part = it.s
-		case !hasName || kind != "header" && kind != "query" && kind != "claim":
+		case !hasName || kind != "header" && kind != "query" && kind != "claim" && kind != "body":
 			p.errorf(it.line, "by %q is not valid; %s", it.s, byHelp)
 			return "", false
 		case name == "":
-			p.errorf(it.line, "by %q names no %s; write %s:NAME, like %s", it.s, kind, kind, map[string]string{"header": "header:X-User-Id", "query": "query:user", "claim": "claim:sub"}[kind])
+			p.errorf(it.line, "by %q names no %s; write %s:NAME, like %s", it.s, kind, kind, map[string]string{"header": "header:X-User-Id", "query": "query:user", "claim": "claim:sub", "body": "body:model"}[kind])
 			return "", false
 		case len(name) > MaxKeyNameLen:
 			p.errorf(it.line, "by %s: the name is longer than %d bytes", kind, MaxKeyNameLen)
@@ -174,6 +179,12 @@ func (p *parser) by(f field) (By, bool) {
 			return "", false
 		case kind == "header":
 			part = "header:" + http.CanonicalHeaderKey(name)
+		case kind == "body":
+			if msg := checkBodyPath(name); msg != "" {
+				p.errorf(it.line, "by %q: %s", it.s, msg)
+				return "", false
+			}
+			part = "body:" + name
 		case !validQueryName(name):
 			p.errorf(it.line, "by %q: a %s name here is printable ASCII without spaces or commas", it.s, map[string]string{"query": "query parameter", "claim": "claim"}[kind])
 			return "", false

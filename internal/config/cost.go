@@ -12,6 +12,12 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/usage"
 )
 
+// EstimateBytesPerToken is the bytes of a request body counted as one
+// token of its prompt by reserve: estimate: English text runs about four
+// characters a token in the tokenizers of OpenAI's and Anthropic's models,
+// and the JSON around the prompt makes the estimate err high.
+const EstimateBytesPerToken = 4
+
 // DefaultCostHeader is the response header a cost: {header: ...} rule
 // usually names (docs/rules.md, "Request cost").
 const DefaultCostHeader = "X-RateLimit-Cost"
@@ -46,9 +52,16 @@ type Cost struct {
 	// is charged when the response ends. 0 for none: the request then
 	// needs room for Min and is charged only at the end.
 	Reserve int64
+	// Estimate reports whether the reserve is estimated from the
+	// request's body (reserve: estimate): its max_tokens (or
+	// max_completion_tokens, max_output_tokens) and a prompt of one token
+	// per EstimateBytesPerToken bytes of the body, capped by Max; Max
+	// when the body gives no max_tokens or cannot be read. Reserve is
+	// then 0.
+	Estimate bool
 	// ReserveHeader, when not empty, is the canonical name of a request
-	// header whose whole number, capped by Max, is the request's
-	// reserve in place of Reserve.
+	// header whose whole number, capped by Max, raises the request's
+	// reserve above Reserve; it never lowers it (ReserveFor).
 	ReserveHeader string
 	// Inspect caps the bytes of a JSON body, or of one event of a
 	// stream, that are read for a Body cost; 0 means

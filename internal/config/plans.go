@@ -18,7 +18,7 @@ import (
 // written in the app would, so that moving a rule into a plan, or changing
 // a plan, keeps the counters as any reload does.
 
-var planFields = []string{"name", "limits"}
+var planFields = []string{"name", "limits", "errorFormat", "retryAfterMax"}
 
 // A plan is one entry of the plans list.
 type plan struct {
@@ -60,6 +60,11 @@ func (p *parser) readPlans(f field) {
 			p.errorf(item.Line, "this plan has no limits; list the rules (api and limit) every app on the plan gets")
 		} else {
 			pl.rules = p.limits(lf)
+		}
+		if rf, good := p.refusal(fs); good {
+			for i := range pl.rules {
+				pl.rules[i].Refusal = pl.rules[i].Refusal.Or(rf)
+			}
 		}
 		if pl.name != "" {
 			p.plans[pl.name] = pl

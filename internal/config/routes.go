@@ -34,6 +34,9 @@ type Route struct {
 	// Timeout bounds the wait for the upstream's response headers; 0
 	// means the gateway's --upstream-timeout.
 	Timeout time.Duration
+	// Refusal is how the refusals of requests taking the route are
+	// written where their limit does not say (refusal.go).
+	Refusal Refusal
 	// Line is where the route starts in the file.
 	Line int
 }
@@ -140,6 +143,11 @@ func (p *parser) route(n *yaml.Node) (Route, bool) {
 	if f, set := fs["timeout"]; set {
 		d, good := p.duration(f)
 		r.Timeout, ok = d, ok && good
+	}
+	if rf, good := p.refusal(fs); good {
+		r.Refusal = rf
+	} else {
+		ok = false
 	}
 	r.Name = r.Host + r.Path
 	if f, set := fs["name"]; set {

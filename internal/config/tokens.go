@@ -66,6 +66,15 @@ func (p *parser) bodyOptions(fs map[string]field, c *Cost, hasBody bool) bool {
 		return ok
 	}
 	if f, has := fs["reserve"]; has {
+		if n := f.val; n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" {
+			if strings.TrimSpace(n.Value) != "estimate" {
+				p.errorf(f.line, "cost reserve %q is neither a whole number of units nor estimate (from the request's max_tokens and size)", n.Value)
+				p.reserveHeaderAndInspect(fs, c)
+				return false
+			}
+			c.Estimate = true
+			return p.reserveHeaderAndInspect(fs, c) && ok
+		}
 		v, good := p.integer(f)
 		switch {
 		case !good:
@@ -77,6 +86,12 @@ func (p *parser) bodyOptions(fs map[string]field, c *Cost, hasBody bool) bool {
 			c.Reserve = v
 		}
 	}
+	return p.reserveHeaderAndInspect(fs, c) && ok
+}
+
+// reserveHeaderAndInspect reads reserveHeader and inspect into c.
+func (p *parser) reserveHeaderAndInspect(fs map[string]field, c *Cost) bool {
+	ok := true
 	if f, has := fs["reserveHeader"]; has {
 		if name, good := p.str(f); !good {
 			ok = false
@@ -112,6 +127,9 @@ func (c *Cost) bodyString() string {
 	if c.Reserve > 0 {
 		s += fmt.Sprintf(", reserve %d", c.Reserve)
 	}
+	if c.Estimate {
+		s += ", reserve estimate"
+	}
 	if c.ReserveHeader != "" {
 		s += ", reserve from " + c.ReserveHeader
 	}
@@ -119,21 +137,26 @@ func (c *Cost) bodyString() string {
 }
 
 // ReserveFor returns the reserve of a request whose header values of
-// ReserveHeader are vals: their whole number capped by Max, else Reserve.
+// ReserveHeader are vals: their whole number capped by Max when it is
+// above Reserve, else Reserve. A client may raise its reserve, never
+// lower it below the configured one: a reserve is what keeps requests in
+// flight together from overrunning the budget.
 func (c *Cost) ReserveFor(vals []string) int64 {
 	if c.ReserveHeader == "" || len(vals) != 1 {
 		return c.Reserve
 	}
 	var n int64
 	s := strings.TrimSpace(vals[0])
-	if s == "" || len(s) > 18 {
+	if s == "" {
 		return c.Reserve
 	}
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
 			return c.Reserve
 		}
-		n = n*10 + int64(s[i]-'0')
+		if n <= c.Max { // past Max the digits only matter as digits
+			n = n*10 + int64(s[i]-'0')
+		}
 	}
-	return min(n, c.Max)
+	return max(min(n, c.Max), c.Reserve)
 }

@@ -56,3 +56,57 @@ func TestBodyCostErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestReserveFor: a client's reserve header may raise the configured
+// reserve up to max, never lower it.
+func TestReserveFor(t *testing.T) {
+	t.Parallel()
+	c := Cost{Reserve: 500, ReserveHeader: "X-Token-Estimate", Min: 1, Max: 4000}
+	tests := []struct {
+		name string
+		vals []string
+		want int64
+	}{
+		{"no header", nil, 500},
+		{"zero", []string{"0"}, 500},
+		{"below the reserve", []string{"499"}, 500},
+		{"above the reserve", []string{"800"}, 800},
+		{"above max", []string{"5000"}, 4000},
+		{"twenty digits", []string{"12345678901234567890"}, 4000},
+		{"spaces", []string{" 900 "}, 900},
+		{"not a number", []string{"-1"}, 500},
+		{"empty", []string{""}, 500},
+		{"sent twice", []string{"800", "900"}, 500},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := c.ReserveFor(tc.vals); got != tc.want {
+				t.Errorf("ReserveFor(%q): got %d, want %d", tc.vals, got, tc.want)
+			}
+		})
+	}
+	// Without a configured reserve the header is the reserve.
+	none := c
+	none.Reserve = 0
+	if got := none.ReserveFor([]string{"0"}); got != 0 {
+		t.Errorf("no reserve, header 0: got %d, want 0", got)
+	}
+	if got := none.ReserveFor([]string{"70"}); got != 70 {
+		t.Errorf("no reserve, header 70: got %d, want 70", got)
+	}
+}
+
+func TestReserveEstimate(t *testing.T) {
+	t.Parallel()
+	r := mustParse(t, "rules.yaml", []byte("configs:\n  - appId: a\n    limits:\n      - {api: /c, limit: 1000, cost: {body: usage.total_tokens, reserve: estimate, reserveHeader: X-Est}}\n"))
+	c := r.Apps[0].Limits[0].Cost
+	if !c.Estimate || c.Reserve != 0 || c.ReserveHeader != "X-Est" {
+		t.Errorf("cost: got %+v, want an estimated reserve with its header", c)
+	}
+	if got, want := c.String(), "body usage.total_tokens (min 1, max 1000, reserve estimate, reserve from X-Est)"; got != want {
+		t.Errorf("String: got %q, want %q", got, want)
+	}
+	_, err := Parse("rules.yaml", []byte("configs:\n  - appId: a\n    limits:\n      - {api: /c, limit: 1000, cost: {body: usage.total_tokens, reserve: guess}}\n"))
+	checkErrors(t, err, []wantErr{{4, `cost reserve "guess" is neither a whole number of units nor estimate`}})
+}

@@ -116,6 +116,12 @@ type Rule struct {
 	// Plan is the plan the rule comes from, "" for a rule written in
 	// its app section.
 	Plan string
+	// MaxBody is the most bytes of a request's body read for a key of
+	// By that names a body field; 0 means DefaultMaxBody.
+	MaxBody int
+	// Refusal is how the rule's refusals are written, its plan's
+	// filling in what it does not set (refusal.go).
+	Refusal Refusal
 	// Line is where the rule starts in the file.
 	Line int
 }

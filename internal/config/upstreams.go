@@ -148,7 +148,7 @@ var (
 	targetFields   = []string{"url", "weight"}
 	tlsFields      = []string{"ca", "cert", "key", "serverName"}
 	healthFields   = []string{"path", "interval", "timeout", "healthy", "unhealthy"}
-	routeFields    = []string{"name", "host", "path", "upstream", "stripPrefix", "timeout"}
+	routeFields    = []string{"name", "host", "path", "upstream", "stripPrefix", "timeout", "errorFormat", "retryAfterMax"}
 )
 
 // upstreams reads the upstreams list.

@@ -21,7 +21,7 @@ var (
 	settingFields  = []string{"algorithm", "unit", "precision", "burst", "warmup", "lockSeconds", "timezone"}
 	defaultsFields = append(slices.Clone(settingFields), "by", "missing")
 	appFields      = []string{"appId", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "limits", "keys", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count", "plan"}
-	ruleFields     = []string{"api", "method", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "shadow", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count", "maxDelay"}
+	ruleFields     = []string{"api", "method", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "shadow", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count", "maxDelay", "errorFormat", "retryAfterMax", "maxBody"}
 )
 
 // maxLockSeconds is the longest lockSeconds that a time.Duration holds;
@@ -429,6 +429,12 @@ func (p *parser) buildRule(n *yaml.Node) *ruleResult {
 		}
 	}
 
+	if rf, good := p.refusal(fs); good {
+		res.rule.Refusal = rf
+	} else {
+		ok = false
+	}
+
 	if f, has := fs["by"]; has {
 		if v, good := p.by(f); good {
 			res.rule.By = v
@@ -439,6 +445,13 @@ func (p *parser) buildRule(n *yaml.Node) *ruleResult {
 	if f, has := fs["missing"]; has {
 		if v, good := p.missing(f); good {
 			res.rule.Missing = v
+		} else {
+			ok = false
+		}
+	}
+	if f, has := fs["maxBody"]; has {
+		if v, good := p.maxBody(f, res.rule.By); good {
+			res.rule.MaxBody = v
 		} else {
 			ok = false
 		}

@@ -251,7 +251,7 @@ configs:
 			{3, `appId "a" is already configured at line 2`},
 		}},
 		{name: "invalid by", data: "configs:\n  - appId: a\n    by: user\n    limit: 1\n", want: []wantErr{
-			{3, `by "user" is not valid; use app, ip, global, header:NAME, query:NAME, claim:NAME, or a list`},
+			{3, `by "user" is not valid; use app, ip, global, header:NAME, query:NAME, claim:NAME, body:FIELD, or a list`},
 		}},
 		{name: "unknown by kind", data: "configs:\n  - appId: a\n    limits:\n      - api: /\n        by: cookie:sid\n        limit: 1\n", want: []wantErr{
 			{5, `by "cookie:sid" is not valid; use app, ip, global, header:NAME, query:NAME`},

@@ -3,6 +3,7 @@ package proxy
 import (
 	"cmp"
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -207,12 +208,18 @@ func (h *Handler) settled(sc *scratch, ow *owed, err error, tokens bool) {
 	}
 }
 
-// reportedCost reads a cost header's values: one whole number ≥ 0.
+// reportedCost reads a cost header's values: one whole number ≥ 0. One
+// too large for an int64 is math.MaxInt64, which max caps: an absurd
+// report is charged the most, never min.
 func reportedCost(vals []string) (int64, bool) {
 	if len(vals) != 1 {
 		return 0, false
 	}
-	v, err := strconv.ParseInt(strings.TrimSpace(vals[0]), 10, 64)
+	s := strings.TrimSpace(vals[0])
+	v, err := strconv.ParseInt(s, 10, 64)
+	if errors.Is(err, strconv.ErrRange) && v > 0 {
+		return v, true // ParseInt returns math.MaxInt64
+	}
 	if err != nil || v < 0 {
 		return 0, false
 	}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -250,4 +251,33 @@ configs:
 			t.Errorf("the upstream served %d requests, want %d", n, len(steps)-3)
 		}
 	})
+}
+
+func TestReportedCost(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		vals   []string
+		want   int64
+		wantOK bool
+	}{
+		{"number", []string{"42"}, 42, true},
+		{"spaces", []string{" 7 "}, 7, true},
+		{"zero", []string{"0"}, 0, true},
+		{"twenty digits", []string{"12345678901234567890"}, math.MaxInt64, true},
+		{"negative twenty digits", []string{"-12345678901234567890"}, 0, false},
+		{"negative", []string{"-1"}, 0, false},
+		{"exponent", []string{"1e30"}, 0, false},
+		{"two values", []string{"1", "2"}, 0, false},
+		{"none", nil, 0, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, ok := reportedCost(tc.vals)
+			if got != tc.want || ok != tc.wantOK {
+				t.Errorf("reportedCost(%q): got %d, %v; want %d, %v", tc.vals, got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
 }

@@ -44,6 +44,9 @@ type forward struct {
 	// dropOverrides removes the method-override headers, dropParam the
 	// _method query parameter, dropUpgrade an upgrade not allowed.
 	dropOverrides, dropParam, dropUpgrade bool
+	// readBody reports that a limit reads the response body (tokens.go):
+	// the upstream is asked only for content codings the gateway reads.
+	readBody bool
 	// client is the context of the client's request, when the upstream's
 	// request is not canceled with it (a limit charged by the response):
 	// the errors of the upstream's request are judged by it.
@@ -112,6 +115,9 @@ func (f *forward) apply(out *http.Request) {
 		if vs := hdr["Connection"]; len(vs) == 1 && strings.EqualFold(vs[0], "upgrade") {
 			delete(hdr, "Connection")
 		}
+	}
+	if f.readBody {
+		readableEncodings(hdr)
 	}
 	dropAliases(hdr, f.app, f.key, f.keyed)
 }

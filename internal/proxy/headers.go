@@ -15,15 +15,20 @@ import (
 // headers, Retry-After, and the JSON body of a 429.
 
 // reject writes the limited response for the denying limit with the
-// longest wait. A limit of 0 never admits: its response says "blocked",
+// longest wait, in the shape its refusal settings or route's say
+// (provider.go). A limit of 0 never admits: its response says "blocked",
 // with no Retry-After, since no wait would help.
-func (h *Handler) reject(w http.ResponseWriter, lims []*ruleset.Limit, res []limit.Result) {
+func (h *Handler) reject(w http.ResponseWriter, route *ruleset.Route, lims []*ruleset.Limit, res []limit.Result) {
 	worst := -1
 	for i := range res {
 		if res[i].Allowed || lims[i].Shadow {
 			continue
 		}
 		if lims[i].Params.Limit == 0 {
+			if ref := refusalOf(route, lims[i]); provider(ref.Format) {
+				writeProviderBlocked(w, h.limitStatus, ref.Format, lims[i])
+				return
+			}
 			writeBlocked(w, h.limitStatus, lims[i])
 			return
 		}
@@ -32,12 +37,13 @@ func (h *Handler) reject(w http.ResponseWriter, lims []*ruleset.Limit, res []lim
 		}
 	}
 	cl, rr := lims[worst], res[worst]
-	secs := ceilSeconds(rr.RetryAfter)
-	if secs < 1 {
-		secs = 1
-	}
-	secs += h.jitter()
+	ref := refusalOf(route, cl)
+	secs := retryAfter(rr.RetryAfter, ref) + h.jitter()
 	w.Header()["Retry-After"] = intHeader(secs)
+	if provider(ref.Format) {
+		writeProviderLimited(w, h.limitStatus, ref.Format, cl, secs)
+		return
+	}
 	writeLimited(w, h.limitStatus, cl, secs)
 }
 

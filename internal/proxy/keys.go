@@ -9,21 +9,37 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
-// readKeys records in o the values of cl's header, query and claim parts
-// that o does not hold yet. A request's values are read from it once,
-// here: its counter keys (ruleset.Limit.AttrKey), the keys it is listed
-// under (shownKey, /top) and the access log all take them from o, so that
-// they cannot differ.
-func readKeys(r *http.Request, cl *ruleset.Limit, o *observe.Outcome) {
+// readKeys records in sc's outcome the values of cl's header, query,
+// claim and body parts that it does not hold yet. A request's values are
+// read from it once, here: its counter keys (ruleset.Limit.AttrKey), the
+// keys it is listed under (shownKey, /top) and the access log all take
+// them from the outcome, so that they cannot differ. The body is read
+// once for all its fields (bodykeys.go).
+func readKeys(r *http.Request, cl *ruleset.Limit, sc *scratch) {
+	o := &sc.o
 	for _, p := range cl.Parts {
 		if p.Kind == config.KeyIP {
 			continue
 		}
 		if _, ok := o.Key(p); !ok {
-			v, bad := ruleset.AttrValue(r.Header, r.URL.RawQuery, p, o.ClaimValue)
+			var v, bad string
+			if p.Kind == config.KeyBody {
+				if !sc.body.read {
+					sc.body.load(r, sc.bodyLimits())
+				}
+				v = sc.body.value(p.Name)
+			} else {
+				v, bad = ruleset.AttrValue(r.Header, r.URL.RawQuery, p, o.ClaimValue)
+			}
 			o.AddKey(observe.KeyValue{Part: p, Value: v, Bad: bad})
 		}
 	}
+}
+
+// bodyLimits returns the limits of sc that may read the body: the rate
+// and the concurrency limits that apply.
+func (sc *scratch) bodyLimits() []*ruleset.Limit {
+	return append(sc.lims[:sc.n:sc.n], sc.conc[:sc.nc]...)
 }
 
 // shownKey returns the LimitOutcome.Key of limit cl (of kind

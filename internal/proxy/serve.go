@@ -63,6 +63,8 @@ type scratch struct {
 	// owed is what the response's cost counts, sent to the store when
 	// its headers are written (cost.go).
 	owed owed
+	// body is the request's body as read for keys (bodykeys.go).
+	body bodyKeys
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
@@ -280,7 +282,7 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *ruleset.Sect
 			// Its reserve is held until the response ends, or room for
 			// min checked (tokens.go).
 			var deferred bool
-			q.Cost, deferred = bodyNeed(cl, r)
+			q.Cost, deferred = bodyNeed(cl, r, sc)
 			q.Hold, q.Defer = !deferred, deferred
 		}
 		switch cl.Kind {
@@ -314,7 +316,7 @@ func (h *Handler) counterKey(w http.ResponseWriter, r *http.Request, cl *ruleset
 	case ruleset.KeyIP:
 		return cl.Key + "|" + group(), true
 	case ruleset.KeyAttrs:
-		readKeys(r, cl, &sc.o)
+		readKeys(r, cl, sc)
 		key, code, msg := cl.AttrKey(r.URL.RawQuery, group, &sc.o)
 		if code != "" {
 			sc.o.Decision = DecisionInvalid
@@ -396,7 +398,7 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 		return
 	case DecisionLimited:
 		h.writeHeaders(w.Header(), sc.lims[:len(o.Limits())], sc.res[:len(o.Limits())])
-		h.reject(w, sc.lims[:len(o.Limits())], sc.res[:len(o.Limits())])
+		h.reject(w, sc.route, sc.lims[:len(o.Limits())], sc.res[:len(o.Limits())])
 		return
 	}
 	h.writeHeaders(w.Header(), sc.lims[:len(o.Limits())], sc.res[:len(o.Limits())])
@@ -440,7 +442,20 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 		}
 	}()
 	sc.sw.forwarding = true
+	if r.ProtoMajor == 1 && r.ContentLength != 0 {
+		// The upstream may answer, and stream, before the body has all
+		// arrived: net/http's HTTP/1 server would otherwise read what is
+		// left of the body and close it when the response's headers go
+		// out, under the reverse proxy still copying it, and the
+		// upstream's connection, and the stream, would break
+		// (http.ResponseController.EnableFullDuplex; golang/go issue
+		// 15527).
+		http.NewResponseController(w).EnableFullDuplex()
+	}
 	out := r.WithContext(context.WithValue(ctx, forwardKey{}, &sc.fwd))
+	if sc.body.read {
+		out.Body = sc.body.forwardBody(r) // what was read for keys, then the rest
+	}
 	if sc.route != nil && sc.route.Handler != nil {
 		sc.route.Handler.ServeHTTP(w, out)
 		return

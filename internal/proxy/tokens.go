@@ -1,6 +1,9 @@
 package proxy
 
 import (
+	"compress/gzip"
+	"errors"
+	"io"
 	"net/http"
 	"strings"
 
@@ -21,25 +24,37 @@ import (
 
 // bodyNeed returns what a request r asks of a limit cl with a body cost:
 // its reserve, held until the response ends (Hold), or, without one,
-// room for min, counted for none (Defer).
-func bodyNeed(cl *ruleset.Limit, r *http.Request) (units int64, deferred bool) {
+// room for min, counted for none (Defer). An estimated reserve reads the
+// request's body (sc.body) once.
+func bodyNeed(cl *ruleset.Limit, r *http.Request, sc *scratch) (units int64, deferred bool) {
 	var vals []string
 	if cl.Cost.ReserveHeader != "" {
 		vals = r.Header[cl.Cost.ReserveHeader]
 	}
-	if res := cl.Cost.ReserveFor(vals); res > 0 {
+	res := cl.Cost.ReserveFor(vals)
+	if cl.Cost.Estimate {
+		if !sc.body.read {
+			sc.body.load(r, sc.bodyLimits())
+		}
+		res = max(res, min(sc.body.estimate(cl.Cost.Max), cl.Cost.Max, cl.Params.Capacity()))
+	}
+	if res > 0 {
 		return res, false
 	}
 	return cl.Cost.Min, true
 }
 
 // tokenTap feeds the bytes of a response sent to the client to a
-// usage.Meter, created at the first byte from the response's headers.
+// usage.Meter, created at the first byte from the response's headers. A
+// gzip body is decoded for the meter on the way (gunzip); the client
+// gets the bytes as the upstream sent them.
 type tokenTap struct {
 	paths   []usage.Path
 	inspect int
 	m       *usage.Meter
-	// off reports that the body cannot be read: it is compressed.
+	gz      *gunzip
+	// off reports that the body cannot be read: its Content-Encoding
+	// is not one the gateway decodes.
 	off bool
 }
 
@@ -48,27 +63,151 @@ func (t *tokenTap) write(hdr http.Header, b []byte) {
 		return
 	}
 	if t.m == nil {
-		if ce := hdr["Content-Encoding"]; len(ce) > 0 && !strings.EqualFold(ce[0], "identity") {
-			t.off = true
-			return
-		}
 		var ct string
 		if v := hdr["Content-Type"]; len(v) > 0 {
 			ct = v[0]
 		}
 		t.m = usage.NewMeter(t.paths, ct, t.inspect)
+		switch encoding(hdr["Content-Encoding"]) {
+		case "":
+		case "gzip":
+			t.gz = newGunzip(t.m)
+		default:
+			t.off = true
+			return
+		}
+	}
+	if t.gz != nil {
+		t.gz.write(b)
+		return
 	}
 	t.m.Write(b)
 }
 
-// used ends the body and returns the usage it reported, and whether it
-// reported any.
-func (t *tokenTap) used() (int64, bool) {
+// used ends the body and returns the usage it reported, whether it
+// reported any, and whether some of the body could not be read (an
+// encoding the gateway does not decode, a gzip stream that does not
+// decode, a body or an event longer than inspect): its usage is then
+// unknown, not absent.
+func (t *tokenTap) used() (n int64, seen, unread bool) {
+	if t.off {
+		return 0, false, true
+	}
 	if t.m == nil {
-		return 0, false
+		return 0, false, false
+	}
+	if t.gz != nil && !t.gz.close() {
+		unread = true
 	}
 	t.m.Close()
-	return t.m.Used()
+	n, seen = t.m.Used()
+	return n, seen, unread || t.m.Skipped()
+}
+
+// encoding returns the one content coding of a response whose
+// Content-Encoding values are ce, lower case: "" for none or identity,
+// "gzip" for gzip or x-gzip (RFC 9110 §8.4.1.3), and "?" for codings
+// the gateway does not read, several codings among them.
+func encoding(ce []string) string {
+	if len(ce) == 0 {
+		return ""
+	}
+	if len(ce) > 1 || strings.IndexByte(ce[0], ',') >= 0 {
+		return "?"
+	}
+	switch v := strings.ToLower(strings.TrimSpace(ce[0])); v {
+	case "", "identity":
+		return ""
+	case "gzip", "x-gzip":
+		return "gzip"
+	}
+	return "?"
+}
+
+// readableEncodings keeps in the Accept-Encoding of a request to the
+// upstream only the codings the gateway can read a usage from: gzip and
+// identity ("*" becomes gzip), with their weights, and "identity" when
+// none is left. So a client that accepts br or zstd still gets a body it
+// accepts, and one the gateway can charge. Without the header the
+// Transport asks for gzip itself and decodes it.
+func readableEncodings(hdr http.Header) {
+	vals := hdr["Accept-Encoding"]
+	if len(vals) == 0 {
+		return
+	}
+	var keep []string
+	star, gz := "", false
+	for _, v := range vals {
+		for item := range strings.SplitSeq(v, ",") {
+			item = strings.TrimSpace(item)
+			coding, params, _ := strings.Cut(item, ";")
+			switch strings.ToLower(strings.TrimSpace(coding)) {
+			case "gzip", "x-gzip":
+				keep, gz = append(keep, item), true
+			case "identity":
+				keep = append(keep, item)
+			case "*":
+				star = "gzip"
+				if params != "" {
+					star += ";" + params
+				}
+			}
+		}
+	}
+	if star != "" && !gz {
+		keep = append(keep, star)
+	}
+	if len(keep) == 0 {
+		hdr["Accept-Encoding"] = []string{"identity"}
+		return
+	}
+	hdr["Accept-Encoding"] = []string{strings.Join(keep, ", ")}
+}
+
+// gunzip decodes a gzip body written to it into a usage.Meter, in a
+// goroutine of its own: compress/gzip reads from an io.Reader and cannot
+// be fed byte slices as they come, and a stream must be read as it goes
+// (a broken one is charged the usage reported so far). Until close
+// returns, the meter is the goroutine's.
+type gunzip struct {
+	pw   *io.PipeWriter
+	done chan struct{}
+	// err is the decoding's error, read after done is closed.
+	err error
+}
+
+func newGunzip(m *usage.Meter) *gunzip {
+	pr, pw := io.Pipe()
+	g := &gunzip{pw: pw, done: make(chan struct{})}
+	go func() {
+		defer close(g.done)
+		zr, err := gzip.NewReader(pr)
+		if err == nil {
+			_, err = io.Copy(m, zr)
+		}
+		if err != nil {
+			g.err = err
+		}
+		// A body that does not decode is not read further: the
+		// writes that follow return at once.
+		pr.CloseWithError(errGzipDone)
+	}()
+	return g
+}
+
+// errGzipDone fails the writes to a gunzip whose decoding has ended.
+var errGzipDone = errors.New("the gzip body has been decoded")
+
+// write hands b to the decoder; it returns once the decoder has taken
+// it, or has ended.
+func (g *gunzip) write(b []byte) { g.pw.Write(b) }
+
+// close ends the body, waits for the decoder, and reports whether the
+// whole body decoded.
+func (g *gunzip) close() bool {
+	g.pw.Close()
+	<-g.done
+	return g.err == nil
 }
 
 // startMetering arms sc's writer to read the usage of the body-cost limits
@@ -81,7 +220,7 @@ func (h *Handler) startMetering(sc *scratch) *tokenTap {
 			// the paths of the first. Rules that read different fields
 			// of one response are not expected.
 			t := &tokenTap{paths: cl.Cost.Body, inspect: cl.Cost.Inspect}
-			sc.sw.tap = t
+			sc.sw.tap, sc.fwd.readBody = t, true
 			return t
 		}
 	}
@@ -97,7 +236,7 @@ func (h *Handler) startMetering(sc *scratch) *tokenTap {
 func (h *Handler) chargeTokens(sc *scratch, t *tokenTap, broken bool, ow *owed) bool {
 	sc.sw.tap = nil
 	o := &sc.o
-	used, seen := t.used()
+	used, seen, unread := t.used()
 	any := false
 	for i, cl := range sc.lims[:len(o.Limits())] {
 		if !cl.BodyCost() || !o.Limits()[i].Allowed {
@@ -111,10 +250,16 @@ func (h *Handler) chargeTokens(sc *scratch, t *tokenTap, broken bool, ow *owed) 
 			ow.release(q, i)
 		}
 		total := cl.Cost.Min
-		if seen {
+		switch {
+		case seen:
 			total = min(used, cl.Cost.Max)
 			o.UpstreamCost, o.HasUpstreamCost = used, true
-		} else {
+		case unread:
+			// The usage could not be read, which is no sign it was
+			// small: at least the reserve.
+			total = max(total, reserved)
+			o.Limits()[i].CostMissing = true
+		default:
 			o.Limits()[i].CostMissing = true
 		}
 		if !cl.Count.Matches(sc.sw.status) {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
@@ -29,6 +30,11 @@ import (
 //	hold=1     tell arrived, then wait for gate before answering
 //	first=1    send the first event, then wait for gate before the rest
 //	abort=1    (anthropic) break the connection after the first delta
+//	usage=V    (json) report V, as written, as total_tokens
+//	pad=N      (json) N bytes of text before the usage
+//	gzip=1     gzip the body when the request accepts gzip
+//
+// Every response says in X-Seen-Accept-Encoding what the request accepted.
 type llmUpstream struct {
 	arrived chan struct{}
 	gate    chan struct{}
@@ -54,6 +60,13 @@ func openAIStreamBody(tokens int) (first, rest string) {
 func (u *llmUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	tokens, _ := strconv.Atoi(q.Get("tokens"))
+	w.Header().Set("X-Seen-Accept-Encoding", r.Header.Get("Accept-Encoding"))
+	if q.Get("gzip") == "1" && strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+		w.Header().Set("Content-Encoding", "gzip")
+		gw := &gzipResponse{ResponseWriter: w, zw: gzip.NewWriter(w)}
+		defer gw.zw.Close()
+		w = gw
+	}
 	if q.Get("hold") == "1" {
 		u.arrived <- struct{}{}
 		<-u.gate
@@ -81,8 +94,30 @@ func (u *llmUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
 	default:
 		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"id":"chatcmpl-1","choices":[{"message":{"content":"Hello!"}}],"usage":{"prompt_tokens":1,"completion_tokens":%d,"total_tokens":%d}}`, tokens-1, tokens)
+		total := strconv.Itoa(tokens)
+		if v := q.Get("usage"); v != "" {
+			total = v
+		}
+		pad, _ := strconv.Atoi(q.Get("pad"))
+		fmt.Fprintf(w, `{"id":"chatcmpl-1","choices":[{"message":{"content":"Hello!%s"}}],"usage":{"prompt_tokens":1,"completion_tokens":%d,"total_tokens":%s}}`,
+			strings.Repeat("!", pad), tokens-1, total)
 	}
+}
+
+// gzipResponse gzips a response, flushing what it has compressed when the
+// handler flushes, as a compressing middleware in front of an LLM API does.
+type gzipResponse struct {
+	http.ResponseWriter
+	zw *gzip.Writer
+}
+
+func (g *gzipResponse) Write(b []byte) (int, error) { return g.zw.Write(b) }
+
+func (g *gzipResponse) FlushError() error {
+	if err := g.zw.Flush(); err != nil {
+		return err
+	}
+	return http.NewResponseController(g.ResponseWriter).Flush()
 }
 
 const tokenRules = `
@@ -116,6 +151,13 @@ type tokenGW struct {
 
 func newTokenGW(t *testing.T, store string, redis *redistest.Server) *tokenGW {
 	t.Helper()
+	return newTokenGWWith(t, store, tokenRules)
+}
+
+// newTokenGWWith is newTokenGW on rules of the test's own.
+func newTokenGWWith(t *testing.T, store, rules string) *tokenGW {
+	t.Helper()
+	var redis *redistest.Server
 	llm := newLLMUpstream()
 	us := httptest.NewServer(llm)
 	t.Cleanup(us.Close)
@@ -127,7 +169,7 @@ func newTokenGW(t *testing.T, store string, redis *redistest.Server) *tokenGW {
 		}
 	})
 	clock := gwtest.NewClock(t0)
-	g := newGWWith(t, tokenRules, us.URL, &upstreamRecorder{}, func(h *HandlerConfig, _ *UpstreamConfig) {
+	g := newGWWith(t, rules, us.URL, &upstreamRecorder{}, func(h *HandlerConfig, _ *UpstreamConfig) {
 		h.Now = clock.Now
 		if store == "redis" {
 			// A Redis of its own: the subtests of one store use the

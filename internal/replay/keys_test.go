@@ -3,6 +3,7 @@ package replay
 import (
 	"bytes"
 	"math/rand/v2"
+	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
@@ -202,5 +203,78 @@ configs:
 	}, logBuf.Bytes())
 	if seen != len(live) {
 		t.Errorf("replayed %d of %d requests", seen, len(live))
+	}
+}
+
+// TestReplayBodyKeys records traffic of rules keyed on fields of the JSON
+// body (by: body:model, body:params.name) and replays it: the log holds
+// the values' hashes, and the replay, which has no body, decides every
+// request as the live gateway did from a body it builds of them.
+func TestReplayBodyKeys(t *testing.T) {
+	t.Parallel()
+	const rules = `
+configs:
+  - appId: app-1
+    limits:
+      - api: /v1/chat/completions
+        by: body:model
+        missing: share
+        limit: 4
+        unit: 1m
+      - api: /mcp
+        by: [ip, body:params.name]
+        limit: 3
+        unit: 1m
+`
+	var logBuf bytes.Buffer
+	g := newLiveGateway(t, rules, &logBuf)
+	models := []string{`"gpt-4o"`, `"o3"`, `"a|{b}"`, `7`, ``} // "": no model, shared
+	tools := []string{"search", "fetch", ""}                   // "": counted by ip
+	rng := rand.New(rand.NewPCG(7, 8))
+	var live []proxy.Decision
+	at, limited := t0, 0
+	for range 600 {
+		at = at.Add(time.Duration(rng.IntN(300)) * time.Millisecond)
+		g.now = at
+		var r *http.Request
+		if rng.IntN(2) == 0 {
+			body := `{"messages":[]}`
+			if m := models[rng.IntN(len(models))]; m != "" {
+				body = `{"model":` + m + `,"messages":[]}`
+			}
+			r = httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(body))
+		} else {
+			body := `{"method":"tools/call","params":{}}`
+			if n := tools[rng.IntN(len(tools))]; n != "" {
+				body = `{"method":"tools/call","params":{"name":"` + n + `"}}`
+			}
+			r = httptest.NewRequest("POST", "/mcp", strings.NewReader(body))
+			r.RemoteAddr = []string{"203.0.113.1", "203.0.113.2"}[rng.IntN(2)] + ":4242"
+		}
+		r.Header.Set("X-App-Id", "app-1")
+		g.h.ServeHTTP(httptest.NewRecorder(), r)
+		live = append(live, g.last)
+		if g.last == proxy.DecisionLimited {
+			limited++
+		}
+	}
+	if limited < 60 || limited > 540 {
+		t.Fatalf("the traffic should exercise the limits: %d of 600 limited", limited)
+	}
+	if !strings.Contains(logBuf.String(), `"key_hash.body:model":"`+observe.KeyHash("gpt-4o")+`"`) {
+		t.Fatalf("the access log should carry the models' hashes:\n%.600s", logBuf.String())
+	}
+	seen := 0
+	replayBytes(t, Config{
+		Candidate: compileRules(t, "body.yaml", rules),
+		OnRequest: func(rr Request) {
+			seen++
+			if want := live[rr.Line-1]; rr.Candidate != want {
+				t.Errorf("line %d: replay %s, live %s", rr.Line, rr.Candidate, want)
+			}
+		},
+	}, logBuf.Bytes())
+	if seen != len(live) {
+		t.Errorf("replayed %d requests, want %d", seen, len(live))
 	}
 }

@@ -52,6 +52,7 @@ type replayRecord struct {
 type keyValue struct {
 	query bool   // a query parameter, else a header (or a claim)
 	claim bool   // a verified token's claim
+	body  bool   // a field of the JSON body; name is its dotted path
 	name  string // the header's canonical name, or the parameter's
 	val   string
 }
@@ -214,6 +215,8 @@ func (p *lineParser) parse(line []byte, rec *replayRecord) (lineKind, error) {
 				rec.keys = append(rec.keys, keyValue{query: true, name: p.str(name), val: p.str(kv[1])})
 			case "claim":
 				rec.keys = append(rec.keys, keyValue{claim: true, name: p.str(name), val: p.str(kv[1])})
+			case "body":
+				rec.keys = append(rec.keys, keyValue{body: true, name: p.str(name), val: p.str(kv[1])})
 			}
 		}
 	}

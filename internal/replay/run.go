@@ -1,7 +1,10 @@
 package replay
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -120,6 +123,7 @@ func (run *replayRun) decide(rec *replayRecord) replayOutcome {
 		delete(run.hdr, name)
 	}
 	run.keyHdrs, run.url.RawQuery = run.keyHdrs[:0], ""
+	run.req.Body, run.req.ContentLength = http.NoBody, 0
 	clear(run.claims)
 	if len(rec.keys) > 0 {
 		run.setKeys(rec.keys)
@@ -132,11 +136,20 @@ func (run *replayRun) decide(rec *replayRecord) replayOutcome {
 	return run.out
 }
 
-// setKeys puts the logged key values in the request: headers, and the
-// query string (the log keeps only the values keyed limits read).
+// setKeys puts the logged key values in the request: headers, the query
+// string and a JSON body holding the body fields (the log keeps only the
+// values keyed limits read).
 func (run *replayRun) setKeys(keys []keyValue) {
 	var q []string
+	var body map[string]any
 	for _, kv := range keys {
+		if kv.body {
+			if body == nil {
+				body = map[string]any{}
+			}
+			setBodyField(body, strings.Split(kv.name, "."), kv.val)
+			continue
+		}
 		if kv.claim {
 			if run.claims == nil {
 				run.claims = map[string]string{}
@@ -156,6 +169,27 @@ func (run *replayRun) setKeys(keys []keyValue) {
 		run.keyHdrs = append(run.keyHdrs, kv.name)
 	}
 	run.url.RawQuery = strings.Join(q, "&")
+	if body != nil {
+		b, _ := json.Marshal(body) // strings and maps only
+		run.req.Body, run.req.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+	}
+}
+
+// setBodyField sets the field at path of doc to v, making the objects on
+// the way; a field already set to a value other than an object keeps it.
+func setBodyField(doc map[string]any, path []string, v string) {
+	for _, f := range path[:len(path)-1] {
+		next, ok := doc[f].(map[string]any)
+		if !ok {
+			if _, set := doc[f]; set {
+				return
+			}
+			next = map[string]any{}
+			doc[f] = next
+		}
+		doc = next
+	}
+	doc[path[len(path)-1]] = v
 }
 
 // Claims returns the claim values the live gateway verified and logged

@@ -134,6 +134,8 @@ func AttrValue(header http.Header, rawQuery string, p config.KeyPart, claim func
 	case config.KeyClaim:
 		return claim(p.Name)
 	}
+	// A body field is read by the request path itself (package proxy),
+	// which holds the body; an address group is not an attribute.
 	return "", ""
 }
 
@@ -188,6 +190,8 @@ func partWhat(p config.KeyPart) string {
 		return "query parameter " + p.Name
 	case config.KeyClaim:
 		return "token claim " + p.Name
+	case config.KeyBody:
+		return "body field " + p.Name
 	}
 	return "header " + p.Name
 }

@@ -48,6 +48,9 @@ type Route struct {
 	// forwarded path, 0 when the route keeps the path.
 	Strip   int
 	Timeout time.Duration
+	// Refusal is how refusals of the route's requests are written where
+	// their limit does not say.
+	Refusal config.Refusal
 	Pool    *upstream.Pool
 	// Handler forwards to the pool; nil without a Registry or a
 	// Forwarder.
@@ -108,7 +111,7 @@ func compileRoutes(rules *config.Rules, opts *CompileOptions) (*routeTable, erro
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", rules.Path, cr.Line, err)
 		}
-		r := &Route{Name: cr.Name, Upstream: cr.Upstream, Host: cr.Host, Pattern: cr.Path, Line: cr.Line, Timeout: cr.Timeout}
+		r := &Route{Name: cr.Name, Upstream: cr.Upstream, Host: cr.Host, Pattern: cr.Path, Line: cr.Line, Timeout: cr.Timeout, Refusal: cr.Refusal}
 		if cr.StripPrefix {
 			r.Strip = len(segs)
 		}

@@ -111,6 +111,12 @@ type Limit struct {
 	// (docs/plans-and-tokens.md, "Waiting for room instead of 429"); 0
 	// refuses at once.
 	MaxDelay time.Duration
+	// MaxBody is the most bytes of a request's body read for a key part
+	// naming a body field; 0 when By names none.
+	MaxBody int
+	// Refusal is how the limit's refusals are written (its rule's and
+	// plan's errorFormat and retryAfterMax).
+	Refusal config.Refusal
 }
 
 // DefaultLocalShare is the share of each limit that one gateway admits on
@@ -167,6 +173,9 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Set,
 			sec.Total = newCompiledLimit(app.ID, "", nil, *app.Total, false, opts)
 			sec.Total.Cost, sec.Total.Count = app.TotalCost, app.TotalCount
 			sec.Total.keyBy(app.By, app.Missing)
+			if app.TotalCost.Estimate {
+				sec.Total.MaxBody = config.DefaultMaxBody
+			}
 			rs.keys[sec.Total.Key] = sec.Total.Params.Window
 			sec.all = append(sec.all, sec.Total)
 		}
@@ -182,8 +191,13 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Set,
 				return nil, noJWTError(rules.Path, r.Line, "rule "+r.API, by)
 			}
 			cl := newCompiledLimit(app.ID, r.API, r.Methods, r.Params, r.Shadow, opts)
-			cl.Cost, cl.Count, cl.Plan, cl.MaxDelay = r.Cost, r.Count, r.Plan, r.MaxDelay
+			cl.Cost, cl.Count, cl.Plan, cl.MaxDelay, cl.Refusal = r.Cost, r.Count, r.Plan, r.MaxDelay, r.Refusal
 			cl.keyBy(cmp.Or(r.By, app.By), cmp.Or(r.Missing, app.Missing))
+			if r.MaxBody > 0 {
+				cl.MaxBody = r.MaxBody
+			} else if r.Cost.Estimate {
+				cl.MaxBody = config.DefaultMaxBody // read for the estimate
+			}
 			sec.IPTag = sec.IPTag && cl.Kind == KeyIP
 			cl.head = slices.Contains(r.Methods, http.MethodHead)
 			cl.setConcurrency(r.Concurrency, opts)
@@ -259,6 +273,9 @@ func (rs *Set) addKeyHeaders(by config.By) {
 func (cl *Limit) keyBy(by config.By, missing config.Missing) {
 	cl.By, cl.Kind, cl.Parts, cl.Claims = by, kindOf(by), by.Parts(), by.Claims()
 	cl.Missing = cmp.Or(missing, config.MissingIP)
+	if by.Body() {
+		cl.MaxBody = config.DefaultMaxBody
+	}
 }
 
 // sfString renders s as a structured-field string (RFC 8941 §3.3.3),

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -75,6 +76,9 @@ type Meter struct {
 	over bool
 	// done reports that a JSON body was parsed.
 	done bool
+	// skipped reports that an event of a stream was not parsed for
+	// being over inspect.
+	skipped bool
 }
 
 // NewMeter returns a Meter of the paths for a response with the given
@@ -234,6 +238,7 @@ func (m *Meter) dispatch() {
 		data = m.direct
 	}
 	m.data, m.over, m.direct, m.hasDirect, m.lines = m.data[:0], false, nil, false, 0
+	m.skipped = m.skipped || over
 	if over || len(data) == 0 {
 		return
 	}
@@ -268,7 +273,14 @@ func (m *Meter) parse(doc []byte) {
 	}
 }
 
-// lookup returns the whole number ≥ 0 at path p of v.
+// MaxUsage is the usage a Meter reports for a number too large to
+// count: any cap a limit sets is below it, so such a response is charged
+// its limit's max. Sums of usages stop there too.
+const MaxUsage = math.MaxInt64 / 4
+
+// lookup returns the number ≥ 0 at path p of v: a fraction rounded up,
+// and a number above MaxUsage (1e30, or 20 digits) as MaxUsage, so that
+// an absurd report is charged the most, never the least.
 func lookup(v any, p Path) (int64, bool) {
 	for _, k := range p {
 		obj, ok := v.(map[string]any)
@@ -283,13 +295,22 @@ func lookup(v any, p Path) (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	if n, err := num.Int64(); err == nil && n >= 0 {
-		return n, true
+	if n, err := strconv.ParseInt(string(num), 10, 64); err == nil {
+		if n < 0 {
+			return 0, false
+		}
+		return min(n, MaxUsage), true
 	}
-	if f, err := num.Float64(); err == nil && f >= 0 && f == math.Trunc(f) && f < 1<<62 {
-		return int64(f), true
+	// Not an int64: a fraction, an exponent, or too many digits. A
+	// number out of float64's range parses as ±Inf with ErrRange.
+	f, err := strconv.ParseFloat(string(num), 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) || math.IsNaN(f) || f < 0 {
+		return 0, false
 	}
-	return 0, false
+	if f >= MaxUsage {
+		return MaxUsage, true
+	}
+	return int64(math.Ceil(f)), true
 }
 
 // Close ends the body: a JSON body is parsed, and the last event of a
@@ -310,6 +331,11 @@ func (m *Meter) Close() {
 	m.buf = nil
 }
 
+// Skipped reports whether some of the body was not parsed for being over
+// inspect: a JSON body longer than it, or an event of a stream. Its usage
+// is then unknown rather than absent.
+func (m *Meter) Skipped() bool { return m.skipped || !m.sse && m.over }
+
 // Used returns the usage reported so far, the sum of the paths' last
 // values, and whether any path was seen.
 func (m *Meter) Used() (int64, bool) {
@@ -317,7 +343,7 @@ func (m *Meter) Used() (int64, bool) {
 	any := false
 	for i := range m.paths {
 		if m.seen[i] {
-			sum = min(sum+m.last[i], math.MaxInt64/2)
+			sum = min(sum+m.last[i], MaxUsage)
 			any = true
 		}
 	}

@@ -97,6 +97,74 @@ func TestMeterSoFar(t *testing.T) {
 	}
 }
 
+// TestMeterLargeNumbers: a usage too large to count is read as MaxUsage,
+// which every limit's max caps, never as unseen (which would charge a
+// limit's min); a fraction is rounded up.
+func TestMeterLargeNumbers(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		usage    string
+		want     int64
+		wantSeen bool
+	}{
+		{name: "exponent", usage: "1e30", want: MaxUsage, wantSeen: true},
+		{name: "twenty digits", usage: "12345678901234567890", want: MaxUsage, wantSeen: true},
+		{name: "beyond float64", usage: "1e400", want: MaxUsage, wantSeen: true},
+		{name: "int64 above MaxUsage", usage: "9000000000000000000", want: MaxUsage, wantSeen: true},
+		{name: "whole number as exponent", usage: "4e3", want: 4000, wantSeen: true},
+		{name: "fraction rounded up", usage: "2.5", want: 3, wantSeen: true},
+		{name: "negative exponent", usage: "-1e30", want: 0, wantSeen: false},
+		{name: "negative", usage: "-12345678901234567890", want: 0, wantSeen: false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := NewMeter(paths(t, "usage.total_tokens"), "application/json", 0)
+			m.Write([]byte(`{"usage":{"total_tokens":` + tc.usage + `}}`))
+			m.Close()
+			if got, seen := m.Used(); got != tc.want || seen != tc.wantSeen {
+				t.Errorf("usage %s: got %d, %v; want %d, %v", tc.usage, got, seen, tc.want, tc.wantSeen)
+			}
+		})
+	}
+	// Two huge paths add up without overflowing.
+	m := NewMeter(paths(t, "usage.input_tokens", "usage.output_tokens"), "application/json", 0)
+	m.Write([]byte(`{"usage":{"input_tokens":9223372036854775807,"output_tokens":1e300}}`))
+	m.Close()
+	if got, seen := m.Used(); got != MaxUsage || !seen {
+		t.Errorf("two huge usages: got %d, %v; want %d, true", got, seen, int64(MaxUsage))
+	}
+}
+
+// TestMeterSkipped: a body, or an event, longer than inspect is reported
+// as skipped, so that its usage counts as unknown rather than absent.
+func TestMeterSkipped(t *testing.T) {
+	t.Parallel()
+	pad := strings.Repeat("x", 100)
+	tests := []struct {
+		name, ct, body string
+		want           bool
+	}{
+		{"json within", "application/json", `{"id":"c1"}`, false},
+		{"json over", "application/json", `{"pad":"` + pad + `"}`, true},
+		{"stream within", "text/event-stream", "data: {\"id\":1}\n\n", false},
+		{"stream event over", "text/event-stream", "data: \"" + pad + "\"\n\ndata: {\"id\":1}\n\n", true},
+		{"stream last event over, unended", "text/event-stream", "data: \"" + pad, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := NewMeter(paths(t, "usage.total_tokens"), tc.ct, 50)
+			m.Write([]byte(tc.body))
+			m.Close()
+			if got := m.Skipped(); got != tc.want {
+				t.Errorf("Skipped: got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestParsePath(t *testing.T) {
 	t.Parallel()
 	for _, bad := range []string{"", ".", "usage.", ".usage", "a..b"} {

@@ -1,0 +1,114 @@
+package proxy
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// bodyEcho is an upstream that answers with the length and sha256 of the
+// body it received.
+func bodyEcho(w http.ResponseWriter, r *http.Request) {
+	h := sha256.New()
+	n, err := io.Copy(h, r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), 400)
+		return
+	}
+	w.Header().Set("X-Body", strconv.FormatInt(n, 10)+" "+hex.EncodeToString(h.Sum(nil)))
+}
+
+func bodyDigest(b string) string {
+	sum := sha256.Sum256([]byte(b))
+	return strconv.Itoa(len(b)) + " " + hex.EncodeToString(sum[:])
+}
+
+const bodyKeyRules = `
+configs:
+  - appId: app-1
+    limits:
+      - api: /v1/chat/completions
+        limit: 1
+        unit: 1h
+        by: body:model
+        missing: share
+        maxBody: 1024
+      - api: /mcp
+        limit: 1
+        unit: 1h
+        by: [body:params.name, body:user]
+        missing: deny
+`
+
+// TestBodyKeys: a limit keyed on a field of the JSON body counts each
+// value on its own counter; a body that is missing the field, is not
+// JSON, nests too deep or is longer than maxBody falls under missing:;
+// and the upstream receives every body byte for byte.
+func TestBodyKeys(t *testing.T) {
+	t.Parallel()
+	us := httptest.NewServer(http.HandlerFunc(bodyEcho))
+	t.Cleanup(us.Close)
+	long := `{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("x", 2000) + `"}]}`
+	tests := []struct {
+		name, path, body string
+		chunked          bool
+		// key is the value counted by ("" for the shared counter of
+		// missing: share); status the answer.
+		key    string
+		status int
+	}{
+		{name: "model", path: "/v1/chat/completions", body: `{"model":"gpt-4o","messages":[]}`, key: "gpt-4o", status: 200},
+		{name: "same model", path: "/v1/chat/completions", body: `{"messages":[], "model" : "gpt-4o"}`, key: "gpt-4o", status: 429},
+		{name: "another model", path: "/v1/chat/completions", body: `{"model":"o3"}`, chunked: true, key: "o3", status: 200},
+		{name: "no model: shared", path: "/v1/chat/completions", body: `{"messages":[]}`, key: "", status: 200},
+		{name: "malformed: shared", path: "/v1/chat/completions", body: `{"model":"o4"`, key: "", status: 429},
+		{name: "over maxBody: shared", path: "/v1/chat/completions", body: long, key: "", status: 429},
+		{name: "over maxBody, chunked: shared", path: "/v1/chat/completions", body: long, chunked: true, key: "", status: 429},
+		{name: "deep nesting: shared", path: "/v1/chat/completions", body: `{"model":"o5","x":` + strings.Repeat("[", 200) + strings.Repeat("]", 200) + `}`, key: "", status: 429},
+		{name: "two values: not JSON", path: "/v1/chat/completions", body: `{"model":"o6"}{"model":"o7"}`, key: "", status: 429},
+		{name: "nested path and a number", path: "/mcp", body: `{"method":"tools/call","params":{"name":"search"},"user":42}`, key: "search, 42", status: 200},
+		{name: "another tool", path: "/mcp", body: `{"method":"tools/call","params":{"name":"fetch"},"user":42}`, key: "fetch, 42", status: 200},
+		{name: "missing: deny", path: "/mcp", body: `{"method":"tools/call","params":{}}`, status: 400},
+		{name: "an object is no value", path: "/mcp", body: `{"params":{"name":{"a":1}},"user":1}`, status: 400},
+	}
+	g := newGWWith(t, bodyKeyRules, us.URL, &upstreamRecorder{})
+	srv := httptest.NewServer(g.h)
+	t.Cleanup(srv.Close)
+	for i, tc := range tests {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		var body io.Reader = strings.NewReader(tc.body)
+		if tc.chunked {
+			body = io.MultiReader(body) // no length: sent chunked
+		}
+		req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+tc.path, body)
+		req.Header.Set("X-App-Id", "app-1")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			cancel()
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		cancel()
+		if resp.StatusCode != tc.status {
+			t.Errorf("%s: status %d, want %d", tc.name, resp.StatusCode, tc.status)
+		}
+		if got, want := resp.Header.Get("X-Body"), bodyDigest(tc.body); tc.status == 200 && got != want {
+			t.Errorf("%s: the upstream received %q, want the body as sent, %q", tc.name, got, want)
+		}
+		g.obs.waitFor(t, i+1)
+		if tc.status == 400 {
+			continue
+		}
+		if l := limitsOf(g.obs.last()); len(l) != 1 || l[0].Key != tc.key {
+			t.Errorf("%s: counted by %+v, want key %q", tc.name, l, tc.key)
+		}
+	}
+}

@@ -7,13 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/safefile"
 	"github.com/ratelimit-gateway/gateway/internal/watch"
 )
 
@@ -195,11 +195,9 @@ func (k *Keys) read(ctx context.Context) ([]byte, error) {
 		}
 		body = resp.Body
 	} else {
-		f, err := os.Open(k.cfg.Source)
-		if err != nil {
-			return nil, err
-		}
-		body = f
+		// A regular file only, read within a timeout: a FIFO or a
+		// device named by mistake must not hang the start or a reload.
+		return safefile.Read(k.cfg.Source, MaxJWKSBytes)
 	}
 	defer body.Close()
 	data, err := io.ReadAll(io.LimitReader(body, MaxJWKSBytes+1))

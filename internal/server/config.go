@@ -209,8 +209,19 @@ type Config struct {
 	AccessLog string
 	// AccessLogKeys writes the header and query values of keyed limits
 	// to the access log as they are; by default it writes their hashes
-	// (observe.KeyHash), which replay counts by just as well.
+	// (observe.KeyHasher), which replay counts by just as well.
 	AccessLogKeys bool
+	// KeyHashSecretFile keeps the secret under which the access log and
+	// GET /top hash the values of keyed limits: read if it exists,
+	// created with a new random secret if not. Empty: AccessLog with
+	// ".key" appended when AccessLog is a file; with no file access log,
+	// a random secret of the process, not kept, so that hashes change at
+	// each start (docs/operations.md, "Access log").
+	KeyHashSecretFile string
+	// TopKeys shows the header, query and claim values of keyed limits
+	// at GET /top as they are; by default they are hashed as in the
+	// access log.
+	TopKeys bool
 	// Pprof serves the Go profiler on the admin port at /debug/pprof/.
 	Pprof bool
 	// Version is the build's version, for gateway_build_info.

@@ -61,7 +61,10 @@ type Config struct {
 	MaxRulesBytes int64
 	// Listen is the proxy's address.
 	Listen string
-	// AdminListen is the admin address.
+	// AdminListen is the admin address: loopback by default, since its
+	// reads show callers and rules; deployments that scrape it from
+	// elsewhere set an address of their own (docs/operations.md, "Admin
+	// port").
 	AdminListen string
 	// Upstream is the base URL admitted requests go to. Required unless
 	// DemoUpstream.
@@ -198,8 +201,9 @@ type Config struct {
 	// HTTPS with HTTP/2, and reloads the pair when either file changes or
 	// on Reload. The admin port stays plain HTTP.
 	TLSCert, TLSKey string
-	// AdminToken is the bearer token that POST /rules/reload requires;
-	// without one that endpoint is disabled (403).
+	// AdminToken is the bearer token that POST /rules/reload and POST
+	// /usage/reset require (without one they are disabled, 403), and
+	// that GET /rules, /top and /usage then require too.
 	AdminToken string
 	// AdminTokenFile, exclusive with AdminToken, is a file whose contents,
 	// trimmed of white space, are the admin token.
@@ -246,7 +250,7 @@ func DefaultConfig() Config {
 		WatchSettle:       watch.DefaultSettle,
 		MaxRulesBytes:     config.DefaultMaxBytes,
 		Listen:            ":8080",
-		AdminListen:       ":9090",
+		AdminListen:       "127.0.0.1:9090",
 		AppHeader:         proxy.DefaultAppHeader,
 		KeyHeader:         proxy.DefaultKeyHeader,
 		UnknownCallers:    AllowUnknown,

@@ -131,8 +131,8 @@ func (k *Keys) logSkipped(skipped []string) {
 	}
 	k.skipped = skipped
 	if len(skipped) > 0 {
-		k.log.Warn("JWKS keys skipped: the gateway verifies only RS256, ES256 and EdDSA; tokens signed with them are refused",
-			"source", k.cfg.Source, "skipped", strings.Join(skipped, ", "))
+		k.log.Warn("JWKS keys skipped: the gateway verifies only RS256 (of 2048 bits or more), ES256 and EdDSA; tokens signed with them are refused",
+			"source", k.cfg.Source, "skipped", JoinSkipped(skipped))
 	}
 }
 

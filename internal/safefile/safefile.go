@@ -69,6 +69,10 @@ func read(path string, maxBytes int64) ([]byte, error) {
 	// Stat first: opening a FIFO for reading blocks until a writer
 	// comes, and Stat does not.
 	fi, err := os.Stat(path)
+	if pe, ok := err.(*fs.PathError); ok {
+		pe.Op = "open" // what a reader of the message expects: "open x: no such file or directory"
+		return nil, pe
+	}
 	if err != nil {
 		return nil, err
 	}

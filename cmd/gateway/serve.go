@@ -60,7 +60,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 	zkFromEnv = addStoreFlags(f, &cfg.Etcd, &cfg.EtcdPasswordFile, &cfg.ZK)
 	f.Int64Var(&cfg.MaxRulesBytes, "max-rules-bytes", cfg.MaxRulesBytes, "largest rule file read; a larger one is refused and the rules in force stay")
 	f.BoolVar(&cfg.Watch, "watch", cfg.Watch, "reload the rules when the rule file changes (SIGHUP and POST /rules/reload always do)")
-	f.DurationVar(&cfg.WatchSettle, "watch-settle", cfg.WatchSettle, "how long a changed rule file must stay unchanged before it is read, so that a file written in parts is not loaded half-written while its writer pauses for less than this (write and rename to be safe from any pause); 0 reads it at once")
+	f.DurationVar(&cfg.WatchSettle, "watch-settle", cfg.WatchSettle, "how long a rule file written in place must stay unchanged before it is read, so that a file written in parts is not loaded half-written while its writer pauses for less than this (write and rename to be safe from any pause: a file renamed in, or a ConfigMap swap, is read at once); 0 reads it at once")
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "proxy listen address")
 	f.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, "admin listen address (/healthz, /readyz, /rules, /metrics); always plain HTTP, so keep it on an internal network")
 	f.StringVar(&cfg.Upstream, "upstream", cfg.Upstream, "upstream base URL admitted requests are forwarded to, e.g. http://127.0.0.1:8081; with routes in the rule file, where requests no route matches go (optional then)")

@@ -51,9 +51,10 @@ type Config struct {
 	// Watch reloads the rules when the rule file changes on disk.
 	Watch bool
 	// WatchSettle is how long the rule file must stay unchanged (size
-	// and modification time) after a change before it is read, so that
-	// a file written in parts is not loaded half-written while its
-	// writer pauses for less than this; 0 reads it at once. Default
+	// and modification time) after a write in place before it is read,
+	// so that a file written in parts is not loaded half-written while
+	// its writer pauses for less than this; a file renamed in or swapped
+	// through a symlink is read at once; 0 reads it at once. Default
 	// watch.DefaultSettle (2s).
 	WatchSettle time.Duration
 	// MaxRulesBytes is the largest rule file read; a larger one is

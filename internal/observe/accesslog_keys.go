@@ -34,8 +34,9 @@ const KeyHashLen = 16
 // so that a log can be replayed and /top read next to it; keep it to
 // keep hashes stable across restarts (docs/operations.md, "Access log").
 //
-// A nil *KeyHasher hashes under an empty secret: tests use it. It is
-// safe for concurrent use.
+// A nil *KeyHasher, or one without a secret, writes the first
+// KeyHashLen hex digits of the value's plain sha256, as `gateway rls`'s
+// access log still does, and tests. It is safe for concurrent use.
 type KeyHasher struct {
 	secret []byte
 }
@@ -47,17 +48,17 @@ func NewKeyHasher(secret []byte) *KeyHasher {
 
 // Hash returns what the access log and /top write for a key value v.
 func (h *KeyHasher) Hash(v string) string {
-	var secret []byte
-	if h != nil {
-		secret = h.secret
+	if h == nil || len(h.secret) == 0 {
+		sum := sha256.Sum256([]byte(v))
+		return hex.EncodeToString(sum[:KeyHashLen/2])
 	}
-	m := hmac.New(sha256.New, secret)
+	m := hmac.New(sha256.New, h.secret)
 	io.WriteString(m, v)
 	var sum [sha256.Size]byte
 	return hex.EncodeToString(m.Sum(sum[:0])[:KeyHashLen/2])
 }
 
-// KeyHash is Hash of a nil KeyHasher: v's hash under an empty secret.
+// KeyHash is Hash of a nil KeyHasher: v's plain, unkeyed hash.
 func KeyHash(v string) string { return (*KeyHasher)(nil).Hash(v) }
 
 // keyLogAttrs returns the access-log attributes of the header, query and
@@ -88,5 +89,6 @@ func keyLogAttrs(o *Outcome, raw bool, h *KeyHasher) []slog.Attr {
 func (a *AccessLog) SetRawKeys(raw bool) { a.rawKeys = raw }
 
 // SetKeyHasher sets what hashes the values of keyed limits; nil (the
-// default) hashes under an empty secret. Call it before the log is used.
+// default) hashes with no secret (KeyHash). Call it before the log is
+// used.
 func (a *AccessLog) SetKeyHasher(h *KeyHasher) { a.hasher = h }

@@ -28,7 +28,7 @@ type TopConfig struct {
 	// Hasher hashes the header, query and claim values in the keys, as
 	// the access log does, so that /top shows no API key, user ID or
 	// token in clear; client address groups are shown as they are, as
-	// the access log's client_ip. nil hashes under an empty secret.
+	// the access log's client_ip. nil hashes with no secret (KeyHash).
 	Hasher *KeyHasher
 	// RawKeys shows the values as they are instead (--top-keys).
 	RawKeys bool

@@ -14,7 +14,11 @@
 #                             mount a directory at /etc/gateway to replace it and keep
 #                             hot reload working — not a single-file bind mount)
 #   GATEWAY_LISTEN            proxy address (default :8080)
-#   GATEWAY_ADMIN_LISTEN      admin address: /healthz /readyz /rules /metrics (default :9090)
+#   GATEWAY_ADMIN_LISTEN      admin address: /healthz /readyz /rules /metrics (:9090 here,
+#                             so that probes and Prometheus reach it from outside the
+#                             container; the binary's own default is 127.0.0.1:9090)
+#   GATEWAY_ADMIN_TOKEN       bearer token of POST /rules/reload; with it set, GET /rules,
+#                             /top and /usage need it too (keep it in a secret)
 #   GATEWAY_STORE             memory | redis
 #   GATEWAY_REDIS_URL         redis://[[user]:password@]host[:port][/db], rediss:// for TLS
 #   GATEWAY_REDIS_PASSWORD    Redis password (replaces the URL's; keep it in a secret)
@@ -50,8 +54,11 @@ COPY --from=build /out/gateway /gateway
 COPY --from=build /out/bin/ /bin/
 COPY configs/ratelimiter-rule.yaml /etc/gateway/ratelimiter-rule.yaml
 USER nonroot:nonroot
-# 8080: the proxy (--listen); 9090: the admin port (--admin-listen). As
-# /bin/ratelimit: 8081 gRPC, 8080 HTTP (/healthcheck), 6070 debug.
+# 8080: the proxy (--listen); 9090: the admin port (--admin-listen), on every
+# interface of the container: loopback would be out of reach of probes and
+# Prometheus. Publish it only where they run. As /bin/ratelimit: 8081 gRPC,
+# 8080 HTTP (/healthcheck), 6070 debug.
+ENV GATEWAY_ADMIN_LISTEN=:9090
 EXPOSE 8080 9090
 ENTRYPOINT ["/gateway"]
 CMD ["serve", "--config", "/etc/gateway/ratelimiter-rule.yaml"]

@@ -58,6 +58,21 @@ func serveFlags(t *testing.T) map[string]string {
 	return flags
 }
 
+// checkAdminReachable fails unless the admin address listens on every
+// interface: in a container, the binary's loopback default is out of
+// reach of the probes and of Prometheus.
+func checkAdminReachable(t *testing.T, where string, e effective) {
+	t.Helper()
+	addr := e.str(t, "admin-listen")
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("%s: --admin-listen %q: %v", where, addr, err)
+	}
+	if host != "" && host != "0.0.0.0" && host != "::" {
+		t.Errorf("%s: --admin-listen %s is not on every interface: the probes and Prometheus could not reach it", where, addr)
+	}
+}
+
 func portOf(t *testing.T, addr string) int {
 	t.Helper()
 	_, p, err := net.SplitHostPort(addr)
@@ -344,8 +359,12 @@ func TestDockerfile(t *testing.T) {
 	exposed := map[int]bool{}
 	var entrypoint, cmd []string
 	copied := map[string]string{} // destination → source
+	env := map[string]string{}
 	for _, in := range final {
 		switch in.cmd {
+		case "ENV":
+			k, v, _ := strings.Cut(in.args, "=")
+			env[k] = v
 		case "USER":
 			user = in.args
 		case "EXPOSE":
@@ -369,10 +388,6 @@ func TestDockerfile(t *testing.T) {
 	if name == "" || name == "root" || name == "0" {
 		t.Errorf("Dockerfile: final stage USER %q, want a non-root user (nonroot, 65532)", user)
 	}
-	listen, admin := portOf(t, flags["listen"]), portOf(t, flags["admin-listen"])
-	if len(exposed) != 2 || !exposed[listen] || !exposed[admin] {
-		t.Errorf("Dockerfile: EXPOSE %v, want the proxy and admin ports %d and %d", exposed, listen, admin)
-	}
 	if len(entrypoint) != 1 || !strings.HasPrefix(copied[entrypoint[0]], "--from=") {
 		t.Errorf("Dockerfile: ENTRYPOINT %q, want the binary copied from the build stage", entrypoint)
 	}
@@ -387,7 +402,13 @@ func TestDockerfile(t *testing.T) {
 	if !links || copied["/bin/"] != "--from=build /out/bin/" {
 		t.Errorf("Dockerfile: no /bin/ratelimit symlink to the ENTRYPOINT %q copied from the build stage", entrypoint)
 	}
-	e := parseServe(t, "Dockerfile CMD", cmd, nil, flags)
+	e := parseServe(t, "Dockerfile CMD", cmd, env, flags)
+	listen, admin := portOf(t, e.str(t, "listen")), portOf(t, e.str(t, "admin-listen"))
+	if len(exposed) != 2 || !exposed[listen] || !exposed[admin] {
+		t.Errorf("Dockerfile: EXPOSE %v, want the proxy and admin ports %d and %d", exposed, listen, admin)
+	}
+	// In ENV, not CMD: a command given to docker run keeps it.
+	checkAdminReachable(t, "Dockerfile ENV", e)
 	rules := e.str(t, "config")
 	if rules != "/etc/gateway/ratelimiter-rule.yaml" {
 		t.Errorf("Dockerfile: CMD --config %s, want /etc/gateway/ratelimiter-rule.yaml", rules)
@@ -395,8 +416,8 @@ func TestDockerfile(t *testing.T) {
 	if copied[rules] != "configs/ratelimiter-rule.yaml" {
 		t.Errorf("Dockerfile: %s is not the example rules (COPY configs/ratelimiter-rule.yaml)", rules)
 	}
-	if e.has("listen") || e.has("admin-listen") {
-		t.Error("Dockerfile: CMD sets the ports; EXPOSE documents the defaults")
+	if slices.ContainsFunc(cmd, func(a string) bool { return strings.HasPrefix(a, "--listen") || strings.HasPrefix(a, "--admin-listen") }) {
+		t.Error("Dockerfile: CMD sets the ports; a command given to docker run would lose them (use ENV)")
 	}
 	checkEnvNames(t, "../Dockerfile", flags)
 }
@@ -496,6 +517,7 @@ func TestKubernetes(t *testing.T) {
 	e := parseServe(t, "Deployment", args, env, flags)
 
 	// Ports: the container's match --listen and --admin-listen.
+	checkAdminReachable(t, "Deployment", e)
 	listen, admin := portOf(t, e.str(t, "listen")), portOf(t, e.str(t, "admin-listen"))
 	named := map[string]int{}
 	var ports []int
@@ -666,6 +688,7 @@ func TestCompose(t *testing.T) {
 			env[k] = fmt.Sprint(v)
 		}
 		e := parseServe(t, gw, strs(getList(services, gw, "command")), env, flags)
+		checkAdminReachable(t, gw, e)
 		if e.str(t, "store") != "redis" || !strings.Contains(e.str(t, "redis-url"), "//redis:") {
 			t.Errorf("%s: not on the shared Redis (--store %s --redis-url %s)", gw, e.str(t, "store"), e.str(t, "redis-url"))
 		}

@@ -18,7 +18,7 @@ import (
 
 // TestEndToEndAdminToken checks that POST /rules/reload takes its token
 // from GATEWAY_ADMIN_TOKEN or --admin-token-file, and is disabled without
-// one.
+// one; and that with one, GET /rules, /top and /usage need it too.
 func TestEndToEndAdminToken(t *testing.T) {
 	tokenFile := filepath.Join(t.TempDir(), "admin-token")
 	if err := os.WriteFile(tokenFile, []byte("from-a-file\n"), 0o600); err != nil {
@@ -52,8 +52,27 @@ func TestEndToEndAdminToken(t *testing.T) {
 			if code, body := send(t, "POST", g.admin+"/rules/reload", "Authorization", "Bearer "+tt.token); code != 200 || !strings.Contains(body, `"status":"unchanged"`) {
 				t.Errorf("reload with the token: got %d %s, want 200 unchanged", code, body)
 			}
-			if code, _ := send(t, "GET", g.admin+"/rules"); code != 200 {
-				t.Errorf("GET /rules without credentials: got %d, want 200", code)
+			// With a token, the reads that show rules and callers need it;
+			// the probes and the metrics do not.
+			for _, path := range []string{"/rules", "/top", "/usage?app=%2A"} {
+				if code, _ := send(t, "GET", g.admin+path); code != 401 {
+					t.Errorf("GET %s without credentials: got %d, want 401", path, code)
+				}
+				if code, _ := send(t, "GET", g.admin+path, "Authorization", "Bearer "+tt.token); code != 200 {
+					t.Errorf("GET %s with the token: got %d, want 200", path, code)
+				}
+			}
+			for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+				if code, _ := send(t, "GET", g.admin+path); code != 200 {
+					t.Errorf("GET %s without credentials: got %d, want 200", path, code)
+				}
+			}
+			// gateway top sends GATEWAY_ADMIN_TOKEN.
+			if code, _, errOut := runBinaryEnv(t, []string{"GATEWAY_ADMIN_TOKEN=" + tt.token}, "top", "--admin", g.admin); code != 0 {
+				t.Errorf("gateway top with the token: exit %d: %s", code, errOut)
+			}
+			if code, _, _ := runBinaryEnv(t, []string{"GATEWAY_ADMIN_TOKEN="}, "top", "--admin", g.admin); code == 0 {
+				t.Error("gateway top without the token: exit 0, want a failure")
 			}
 		})
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/rulesctl"
+	"github.com/ratelimit-gateway/gateway/internal/safefile"
 	"github.com/ratelimit-gateway/gateway/internal/source"
 )
 
@@ -115,7 +116,7 @@ func (sf *storeFlags) open(spec string) (source.Store, error) {
 	}
 	auth := sf.auth
 	if sf.passwordFile != "" {
-		data, err := os.ReadFile(sf.passwordFile)
+		data, err := safefile.Read(sf.passwordFile, safefile.MaxSecretBytes)
 		if err != nil {
 			return nil, fmt.Errorf("--etcd-password-file: %w", err)
 		}
@@ -170,7 +171,7 @@ value it replaces in the history.`,
 			if err != nil {
 				return err
 			}
-			data, err := os.ReadFile(args[1])
+			data, err := safefile.Read(args[1], sf.maxBytes)
 			if err != nil {
 				return err
 			}

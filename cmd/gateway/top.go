@@ -11,15 +11,17 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 )
 
 // topTimeout bounds the whole GET /top exchange.
 const topTimeout = 10 * time.Second
 
 func newTopCmd() *cobra.Command {
-	var admin, app string
+	var admin, app, token string
 	cmd := &cobra.Command{
 		Use:   "top",
 		Short: "Show the heaviest callers of each keyed limit",
@@ -39,12 +41,13 @@ Counts are upper bounds: a key's requests are at least COUNT minus ±ERR.`,
 			if err != nil {
 				return usageError{err}
 			}
-			return printTop(cmd.OutOrStdout(), u)
+			return printTop(cmd.OutOrStdout(), u, token)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&admin, "admin", "http://127.0.0.1:9090", "base URL of the gateway's admin port")
 	f.StringVar(&app, "app", "", "show only this app ID's limits")
+	adminTokenFlag(f, &token)
 	return cmd
 }
 
@@ -62,10 +65,24 @@ func topURL(admin, app string) (string, error) {
 	return u.String(), nil
 }
 
-// getAdminJSON reads the JSON answer of GET u, an admin endpoint, into v.
-func getAdminJSON(u string, v any) error {
+// adminTokenFlag adds --admin-token, the token a gateway with one asks
+// for at GET /top, /usage and /rules.
+func adminTokenFlag(f *pflag.FlagSet, token *string) {
+	f.StringVar(token, "admin-token", "", "the gateway's --admin-token, which GET /top, /usage and /rules need when it has one; prefer GATEWAY_ADMIN_TOKEN to the flag (visible in ps)")
+}
+
+// getAdminJSON reads the JSON answer of GET u, an admin endpoint, into v,
+// sending token as a bearer token if it is not "".
+func getAdminJSON(u, token string, v any) error {
 	c := &http.Client{Timeout: topTimeout}
-	resp, err := c.Get(u)
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", u, err)
+	}
+	if token = strings.TrimSpace(token); token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", u, err)
 	}
@@ -88,9 +105,9 @@ type topListing struct {
 }
 
 // printTop reads GET /top at u and prints it as a table.
-func printTop(w io.Writer, u string) error {
+func printTop(w io.Writer, u, token string) error {
 	var top topListing
-	if err := getAdminJSON(u, &top); err != nil {
+	if err := getAdminJSON(u, token, &top); err != nil {
 		return err
 	}
 	if len(top.Limits) == 0 {

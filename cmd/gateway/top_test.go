@@ -15,7 +15,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/eventually"
 )
 
-// TestTopCommand runs `gateway serve` with a per-user limit, sends
+// TestTopCommand runs `gateway serve --top-keys` with a per-user limit, sends
 // requests of two users and an unknown caller, and prints `gateway top`
 // against its admin port: one row per key, the heaviest first.
 func TestTopCommand(t *testing.T) {
@@ -38,7 +38,9 @@ func TestTopCommand(t *testing.T) {
 	if err := os.WriteFile(rules, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	g := startGateway(t, nil, "--upstream", up.URL, "--config", rules)
+	// --top-keys: the values as they are, to check how the table shows
+	// them (hashes are checked in the server's TestTopEndpoint).
+	g := startGateway(t, nil, "--upstream", up.URL, "--config", rules, "--top-keys")
 	countAdmitted(t, 4, g.proxy+"/v1/profile", "X-App-Id", "app-1", "X-User-Id", "alice")
 	countAdmitted(t, 1, g.proxy+"/v1/profile", "X-App-Id", "app-1", "X-User-Id", "bob smith")
 	countAdmitted(t, 1, g.proxy+"/anything")

@@ -13,7 +13,7 @@ import (
 )
 
 func newUsageCmd() *cobra.Command {
-	var admin, key string
+	var admin, key, token string
 	cmd := &cobra.Command{
 		Use:   "usage APP",
 		Short: "Show what an app has used of each of its limits",
@@ -24,7 +24,8 @@ without counting anything. It reads GET /usage on the admin port.
 
 APP is an app ID, or "*" for callers without one. Limits counted per client
 address or per header, query or claim value are read for --key: the address
-group or the values, as 'gateway top' shows them.`,
+group or the values themselves ('gateway top' shows them hashed unless the
+gateway runs with --top-keys).`,
 		Example: `  gateway usage app-1
   gateway usage '*' --key 203.0.113.7 --admin http://10.0.0.5:9090`,
 		Args: exactArgs(1),
@@ -39,12 +40,13 @@ group or the values, as 'gateway top' shows them.`,
 				q.Set("key", key)
 			}
 			u.RawQuery = q.Encode()
-			return printUsage(cmd.OutOrStdout(), u.String())
+			return printUsage(cmd.OutOrStdout(), u.String(), token)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&admin, "admin", "http://127.0.0.1:9090", "base URL of the gateway's admin port")
 	f.StringVar(&key, "key", "", "the counter of limits counted per client address or per value: the address group or the values")
+	adminTokenFlag(f, &token)
 	return cmd
 }
 
@@ -56,9 +58,9 @@ type usageListing struct {
 }
 
 // printUsage reads GET /usage at u and prints it as a table.
-func printUsage(w io.Writer, u string) error {
+func printUsage(w io.Writer, u, token string) error {
 	var v usageListing
-	if err := getAdminJSON(u, &v); err != nil {
+	if err := getAdminJSON(u, token, &v); err != nil {
 		return err
 	}
 	if v.Plan != "" {

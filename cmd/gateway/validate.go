@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
+	"github.com/ratelimit-gateway/gateway/internal/safefile"
 )
 
 func newValidateCmd() *cobra.Command {
@@ -61,7 +62,7 @@ func isRLSConfig(path string) bool {
 	if st.IsDir() {
 		return true
 	}
-	data, err := os.ReadFile(path)
+	data, err := safefile.Read(path, config.DefaultMaxBytes)
 	if err != nil {
 		return false
 	}

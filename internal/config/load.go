@@ -3,8 +3,9 @@ package config
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
+
+	"github.com/ratelimit-gateway/gateway/internal/safefile"
 )
 
 // DefaultMaxBytes is the default largest rule file LoadMax reads: far
@@ -13,19 +14,15 @@ import (
 const DefaultMaxBytes = 16 << 20
 
 // LoadMax is Load for a file of at most maxBytes bytes; a larger one is an
-// error, and nothing beyond maxBytes+1 bytes of it is read.
+// error, and nothing beyond maxBytes+1 bytes of it is read. Like every
+// file the gateway reads, it must be a regular file (safefile.Read).
 func LoadMax(path string, maxBytes int64) (*Rules, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading rules %s: %w", path, err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading rules %s: %w", path, err)
-	}
-	if int64(len(data)) > maxBytes {
+	data, err := safefile.Read(path, maxBytes)
+	if errors.Is(err, safefile.ErrTooLarge) {
 		return nil, fmt.Errorf("rules %s: the file is larger than %d bytes (--max-rules-bytes); the rules in force stay", path, maxBytes)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading rules %s: %w", path, err)
 	}
 	return Parse(path, data)
 }

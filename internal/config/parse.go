@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -16,13 +15,10 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Load reads the rule file at path and parses it with Parse.
+// Load reads the rule file at path and parses it with Parse: LoadMax with
+// DefaultMaxBytes.
 func Load(path string) (*Rules, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading rules %s: %w", path, err)
-	}
-	return Parse(path, data)
+	return LoadMax(path, DefaultMaxBytes)
 }
 
 // Parse parses, defaults and validates the rule file data read from path.

@@ -4,10 +4,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"io"
-	"os"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/ratelimit-gateway/gateway/internal/safefile"
 )
 
 // upstreamTLS reads an upstream's tls section and checks that its files
@@ -71,25 +71,7 @@ const MaxPEMBytes = 1 << 20
 // most MaxPEMBytes, so that a rule file naming /dev/zero, a FIFO or a
 // huge file cannot hang or exhaust the gateway that loads it.
 func ReadPEMFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	switch {
-	case err != nil:
-		return nil, err
-	case !fi.Mode().IsRegular():
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	case fi.Size() > MaxPEMBytes:
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, MaxPEMBytes)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxPEMBytes+1))
-	if err == nil && len(data) > MaxPEMBytes {
-		err = fmt.Errorf("%s is larger than %d bytes", path, MaxPEMBytes)
-	}
-	return data, err
+	return safefile.Read(path, MaxPEMBytes)
 }
 
 // LoadKeyPair loads a certificate and its key with ReadPEMFile.

@@ -61,8 +61,9 @@ type KeySet struct {
 func (s *KeySet) Len() int { return len(s.keys) }
 
 // Skipped describes the signing keys of the JWKS that the gateway does not
-// verify with (an algorithm other than RS256, ES256 and EdDSA, or a key
-// type or curve of none of them), in the order of the set: `kid "k2"
+// verify with (an algorithm other than RS256, ES256 and EdDSA, a key type
+// or curve of none of them, or an RSA key of fewer than 2048 bits), in
+// the order of the set: `kid "k2"
 // (RSA, alg PS256)`. They are left out of the set; the others are used.
 func (s *KeySet) Skipped() []string { return s.skipped }
 
@@ -128,7 +129,8 @@ type jwk struct {
 // ParseJWKS parses a JWK Set: {"keys": [...]}. Keys for encryption (use
 // "enc") are left out; so are signing keys the gateway does not verify
 // with — an alg other than RS256, ES256 and EdDSA (PS256, RS384, ES384…),
-// a key type or curve of none of them — which Skipped lists: an identity
+// a key type or curve of none of them, an RSA key of fewer than 2048
+// bits — which Skipped lists: an identity
 // provider may publish them beside the keys the gateway uses, and they
 // must not keep those out. A key of one of those three algorithms that
 // is malformed, whose alg disagrees with its type (HS256 on any key), or
@@ -156,12 +158,19 @@ func ParseJWKS(data []byte) (*KeySet, error) {
 			continue
 		}
 		key, err := k.parse()
+		var weak weakKeyError
+		if errors.As(err, &weak) {
+			// Too weak to trust, yet well formed: a provider may still
+			// publish it beside its new keys while it rotates.
+			set.skip(i, k.Kid, weak.Error())
+			continue
+		}
 		if err != nil {
-			return nil, fmt.Errorf("JWKS key %d (kid %q): %w", i, k.Kid, err)
+			return nil, fmt.Errorf("JWKS key %d (kid %s): %w", i, quoteKid(k.Kid), err)
 		}
 		if k.Kid != "" {
 			if seen[k.Kid] {
-				return nil, fmt.Errorf("JWKS key %d: kid %q is used twice", i, k.Kid)
+				return nil, fmt.Errorf("JWKS key %d: kid %s is used twice", i, quoteKid(k.Kid))
 			}
 			seen[k.Kid] = true
 		}
@@ -175,11 +184,31 @@ func ParseJWKS(data []byte) (*KeySet, error) {
 	if len(set.keys) == 0 {
 		msg := "the JWKS holds no RSA, P-256 or Ed25519 signing key (RS256, ES256, EdDSA)"
 		if len(set.skipped) > 0 {
-			msg += "; skipped: " + strings.Join(set.skipped, ", ")
+			msg += "; skipped: " + JoinSkipped(set.skipped)
 		}
 		return nil, errors.New(msg)
 	}
 	return set, nil
+}
+
+// maxSkippedShown is how many skipped keys a message names: a JWKS of a
+// megabyte can hold tens of thousands, and one log line must not.
+const maxSkippedShown = 8
+
+// JoinSkipped joins descriptions of skipped keys (KeySet.Skipped) for a
+// message, naming at most maxSkippedShown of them and counting the rest.
+func JoinSkipped(skipped []string) string {
+	if len(skipped) <= maxSkippedShown {
+		return strings.Join(skipped, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(skipped[:maxSkippedShown], ", "), len(skipped)-maxSkippedShown)
+}
+
+// weakKeyError is the error of an RSA key whose modulus is too short.
+type weakKeyError struct{ bits int }
+
+func (e weakKeyError) Error() string {
+	return fmt.Sprintf("RSA, %d-bit modulus, fewer than the %d RFC 7518 requires", e.bits, minRSABits)
 }
 
 // skip notes the i-th key, of kid, as one the gateway does not verify
@@ -249,8 +278,11 @@ func (k *jwk) parse() (key Key, err error) {
 		if err != nil {
 			return key, fmt.Errorf("e: %w", err)
 		}
-		if n.BitLen() < minRSABits {
-			return key, fmt.Errorf("the RSA modulus has %d bits; at least %d are needed", n.BitLen(), minRSABits)
+		switch {
+		case n.Sign() == 0:
+			return key, errors.New("the RSA modulus is zero")
+		case n.BitLen() < minRSABits:
+			return key, weakKeyError{bits: n.BitLen()}
 		}
 		if !e.IsInt64() || e.Int64() < 3 || e.Int64() > 1<<31-1 || e.Bit(0) == 0 {
 			return key, errors.New("the RSA exponent is not an odd number from 3 to 2^31-1")

@@ -7,13 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/safefile"
 	"github.com/ratelimit-gateway/gateway/internal/watch"
 )
 
@@ -131,8 +131,8 @@ func (k *Keys) logSkipped(skipped []string) {
 	}
 	k.skipped = skipped
 	if len(skipped) > 0 {
-		k.log.Warn("JWKS keys skipped: the gateway verifies only RS256, ES256 and EdDSA; tokens signed with them are refused",
-			"source", k.cfg.Source, "skipped", strings.Join(skipped, ", "))
+		k.log.Warn("JWKS keys skipped: the gateway verifies only RS256 (of 2048 bits or more), ES256 and EdDSA; tokens signed with them are refused",
+			"source", k.cfg.Source, "skipped", JoinSkipped(skipped))
 	}
 }
 
@@ -195,11 +195,9 @@ func (k *Keys) read(ctx context.Context) ([]byte, error) {
 		}
 		body = resp.Body
 	} else {
-		f, err := os.Open(k.cfg.Source)
-		if err != nil {
-			return nil, err
-		}
-		body = f
+		// A regular file only, read within a timeout: a FIFO or a
+		// device named by mistake must not hang the start or a reload.
+		return safefile.Read(k.cfg.Source, MaxJWKSBytes)
 	}
 	defer body.Close()
 	data, err := io.ReadAll(io.LimitReader(body, MaxJWKSBytes+1))

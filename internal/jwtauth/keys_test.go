@@ -1,7 +1,9 @@
 package jwtauth_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -9,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -57,7 +60,9 @@ func TestParseJWKS(t *testing.T) {
 		{name: "alg of another type", doc: `{"keys":[` + jwk(func(m map[string]string) { m["alg"] = "RS256" }) + `]}`, want: "alg RS256 does not go with a EC key"},
 		{name: "HS256 never from the JWKS", doc: `{"keys":[` + jwk(func(m map[string]string) { m["alg"] = "HS256" }) + `]}`, want: "alg HS256"},
 		{name: "kid twice", doc: `{"keys":[` + jwk(func(map[string]string) {}) + `,` + jwk(func(map[string]string) {}) + `]}`, want: "used twice"},
-		{name: "small RSA", doc: `{"keys":[` + small + `]}`, want: "at least 2048"},
+		{name: "zero RSA modulus", doc: `{"keys":[` + small + `]}`, want: "modulus is zero"},
+		{name: "only a small RSA key", doc: `{"keys":[` + weakRSA("w") + `]}`, want: `holds no RSA, P-256 or Ed25519 signing key (RS256, ES256, EdDSA); skipped: kid "w" (RSA, 1024-bit modulus, fewer than the 2048 RFC 7518 requires)`},
+		{name: "small RSA beside a good key", doc: `{"keys":[` + weakRSA("w") + `,` + jwk(func(map[string]string) {}) + `]}`, keys: 1},
 		{name: "bad base64", doc: `{"keys":[` + jwk(func(m map[string]string) { m["x"] = "!!" }) + `]}`, want: "x: illegal base64"},
 	}
 	for _, tt := range tests {
@@ -457,5 +462,83 @@ func TestKeysRefetchUnknownKid(t *testing.T) {
 	}
 	if got := fk.Refetch("b"); got != nil {
 		t.Errorf("Refetch of a file: got a set, want nil")
+	}
+}
+
+// weakRSA returns a well-formed RSA JWK of kid whose modulus has 1024
+// bits: too short to trust, never used to verify.
+func weakRSA(kid string) string {
+	n := append([]byte{0xc1}, bytes.Repeat([]byte{0x5b}, 127)...)
+	return `{"kty":"RSA","kid":"` + kid + `","alg":"RS256","n":"` + base64.RawURLEncoding.EncodeToString(n) + `","e":"AQAB"}`
+}
+
+// TestKeysSkipWeakRSA checks that an RSA key of fewer than 2048 bits in
+// a JWKS is skipped as keys of other algorithms are, so that a provider
+// still publishing an old 1024-bit key beside its new ones does not block
+// their rotation; and that a refused set's error, which the gateway logs,
+// stays short whatever the set holds.
+func TestKeysSkipWeakRSA(t *testing.T) {
+	t.Parallel()
+	a := jwttest.RSA(t, "a")
+	var d struct {
+		Keys []json.RawMessage `json:"keys"`
+	}
+	if err := json.Unmarshal(jwttest.JWKS(a), &d); err != nil {
+		t.Fatal(err)
+	}
+	d.Keys = append(d.Keys, json.RawMessage(weakRSA("old")))
+	doc, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "jwks.json")
+	if err := os.WriteFile(file, doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedBuffer{}
+	keys, err := jwtauth.NewKeys(context.Background(), jwtauth.KeysConfig{Source: file, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatalf("NewKeys of a 2048-bit key beside a 1024-bit one: %v", err)
+	}
+	if got := keys.Current().Len(); got != 1 {
+		t.Errorf("keys in force: got %d, want 1 (a)", got)
+	}
+	want := `kid "old" (RSA, 1024-bit modulus, fewer than the 2048 RFC 7518 requires)`
+	if got := strings.Join(keys.Current().Skipped(), ", "); got != want {
+		t.Errorf("skipped: got %s, want %s", got, want)
+	}
+	if !strings.Contains(logs.String(), "JWKS keys skipped") {
+		t.Errorf("the skipped key was not logged:\n%s", logs)
+	}
+	v, err := jwtauth.New(jwtauth.Config{Keys: keys.Current, CacheSize: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Verify(a.Sign(t, jwttest.Claims(t0, time.Hour, "u")), t0); err != nil {
+		t.Errorf("token of key a: %v", err)
+	}
+	if _, err := v.Verify(withAlg(a, "old", "RS256").Sign(t, jwttest.Claims(t0, time.Hour, "u")), t0); err == nil || !strings.Contains(err.Error(), "1024-bit") {
+		t.Errorf("token naming the weak key: got %v, want an error saying it is skipped", err)
+	}
+
+	// Refused sets: a malformed key with a huge kid, and tens of
+	// thousands of skipped keys. The error is what the log line holds.
+	huge := strings.Repeat("k", 400<<10)
+	many := make([]string, 20000)
+	for i := range many {
+		many[i] = weakRSA("w" + strconv.Itoa(i))
+	}
+	for _, tc := range []struct{ name, doc, want string }{
+		{"huge kid", `{"keys":[{"kty":"EC","crv":"P-256","kid":"` + huge + `","x":"AAAA","y":"AAAA"}]}`, "x: 3 bytes, want 32"},
+		{"many skipped", `{"keys":[` + strings.Join(many, ",") + `]}`, "and 19992 more"},
+	} {
+		_, err := jwtauth.ParseJWKS([]byte(tc.doc))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %.200v, want an error containing %q", tc.name, err, tc.want)
+			continue
+		}
+		if n := len(err.Error()); n > 2048 {
+			t.Errorf("%s: the error is %d bytes long, want at most 2 KiB", tc.name, n)
+		}
 	}
 }

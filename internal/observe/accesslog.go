@@ -16,6 +16,8 @@ type AccessLog struct {
 	c io.Closer // nil for stdout and stderr
 	// rawKeys writes key values rather than their hashes (SetRawKeys).
 	rawKeys bool
+	// hasher hashes them (SetKeyHasher).
+	hasher *KeyHasher
 }
 
 // OpenAccessLog opens the access log destination: "stdout", "stderr", or a
@@ -66,7 +68,7 @@ func (a *AccessLog) ObserveRequest(o *Outcome) {
 		rec.AddAttrs(slog.String("route", o.Route), slog.String("upstream", o.Upstream))
 	}
 	if o.n > 0 {
-		rec.AddAttrs(keyLogAttrs(o, a.rawKeys)...)
+		rec.AddAttrs(keyLogAttrs(o, a.rawKeys, a.hasher)...)
 	}
 	// docs/rules.md, "Request cost": the units counted against the rule,
 	// and the cost the upstream reported, which replay charges again.

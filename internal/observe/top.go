@@ -25,6 +25,13 @@ type TopConfig struct {
 	// Period is how often the window rotates: it covers the last one to
 	// two periods. Default DefaultTopPeriod.
 	Period time.Duration
+	// Hasher hashes the header, query and claim values in the keys, as
+	// the access log does, so that /top shows no API key, user ID or
+	// token in clear; client address groups are shown as they are, as
+	// the access log's client_ip. nil hashes with no secret (KeyHash).
+	Hasher *KeyHasher
+	// RawKeys shows the values as they are instead (--top-keys).
+	RawKeys bool
 }
 
 // Top keeps, per app and limit with more than one counter (by ip, a
@@ -36,6 +43,8 @@ type TopConfig struct {
 type Top struct {
 	k      int
 	period time.Duration
+	hasher *KeyHasher
+	raw    bool
 	mu     sync.RWMutex
 	limits map[ruleLabels]*topLimit
 }
@@ -56,6 +65,8 @@ func NewTop(cfg TopConfig) *Top {
 	return &Top{
 		k:      cmp.Or(cfg.K, DefaultTopK),
 		period: cmp.Or(cfg.Period, DefaultTopPeriod),
+		hasher: cfg.Hasher,
+		raw:    cfg.RawKeys,
 		limits: map[ruleLabels]*topLimit{},
 	}
 }
@@ -68,7 +79,11 @@ func (t *Top) ObserveRequest(o *Outcome) {
 			continue // one counter: nothing to rank
 		}
 		tl := t.limit(l.App, l.API, l.By)
-		key := topKey(l.Key, l.Missing)
+		key := l.Key
+		if !t.raw && !l.Missing && l.By.Attributes() {
+			key = t.hashKey(&l, o)
+		}
+		key = topKey(key, l.Missing)
 		tl.mu.Lock()
 		tl.w.Add(o.Start, key, l.Allowed)
 		if o.Route != "" {
@@ -81,6 +96,49 @@ func (t *Top) ObserveRequest(o *Outcome) {
 		}
 		tl.mu.Unlock()
 	}
+}
+
+// hashKey returns l.Key with its header, query and claim values replaced
+// by their hashes, each as the access log writes it, and the client
+// address group of a combination left as it is. An empty value (missing
+// under missing: share) stays empty.
+func (t *Top) hashKey(l *LimitOutcome, o *Outcome) string {
+	parts := l.By.Parts()
+	if len(parts) == 1 {
+		if l.Key == "" {
+			return ""
+		}
+		return t.hasher.Hash(l.Key)
+	}
+	// l.Key joins the values with ", ", the address group among them;
+	// the other values are in o, so the group is what they leave.
+	vals := make([]string, len(parts))
+	ip, ips, start, rest := -1, 0, 0, len(l.Key)
+	for i, p := range parts {
+		if p.Kind == config.KeyIP {
+			ip, ips = i, ips+1
+			continue
+		}
+		kv, _ := o.Key(p)
+		vals[i] = kv.Value
+		rest -= len(kv.Value)
+		if ip < 0 {
+			start += len(kv.Value) + len(", ")
+		}
+	}
+	rest -= len(", ") * (len(parts) - 1)
+	if ips > 1 || (ip >= 0 && (rest < 0 || start+rest > len(l.Key))) {
+		return t.hasher.Hash(l.Key) // not as shownKey builds it: hide it whole
+	}
+	if ip >= 0 {
+		vals[ip] = l.Key[start : start+rest]
+	}
+	for i, p := range parts {
+		if p.Kind != config.KeyIP && vals[i] != "" {
+			vals[i] = t.hasher.Hash(vals[i])
+		}
+	}
+	return strings.Join(vals, ", ")
 }
 
 // topKey returns what the window keeps for a key: the key as it is, but

@@ -24,7 +24,7 @@ func TestTopFlood(t *testing.T) {
 		distinct = 1_000_000
 		heavy    = 5
 	)
-	top := NewTop(TopConfig{})
+	top := NewTop(TopConfig{RawKeys: true})
 	o := &Outcome{Start: t0}
 	o.AddLimit(LimitOutcome{App: "app-1", API: "/v1/profile", By: "header:X-User-Id", Allowed: true})
 	l := &o.Limits()[0]
@@ -93,5 +93,62 @@ func TestTopIgnoresOneCounterLimits(t *testing.T) {
 	}
 	if n := len(top.Snapshot(t0, "")); n != 0 {
 		t.Errorf("got %d limits, want 0", n)
+	}
+}
+
+// TestTopHashesKeys checks that /top shows the header, query and claim
+// values of keyed limits hashed as the access log writes them, under the
+// same secret, so that an API key or a user ID never shows in clear,
+// while client address groups stay readable; RawKeys shows the values.
+func TestTopHashesKeys(t *testing.T) {
+	t.Parallel()
+	h := NewKeyHasher([]byte(strings.Repeat("s", MinKeyHashSecret)))
+	apiKey := config.KeyPart{Kind: config.KeyHeader, Name: "X-Api-Key"}
+	tenant := config.KeyPart{Kind: config.KeyQuery, Name: "tenant"}
+	for _, tc := range []struct {
+		name    string
+		by      config.By
+		key     string
+		missing bool
+		values  []KeyValue
+		raw     bool
+		want    string
+	}{
+		{name: "api key", by: "header:X-Api-Key", key: "sk-live-SECRET",
+			values: []KeyValue{{Part: apiKey, Value: "sk-live-SECRET"}}, want: h.Hash("sk-live-SECRET")},
+		{name: "api key raw", by: "header:X-Api-Key", key: "sk-live-SECRET", raw: true,
+			values: []KeyValue{{Part: apiKey, Value: "sk-live-SECRET"}}, want: "sk-live-SECRET"},
+		{name: "address and values", by: "ip,header:X-Api-Key,query:tenant", key: "203.0.113.0/24, sk, 1, acme",
+			values: []KeyValue{{Part: apiKey, Value: "sk, 1"}, {Part: tenant, Value: "acme"}},
+			want:   "203.0.113.0/24, " + h.Hash("sk, 1") + ", " + h.Hash("acme")},
+		{name: "values and address", by: "header:X-Api-Key,ip", key: "sk, 203.0.113.0/24",
+			values: []KeyValue{{Part: apiKey, Value: "sk"}},
+			want:   h.Hash("sk") + ", 203.0.113.0/24"},
+		{name: "missing, shared", by: "header:X-Api-Key,query:tenant", key: ", acme",
+			values: []KeyValue{{Part: apiKey, Value: ""}, {Part: tenant, Value: "acme"}},
+			want:   ", " + h.Hash("acme")},
+		{name: "missing, by address", by: "header:X-Api-Key", key: "203.0.113.0/24", missing: true,
+			want: "203.0.113.0/24"},
+		{name: "by ip", by: "ip", key: "203.0.113.0/24", want: "203.0.113.0/24"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			top := NewTop(TopConfig{Hasher: h, RawKeys: tc.raw})
+			o := &Outcome{Start: t0}
+			for _, kv := range tc.values {
+				o.AddKey(kv)
+			}
+			o.AddLimit(LimitOutcome{App: "*", API: "/", By: tc.by, Key: tc.key, Missing: tc.missing, Allowed: true})
+			top.ObserveRequest(o)
+			snap := top.Snapshot(t0, "")
+			if len(snap) != 1 || len(snap[0].Keys) != 1 {
+				t.Fatalf("got %+v, want one limit with one key", snap)
+			}
+			if got := snap[0].Keys[0]; got.Key != tc.want || got.Missing != tc.missing {
+				t.Errorf("key: got %q (missing %v), want %q (missing %v)", got.Key, got.Missing, tc.want, tc.missing)
+			}
+			if !tc.raw && strings.Contains(snap[0].Keys[0].Key, "sk") {
+				t.Errorf("key %q shows the API key", snap[0].Keys[0].Key)
+			}
+		})
 	}
 }

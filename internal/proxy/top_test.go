@@ -48,7 +48,7 @@ configs:
         limit: 100
         unit: 1m
 `
-	top := observe.NewTop(observe.TopConfig{})
+	top := observe.NewTop(observe.TopConfig{RawKeys: true})
 	g := newGW(t, rules, withTop(top))
 	send := func(target, ip, user string, n int) {
 		t.Helper()

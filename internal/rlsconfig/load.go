@@ -19,6 +19,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/safefile"
 )
 
 // DefaultMaxBytes is the default largest file Load reads.
@@ -113,17 +114,12 @@ func listFiles(path string) ([]string, error) {
 }
 
 func readFile(path string, maxBytes int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading rls config %s: %w", path, err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading rls config %s: %w", path, err)
-	}
-	if int64(len(data)) > maxBytes {
+	data, err := safefile.Read(path, maxBytes)
+	if errors.Is(err, safefile.ErrTooLarge) {
 		return nil, fmt.Errorf("rls config %s: the file is larger than %d bytes (--max-rules-bytes)", path, maxBytes)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading rls config %s: %w", path, err)
 	}
 	return data, nil
 }

@@ -200,9 +200,10 @@ type AdminConfig struct {
 	Upstreams      *upstream.Registry
 	ReadyUpstreams []string
 	// Token is the bearer token that the mutating endpoints (POST
-	// /rules/reload) require. Empty disables them: the admin port is
-	// plain HTTP, and an endpoint that changes the gateway must not be
-	// open to whoever can reach it.
+	// /rules/reload, POST /usage/reset) require. Empty disables them: the
+	// admin port is plain HTTP, and an endpoint that changes the gateway
+	// must not be open to whoever can reach it. When set, the reads that
+	// reveal callers or keys (GET /rules, /top, /usage) require it too.
 	Token string
 	// Usage, if not nil, serves GET /usage and POST /usage/reset (with
 	// the Token; usage.go).
@@ -260,9 +261,9 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 	if cfg.Upstreams != nil {
 		mux.HandleFunc("GET /upstreams", upstreamsHandler(cfg.Upstreams))
 	}
-	mux.HandleFunc("GET /rules", func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("GET /rules", auth.reads(func(w http.ResponseWriter, _ *http.Request) {
 		proxy.WriteJSON(w, http.StatusOK, cfg.Rules.view())
-	})
+	}))
 	mux.Handle("POST /rules/reload", auth.require(func(w http.ResponseWriter, _ *http.Request) {
 		changed, err := cfg.Rules.Reload()
 		if err != nil {
@@ -282,7 +283,7 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 		mux.Handle("GET /metrics", cfg.Metrics)
 	}
 	if cfg.Top != nil {
-		mux.Handle("GET /top", topHandler(cfg.Top, time.Now))
+		mux.Handle("GET /top", auth.reads(topHandler(cfg.Top, time.Now)))
 	}
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -338,6 +339,18 @@ func (a adminAuth) require(h http.HandlerFunc) http.Handler {
 		}
 		h(w, r)
 	})
+}
+
+// reads wraps h, an endpoint that reads what reveals callers or keys
+// (/rules, /top, /usage), so that it needs the token when the gateway has
+// one; without a token it is open, and the admin port is on loopback by
+// default (docs/operations.md, "Admin port"). Health probes and /metrics
+// stay open either way: kubelets and Prometheus carry no token.
+func (a adminAuth) reads(h http.HandlerFunc) http.Handler {
+	if a.digest == nil {
+		return h
+	}
+	return a.require(h)
 }
 
 // bearerToken returns the token of an Authorization header value of the

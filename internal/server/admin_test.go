@@ -12,6 +12,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/eventually"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
@@ -116,7 +117,9 @@ func TestReadyzReportsStoreTrouble(t *testing.T) {
 
 // TestAdminReloadNeedsToken checks that POST /rules/reload, the admin
 // port's one mutating endpoint, runs only with the configured bearer token,
-// is disabled without one, and that the read-only endpoints stay open.
+// is disabled without one; that the reads revealing callers or keys
+// (/rules, /top, /usage) need the token when one is configured and are
+// open when none is; and that the probes and /metrics stay open.
 func TestAdminReloadNeedsToken(t *testing.T) {
 	t.Parallel()
 	const token = "s3cret-token"
@@ -140,7 +143,16 @@ func TestAdminReloadNeedsToken(t *testing.T) {
 		{name: "scheme in lower case", token: token, method: "POST", path: "/rules/reload", auth: "bearer " + token, wantCode: 200},
 		{name: "healthz without credentials", token: token, method: "GET", path: "/healthz", wantCode: 200},
 		{name: "readyz without credentials", token: token, method: "GET", path: "/readyz", wantCode: 200},
-		{name: "rules without credentials", token: token, method: "GET", path: "/rules", wantCode: 200},
+		{name: "rules without credentials", token: token, method: "GET", path: "/rules", wantCode: 401, wantError: "unauthorized", wantBearer: `Bearer realm="gateway admin"`},
+		{name: "rules with the token", token: token, method: "GET", path: "/rules", auth: "Bearer " + token, wantCode: 200},
+		{name: "rules without a token configured", method: "GET", path: "/rules", wantCode: 200},
+		{name: "top without credentials", token: token, method: "GET", path: "/top", wantCode: 401, wantError: "unauthorized", wantBearer: `Bearer realm="gateway admin"`},
+		{name: "top with a wrong token", token: token, method: "GET", path: "/top", auth: "Bearer nope", wantCode: 401, wantError: "unauthorized", wantBearer: `Bearer realm="gateway admin", error="invalid_token"`},
+		{name: "top with the token", token: token, method: "GET", path: "/top", auth: "Bearer " + token, wantCode: 200},
+		{name: "top without a token configured", method: "GET", path: "/top", wantCode: 200},
+		{name: "usage without credentials", token: token, method: "GET", path: "/usage", wantCode: 401, wantError: "unauthorized", wantBearer: `Bearer realm="gateway admin"`},
+		{name: "usage with the token", token: token, method: "GET", path: "/usage", auth: "Bearer " + token, wantCode: 400, wantError: "missing_app"},
+		{name: "usage without a token configured", method: "GET", path: "/usage", wantCode: 400, wantError: "missing_app"},
 		{name: "metrics without credentials", token: token, method: "GET", path: "/metrics", wantCode: 200},
 		{name: "healthz without a token configured", method: "GET", path: "/healthz", wantCode: 200},
 	}
@@ -154,7 +166,7 @@ func TestAdminReloadNeedsToken(t *testing.T) {
 			metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 				proxy.WriteJSON(w, http.StatusOK, map[string]string{"metrics": "yes"})
 			})
-			admin := NewAdmin(AdminConfig{Rules: rules, Token: tt.token, Metrics: metrics})
+			admin := NewAdmin(AdminConfig{Rules: rules, Token: tt.token, Metrics: metrics, Top: observe.NewTop(observe.TopConfig{}), Usage: &UsageConfig{}})
 			r := httptest.NewRequest(tt.method, tt.path, nil)
 			if tt.auth != "" {
 				r.Header.Set("Authorization", tt.auth)
@@ -358,5 +370,15 @@ configs:
 		if got[i] != want[i] {
 			t.Errorf("/rules limit %d: got %+v, want %+v", i, got[i], want[i])
 		}
+	}
+}
+
+// TestAdminListensOnLoopbackByDefault checks the default admin address:
+// its reads show rules and callers, so it is not on every interface
+// unless a deployment says so.
+func TestAdminListensOnLoopbackByDefault(t *testing.T) {
+	t.Parallel()
+	if got, want := DefaultConfig().AdminListen, "127.0.0.1:9090"; got != want {
+		t.Errorf("AdminListen: got %q, want %q", got, want)
 	}
 }

@@ -52,9 +52,10 @@ type Config struct {
 	// Watch reloads the rules when the rule file changes on disk.
 	Watch bool
 	// WatchSettle is how long the rule file must stay unchanged (size
-	// and modification time) after a change before it is read, so that
-	// a file written in parts is not loaded half-written while its
-	// writer pauses for less than this; 0 reads it at once. Default
+	// and modification time) after a write in place before it is read,
+	// so that a file written in parts is not loaded half-written while
+	// its writer pauses for less than this; a file renamed in or swapped
+	// through a symlink is read at once; 0 reads it at once. Default
 	// watch.DefaultSettle (2s).
 	WatchSettle time.Duration
 	// MaxRulesBytes is the largest rule file read; a larger one is
@@ -62,7 +63,10 @@ type Config struct {
 	MaxRulesBytes int64
 	// Listen is the proxy's address.
 	Listen string
-	// AdminListen is the admin address.
+	// AdminListen is the admin address: loopback by default, since its
+	// reads show callers and rules; deployments that scrape it from
+	// elsewhere set an address of their own (docs/operations.md, "Admin
+	// port").
 	AdminListen string
 	// Upstream is the base URL admitted requests go to. Required unless
 	// DemoUpstream.
@@ -204,8 +208,9 @@ type Config struct {
 	// Without TLS only; the upgrade from HTTP/1.1 (Upgrade: h2c) is
 	// never served.
 	H2C bool
-	// AdminToken is the bearer token that POST /rules/reload requires;
-	// without one that endpoint is disabled (403).
+	// AdminToken is the bearer token that POST /rules/reload and POST
+	// /usage/reset require (without one they are disabled, 403), and
+	// that GET /rules, /top and /usage then require too.
 	AdminToken string
 	// AdminTokenFile, exclusive with AdminToken, is a file whose contents,
 	// trimmed of white space, are the admin token.
@@ -215,8 +220,19 @@ type Config struct {
 	AccessLog string
 	// AccessLogKeys writes the header and query values of keyed limits
 	// to the access log as they are; by default it writes their hashes
-	// (observe.KeyHash), which replay counts by just as well.
+	// (observe.KeyHasher), which replay counts by just as well.
 	AccessLogKeys bool
+	// KeyHashSecretFile keeps the secret under which the access log and
+	// GET /top hash the values of keyed limits: read if it exists,
+	// created with a new random secret if not. Empty: AccessLog with
+	// ".key" appended when AccessLog is a file; with no file access log,
+	// a random secret of the process, not kept, so that hashes change at
+	// each start (docs/operations.md, "Access log").
+	KeyHashSecretFile string
+	// TopKeys shows the header, query and claim values of keyed limits
+	// at GET /top as they are; by default they are hashed as in the
+	// access log.
+	TopKeys bool
 	// Pprof serves the Go profiler on the admin port at /debug/pprof/.
 	Pprof bool
 	// Tracing exports OpenTelemetry traces of the requests when
@@ -245,7 +261,7 @@ func DefaultConfig() Config {
 		WatchSettle:       watch.DefaultSettle,
 		MaxRulesBytes:     config.DefaultMaxBytes,
 		Listen:            ":8080",
-		AdminListen:       ":9090",
+		AdminListen:       "127.0.0.1:9090",
 		AppHeader:         proxy.DefaultAppHeader,
 		KeyHeader:         proxy.DefaultKeyHeader,
 		UnknownCallers:    AllowUnknown,

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
+	"github.com/ratelimit-gateway/gateway/internal/safefile"
 )
 
 // AppFromHeader is the default Config.AppFrom: the app ID comes from the
@@ -73,7 +73,7 @@ func newJWT(cfg Config) (*jwtauth.Verifier, *jwtauth.Keys, error) {
 		jc.Keys, jc.Refetch = keys.Current, keys.Refetch
 	}
 	if cfg.JWTHMACSecretFile != "" {
-		data, err := os.ReadFile(cfg.JWTHMACSecretFile)
+		data, err := safefile.Read(cfg.JWTHMACSecretFile, safefile.MaxSecretBytes)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--jwt-hmac-secret-file: %w", err)
 		}

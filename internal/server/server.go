@@ -11,12 +11,12 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +29,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
+	"github.com/ratelimit-gateway/gateway/internal/safefile"
 	"github.com/ratelimit-gateway/gateway/internal/source"
 	"github.com/ratelimit-gateway/gateway/internal/tracing"
 	"github.com/ratelimit-gateway/gateway/internal/upstream"
@@ -132,7 +133,11 @@ func New(cfg Config) (_ *Server, err error) {
 	}
 	s.metrics = observe.NewMetrics(observe.MetricsConfig{Registry: reg, Store: string(cfg.Store), Keys: s.st.keys, Version: cfg.Version, Exemplars: tr != nil})
 	s.st.register(reg)
-	top := observe.NewTop(observe.TopConfig{})
+	hasher, err := keyHasher(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	top := observe.NewTop(observe.TopConfig{Hasher: hasher, RawKeys: cfg.TopKeys})
 	observers := []proxy.Observer{s.metrics, top}
 	if tr != nil {
 		observers = append(observers, &observe.Traces{RawKeys: cfg.AccessLogKeys})
@@ -143,6 +148,7 @@ func New(cfg Config) (_ *Server, err error) {
 			return nil, fmt.Errorf("--access-log: %w", err)
 		}
 		al.SetRawKeys(cfg.AccessLogKeys)
+		al.SetKeyHasher(hasher)
 		s.closers = append(s.closers, al.Close)
 		observers = append(observers, al)
 	}
@@ -462,7 +468,7 @@ func (s *Server) openStore(reg prometheus.Registerer) (*config.Rules, error) {
 	cfg := s.cfg
 	auth := cfg.Etcd
 	if cfg.EtcdPasswordFile != "" {
-		data, err := os.ReadFile(cfg.EtcdPasswordFile)
+		data, err := safefile.Read(cfg.EtcdPasswordFile, safefile.MaxSecretBytes)
 		if err != nil {
 			return nil, fmt.Errorf("--etcd-password-file: %w", err)
 		}
@@ -502,6 +508,43 @@ func (s *Server) loadInitialRules() (*config.Rules, error) {
 	return r, err
 }
 
+// keyHasher returns the hasher of the access log's and /top's key values,
+// under the secret of cfg.KeyHashSecretFile (or the file beside a file
+// access log), created if missing; without either, under a random secret
+// of this process.
+func keyHasher(cfg Config, log *slog.Logger) (*observe.KeyHasher, error) {
+	file := keyHashSecretPath(cfg.KeyHashSecretFile, cfg.AccessLog)
+	if file == "" {
+		var secret [32]byte
+		rand.Read(secret[:])
+		if cfg.AccessLog != "" && !cfg.AccessLogKeys {
+			log.Info("the access log's key hashes use a secret of this process: set --key-hash-secret-file to keep them stable across restarts")
+		}
+		return observe.NewKeyHasher(secret[:]), nil
+	}
+	secret, created, err := observe.LoadKeyHashSecret(file)
+	if err != nil {
+		return nil, fmt.Errorf("--key-hash-secret-file: %w", err)
+	}
+	if created {
+		log.Info("key-hash secret created; keep it to keep the access log's key hashes stable", "file", file)
+	}
+	return observe.NewKeyHasher(secret), nil
+}
+
+// keyHashSecretPath returns where the key-hash secret is kept: file, or
+// when it is empty the file access log's path with ".key" appended; ""
+// when neither is a file.
+func keyHashSecretPath(file, accessLog string) string {
+	switch {
+	case file != "":
+		return file
+	case accessLog == "" || accessLog == "stdout" || accessLog == "stderr":
+		return ""
+	}
+	return accessLog + ".key"
+}
+
 // loadAdminToken returns the admin token of --admin-token or
 // --admin-token-file, or "" if neither is set. Surrounding white space is
 // trimmed from either, as from the Authorization header a client sends: a
@@ -510,7 +553,7 @@ func loadAdminToken(token, file string) (string, error) {
 	if file == "" {
 		return strings.TrimSpace(token), nil
 	}
-	data, err := os.ReadFile(file)
+	data, err := safefile.Read(file, safefile.MaxSecretBytes)
 	if err != nil {
 		return "", fmt.Errorf("--admin-token-file: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/watch"
 )
 
@@ -38,10 +39,10 @@ func newCertReloader(certFile, keyFile string, log *slog.Logger) (*certReloader,
 }
 
 func (c *certReloader) load() (*tls.Certificate, error) {
-	// LoadX509KeyPair checks that the key matches the certificate, which
-	// is what catches a pair caught half-written (a new certificate next
-	// to the old key).
-	cert, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
+	// tls.X509KeyPair (in LoadKeyPair) checks that the key matches the
+	// certificate, which is what catches a pair caught half-written (a
+	// new certificate next to the old key).
+	cert, err := config.LoadKeyPair(c.certFile, c.keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("loading --tls-cert %s and --tls-key %s: %w", c.certFile, c.keyFile, err)
 	}

@@ -44,7 +44,7 @@ func registerUsage(mux *http.ServeMux, rules *Reloader, u *UsageConfig, auth adm
 	if log == nil {
 		log = slog.Default()
 	}
-	mux.HandleFunc("GET /usage", func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("GET /usage", auth.reads(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		app := q.Get("app")
 		if app == "" {
@@ -66,7 +66,7 @@ func registerUsage(mux *http.ServeMux, rules *Reloader, u *UsageConfig, auth adm
 			}
 		}
 		proxy.WriteJSON(w, http.StatusOK, v)
-	})
+	}))
 	mux.Handle("POST /usage/reset", auth.require(func(w http.ResponseWriter, r *http.Request) {
 		if u.Resetter == nil {
 			proxy.WriteError(w, http.StatusNotImplemented, "reset_unsupported", "the store in use cannot clear a counter")

@@ -111,7 +111,11 @@ func TestUsageAPI(t *testing.T) {
 				g.do("GET", "/v1/chat", "acme")
 			}
 			g.do("GET", "/v1/search", "acme")
-			code, body := adminDo(t, admin, "GET", "/usage?app=acme", "")
+			// The gateway has a token: reads of counters need it too.
+			if code, _ := adminDo(t, admin, "GET", "/usage?app=acme", ""); code != 401 {
+				t.Errorf("GET /usage without the token: got %d, want 401", code)
+			}
+			code, body := adminDo(t, admin, "GET", "/usage?app=acme", "tok")
 			if code != 200 || body["plan"] != "gold" {
 				t.Fatalf("GET /usage: %d %v", code, body)
 			}
@@ -124,11 +128,11 @@ func TestUsageAPI(t *testing.T) {
 				t.Errorf("a per-client limit read without key: used %v, want none", got)
 			}
 			// Reading counts nothing: a second read gives the same.
-			if _, again := adminDo(t, admin, "GET", "/usage?app=acme", ""); usedOf(t, again, "/v1/chat") != 3.0 || usedOf(t, again, "") != 4.0 {
+			if _, again := adminDo(t, admin, "GET", "/usage?app=acme", "tok"); usedOf(t, again, "/v1/chat") != 3.0 || usedOf(t, again, "") != 4.0 {
 				t.Errorf("a second read: %v", again)
 			}
 			g.do("GET", "/v1/ip", "acme")
-			if _, b := adminDo(t, admin, "GET", "/usage?app=acme&key=192.0.2.1", ""); usedOf(t, b, "/v1/ip") != 1.0 {
+			if _, b := adminDo(t, admin, "GET", "/usage?app=acme&key=192.0.2.1", "tok"); usedOf(t, b, "/v1/ip") != 1.0 {
 				t.Errorf("per-client limit with key: %v", b)
 			}
 
@@ -149,7 +153,7 @@ func TestUsageAPI(t *testing.T) {
 			if w := g.do("GET", "/v1/chat", "acme"); w.Code != 200 {
 				t.Errorf("after the reset: %d, want 200", w.Code)
 			}
-			if _, b := adminDo(t, admin, "GET", "/usage?app=acme", ""); usedOf(t, b, "/v1/chat") != 1.0 {
+			if _, b := adminDo(t, admin, "GET", "/usage?app=acme", "tok"); usedOf(t, b, "/v1/chat") != 1.0 {
 				t.Errorf("after the reset: %v", b)
 			}
 			for _, tc := range []struct {
@@ -165,7 +169,7 @@ func TestUsageAPI(t *testing.T) {
 					t.Errorf("POST %s: %d %v, want %d", tc.target, code, b, tc.code)
 				}
 			}
-			if code, _ := adminDo(t, admin, "GET", "/usage", ""); code != 400 {
+			if code, _ := adminDo(t, admin, "GET", "/usage", "tok"); code != 400 {
 				t.Errorf("GET /usage without app: %d, want 400", code)
 			}
 		})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/safefile"
 )
 
 // Defaults of a store source.
@@ -148,7 +149,7 @@ func (r *remote) load(ctx context.Context, get func(context.Context) (Value, int
 
 // loadCache parses the cache file, the store being unreachable (cause).
 func (r *remote) loadCache(cause error) (*config.Rules, string, error) {
-	data, err := os.ReadFile(r.cacheFile)
+	data, err := safefile.Read(r.cacheFile, r.maxBytes)
 	if err != nil {
 		return nil, "", fmt.Errorf("reading rules from %s: %w; and the rules cache: %w", r.name, cause, err)
 	}

@@ -4,7 +4,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"os"
+
+	"github.com/ratelimit-gateway/gateway/internal/config"
 )
 
 // clientTLS returns the TLS configuration of a store's client from its
@@ -16,7 +17,7 @@ import (
 func clientTLS(store, ca, cert, key string) (*tls.Config, error) {
 	c := &tls.Config{MinVersion: tls.VersionTLS12}
 	if ca != "" {
-		pem, err := os.ReadFile(ca)
+		pem, err := config.ReadPEMFile(ca)
 		if err != nil {
 			return nil, fmt.Errorf("--%s-ca: %w", store, err)
 		}
@@ -31,7 +32,7 @@ func clientTLS(store, ca, cert, key string) (*tls.Config, error) {
 	case cert == "" && key != "":
 		return nil, fmt.Errorf("--%s-key without --%s-cert: pass the client certificate too", store, store)
 	case cert != "":
-		pair, err := tls.LoadX509KeyPair(cert, key)
+		pair, err := config.LoadKeyPair(cert, key)
 		if err != nil {
 			return nil, fmt.Errorf("--%s-cert and --%s-key: %w", store, store, err)
 		}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/backoff"
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/safefile"
 )
 
 // ZKAuth are the credentials and TLS files of a ZooKeeper source: digest
@@ -117,7 +117,7 @@ func NewZK(cfg Config) (*ZK, error) {
 	case a.Password != "" && a.PasswordFile != "":
 		return nil, errors.New("GATEWAY_ZK_PASSWORD and --zk-password-file are exclusive: set one")
 	case a.PasswordFile != "":
-		data, err := os.ReadFile(a.PasswordFile)
+		data, err := safefile.Read(a.PasswordFile, safefile.MaxSecretBytes)
 		if err != nil {
 			return nil, fmt.Errorf("--zk-password-file: %w", err)
 		}

@@ -27,11 +27,14 @@ import (
 const DefaultDebounce = 100 * time.Millisecond
 
 // DefaultSettle is how long the file must stay unchanged (size and
-// modification time) after a burst before the watcher reports it, so that a
-// file written in parts is not reported half-written while its writer
-// pauses for less than this. A writer that pauses longer is reported at
-// its pause: only a write-and-rename (docs/sources.md, "Reloading rules") is never
-// seen half-written, whatever the writer's speed.
+// modification time) after a burst of writes before the watcher reports
+// it, so that a file written in parts is not reported half-written while
+// its writer pauses for less than this. A writer that pauses longer is
+// reported at its pause: only a write-and-rename (docs/sources.md,
+// "Reloading rules") is never seen half-written, whatever the writer's
+// speed. A burst without a write to the file (a file renamed over it, a
+// Kubernetes ConfigMap's symlink swap) is reported at once, after the
+// debounce: what it brings in is already whole.
 const DefaultSettle = 2 * time.Second
 
 // Clock is what the watcher needs of time. Tests pass a fake so that the
@@ -62,7 +65,8 @@ type Config struct {
 	// DefaultDebounce.
 	Debounce time.Duration
 	// Settle is how long the file must then stay unchanged before
-	// OnChange is called. Default DefaultSettle; negative means no wait.
+	// OnChange is called, after a burst that wrote to the file. Default
+	// DefaultSettle; negative means no wait.
 	Settle time.Duration
 	// Clock schedules the debounced call. Default: the real clock.
 	Clock Clock
@@ -152,7 +156,10 @@ func (w *Watcher) Run(ctx context.Context) {
 			}
 			if w.relevant(ev) {
 				w.resolve()
-				w.debounce.trigger()
+				// Only a write can leave the file half-written: a file
+				// renamed in, or a ConfigMap's symlink swapped, is whole
+				// when it appears.
+				w.debounce.trigger(ev.Has(fsnotify.Write))
 			}
 		case err, ok := <-w.fs.Errors:
 			if !ok {
@@ -161,7 +168,7 @@ func (w *Watcher) Run(ctx context.Context) {
 			// An overflowed event queue may have dropped our event:
 			// reload to be sure.
 			w.log.Warn("file watch error; reloading to be safe", "path", w.path, "err", err)
-			w.debounce.trigger()
+			w.debounce.trigger(true)
 		}
 	}
 }
@@ -232,9 +239,10 @@ func statFile(path string) fileState {
 }
 
 // debouncer calls f once, wait after the last of a burst of triggers, and
-// then only once the file has stayed the same (stat) for settle: a writer
-// that pauses between two parts of a file triggers once per part, and the
-// first part alone must not be loaded.
+// then, when a trigger of the burst was a write, only once the file has
+// stayed the same (stat) for settle: a writer that pauses between two
+// parts of a file triggers once per part, and the first part alone must
+// not be loaded.
 type debouncer struct {
 	clock  Clock
 	wait   time.Duration
@@ -246,11 +254,15 @@ type debouncer struct {
 	timer   Timer
 	last    fileState // the file when it was last looked at
 	checked bool      // last holds a look of this burst
+	wrote   bool      // a trigger since f last ran was a write
 }
 
-func (d *debouncer) trigger() {
+// trigger starts or extends a burst; wrote reports whether the event was
+// a write to the file, which can leave it half-written.
+func (d *debouncer) trigger(wrote bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.wrote = d.wrote || wrote
 	if d.timer != nil {
 		d.timer.Stop()
 	}
@@ -261,7 +273,7 @@ func (d *debouncer) trigger() {
 // settle: it calls f once the file looks as it did a settle ago.
 func (d *debouncer) fire() {
 	d.mu.Lock()
-	if d.settle > 0 && d.stat != nil {
+	if d.settle > 0 && d.stat != nil && d.wrote {
 		st := d.stat()
 		if !d.checked || st != d.last {
 			d.last, d.checked = st, true
@@ -270,7 +282,7 @@ func (d *debouncer) fire() {
 			return
 		}
 	}
-	d.checked = false
+	d.checked, d.wrote = false, false
 	d.mu.Unlock()
 	d.f()
 }

@@ -104,7 +104,7 @@ func TestDebounce(t *testing.T) {
 			d := &debouncer{clock: clock, wait: 100 * time.Millisecond, f: func() { calls++ }}
 			for i, s := range tt.steps {
 				if s.trigger {
-					d.trigger()
+					d.trigger(true)
 				}
 				clock.advance(s.advance)
 				if calls != s.calls {
@@ -117,13 +117,16 @@ func TestDebounce(t *testing.T) {
 
 // TestSettle checks that a file written in two parts, with a pause longer
 // than the debounce between them, is reported once, whole: the watcher
-// reports it only once it has stayed the same for the settle time.
+// reports it only once it has stayed the same for the settle time. A file
+// renamed in (or swapped through a symlink) is whole when it appears: it
+// is reported after the debounce alone, unless the burst also wrote.
 func TestSettle(t *testing.T) {
 	t.Parallel()
 	const wait, settle = 100 * time.Millisecond, 500 * time.Millisecond
 	half, whole := fileState{exists: true, size: 10, mtime: 1}, fileState{exists: true, size: 20, mtime: 2}
 	type step struct {
 		write   *fileState // the file becomes this, with an event
+		swap    bool       // the event is a rename or a symlink swap, not a write
 		advance time.Duration
 		calls   int
 	}
@@ -143,6 +146,24 @@ func TestSettle(t *testing.T) {
 			{write: &whole},
 			{advance: wait, calls: 0}, // looked at again: changed
 			{advance: settle, calls: 1},
+		}},
+		{name: "renamed in: no settle", steps: []step{
+			{write: &whole, swap: true},
+			{advance: wait - time.Millisecond, calls: 0},
+			{advance: time.Millisecond, calls: 1},
+		}},
+		{name: "written, then renamed over: settles", steps: []step{
+			{write: &half},
+			{write: &whole, swap: true},
+			{advance: wait, calls: 0},
+			{advance: settle, calls: 1},
+		}},
+		{name: "renamed in, then written: settles", steps: []step{
+			{write: &whole, swap: true},
+			{advance: wait, calls: 1},
+			{write: &half, calls: 1},
+			{advance: wait, calls: 1},
+			{advance: settle, calls: 2},
 		}},
 		{name: "quiet after one write", steps: []step{
 			{write: &half},
@@ -167,7 +188,7 @@ func TestSettle(t *testing.T) {
 					mu.Lock()
 					file = *s.write
 					mu.Unlock()
-					d.trigger()
+					d.trigger(!s.swap)
 				}
 				clock.advance(s.advance)
 				if calls != s.calls {
@@ -188,7 +209,7 @@ func TestDebounceStop(t *testing.T) {
 	clock := &fakeClock{}
 	calls := 0
 	d := &debouncer{clock: clock, wait: 100 * time.Millisecond, f: func() { calls++ }}
-	d.trigger()
+	d.trigger(true)
 	d.stop()
 	clock.advance(time.Second)
 	if calls != 0 {
@@ -331,5 +352,111 @@ func TestWatcherFileWrittenInTwoParts(t *testing.T) {
 				t.Errorf("reports: got %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestWatcherSwapNeedsNoSettle runs the real watcher (fsnotify on real
+// files) on a fake clock: a file renamed over the watched one, and a
+// Kubernetes ConfigMap update (a new "..timestamp" directory, and the
+// "..data" symlink swapped to it), are whole when they appear, and are
+// reported after the debounce, well before the settle that in-place
+// writes wait for.
+func TestWatcherSwapNeedsNoSettle(t *testing.T) {
+	t.Parallel()
+	const (
+		debounce = 100 * time.Millisecond
+		settle   = 10 * time.Second
+		before   = "configs: []\n"
+		after    = "configs:\n  - appId: app-1\n"
+	)
+	// Each setup lays out the directory, returns the watched path and
+	// the swap that brings in after.
+	rename := func(t *testing.T, dir string) (string, func()) {
+		path := filepath.Join(dir, "rules.yaml")
+		writeTestFile(t, path, before)
+		return path, func() {
+			tmp := filepath.Join(dir, ".rules.yaml.tmp")
+			writeTestFile(t, tmp, after)
+			if err := os.Rename(tmp, path); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	configMap := func(t *testing.T, dir string) (string, func()) {
+		// dir/rules.yaml → ..data/rules.yaml, ..data → ..2026_01 (as
+		// the kubelet's atomic writer lays out a ConfigMap volume).
+		writeTestFile(t, filepath.Join(dir, "..2026_01", "rules.yaml"), before)
+		symlink(t, "..2026_01", filepath.Join(dir, "..data"))
+		symlink(t, filepath.Join("..data", "rules.yaml"), filepath.Join(dir, "rules.yaml"))
+		return filepath.Join(dir, "rules.yaml"), func() {
+			writeTestFile(t, filepath.Join(dir, "..2026_02", "rules.yaml"), after)
+			symlink(t, "..2026_02", filepath.Join(dir, "..data_tmp"))
+			if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.RemoveAll(filepath.Join(dir, "..2026_01")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, dir string) (string, func())
+	}{{"rename", rename}, {"configmap swap", configMap}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path, swap := tc.setup(t, t.TempDir())
+			clock := &scheduleClock{scheduled: make(chan struct{}, 64)}
+			var got []string // appended by OnChange, which runs in clock.advance
+			w, err := New(Config{Path: path, Debounce: debounce, Settle: settle, Clock: clock, OnChange: func() {
+				data, err := os.ReadFile(path)
+				if err != nil {
+					t.Errorf("reading the reported file: %v", err)
+				}
+				got = append(got, string(data))
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); w.Run(ctx) }()
+			defer func() { cancel(); <-done; w.Close() }()
+
+			swap()
+			select {
+			case <-clock.scheduled:
+			case <-time.After(time.Minute): // anti-hang bound, not a wait
+				t.Fatal("the watcher saw no event of the swap")
+			}
+			// Fake time, in steps of the debounce, up to the settle: a
+			// swap is reported within it.
+			var advanced time.Duration
+			for len(got) == 0 && advanced < settle {
+				clock.advance(debounce)
+				advanced += debounce
+			}
+			if len(got) == 0 || got[len(got)-1] != after {
+				t.Fatalf("reports after %s of fake time: got %q, want the swapped-in file %q before the %s settle", advanced, got, after, settle)
+			}
+			t.Logf("reported after %s of fake time", advanced)
+		})
+	}
+}
+
+func writeTestFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func symlink(t *testing.T, target, link string) {
+	t.Helper()
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
 	}
 }

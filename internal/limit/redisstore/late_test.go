@@ -133,12 +133,8 @@ func TestRedisWriteBackWhileIdle(t *testing.T) {
 	g.stall(srv)
 	// No request from here on.
 	settled := func() bool {
-		red.wbMu.Lock()
-		pending := len(red.writeBacks)
-		red.wbMu.Unlock()
 		st := red.Stats()
-		return red.lateWaiting.Load() == 0 && pending == 0 && !red.wbBusy.Load() &&
-			st.LeaseGranted == st.LeaseSpent+st.LeaseReturned+st.LeaseExpired
+		return writtenBack(red)() && st.LeaseGranted == st.LeaseSpent+st.LeaseReturned+st.LeaseExpired
 	}
 	eventually.True(t, 30*time.Second, settled, "30s after Redis's return, local admissions still wait to be written back or tokens to go back: %+v", red.Stats())
 	counted, err := srv.Client().HGet(ctx, "gw:{idle}:/", "c").Int()
@@ -358,12 +354,7 @@ func TestRedisRefusedWritesBack(t *testing.T) {
 				g.allow()
 			}
 			path.Restore()
-			settled := func() bool {
-				red.wbMu.Lock()
-				pending := len(red.writeBacks)
-				red.wbMu.Unlock()
-				return red.lateWaiting.Load() == 0 && pending == 0 && !red.wbBusy.Load()
-			}
+			settled := writtenBack(red)
 			eventually.True(t, 30*time.Second, settled, "30s after the path's return, local admissions still wait to be written back: %+v", red.Stats())
 			counted, err := srv.Client().HGet(ctx, "gw:{refused-"+strconv.Itoa(batch)+"}:/", "c").Int()
 			if err != nil {
@@ -460,12 +451,7 @@ func TestRedisActsDecidedAlone(t *testing.T) {
 				path.Restore()
 			}
 			alone.Follow(time.Now(), tc.then(key))
-			settled := func() bool {
-				red.wbMu.Lock()
-				pending := len(red.writeBacks)
-				red.wbMu.Unlock()
-				return red.lateWaiting.Load() == 0 && pending == 0 && !red.wbBusy.Load()
-			}
+			settled := writtenBack(red)
 			eventually.True(t, 30*time.Second, settled, "30s after the fault, acts still wait to reach Redis: %+v", red.Stats())
 			h, err := srv.Client().HMGet(ctx, "gw:{alone}:/x", "c", "_h").Result()
 			if err != nil {
@@ -480,5 +466,16 @@ func TestRedisActsDecidedAlone(t *testing.T) {
 				t.Errorf("Redis holds c=%d, _h=%d; want c=%d, _h=0 (%+v)", c, held, tc.wantC, red.Stats())
 			}
 		})
+	}
+}
+
+// writtenBack returns a check that red has nothing left to write back:
+// no late call without its answer, no write-back pending or in flight.
+func writtenBack(red *Store) func() bool {
+	return func() bool {
+		red.wbMu.Lock()
+		pending := len(red.writeBacks)
+		red.wbMu.Unlock()
+		return red.lateWaiting.Load() == 0 && pending == 0 && !red.wbBusy.Load()
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 )
 
 // abortRig is a gateway whose upstream answers a request only once the
@@ -78,7 +80,7 @@ func newAbortRig(t *testing.T, rules string) *abortRig {
 
 // abort sends a request and hangs up once the upstream has it, then
 // waits for the gateway's outcome of it.
-func (a *abortRig) abort(t *testing.T, path, id string, n int) Outcome {
+func (a *abortRig) abort(t *testing.T, path, id string, n int) observe.Outcome {
 	t.Helper()
 	_, came := a.chans(id)
 	ctx, cancel := context.WithCancel(context.Background())

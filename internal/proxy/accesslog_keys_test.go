@@ -96,6 +96,6 @@ configs:
 }
 
 // withObserver adds obs to a test gateway's observers.
-func withObserver(obs Observer) gwOption {
+func withObserver(obs observe.Observer) gwOption {
 	return func(h *HandlerConfig, _ *UpstreamConfig) { h.Observers = append(h.Observers, obs) }
 }

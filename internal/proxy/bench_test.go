@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/observe"
@@ -54,7 +55,7 @@ func benchHandler(b *testing.B, rules string, opts ...func(*HandlerConfig)) *Han
 	// As `gateway serve` runs it: with metrics and /top's observer.
 	m := observe.NewMetrics(observe.MetricsConfig{Registry: prometheus.NewRegistry(), Keys: store.Len})
 	rp.ModifyResponse = func(r *http.Response) error { m.UpstreamResponse(r.StatusCode); return nil }
-	hcfg := HandlerConfig{Rules: rs, Store: store, Upstream: rp, Observers: []Observer{m, observe.NewTop(observe.TopConfig{})}}
+	hcfg := HandlerConfig{Rules: rs, Store: store, Upstream: rp, Observers: []observe.Observer{m, observe.NewTop(observe.TopConfig{})}}
 	for _, o := range opts {
 		o(&hcfg)
 	}
@@ -161,7 +162,7 @@ configs:
 					b.Fatal(err)
 				}
 				b.Cleanup(slots.Close)
-				opt = func(h *HandlerConfig) { h.Store, h.Slots, h.FailMode = red, slots, FailClosed }
+				opt = func(h *HandlerConfig) { h.Store, h.Slots, h.FailMode = red, slots, failmode.Closed }
 			}
 			h := benchHandler(b, rules, func(h *HandlerConfig) {
 				if opt != nil {

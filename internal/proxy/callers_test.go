@@ -84,7 +84,7 @@ func TestAPIKeys(t *testing.T) {
 		if got := w.Header().Get("WWW-Authenticate"); got != `ApiKey header="X-Api-Key"` {
 			t.Errorf("%s: WWW-Authenticate %q", tt.name, got)
 		}
-		if o := g.obs.last(); o.Decision != DecisionUnauthorized || o.App != "app-k" {
+		if o := g.obs.last(); o.Decision != observe.DecisionUnauthorized || o.App != "app-k" {
 			t.Errorf("%s: outcome %s for app %q, want unauthorized for app-k", tt.name, o.Decision, o.App)
 		}
 	}
@@ -172,7 +172,7 @@ func TestUnknownCallers(t *testing.T) {
 		} else if got := errorCode(t, w.Body.Bytes()); got != "unknown_caller" {
 			t.Errorf("reject, app %q: error %q, want unknown_caller", app, got)
 		}
-		if o := reject.obs.last(); o.Decision != DecisionUnauthorized || o.App != config.UnknownApp {
+		if o := reject.obs.last(); o.Decision != observe.DecisionUnauthorized || o.App != config.UnknownApp {
 			t.Errorf("reject, app %q: outcome %s for app %q", app, o.Decision, o.App)
 		}
 	}
@@ -271,7 +271,7 @@ func TestUnderscoreAliasesDropped(t *testing.T) {
 // panicky is an observer that panics once, after counting.
 type panicky struct{ calls int }
 
-func (p *panicky) ObserveRequest(*Outcome) {
+func (p *panicky) ObserveRequest(*observe.Outcome) {
 	p.calls++
 	if p.calls == 1 {
 		panic("observer failed")
@@ -282,7 +282,7 @@ func (p *panicky) ObserveRequest(*Outcome) {
 func TestObserverPanicObservedOnce(t *testing.T) {
 	t.Parallel()
 	p := &panicky{}
-	g := newGW(t, keyRules, func(h *HandlerConfig, _ *UpstreamConfig) { h.Observers = []Observer{p} })
+	g := newGW(t, keyRules, func(h *HandlerConfig, _ *UpstreamConfig) { h.Observers = []observe.Observer{p} })
 	func() {
 		defer func() {
 			if recover() == nil {

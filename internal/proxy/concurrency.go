@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
@@ -69,7 +70,7 @@ next:
 	permit, full, v := h.acquireSlots(r.Context(), reqs, sc.conc[:sc.nc])
 	switch v {
 	case failmode.FailedClosed:
-		o.StoreError, o.Decision = true, DecisionFailClosed
+		o.StoreError, o.Decision = true, observe.DecisionFailClosed
 		refuseUnavailable(w)
 		return false
 	case failmode.FailedOpen:
@@ -80,7 +81,7 @@ next:
 	}
 	if permit == nil {
 		cl := sc.conc[full]
-		o.Decision = DecisionConcurrencyLimited
+		o.Decision = observe.DecisionConcurrencyLimited
 		h.inFlight.of(cl.App, cl.API).refused.Add(1)
 		w.Header()["Retry-After"] = smallInts[1]
 		// The body of a refused request is not read (refusal.go).
@@ -121,11 +122,11 @@ type inFlightBody struct {
 // request that went on without a slot fail_open.
 func (h *Handler) settle(sc *scratch) {
 	switch sc.o.Decision {
-	case DecisionLimited, DecisionFailClosed:
+	case observe.DecisionLimited, observe.DecisionFailClosed:
 		h.release(sc)
-	case DecisionAllowed, DecisionShadowLimited:
+	case observe.DecisionAllowed, observe.DecisionShadowLimited:
 		if sc.concFailOpen {
-			sc.o.Decision = DecisionFailOpen
+			sc.o.Decision = observe.DecisionFailOpen
 		}
 	}
 }

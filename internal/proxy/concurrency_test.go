@@ -20,8 +20,10 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/eventually"
+	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
@@ -68,7 +70,7 @@ func newConcGW(t *testing.T, store, rules string, upstream http.Handler, upTimeo
 			t.Cleanup(slots.Close)
 			// Closed: a store failure shows as a 503, never as an
 			// admission.
-			h.Store, h.Slots, h.FailMode = red, slots, FailClosed
+			h.Store, h.Slots, h.FailMode = red, slots, failmode.Closed
 		}
 	}
 	c.gw = newGWWith(t, rules, up.URL, nil, opt)
@@ -200,7 +202,7 @@ func TestConcurrencyThirdRequestRefused(t *testing.T) {
 			}
 			wantInFlightRefusal(t, resp, "/slow", 2)
 			g.obs.waitFor(t, 1)
-			if o := g.obs.last(); o.Decision != DecisionConcurrencyLimited || o.API != "/slow" {
+			if o := g.obs.last(); o.Decision != observe.DecisionConcurrencyLimited || o.API != "/slow" {
 				t.Errorf("refusal's outcome: got %s on %q, want concurrency_limited on /slow", o.Decision, o.API)
 			}
 			if n := g.h.inFlight.of("app-1", "/slow").refused.Load(); n != 1 {

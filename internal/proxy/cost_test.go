@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore/redisstoretest"
@@ -69,7 +70,7 @@ func newCostGW(t *testing.T, rules, store string, srv *redistest.Server) *costGW
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { red.Close() })
-			h.Store, h.FailMode = red, FailClosed
+			h.Store, h.FailMode = red, failmode.Closed
 		}
 	})
 	g.clock = clock

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 )
@@ -61,7 +62,7 @@ configs:
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { red.Close() })
-			h.Store, h.FailMode = red, FailClosed
+			h.Store, h.FailMode = red, failmode.Closed
 		}
 	})
 	gwSrv := httptest.NewServer(g.h)

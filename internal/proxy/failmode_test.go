@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 )
 
 func TestParseFailMode(t *testing.T) {
@@ -13,19 +15,19 @@ func TestParseFailMode(t *testing.T) {
 	tests := []struct {
 		name string
 		in   string
-		want FailMode
+		want failmode.Mode
 		ok   bool
 	}{
-		{name: "open", in: "open", want: FailOpen, ok: true},
-		{name: "closed", in: "closed", want: FailClosed, ok: true},
-		{name: "local", in: "local", want: FailLocal, ok: true},
+		{name: "open", in: "open", want: failmode.Open, ok: true},
+		{name: "closed", in: "closed", want: failmode.Closed, ok: true},
+		{name: "local", in: "local", want: failmode.Local, ok: true},
 		{name: "unknown", in: "ajar"},
 		{name: "case", in: "Open"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var got FailMode
+			var got failmode.Mode
 			ok := got.Set(tt.in) == nil
 			if got != tt.want || ok != tt.ok {
 				t.Errorf("Set(%q): got %v %v, want %v %v", tt.in, got, ok, tt.want, tt.ok)
@@ -81,27 +83,27 @@ configs:
 `
 	tests := []struct {
 		name         string
-		mode         FailMode
+		mode         failmode.Mode
 		wantCodes    []int
-		wantDecision []Decision
+		wantDecision []observe.Decision
 		wantBody     string
 	}{
 		{
-			name: "open", mode: FailOpen,
+			name: "open", mode: failmode.Open,
 			wantCodes:    []int{200, 200, 200},
-			wantDecision: []Decision{DecisionFailOpen, DecisionFailOpen, DecisionFailOpen},
+			wantDecision: []observe.Decision{observe.DecisionFailOpen, observe.DecisionFailOpen, observe.DecisionFailOpen},
 		},
 		{
-			name: "closed", mode: FailClosed,
+			name: "closed", mode: failmode.Closed,
 			wantCodes:    []int{503, 503, 503},
-			wantDecision: []Decision{DecisionFailClosed, DecisionFailClosed, DecisionFailClosed},
+			wantDecision: []observe.Decision{observe.DecisionFailClosed, observe.DecisionFailClosed, observe.DecisionFailClosed},
 			wantBody:     `{"error":"limiter_unavailable","message":"the rate limiter cannot decide right now; retry shortly"}`,
 		},
 		{
 			// 20 × the default share 0.1 = 2 per minute in this gateway.
-			name: "local", mode: FailLocal,
+			name: "local", mode: failmode.Local,
 			wantCodes:    []int{200, 200, 429},
-			wantDecision: []Decision{DecisionAllowed, DecisionAllowed, DecisionLimited},
+			wantDecision: []observe.Decision{observe.DecisionAllowed, observe.DecisionAllowed, observe.DecisionLimited},
 		},
 	}
 	for _, tt := range tests {
@@ -109,7 +111,7 @@ configs:
 			t.Parallel()
 			g := newGW(t, rules, func(h *HandlerConfig, _ *UpstreamConfig) {
 				h.Store, h.FailMode = failingStore{}, tt.mode
-				if tt.mode == FailLocal {
+				if tt.mode == failmode.Local {
 					mem, err := limit.NewMemory(limit.MemoryConfig{})
 					if err != nil {
 						t.Fatal(err)
@@ -143,7 +145,7 @@ configs:
 func TestNewHandlerNeedsLocalStore(t *testing.T) {
 	t.Parallel()
 	g := newGW(t, basicRules)
-	_, err := NewHandler(HandlerConfig{Rules: g.h.Rules(), Store: failingStore{}, Upstream: g.h.upstream, FailMode: FailLocal})
+	_, err := NewHandler(HandlerConfig{Rules: g.h.Rules(), Store: failingStore{}, Upstream: g.h.upstream, FailMode: failmode.Local})
 	if err == nil {
 		t.Errorf("NewHandler with FailLocal and no Local store: got nil, want an error")
 	}

@@ -222,7 +222,7 @@ func runFlood(t *testing.T, n, workers int) {
 	clk := &floodClock{}
 	h, err := NewHandler(HandlerConfig{
 		Rules: rs, Store: store, Upstream: rp, Now: clk.now, Logger: log,
-		Observers: []Observer{metrics},
+		Observers: []observe.Observer{metrics},
 	})
 	if err != nil {
 		t.Fatal(err)

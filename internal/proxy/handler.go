@@ -20,10 +20,8 @@ import (
 
 // Defaults of HandlerConfig.
 const (
-	DefaultAppHeader  = "X-App-Id"
-	DefaultKeyHeader  = "X-Api-Key"
-	DefaultIPv4Prefix = ruleset.DefaultIPv4Prefix
-	DefaultIPv6Prefix = ruleset.DefaultIPv6Prefix
+	DefaultAppHeader = "X-App-Id"
+	DefaultKeyHeader = "X-Api-Key"
 )
 
 // maxLimitsPerRequest is how many limits one request can meet: the app
@@ -48,7 +46,7 @@ type Handler struct {
 	headers       HeaderMode
 	now           func() time.Time
 	log           *slog.Logger
-	observers     []Observer
+	observers     []observe.Observer
 	override      MethodOverride
 	upgrades      upgradeAllowList
 	v4Bits        int
@@ -96,7 +94,7 @@ type HandlerConfig struct {
 	// Logger receives errors. Default slog.Default().
 	Logger *slog.Logger
 	// Observers receive every request's outcome.
-	Observers []Observer
+	Observers []observe.Observer
 	// MethodOverride is what happens to a method override. The zero
 	// value is OverrideMatch.
 	MethodOverride MethodOverride
@@ -114,7 +112,7 @@ type HandlerConfig struct {
 	IPv4Prefix, IPv6Prefix int
 	// FailMode is what happens to a request when Store fails. The zero
 	// value is FailOpen.
-	FailMode FailMode
+	FailMode failmode.Mode
 	// Local decides requests under FailLocal, with the limits scaled by
 	// the rule set's local share. Required for FailLocal.
 	Local limit.Store
@@ -150,7 +148,7 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	if cfg.Rules == nil || cfg.Store == nil || cfg.Upstream == nil {
 		return nil, errors.New("proxy: NewHandler needs Rules, Store and Upstream")
 	}
-	if cfg.FailMode == FailLocal && cfg.Local == nil {
+	if cfg.FailMode == failmode.Local && cfg.Local == nil {
 		return nil, errors.New("proxy: NewHandler needs a Local store for fail mode local")
 	}
 	if cfg.Slots == nil {
@@ -180,8 +178,8 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		log:           cfg.Logger,
 		observers:     cfg.Observers,
 		override:      cfg.MethodOverride,
-		v4Bits:        cmp.Or(cfg.IPv4Prefix, DefaultIPv4Prefix),
-		v6Bits:        cmp.Or(cfg.IPv6Prefix, DefaultIPv6Prefix),
+		v4Bits:        cmp.Or(cfg.IPv4Prefix, ruleset.DefaultIPv4Prefix),
+		v6Bits:        cmp.Or(cfg.IPv6Prefix, ruleset.DefaultIPv6Prefix),
 		waits:         newWaiters(cfg.MaxWaiting),
 		retryJitter:   cfg.RetryAfterJitter,
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
@@ -50,11 +51,11 @@ func (u *upstreamRecorder) seen() []string {
 
 type observed struct {
 	mu   sync.Mutex
-	out  []Outcome
+	out  []observe.Outcome
 	more chan struct{} // signalled after each outcome
 }
 
-func (o *observed) ObserveRequest(oc *Outcome) {
+func (o *observed) ObserveRequest(oc *observe.Outcome) {
 	o.mu.Lock()
 	o.out = append(o.out, *oc)
 	o.mu.Unlock()
@@ -86,9 +87,9 @@ func (o *observed) waitFor(t *testing.T, n int) {
 }
 
 // limitsOf returns the limits of an outcome that observed kept.
-func limitsOf(o Outcome) []LimitOutcome { return o.Limits() }
+func limitsOf(o observe.Outcome) []observe.LimitOutcome { return o.Limits() }
 
-func (o *observed) last() Outcome {
+func (o *observed) last() observe.Outcome {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.out[len(o.out)-1]
@@ -132,7 +133,7 @@ func newGWWith(t *testing.T, rules, upstreamURL string, up *upstreamRecorder, op
 	ucfg := UpstreamConfig{URL: u, Logger: log}
 	c := gwtest.NewClock(t0)
 	obs := &observed{more: make(chan struct{}, 1)}
-	hcfg := HandlerConfig{Rules: rs, Store: store, Now: c.Now, Logger: log, Observers: []Observer{obs}}
+	hcfg := HandlerConfig{Rules: rs, Store: store, Now: c.Now, Logger: log, Observers: []observe.Observer{obs}}
 	for _, o := range opts {
 		o(&hcfg, &ucfg)
 	}
@@ -202,7 +203,7 @@ func TestAdmittedIsForwardedWithHeaders(t *testing.T) {
 			t.Errorf("%s: got %q, want %q", name, got, want)
 		}
 	}
-	if got := g.obs.last(); got.App != "app-2" || got.API != "/v1/user" || got.Decision != DecisionAllowed || got.Status != 200 {
+	if got := g.obs.last(); got.App != "app-2" || got.API != "/v1/user" || got.Decision != observe.DecisionAllowed || got.Status != 200 {
 		t.Errorf("outcome: got %+v, want app-2 /v1/user allowed 200", got)
 	}
 }
@@ -244,7 +245,7 @@ func TestLimitedGets429WithTrueRetryAfter(t *testing.T) {
 	if got := len(g.up.seen()); got != 2 {
 		t.Errorf("upstream requests: got %d, want 2", got)
 	}
-	if got := g.obs.last().Decision; got != DecisionLimited {
+	if got := g.obs.last().Decision; got != observe.DecisionLimited {
 		t.Errorf("decision: got %s, want limited", got)
 	}
 
@@ -330,9 +331,9 @@ configs:
 		if w.Header().Get("RateLimit-Policy") != "" {
 			t.Errorf("shadow rule: got RateLimit-Policy %q, want none", w.Header().Get("RateLimit-Policy"))
 		}
-		want := DecisionAllowed
+		want := observe.DecisionAllowed
 		if i > 0 {
-			want = DecisionShadowLimited
+			want = observe.DecisionShadowLimited
 		}
 		if got := g.obs.last().Decision; got != want {
 			t.Errorf("shadow request %d: decision %s, want %s", i, got, want)
@@ -495,7 +496,7 @@ configs:
 		if w := g.do("GET", "/v2/thing", "app-1"); w.Code != 200 {
 			t.Fatalf("request %d: got %d", i, w.Code)
 		}
-		if got := g.obs.last().Decision; got != DecisionUnmatched {
+		if got := g.obs.last().Decision; got != observe.DecisionUnmatched {
 			t.Errorf("decision: got %s, want unmatched", got)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 )
 
 // DefaultJWTHeader is the header that carries a caller's token, with the
@@ -108,7 +109,7 @@ func (h *Handler) verifyCaller(w http.ResponseWriter, r *http.Request, sc *scrat
 		if !required {
 			return true
 		}
-		sc.o.Decision = DecisionUnauthorized
+		sc.o.Decision = observe.DecisionUnauthorized
 		w.Header()["Www-Authenticate"] = []string{"Bearer"}
 		WriteError(w, http.StatusUnauthorized, "missing_token",
 			"the app ID comes from the "+j.appClaim+" claim of a bearer token in the "+j.header+" header; send one")
@@ -126,7 +127,7 @@ func (h *Handler) verifyCaller(w http.ResponseWriter, r *http.Request, sc *scrat
 
 // refuseToken answers a request whose token the gateway refuses.
 func (h *Handler) refuseToken(w http.ResponseWriter, sc *scratch, msg string) {
-	sc.o.Decision = DecisionUnauthorized
+	sc.o.Decision = observe.DecisionUnauthorized
 	w.Header()["Www-Authenticate"] = []string{`Bearer error="invalid_token"`}
 	WriteError(w, http.StatusUnauthorized, "invalid_token", msg)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth/jwttest"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 )
 
 const jwtIssuer, jwtAudience = "https://issuer.example", "gateway"
@@ -143,8 +144,8 @@ func TestJWTRefused(t *testing.T) {
 		{name: "azp not an app ID", hdr: bearer(s.rsa.Sign(t, jwtClaims("u", "app 1"))), want: 401, wantErr: "invalid_token", wantMsg: "azp claim is not an app ID"},
 		{name: "azp a list", hdr: bearer(s.rsa.Sign(t, jwtClaims("u", "app-1", "azp", []string{"app-1"}))), want: 401, wantErr: "invalid_token", wantMsg: "azp claim is not a string"},
 	})
-	if got := g.obs.last().Decision; got != DecisionUnauthorized {
-		t.Errorf("decision of a refused token: got %v, want %v", got, DecisionUnauthorized)
+	if got := g.obs.last().Decision; got != observe.DecisionUnauthorized {
+		t.Errorf("decision of a refused token: got %v, want %v", got, observe.DecisionUnauthorized)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore/redisstoretest"
@@ -33,7 +34,7 @@ func newKeyedGW(t *testing.T, store, rules string) *gw {
 		return newGW(t, rules)
 	}
 	srv := redistest.Start(t) // skips with -short
-	return newRedisGW(t, rules, srv, FailClosed, 5*time.Second,
+	return newRedisGW(t, rules, srv, failmode.Closed, 5*time.Second,
 		func(c *redisstore.Config) { *c = redisstoretest.WithDecisionClock(*c, func() time.Time { return t0 }) }).gw
 }
 
@@ -295,7 +296,7 @@ func TestKeyedValuesNeverCollide(t *testing.T) {
 				g = newGW(t, collisionRules, func(h *HandlerConfig, _ *UpstreamConfig) { h.Observers = append(h.Observers, m) })
 			} else {
 				red = redistest.Start(t)
-				rg := newRedisGW(t, collisionRules, red, FailClosed, 5*time.Second,
+				rg := newRedisGW(t, collisionRules, red, failmode.Closed, 5*time.Second,
 					func(c *redisstore.Config) { *c = redisstoretest.WithDecisionClock(*c, func() time.Time { return t0 }) })
 				rg.h.observers = append(rg.h.observers, m)
 				g = rg.gw

@@ -48,7 +48,7 @@ func newMetered(t *testing.T, rules string, upstreamURL string) *metered {
 	return &metered{gw: g, reg: reg, m: m}
 }
 
-func (m *metered) requests(app, api string, d Decision) float64 {
+func (m *metered) requests(app, api string, d observe.Decision) float64 {
 	return metric(m.m, "gateway_requests_total", "app", app, "api", api, "decision", d.String())
 }
 
@@ -135,17 +135,17 @@ func TestMetricsCountDecisions(t *testing.T) {
 
 	tests := []struct {
 		app, api string
-		d        Decision
+		d        observe.Decision
 		want     float64
 	}{
-		{"app-2", "/v1/user", DecisionAllowed, 2},
-		{"app-2", "/v1/user", DecisionLimited, 1},
-		{"app-1", "/v1/beta", DecisionAllowed, 1},
-		{"app-1", "/v1/beta", DecisionShadowLimited, 1},
-		{"app-1", "/v1/free", DecisionAllowed, 1},
-		{"*", "", DecisionInvalid, 1},
-		{"app-1", "", DecisionInvalid, 1},
-		{"*", "/", DecisionAllowed, 1},
+		{"app-2", "/v1/user", observe.DecisionAllowed, 2},
+		{"app-2", "/v1/user", observe.DecisionLimited, 1},
+		{"app-1", "/v1/beta", observe.DecisionAllowed, 1},
+		{"app-1", "/v1/beta", observe.DecisionShadowLimited, 1},
+		{"app-1", "/v1/free", observe.DecisionAllowed, 1},
+		{"*", "", observe.DecisionInvalid, 1},
+		{"app-1", "", observe.DecisionInvalid, 1},
+		{"*", "/", observe.DecisionAllowed, 1},
 	}
 	for _, tt := range tests {
 		if got := m.requests(tt.app, tt.api, tt.d); got != tt.want {
@@ -162,7 +162,7 @@ func TestMetricsCountDecisions(t *testing.T) {
 	if got, want := testutil.CollectAndCount(m.reg, "gateway_request_duration_seconds"), int(observe.NumDecisions); got != want {
 		t.Errorf("request duration series: got %d, want %d, one per decision", got, want)
 	}
-	if got := m.requests("app-2", "/v1/user", DecisionFailClosed); got != 0 {
+	if got := m.requests("app-2", "/v1/user", observe.DecisionFailClosed); got != 0 {
 		t.Errorf("requests{app-2,/v1/user,fail_closed}: got %v, want 0", got)
 	}
 	// app-2's second request left /v1/user (limit 2) fully used: near.
@@ -191,7 +191,7 @@ func TestMetricsUpstreamErrors(t *testing.T) {
 	if got := metric(m.m, "gateway_upstream_errors_total", "kind", "refused"); got != 1 {
 		t.Errorf("upstream errors{refused}: got %v, want 1", got)
 	}
-	if got := m.requests("app-1", "/v1/user", DecisionAllowed); got != 1 {
+	if got := m.requests("app-1", "/v1/user", observe.DecisionAllowed); got != 1 {
 		t.Errorf("the request is still counted: got %v", got)
 	}
 }
@@ -217,7 +217,7 @@ func TestMetricsStoreErrorsFailOpen(t *testing.T) {
 	if got := metric(m.m, "gateway_store_errors_total"); got != 1 {
 		t.Errorf("store errors: got %v, want 1", got)
 	}
-	if got := m.requests("app-2", "/v1/user", DecisionFailOpen); got != 1 {
+	if got := m.requests("app-2", "/v1/user", observe.DecisionFailOpen); got != 1 {
 		t.Errorf("requests{fail_open}: got %v, want 1", got)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/ratelimit-gateway/gateway/internal/enumflag"
-	"github.com/ratelimit-gateway/gateway/internal/failmode"
 )
 
 // HeaderMode selects which rate-limit headers responses carry. It is a
@@ -35,18 +34,6 @@ func (m *HeaderMode) Set(s string) error {
 
 // Type names the flag's values in help text.
 func (*HeaderMode) Type() string { return strings.Join(headerModeNames, "|") }
-
-// FailMode is what the handler does with a request when the store fails
-// (docs/fleet.md, "Redis: one limit for a fleet of gateways"): the
-// --fail-mode of package failmode, which applies it.
-type FailMode = failmode.Mode
-
-// The fail modes (failmode.Mode).
-const (
-	FailOpen   = failmode.Open
-	FailClosed = failmode.Closed
-	FailLocal  = failmode.Local
-)
 
 func enumName(names []string, i int) string {
 	if i >= 0 && i < len(names) {

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-gateway/gateway/internal/eventually"
+	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 )
 
@@ -63,8 +64,8 @@ func decidedBy(rec *httptest.ResponseRecorder, limit int) string {
 }
 
 // failDecision is who decides a request Redis cannot decide in mode.
-func failDecision(mode FailMode) string {
-	return map[FailMode]string{FailOpen: byOpen, FailClosed: byClosed, FailLocal: byLocal}[mode]
+func failDecision(mode failmode.Mode) string {
+	return map[failmode.Mode]string{failmode.Open: byOpen, failmode.Closed: byClosed, failmode.Local: byLocal}[mode]
 }
 
 // redisFault is one fault of the matrix: inject starts it, and returns
@@ -132,7 +133,7 @@ var redisFaults = []redisFault{
 // Redis's first decision is logged.
 func TestRedisFaults(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []FailMode{FailOpen, FailClosed, FailLocal} {
+	for _, mode := range []failmode.Mode{failmode.Open, failmode.Closed, failmode.Local} {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
 			for i, f := range redisFaults {
@@ -144,7 +145,7 @@ func TestRedisFaults(t *testing.T) {
 	}
 }
 
-func testRedisFault(t *testing.T, mode FailMode, f redisFault, ip string) {
+func testRedisFault(t *testing.T, mode failmode.Mode, f redisFault, ip string) {
 	srv := redistest.Start(t)
 	// A timeout far above a loaded machine's Redis latency, and far below
 	// DEBUG SLEEP's 2s.
@@ -249,7 +250,7 @@ func testRedisFault(t *testing.T, mode FailMode, f redisFault, ip string) {
 	if during[fail] == 0 && len(during) > 0 {
 		t.Errorf("during the fault: decisions %v, want some by %s", during, fail)
 	}
-	if mode == FailLocal && (f.name == "killed" || f.name == "paused") && smallAdmitted != 2 {
+	if mode == failmode.Local && (f.name == "killed" || f.name == "paused") && smallAdmitted != 2 {
 		t.Errorf("during the fault: /v1/small admitted %d times, want the local share's 2", smallAdmitted)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore/redisstoretest"
@@ -31,7 +32,7 @@ type redisGW struct {
 // fail mode mode (and, for FailLocal, a memory store for the local
 // decisions) and the given Redis timeout: a test's generous one, unless
 // the test is about timeouts (the default 25ms is a production value).
-func newRedisGW(t *testing.T, rules string, srv *redistest.Server, mode FailMode, timeout time.Duration, opts ...func(*redisstore.Config)) *redisGW {
+func newRedisGW(t *testing.T, rules string, srv *redistest.Server, mode failmode.Mode, timeout time.Duration, opts ...func(*redisstore.Config)) *redisGW {
 	t.Helper()
 	var m *observe.Metrics
 	rcfg := redisstore.Config{URL: srv.URL(), Timeout: timeout, OnCircuitChange: func(open bool) { m.SetCircuitOpen(open) }}
@@ -47,7 +48,7 @@ func newRedisGW(t *testing.T, rules string, srv *redistest.Server, mode FailMode
 	g := newGW(t, rules, func(h *HandlerConfig, _ *UpstreamConfig) {
 		h.Store, h.FailMode = red, mode
 		h.Observers = append(h.Observers, m)
-		if mode == FailLocal {
+		if mode == failmode.Local {
 			mem, err := limit.NewMemory(limit.MemoryConfig{})
 			if err != nil {
 				t.Fatal(err)
@@ -116,7 +117,7 @@ func TestRedisFleet(t *testing.T) {
 		// One fixed instant for every decision: the counts are exact
 		// whatever the machine's speed, with no window boundary between
 		// two requests.
-		gws = append(gws, newRedisGW(t, fleetRules, srv, FailClosed, 5*time.Second,
+		gws = append(gws, newRedisGW(t, fleetRules, srv, failmode.Closed, 5*time.Second,
 			func(c *redisstore.Config) { *c = redisstoretest.WithDecisionClock(*c, func() time.Time { return t0 }) }))
 	}
 	type target struct{ path, app, ip string }
@@ -213,7 +214,7 @@ configs:
 // shared CI machine makes any bound on them flaky.
 func TestRedisOutage(t *testing.T) {
 	// Not parallel with other tests: it logs latencies.
-	for _, mode := range []FailMode{FailOpen, FailClosed, FailLocal} {
+	for _, mode := range []failmode.Mode{failmode.Open, failmode.Closed, failmode.Local} {
 		for _, how := range []string{"killed", "hung"} {
 			t.Run(mode.String()+"/"+how, func(t *testing.T) {
 				testOutage(t, mode, how)
@@ -222,7 +223,7 @@ func TestRedisOutage(t *testing.T) {
 	}
 }
 
-func testOutage(t *testing.T, mode FailMode, how string) {
+func testOutage(t *testing.T, mode failmode.Mode, how string) {
 	srv := redistest.Start(t)
 	// A generous timeout: a loaded machine must not make Redis look down
 	// before the test stops it (250ms was seen to fail with both cores
@@ -308,11 +309,11 @@ func testOutage(t *testing.T, mode FailMode, how string) {
 	t.Logf("%d requests during the outage: p50 %v, p99 %v, max %v; codes %v", len(latencies),
 		latencies[len(latencies)/2], p99, latencies[len(latencies)-1], codes)
 	switch mode {
-	case FailOpen:
+	case failmode.Open:
 		if codes[200] != len(latencies) {
 			t.Errorf("fail open: got codes %v, want only 200", codes)
 		}
-	case FailClosed:
+	case failmode.Closed:
 		// Only 503s, but for what the leases held when Redis went away:
 		// those were counted (docs/fleet.md, "Leases").
 		if leased := g.red.Stats().LeaseGranted; codes[503]+codes[200] != len(latencies) || int64(codes[200]) > leased {
@@ -321,7 +322,7 @@ func testOutage(t *testing.T, mode FailMode, how string) {
 		if len(bodies) == 0 || !strings.Contains(bodies[0], `"error":"limiter_unavailable"`) {
 			t.Errorf("fail closed body: got %v", bodies)
 		}
-	case FailLocal:
+	case failmode.Local:
 		// /v1/small's 100 scaled by the default local share 0.1.
 		if small[200] != 10 || small[429] == 0 || codes[200]+codes[429] != len(latencies) {
 			t.Errorf("fail local: /v1/small codes %v (want 10 admitted, then 429s), all codes %v", small, codes)
@@ -363,7 +364,7 @@ func testOutage(t *testing.T, mode FailMode, how string) {
 func TestRedisHandlerKeepsMemorySemantics(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	g := newRedisGW(t, basicRules, srv, FailClosed, 5*time.Second)
+	g := newRedisGW(t, basicRules, srv, failmode.Closed, 5*time.Second)
 	for i := range 3 {
 		rec := g.do("GET", "/v1/user/42", "app-1")
 		if rec.Code != 200 {

@@ -88,7 +88,7 @@ routes: [{path: /v1, upstream: users}]
 			if err != nil {
 				b.Fatal(err)
 			}
-			h, err := NewHandler(HandlerConfig{Rules: rs, Store: store, Upstream: rp, Logger: quiet, Observers: []Observer{m, observe.NewTop(observe.TopConfig{})}})
+			h, err := NewHandler(HandlerConfig{Rules: rs, Store: store, Upstream: rp, Logger: quiet, Observers: []observe.Observer{m, observe.NewTop(observe.TopConfig{})}})
 			if err != nil {
 				b.Fatal(err)
 			}

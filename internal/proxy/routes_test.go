@@ -112,7 +112,7 @@ func newRouted(t *testing.T, rules, defaultURL string) *routed {
 			t.Fatal(err)
 		}
 	}
-	g.h, err = NewHandler(HandlerConfig{Rules: rs, Store: store, Upstream: up, Observers: []Observer{g.top, g.obs}, Logger: slog.New(slog.DiscardHandler)})
+	g.h, err = NewHandler(HandlerConfig{Rules: rs, Store: store, Upstream: up, Observers: []observe.Observer{g.top, g.obs}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

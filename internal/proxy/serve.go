@@ -9,6 +9,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/tracing"
 	"github.com/ratelimit-gateway/gateway/internal/trie"
@@ -22,7 +23,7 @@ type scratch struct {
 	// rs is the rule set the request is decided on, loaded once.
 	rs   *ruleset.Set
 	sw   statusWriter
-	o    Outcome
+	o    observe.Outcome
 	lims [maxLimitsPerRequest]*ruleset.Limit // the limits that apply
 	n    int                                 // how many of lims
 	reqs [maxLimitsPerRequest]limit.Request
@@ -109,7 +110,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.keys(&sc.sw, r, sec, sc) && h.acquire(&sc.sw, r, sec, sc) {
 		if sc.n > 0 {
 			h.decide(r, sc)
-			if sc.o.Decision == DecisionLimited {
+			if sc.o.Decision == observe.DecisionLimited {
 				h.waitForRoom(r, sc)
 			}
 		}
@@ -142,7 +143,7 @@ func (h *Handler) observe(sc *scratch) {
 // the rules have no "*" section.
 func (h *Handler) identify(w http.ResponseWriter, r *http.Request, sc *scratch) (*ruleset.Section, bool) {
 	o := &sc.o
-	o.App, o.Decision = config.UnknownApp, DecisionInvalid
+	o.App, o.Decision = config.UnknownApp, observe.DecisionInvalid
 	var app string
 	var err error
 	if h.jwt != nil && h.jwt.appClaim != "" {
@@ -165,14 +166,14 @@ func (h *Handler) identify(w http.ResponseWriter, r *http.Request, sc *scratch) 
 		o.App = sec.App
 	}
 	if !configured && h.rejectUnknown {
-		o.Decision = DecisionUnauthorized
+		o.Decision = observe.DecisionUnauthorized
 		WriteError(w, http.StatusForbidden, "unknown_caller",
 			"this gateway serves only configured apps; send a configured app ID in the "+h.appHeader+" header")
 		return nil, false
 	}
 	if configured && len(sec.Keys) > 0 && h.replay == nil {
 		if code, msg := h.checkKey(r, sec); code != "" {
-			o.Decision = DecisionUnauthorized
+			o.Decision = observe.DecisionUnauthorized
 			w.Header()["Www-Authenticate"] = []string{h.keyAuth}
 			WriteError(w, http.StatusUnauthorized, code, msg)
 			return nil, false
@@ -183,7 +184,7 @@ func (h *Handler) identify(w http.ResponseWriter, r *http.Request, sc *scratch) 
 	} else if h.replay == nil && rs.Keyed() && h.foreignKey(r, rs) {
 		// A configured app's key on a request that is not counted under
 		// that app: the upstream might take it as that app's.
-		o.Decision = DecisionUnauthorized
+		o.Decision = observe.DecisionUnauthorized
 		w.Header()["Www-Authenticate"] = []string{h.keyAuth}
 		WriteError(w, http.StatusUnauthorized, "invalid_api_key",
 			"the API key in the "+h.keyHeader+" header belongs to another app: send it only with the app ID it was issued for")
@@ -229,7 +230,7 @@ func (h *Handler) match(w http.ResponseWriter, r *http.Request, sec *ruleset.Sec
 	sc.fwd.dropUpgrade = h.upgrades.refused(r)
 	o.ClientIP = clientIP(r, h.trusted)
 	sc.fwd.realIP = o.ClientIP
-	o.Decision = DecisionUnmatched
+	o.Decision = observe.DecisionUnmatched
 	if sec != nil {
 		if sec.Total != nil {
 			sc.lims[sc.n] = sec.Total
@@ -238,7 +239,7 @@ func (h *Handler) match(w http.ResponseWriter, r *http.Request, sec *ruleset.Sec
 		cl, pattern, ok := sec.Match(method, clean)
 		if ok {
 			o.API = pattern
-			o.Decision = DecisionAllowed
+			o.Decision = observe.DecisionAllowed
 			if cl.Params.Limit != limit.Unlimited {
 				sc.lims[sc.n] = cl
 				sc.n++
@@ -319,7 +320,7 @@ func (h *Handler) counterKey(w http.ResponseWriter, r *http.Request, cl *ruleset
 		readKeys(r, cl, sc)
 		key, code, msg := cl.AttrKey(r.URL.RawQuery, group, &sc.o)
 		if code != "" {
-			sc.o.Decision = DecisionInvalid
+			sc.o.Decision = observe.DecisionInvalid
 			WriteError(w, http.StatusBadRequest, code, msg)
 			return "", false
 		}
@@ -352,28 +353,28 @@ func (h *Handler) decide(r *http.Request, sc *scratch) {
 	o.ResetLimits()
 	switch v {
 	case failmode.FailedClosed:
-		o.StoreError, o.Decision = true, DecisionFailClosed
+		o.StoreError, o.Decision = true, observe.DecisionFailClosed
 		return
 	case failmode.FailedOpen:
-		o.StoreError, o.Decision = true, DecisionFailOpen
+		o.StoreError, o.Decision = true, observe.DecisionFailOpen
 		return
 	case failmode.LocalDecided:
 		o.StoreError = true
 	}
-	o.Decision = DecisionAllowed
+	o.Decision = observe.DecisionAllowed
 	for i, cl := range lims {
-		o.AddLimit(LimitOutcome{
+		o.AddLimit(observe.LimitOutcome{
 			App: cl.App, API: cl.API, Limit: res[i].Limit, Remaining: res[i].Remaining,
 			Allowed: res[i].Allowed, Shadow: cl.Shadow, By: cl.By, Key: sc.shown[i], Missing: sc.missing[i],
 		})
 	}
 	if !allowed {
-		o.Decision = DecisionLimited
+		o.Decision = observe.DecisionLimited
 		return
 	}
 	for i := range res {
 		if !res[i].Allowed {
-			o.Decision = DecisionShadowLimited
+			o.Decision = observe.DecisionShadowLimited
 		}
 	}
 }
@@ -393,10 +394,10 @@ func refuseUnavailable(w http.ResponseWriter) {
 func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 	o := &sc.o
 	switch o.Decision {
-	case DecisionFailClosed:
+	case observe.DecisionFailClosed:
 		refuseUnavailable(w)
 		return
-	case DecisionLimited:
+	case observe.DecisionLimited:
 		h.writeHeaders(w.Header(), sc.lims[:len(o.Limits())], sc.res[:len(o.Limits())])
 		h.reject(w, sc.route, sc.lims[:len(o.Limits())], sc.res[:len(o.Limits())])
 		return

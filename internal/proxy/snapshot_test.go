@@ -21,7 +21,7 @@ type keysSeen struct {
 	keys [][]observe.KeyValue
 }
 
-func (k *keysSeen) ObserveRequest(o *Outcome) {
+func (k *keysSeen) ObserveRequest(o *observe.Outcome) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.keys = append(k.keys, slices.Clone(o.Keys()))

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 )
 
 // readRules are a token budget with a reserve of 500 that a client may
@@ -256,7 +258,7 @@ configs:
 		g.obs.mu.Lock()
 		o := g.obs.out[i]
 		g.obs.mu.Unlock()
-		if tc.status == 429 && o.Decision != DecisionLimited {
+		if tc.status == 429 && o.Decision != observe.DecisionLimited {
 			t.Errorf("%s: decision %s, want limited before the upstream", tc.name, o.Decision)
 		}
 		if got := limitsOf(o)[0].Charged; got != tc.charged {

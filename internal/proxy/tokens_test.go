@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore/redisstoretest"
@@ -180,7 +181,7 @@ func newTokenGWWith(t *testing.T, store, rules string) *tokenGW {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { red.Close() })
-			h.Store, h.FailMode = red, FailClosed
+			h.Store, h.FailMode = red, failmode.Closed
 		}
 	})
 	g.clock = clock

@@ -181,7 +181,7 @@ func TestRealUpstreamErrors(t *testing.T) {
 				t.Errorf("Content-Type: got %q, want application/json", got)
 			}
 			g.obs.waitFor(t, 1)
-			if o := g.obs.last(); o.Status != tt.wantStatus || o.Decision != DecisionAllowed {
+			if o := g.obs.last(); o.Status != tt.wantStatus || o.Decision != observe.DecisionAllowed {
 				t.Errorf("outcome: got %d %s, want %d allowed", o.Status, o.Decision, tt.wantStatus)
 			}
 			for _, kind := range []string{"refused", "timeout", "failed", "client_closed"} {
@@ -313,10 +313,10 @@ func TestRealUpstreamResetMidResponse(t *testing.T) {
 			if first.UpstreamDuration <= 0 {
 				t.Errorf("the reset request's upstream duration is %v: it was forwarded", first.UpstreamDuration)
 			}
-			if first.Path != "/reset" || first.Status != 200 || first.Decision != DecisionAllowed {
+			if first.Path != "/reset" || first.Status != 200 || first.Decision != observe.DecisionAllowed {
 				t.Errorf("the reset request's outcome: path %q, status %d, decision %s; want /reset, 200, allowed", first.Path, first.Status, first.Decision)
 			}
-			if got := metric(g.m, "gateway_requests_total", "app", "app-1", "api", "/", "decision", DecisionAllowed.String()); got != 2 {
+			if got := metric(g.m, "gateway_requests_total", "app", "app-1", "api", "/", "decision", observe.DecisionAllowed.String()); got != 2 {
 				t.Errorf("requests{app-1, /, allowed}: got %v, want 2: both requests counted", got)
 			}
 			logs := g.logs()
@@ -599,7 +599,7 @@ func TestRealUpstreamUpgradeTunnel(t *testing.T) {
 	}
 	conn.Close() // ends the tunnel, and the request
 	g.obs.waitFor(t, 1)
-	if o := g.obs.last(); o.Status != http.StatusSwitchingProtocols || o.API != "/ws" || o.Decision != DecisionAllowed {
+	if o := g.obs.last(); o.Status != http.StatusSwitchingProtocols || o.API != "/ws" || o.Decision != observe.DecisionAllowed {
 		t.Errorf("first upgrade's outcome: got %d %s %s, want 101 /ws allowed", o.Status, o.API, o.Decision)
 	}
 
@@ -611,7 +611,7 @@ func TestRealUpstreamUpgradeTunnel(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests || body["error"] != "rate_limited" || body["api"] != "/ws" {
 		t.Errorf("second upgrade: got %d %v, want 429 rate_limited on /ws", resp.StatusCode, body)
 	}
-	if got := metric(g.m, "gateway_requests_total", "app", "app-1", "api", "/ws", "decision", DecisionLimited.String()); got != 1 {
+	if got := metric(g.m, "gateway_requests_total", "app", "app-1", "api", "/ws", "decision", observe.DecisionLimited.String()); got != 1 {
 		t.Errorf("requests{app-1,/ws,limited}: got %v, want 1", got)
 	}
 }

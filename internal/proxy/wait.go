@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/tracing"
 )
 
@@ -145,7 +146,7 @@ func (h *Handler) waitForRoom(r *http.Request, sc *scratch) {
 			// left room, or taken it.
 			sc.o.Start = h.now()
 			h.decide(r, sc)
-			if sc.o.Decision != DecisionLimited {
+			if sc.o.Decision != observe.DecisionLimited {
 				return
 			}
 			var ok bool

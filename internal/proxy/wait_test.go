@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/eventually"
+	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
@@ -242,7 +243,7 @@ configs:
 	}
 	rs, _ := ruleset.Compile(parsed, time.Now())
 	var served atomic.Int64
-	h, err := NewHandler(HandlerConfig{Rules: rs, Store: red, FailMode: FailClosed, Logger: slog.New(slog.DiscardHandler),
+	h, err := NewHandler(HandlerConfig{Rules: rs, Store: red, FailMode: failmode.Closed, Logger: slog.New(slog.DiscardHandler),
 		Upstream: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served.Add(1) })})
 	if err != nil {
 		t.Fatal(err)
@@ -283,7 +284,7 @@ configs:
 		t.Fatal(err)
 	}
 	rs, _ := ruleset.Compile(parsed, time.Now())
-	h, err := NewHandler(HandlerConfig{Rules: rs, Store: red, FailMode: FailOpen, Logger: slog.New(slog.DiscardHandler),
+	h, err := NewHandler(HandlerConfig{Rules: rs, Store: red, FailMode: failmode.Open, Logger: slog.New(slog.DiscardHandler),
 		Upstream: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})})
 	if err != nil {
 		t.Fatal(err)

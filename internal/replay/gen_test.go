@@ -38,7 +38,7 @@ type genRequest struct {
 func writeAccessLog(w io.Writer, reqs []genRequest) {
 	al := observe.NewAccessLog(w, nil)
 	for _, q := range reqs {
-		o := &proxy.Outcome{App: "*", AppID: q.app, Method: q.method, Path: q.path, Decision: proxy.DecisionAllowed, Status: 200, Start: q.at}
+		o := &observe.Outcome{App: "*", AppID: q.app, Method: q.method, Path: q.path, Decision: observe.DecisionAllowed, Status: 200, Start: q.at}
 		if q.ip != "" {
 			o.ClientIP = netip.MustParseAddr(q.ip)
 		}
@@ -166,7 +166,7 @@ var basicRules = gwtest.BasicRules
 type liveGateway struct {
 	h    *proxy.Handler
 	now  time.Time
-	last proxy.Decision
+	last observe.Decision
 }
 
 func newLiveGateway(t *testing.T, rules string, log io.Writer, opts ...func(*proxy.HandlerConfig)) *liveGateway {
@@ -185,7 +185,7 @@ func newLiveGateway(t *testing.T, rules string, log io.Writer, opts ...func(*pro
 	g := &liveGateway{}
 	cfg := proxy.HandlerConfig{
 		Rules: compileRules(t, "rules.yaml", rules), Store: store, Upstream: rp,
-		Now: func() time.Time { return g.now }, Observers: []proxy.Observer{g},
+		Now: func() time.Time { return g.now }, Observers: []observe.Observer{g},
 	}
 	if log != nil {
 		cfg.Observers = append(cfg.Observers, observe.NewAccessLog(log, nil))
@@ -201,4 +201,4 @@ func newLiveGateway(t *testing.T, rules string, log io.Writer, opts ...func(*pro
 
 // ObserveRequest keeps the decision. The test serves one request at a
 // time.
-func (g *liveGateway) ObserveRequest(o *proxy.Outcome) { g.last = o.Decision }
+func (g *liveGateway) ObserveRequest(o *observe.Outcome) { g.last = o.Decision }

@@ -53,7 +53,7 @@ func TestReplayKeyedRules(t *testing.T) {
 		at                 time.Time
 		path, user, tenant string
 		ip                 string
-		live               proxy.Decision
+		live               observe.Decision
 	}
 	var reqs []req
 	at := t0
@@ -80,7 +80,7 @@ func TestReplayKeyedRules(t *testing.T) {
 		}
 		g.h.ServeHTTP(httptest.NewRecorder(), r)
 		q.live = g.last
-		if q.live == proxy.DecisionLimited {
+		if q.live == observe.DecisionLimited {
 			limited++
 		}
 	}
@@ -168,7 +168,7 @@ configs:
 	g := newLiveGateway(t, rules, &logBuf, func(c *proxy.HandlerConfig) { c.JWT = v })
 	subjects := []string{"alice", "bob", "carol|x", ""} // "": no token, counted by ip
 	rng := rand.New(rand.NewPCG(5, 6))
-	var live []proxy.Decision
+	var live []observe.Decision
 	at, limited := t0, 0
 	for range 300 {
 		at = at.Add(time.Duration(rng.IntN(500)) * time.Millisecond)
@@ -180,7 +180,7 @@ configs:
 		}
 		g.h.ServeHTTP(httptest.NewRecorder(), r)
 		live = append(live, g.last)
-		if g.last == proxy.DecisionLimited {
+		if g.last == observe.DecisionLimited {
 			limited++
 		}
 	}
@@ -231,7 +231,7 @@ configs:
 	models := []string{`"gpt-4o"`, `"o3"`, `"a|{b}"`, `7`, ``} // "": no model, shared
 	tools := []string{"search", "fetch", ""}                   // "": counted by ip
 	rng := rand.New(rand.NewPCG(7, 8))
-	var live []proxy.Decision
+	var live []observe.Decision
 	at, limited := t0, 0
 	for range 600 {
 		at = at.Add(time.Duration(rng.IntN(300)) * time.Millisecond)
@@ -254,7 +254,7 @@ configs:
 		r.Header.Set("X-App-Id", "app-1")
 		g.h.ServeHTTP(httptest.NewRecorder(), r)
 		live = append(live, g.last)
-		if g.last == proxy.DecisionLimited {
+		if g.last == observe.DecisionLimited {
 			limited++
 		}
 	}

@@ -13,7 +13,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/ratelimit-gateway/gateway/internal/observe"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
@@ -170,7 +169,7 @@ func (p *lineParser) parse(line []byte, rec *replayRecord) (lineKind, error) {
 		return lineMalformed, fmt.Errorf("time %q is not an RFC 3339 timestamp", ts)
 	}
 	*rec = replayRecord{t: t}
-	if d := string(f.vals[6]); d == proxy.DecisionInvalid.String() || d == proxy.DecisionUnauthorized.String() {
+	if d := string(f.vals[6]); d == observe.DecisionInvalid.String() || d == observe.DecisionUnauthorized.String() {
 		rec.invalid = true
 		return lineRecord, nil
 	}
@@ -192,7 +191,7 @@ func (p *lineParser) parse(line []byte, rec *replayRecord) (lineKind, error) {
 	// answered itself (429, 503) tells nothing of what the upstream
 	// would have answered.
 	switch d := string(f.vals[6]); d {
-	case proxy.DecisionAllowed.String(), proxy.DecisionShadowLimited.String(), proxy.DecisionFailOpen.String(), proxy.DecisionUnmatched.String():
+	case observe.DecisionAllowed.String(), observe.DecisionShadowLimited.String(), observe.DecisionFailOpen.String(), observe.DecisionUnmatched.String():
 		if f.have&fieldStatus != 0 && f.nonString&fieldStatus != 0 {
 			if n, err := strconv.Atoi(string(f.vals[7])); err == nil && n >= 100 && n <= 999 {
 				rec.status = n

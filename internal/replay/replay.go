@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
@@ -60,8 +60,8 @@ type Request struct {
 	Time time.Time
 	// Candidate and Baseline are the decisions under the two rule sets;
 	// Baseline is meaningful only with a Config.Baseline. A line logged
-	// as invalid is not replayed; both are proxy.DecisionInvalid.
-	Candidate, Baseline proxy.Decision
+	// as invalid is not replayed; both are observe.DecisionInvalid.
+	Candidate, Baseline observe.Decision
 	// App and Rule are the candidate's app label and matched rule.
 	App, Rule string
 }
@@ -246,7 +246,7 @@ func (rp *replayer) line(file int, lineNo int64, line []byte) {
 		if rp.cfg.OnRequest != nil {
 			rp.cfg.OnRequest(Request{
 				File: rp.res.Files[file], Line: lineNo, Time: rec.t,
-				Candidate: proxy.DecisionInvalid, Baseline: proxy.DecisionInvalid,
+				Candidate: observe.DecisionInvalid, Baseline: observe.DecisionInvalid,
 			})
 		}
 		return
@@ -316,7 +316,7 @@ func (rp *replayer) baselineWorker() {
 
 // count adds one request's outcomes to the result.
 func (rp *replayer) count(rec *replayRecord, c, b replayOutcome) {
-	if c.decision == proxy.DecisionInvalid {
+	if c.decision == observe.DecisionInvalid {
 		// The parser checked the app ID and that the path is absolute;
 		// the handler found something else wrong, so the gateway cannot
 		// have logged this line as it stands.
@@ -348,14 +348,14 @@ func (rp *replayer) count(rec *replayRecord, c, b replayOutcome) {
 			g.Series = slices.Grow(g.Series, i+1-len(g.Series))[:i+1]
 		}
 		bk := &g.Series[i]
-		if c.decision == proxy.DecisionLimited {
+		if c.decision == observe.DecisionLimited {
 			bk.CandidateLimited++
 		} else {
 			bk.CandidateAdmitted++
 		}
 		if rp.base != nil {
 			g.Baseline.add(b.decision)
-			if b.decision == proxy.DecisionLimited {
+			if b.decision == observe.DecisionLimited {
 				bk.BaselineLimited++
 			} else {
 				bk.BaselineAdmitted++

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
@@ -235,7 +235,7 @@ func TestReplayMatchesLiveHandler(t *testing.T) {
 	type req struct {
 		at                     time.Time
 		method, path, app, ip  string
-		liveCand, liveBaseline proxy.Decision
+		liveCand, liveBaseline observe.Decision
 	}
 	var reqs []req
 	at := t0
@@ -252,7 +252,7 @@ func TestReplayMatchesLiveHandler(t *testing.T) {
 	}
 
 	var logBuf bytes.Buffer
-	run := func(rules string, log bool, set func(*req, proxy.Decision)) {
+	run := func(rules string, log bool, set func(*req, observe.Decision)) {
 		var w io.Writer
 		if log {
 			w = &logBuf
@@ -273,15 +273,15 @@ func TestReplayMatchesLiveHandler(t *testing.T) {
 			set(q, g.last)
 		}
 	}
-	run(liveRules, true, func(q *req, d proxy.Decision) { q.liveCand = d })
-	run(liveBaselineRules, false, func(q *req, d proxy.Decision) { q.liveBaseline = d })
+	run(liveRules, true, func(q *req, d observe.Decision) { q.liveCand = d })
+	run(liveBaselineRules, false, func(q *req, d observe.Decision) { q.liveBaseline = d })
 
 	type tally struct{ limited, admitted, invalid int64 }
-	count := func(t *tally, d proxy.Decision) {
+	count := func(t *tally, d observe.Decision) {
 		switch d {
-		case proxy.DecisionLimited:
+		case observe.DecisionLimited:
 			t.limited++
-		case proxy.DecisionInvalid:
+		case observe.DecisionInvalid:
 			t.invalid++
 		default:
 			t.admitted++
@@ -452,7 +452,7 @@ configs:
 			var order, denied []int64
 			res := replayBytes(t, Config{Candidate: rules, ReorderWindow: tt.window, OnRequest: func(r Request) {
 				order = append(order, r.Line)
-				if r.Candidate == proxy.DecisionLimited && !slices.Contains(tt.late, r.Line) {
+				if r.Candidate == observe.DecisionLimited && !slices.Contains(tt.late, r.Line) {
 					denied = append(denied, r.Line)
 				}
 			}}, log)

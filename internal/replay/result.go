@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
@@ -21,12 +21,12 @@ type Counts struct {
 	ShadowLimited int64
 }
 
-func (c *Counts) add(d proxy.Decision) {
+func (c *Counts) add(d observe.Decision) {
 	c.Requests++
 	switch d {
-	case proxy.DecisionLimited:
+	case observe.DecisionLimited:
 		c.Limited++
-	case proxy.DecisionShadowLimited:
+	case observe.DecisionShadowLimited:
 		c.Admitted++
 		c.ShadowLimited++
 	default:

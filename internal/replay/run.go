@@ -15,6 +15,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/usage"
@@ -23,7 +24,7 @@ import (
 // replayOutcome is what the handler decided for one request.
 type replayOutcome struct {
 	app, api string
-	decision proxy.Decision
+	decision observe.Decision
 }
 
 // replayRun is one rule set's handler with its own store and clock, and a
@@ -74,7 +75,7 @@ func newReplayRun(rs *ruleset.Set, maxKeys int) (*replayRun, error) {
 		Headers:   proxy.HeadersNone,
 		Now:       func() time.Time { return run.now },
 		Logger:    slog.New(slog.DiscardHandler),
-		Observers: []proxy.Observer{run},
+		Observers: []observe.Observer{run},
 		// The log holds only callers the live gateway let through, and
 		// the claim values it verified.
 		Replay: run,
@@ -201,8 +202,8 @@ func (run *replayRun) Claims(*http.Request) *jwtauth.Claims {
 	return jwtauth.ClaimsOf(run.claims)
 }
 
-// ObserveRequest records the outcome. It implements proxy.Observer.
-func (run *replayRun) ObserveRequest(o *proxy.Outcome) {
+// ObserveRequest records the outcome. It implements observe.Observer.
+func (run *replayRun) ObserveRequest(o *observe.Outcome) {
 	run.out = replayOutcome{app: o.App, api: o.API, decision: o.Decision}
 }
 
@@ -263,7 +264,7 @@ func (d *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (d *discardWriter) WriteHeader(int)             {}
 
 var (
-	_ proxy.Observer      = (*replayRun)(nil)
+	_ observe.Observer    = (*replayRun)(nil)
 	_ proxy.Replay        = (*replayRun)(nil)
 	_ http.ResponseWriter = (*discardWriter)(nil)
 )

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
 )
@@ -81,7 +81,7 @@ func TestShouldRateLimitRedis(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv.Client().FlushAll(t.Context())
-			run(t, newHarness(t, Config{Store: newRedisDeny(t, srv, tc.denyCache), FailMode: proxy.FailClosed}), tc.steps)
+			run(t, newHarness(t, Config{Store: newRedisDeny(t, srv, tc.denyCache), FailMode: failmode.Closed}), tc.steps)
 		})
 	}
 }
@@ -91,17 +91,17 @@ func TestFailModesRedisStopped(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name  string
-		mode  proxy.FailMode
+		mode  failmode.Mode
 		steps []step
 	}{
-		{"open", proxy.FailOpen, []step{
+		{"open", failmode.Open, []step{
 			{0, "ext", "pair=b", 0, ok, []string{"ok/1/1"}},
 			{0, "ext", "pair=b", 0, ok, []string{"ok/1/1"}},
 		}},
-		{"closed", proxy.FailClosed, []step{
+		{"closed", failmode.Closed, []step{
 			{0, "ext", "pair=a", 0, over, []string{"over/0/5"}},
 		}},
-		{"local", proxy.FailLocal, []step{
+		{"local", failmode.Local, []step{
 			{0, "ext", "pair=b", 0, ok, []string{"ok/0/1"}},
 			{0, "ext", "pair=b", 0, over, []string{"over/0/1"}},
 		}},
@@ -110,7 +110,7 @@ func TestFailModesRedisStopped(t *testing.T) {
 			t.Parallel()
 			srv := redistest.Start(t)
 			cfg := Config{Store: newRedis(t, srv), FailMode: tc.mode}
-			if tc.mode == proxy.FailLocal {
+			if tc.mode == failmode.Local {
 				mem, err := limit.NewMemory(limit.MemoryConfig{})
 				if err != nil {
 					t.Fatal(err)
@@ -149,7 +149,7 @@ func TestFleetNeverOverLimit(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { red.Close() })
-				fleet = append(fleet, newHarness(t, Config{Store: red, FailMode: proxy.FailClosed}))
+				fleet = append(fleet, newHarness(t, Config{Store: red, FailMode: failmode.Closed}))
 			}
 			var admitted atomic.Int64
 			var wg sync.WaitGroup
@@ -189,7 +189,7 @@ func TestFleetNeverOverLimit(t *testing.T) {
 func TestReferenceCountingRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	h := newHarness(t, Config{Store: newRedisDeny(t, srv, -1), FailMode: proxy.FailClosed, ReferenceCounting: true})
+	h := newHarness(t, Config{Store: newRedisDeny(t, srv, -1), FailMode: failmode.Closed, ReferenceCounting: true})
 	c, err := rlsconfig.Parse("day.yaml", []byte("domain: day\ndescriptors:\n  - key: cost\n    rate_limit: {unit: day, requests_per_unit: 5}\n  - key: one\n    rate_limit: {unit: day, requests_per_unit: 1}\n"), rlsconfig.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
@@ -492,18 +493,18 @@ func TestFailModes(t *testing.T) {
 		cfg   Config
 		steps []step
 	}{
-		{"open admits", Config{FailMode: proxy.FailOpen}, []step{
+		{"open admits", Config{FailMode: failmode.Open}, []step{
 			{0, "ext", "pair=b", 0, ok, []string{"ok/1/1"}},
 			{0, "ext", "pair=b", 0, ok, []string{"ok/1/1"}},
 		}},
-		{"closed denies", Config{FailMode: proxy.FailClosed}, []step{
+		{"closed denies", Config{FailMode: failmode.Closed}, []step{
 			{0, "ext", "pair=a", 0, over, []string{"over/0/5"}},
 			{0, "rl", "nothing=1", 0, ok, []string{"ok/-/-"}},
 		}},
-		{"closed leaves shadow limits alone", Config{FailMode: proxy.FailClosed}, []step{
+		{"closed leaves shadow limits alone", Config{FailMode: failmode.Closed}, []step{
 			{0, "rl", "foo=s,baz=shady", 0, ok, []string{"ok/0/3"}},
 		}},
-		{"local decides in memory with the share", Config{FailMode: proxy.FailLocal, Local: mem(), LocalShare: 0.5}, []step{
+		{"local decides in memory with the share", Config{FailMode: failmode.Local, Local: mem(), LocalShare: 0.5}, []step{
 			{0, "rl", "category=account", 0, ok, []string{"ok/1/4"}},
 			{0, "rl", "category=account", 0, ok, []string{"ok/0/4"}},
 			{0, "rl", "category=account", 0, over, []string{"over/0/4"}},

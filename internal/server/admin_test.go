@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/eventually"
+	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
@@ -237,7 +238,7 @@ func TestAdminTokenTrimmed(t *testing.T) {
 func TestRedisReadyz(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	for _, mode := range []proxy.FailMode{proxy.FailOpen, proxy.FailClosed} {
+	for _, mode := range []failmode.Mode{failmode.Open, failmode.Closed} {
 		red, err := redisstore.New(redisstore.Config{URL: srv.URL()})
 		if err != nil {
 			t.Fatal(err)
@@ -271,10 +272,10 @@ func TestRedisReadyz(t *testing.T) {
 		}
 		srv.Stop()
 		wantCode := 200
-		if mode == proxy.FailClosed {
+		if mode == failmode.Closed {
 			wantCode = 503
 		}
-		if code, v := readyz(); code != wantCode || v.Store.Reachable || v.Store.Error == "" || v.Store.Serving != (mode != proxy.FailClosed) {
+		if code, v := readyz(); code != wantCode || v.Store.Reachable || v.Store.Error == "" || v.Store.Serving != (mode != failmode.Closed) {
 			t.Errorf("%s, Redis down: got %d %+v, want %d", mode, code, *v.Store, wantCode)
 		}
 		srv.Restart()

@@ -5,9 +5,9 @@ import (
 	"math"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
 )
 
 // minSlotTTL bounds the life of a Redis slot below: an --upstream-timeout
@@ -31,7 +31,7 @@ func (st *stores) newRedisSlots(cfg Config) error {
 		return err
 	}
 	st.redisSlots, st.slots = rs, rs
-	if cfg.FailMode == proxy.FailLocal && cfg.LocalShare == 0 {
+	if cfg.FailMode == failmode.Local && cfg.LocalShare == 0 {
 		st.localSlots = &fleetSlots{mem: limit.NewMemorySlots(), red: st.redis}
 	}
 	return nil

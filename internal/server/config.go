@@ -12,10 +12,12 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/enumflag"
+	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/source"
 	"github.com/ratelimit-gateway/gateway/internal/tracing"
 	"github.com/ratelimit-gateway/gateway/internal/watch"
@@ -156,7 +158,7 @@ type Config struct {
 	// (redisstore.Config.MaxKeys); -1 for none.
 	RedisMaxKeys int
 	// FailMode is what the redis store's failures do to a request.
-	FailMode proxy.FailMode
+	FailMode failmode.Mode
 	// LocalShare scales each limit under FailMode local, in (0, 1]; 0
 	// (auto, the default) is 1 / the number of gateways last seen in the
 	// fleet (redisstore.Store.FleetSize), ruleset.DefaultLocalShare until one is.
@@ -269,8 +271,8 @@ func DefaultConfig() Config {
 		JWTJWKSRefetch:    jwtauth.DefaultRefetch,
 		JWTHeader:         proxy.DefaultJWTHeader,
 		AppFrom:           AppFromHeader,
-		IPv4Prefix:        proxy.DefaultIPv4Prefix,
-		IPv6Prefix:        proxy.DefaultIPv6Prefix,
+		IPv4Prefix:        ruleset.DefaultIPv4Prefix,
+		IPv6Prefix:        ruleset.DefaultIPv6Prefix,
 		MethodOverride:    proxy.OverrideMatch,
 		AllowUpgrade:      slices.Clone(proxy.DefaultAllowUpgrade),
 		Store:             StoreMemory,
@@ -281,7 +283,7 @@ func DefaultConfig() Config {
 		RedisBatch:        redisstore.DefaultBatch,
 		RedisLeases:       redisstore.DefaultLeases,
 		RedisMaxKeys:      redisstore.DefaultMaxKeys,
-		FailMode:          proxy.FailLocal,
+		FailMode:          failmode.Local,
 		UpstreamTimeout:   proxy.DefaultUpstreamTimeout,
 		LimitStatus:       http.StatusTooManyRequests,
 		RateLimitHeaders:  proxy.HeadersBoth,

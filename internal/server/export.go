@@ -8,8 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
 )
 
 // Stores are the counter stores that `gateway serve` builds from a
@@ -40,7 +40,7 @@ func (s *Stores) Store() limit.Store { return s.st.store }
 
 // FailMode returns what a failure of Store does (--fail-mode); only the
 // Redis store fails.
-func (s *Stores) FailMode() proxy.FailMode { return s.st.failMode }
+func (s *Stores) FailMode() failmode.Mode { return s.st.failMode }
 
 // Local returns the store that decides under FailLocal while Store
 // fails, nil otherwise. With --local-share auto it scales each limit by

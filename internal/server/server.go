@@ -138,7 +138,7 @@ func New(cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	top := observe.NewTop(observe.TopConfig{Hasher: hasher, RawKeys: cfg.TopKeys})
-	observers := []proxy.Observer{s.metrics, top}
+	observers := []observe.Observer{s.metrics, top}
 	if tr != nil {
 		observers = append(observers, &observe.Traces{RawKeys: cfg.AccessLogKeys})
 	}

@@ -10,9 +10,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
@@ -26,7 +26,7 @@ type stores struct {
 	// (concurrency.go); nil for the handler's defaults.
 	slots, localSlots limit.Slots
 	redisSlots        *redisstore.Slots
-	failMode          proxy.FailMode
+	failMode          failmode.Mode
 	name              StoreKind
 	// batches observes the size of the Redis store's batches.
 	batches prometheus.Histogram
@@ -73,7 +73,7 @@ func newStore(cfg Config, onCircuit func(open bool)) (*stores, error) {
 			red.Close()
 			return nil, err
 		}
-		if cfg.FailMode == proxy.FailLocal {
+		if cfg.FailMode == failmode.Local {
 			mem, err := limit.NewMemory(limit.MemoryConfig{MaxKeys: cfg.MaxKeys})
 			if err != nil {
 				red.Close()
@@ -361,7 +361,7 @@ func (st *stores) health(ctx context.Context) StoreHealth {
 	} else {
 		h.Reachable = true
 	}
-	h.Serving = h.Reachable || st.failMode != proxy.FailClosed
+	h.Serving = h.Reachable || st.failMode != failmode.Closed
 	return h
 }
 

@@ -10,9 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
@@ -42,7 +42,7 @@ func TestLocalShareFlag(t *testing.T) {
 			}
 		})
 	}
-	if got := DefaultConfig(); got.LocalShare != 0 || got.FailMode != proxy.FailLocal {
+	if got := DefaultConfig(); got.LocalShare != 0 || got.FailMode != failmode.Local {
 		t.Errorf("defaults: got --local-share %v --fail-mode %v, want auto and local", LocalShare(got.LocalShare), got.FailMode)
 	}
 }

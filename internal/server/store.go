@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -80,7 +79,7 @@ func newStore(cfg Config, onCircuit func(open bool)) (*stores, error) {
 				return nil, fmt.Errorf("--max-keys: %w", err)
 			}
 			st.mem = mem
-			st.local = &fleetShare{mem: mem, red: red, auto: cfg.LocalShare == 0}
+			st.local = &fleetShare{mem: mem, red: red, auto: cfg.LocalShare == 0, fixed: cfg.LocalShare}
 		}
 	default:
 		return nil, fmt.Errorf("--store %q is not one of memory, redis", cfg.Store)
@@ -137,23 +136,26 @@ func compileShare(cfg Config) float64 {
 // it scales each limit (and burst) by 1 / the fleet size last seen in
 // Redis, rounded up, once this gateway has seen the whole fleet
 // (redisstore.Store.FleetSeen), and by at most ruleset.DefaultLocalShare
-// before; otherwise the limits come scaled by --local-share. Then a
-// limit Redis last said had R of L left (redisstore.Store.Known) admits
-// at most its share of R: none while Redis last said the counter was
-// full, until the instant Redis gave. The counts survive a change of
-// the share: a limit's counter does not depend on its limit
-// (limit.Params.Identity).
+// before; otherwise the limits come scaled by --local-share (fixed).
+// Then a limit Redis last said had R of its capacity left
+// (redisstore.Store.Known) admits at most ⌈share × R⌉: none while Redis
+// last said the counter was full, until the instant Redis gave. The
+// counts survive a change of the share: a limit's counter does not
+// depend on its limit (limit.Params.Identity).
 type fleetShare struct {
-	mem  *limit.Memory
-	red  *redisstore.Store
-	auto bool
+	mem   *limit.Memory
+	red   *redisstore.Store
+	auto  bool
+	fixed float64 // --local-share when not auto
 }
 
 var _ limit.Store = (*fleetShare)(nil)
 
-// share returns the share of each limit this gateway admits on its own
-// under --local-share auto.
+// share returns the share of each limit this gateway admits on its own.
 func (f *fleetShare) share() float64 {
+	if !f.auto {
+		return f.fixed
+	}
 	n := f.red.FleetSize()
 	switch {
 	case n > 0 && f.red.FleetSeen():
@@ -168,25 +170,36 @@ func (f *fleetShare) share() float64 {
 // fleet has. It runs only while Redis does not decide, so its copies cost
 // nothing that matters.
 func (f *fleetShare) Allow(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result) (bool, error) {
-	share := 1.0
-	if f.auto {
-		share = f.share()
-	}
+	share := f.share()
 	scaled := make([]limit.Request, len(reqs))
 	params := make([]limit.Params, len(reqs))
 	var full []bool // the limits Redis last said were full, if any is
 	for i := range reqs {
-		params[i] = reqs[i].Params.Scaled(share)
-		scaled[i] = reqs[i]
+		q := &reqs[i]
+		params[i] = *q.Params
+		if f.auto {
+			params[i] = q.Params.Scaled(share)
+		}
+		scaled[i] = *q
 		scaled[i].Params = &params[i]
-		if q := &reqs[i]; !q.Charge && !q.Release && !q.Shadow {
-			if k, ok := f.red.Known(q); ok && bounded(&params[i], k) {
-				if full == nil {
-					full = make([]bool, len(reqs))
-				}
-				full[i] = true
-				res[i] = limit.Result{Limit: params[i].Limit, Reset: k.Reset, RetryAfter: cmp.Or(k.RetryAfter, k.Reset)}
+		if q.Charge || q.Release || q.Shadow || q.Params.Limit <= 0 {
+			continue
+		}
+		k, ok := f.red.Known(q)
+		if !ok {
+			continue
+		}
+		capacity := k.Capacity // the fleet's: the params here are scaled
+		if f.auto {
+			capacity = q.Params.Capacity()
+		}
+		var isFull bool
+		if params[i], isFull = k.Bounded(params[i], share, capacity); isFull {
+			if full == nil {
+				full = make([]bool, len(reqs))
 			}
+			full[i] = true
+			res[i] = limit.Result{Limit: params[i].Limit, Reset: k.Reset, RetryAfter: cmp.Or(k.RetryAfter, k.Reset)}
 		}
 	}
 	if full == nil {
@@ -204,28 +217,6 @@ func (f *fleetShare) Allow(ctx context.Context, now time.Time, reqs []limit.Requ
 		}
 	}
 	return false, nil
-}
-
-// bounded bounds p, a local share of a fleet limit, by the same share of
-// the room k says the fleet's counter had: it reports whether that is
-// none (the counter is full).
-func bounded(p *limit.Params, k redisstore.Known) bool {
-	if k.Limit <= 0 || p.Limit <= 0 {
-		return false
-	}
-	if k.Remaining <= 0 {
-		return true
-	}
-	room := int64(math.Ceil(float64(p.Limit)*float64(k.Remaining)/float64(k.Limit) - 1e-9))
-	q := *p
-	q.Limit = min(q.Limit, max(room, 1))
-	if q.Burst > 0 {
-		q.Burst = min(q.Burst, q.Limit)
-	}
-	if q.Validate() == nil {
-		*p = q
-	}
-	return false
 }
 
 // runFleet keeps the gateway a member of the Redis fleet until ctx is

@@ -188,14 +188,14 @@ func TestUsageStoreDown(t *testing.T) {
 	}
 	t.Cleanup(func() { red.Close() })
 	_, admin := usageGW(t, red, red)
-	if code, b := adminDo(t, admin, "GET", "/usage?app=acme", ""); code != 200 {
+	if code, b := adminDo(t, admin, "GET", "/usage?app=acme", "tok"); code != 200 {
 		t.Fatalf("GET /usage with Redis up: %d %v", code, b)
 	}
 	srv.Stop()
 	// The first reads fail on the connection, later ones on the open
 	// breaker: both are the store's failure.
 	for i := range 8 {
-		if code, b := adminDo(t, admin, "GET", "/usage?app=acme", ""); code != 503 || b["error"] != "store_unavailable" {
+		if code, b := adminDo(t, admin, "GET", "/usage?app=acme", "tok"); code != 503 || b["error"] != "store_unavailable" {
 			t.Fatalf("GET /usage %d with Redis down: %d %v, want 503 store_unavailable", i+1, code, b)
 		}
 	}

@@ -59,6 +59,22 @@ func RepeatedKey(t *testing.T, newStore func(t *testing.T, now time.Time) limit.
 			if ok, err := s.Allow(context.Background(), now, []limit.Request{{Key: key, Params: &p}}, one); err != nil || ok {
 				t.Fatalf("a single request after 20 units: got %v %+v, %v, want denied", ok, one[0], err)
 			}
+			// Two limits on one counter (an override that shares its
+			// descriptor's counter): both units count, on the stricter.
+			tight := p
+			tight.Limit = 10
+			two := []limit.Request{{Key: key + "|two", Params: &p}, {Key: key + "|two", Params: &tight}}
+			for i := range 5 {
+				res := make([]limit.Result, 2)
+				ok, err := s.Allow(context.Background(), now, two, res)
+				if err != nil || !ok || res[1].Remaining != int64(10-2*(i+1)) || res[0].Remaining != int64(20-2*(i+1)) || res[0].Limit != 20 {
+					t.Fatalf("call %d naming one counter under limits 20 and 10: got %v %+v, %v, want admitted with %d and %d left",
+						i+1, ok, res, err, 20-2*(i+1), 10-2*(i+1))
+				}
+			}
+			if ok, err := s.Allow(context.Background(), now, two, make([]limit.Result, 2)); err != nil || ok {
+				t.Fatalf("call 6 under limits 20 and 10: got %v, %v, want denied (10 counted)", ok, err)
+			}
 		})
 	}
 }

@@ -312,6 +312,9 @@ func (r *Store) runBatch(ctx context.Context, batch []*batchCall) {
 		again := pending[:0:0]
 		for i, c := range pending {
 			c.v, c.err = cmds[i].Int64Slice()
+			if try > 0 {
+				c.err = resent(c.err)
+			}
 			if c.err != nil && isClosedConn(c.err) {
 				again = append(again, c)
 			}
@@ -360,10 +363,31 @@ func (r *Store) pipeline(ctx context.Context, batch []*batchCall, cmd func(redis
 
 // notSent reports whether err is a failure to connect to Redis: nothing
 // of the call was sent (connection refused, no route, a dial timeout), so
-// Redis is known not to have run it.
+// Redis is known not to have run it. A call sent before on a connection
+// Redis closed, then refused (resentError), may have run.
 func notSent(err error) bool {
+	var re resentError
+	if errors.As(err, &re) {
+		return false
+	}
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// resentError is the error of a call that was sent on a connection Redis
+// closed, and sent again (isClosedConn): its first send may have run.
+type resentError struct{ error }
+
+func (e resentError) Unwrap() error { return e.error }
+
+// resent returns err, the error of a call sent again after a closed
+// connection, as a resentError when it says the call was not sent this
+// time, which no longer tells that it never ran.
+func resent(err error) error {
+	if !notSent(err) {
+		return err
+	}
+	return resentError{err}
 }
 
 // isScriptError reports whether err is Redis's answer to one script call

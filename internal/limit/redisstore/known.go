@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"hash/maphash"
+	"math"
 	"sync"
 	"time"
 
@@ -79,7 +80,9 @@ func (k *known) get(key string, p *limit.Params, now int64) (knownSlot, bool) {
 	mu.Lock()
 	e := *s
 	mu.Unlock()
-	if e.key != key || !e.params.Identity(p) || now >= e.reset {
+	if e.key != key || !e.params.Identity(p) || now >= e.reset || (e.retryAt > 0 && now >= e.retryAt) {
+		// Not the counter, or no longer what Redis said: the limit is
+		// full again, or the request Redis denied would be admitted now.
 		return knownSlot{}, false
 	}
 	return e, true
@@ -87,11 +90,13 @@ func (k *known) get(key string, p *limit.Params, now int64) (knownSlot, bool) {
 
 // Known is what Redis last said of a limit's counter (Store.Known).
 type Known struct {
-	// Limit is the fleet's limit Redis decided on.
-	Limit int64
-	// Remaining is what the limit had left at Redis's last answer (for a
-	// bucket, with what it has refilled since).
-	Remaining int64
+	// Capacity is the capacity of the fleet's limit Redis decided on
+	// (limit.Params.Capacity).
+	Capacity int64
+	// Used is what the counter held then, out of Capacity (for a bucket,
+	// less what it has refilled since): a reload may have changed the
+	// limit since, not what was counted.
+	Used int64
 	// Reset is the time from now until the limit is full again, as Redis
 	// said; beyond it, nothing is known.
 	Reset time.Duration
@@ -115,7 +120,7 @@ func (r *Store) Known(q *limit.Request) (Known, bool) {
 		return Known{}, false
 	}
 	rem := e.remaining
-	if a := e.params.Algorithm; (a == "token_bucket" || a == "leaky_bucket") && e.reset > e.at {
+	if bucket(&e.params) && e.reset > e.at {
 		// A bucket refills at a steady rate from what it had to full at
 		// reset: what it has now is on that line. (A window frees its
 		// counts only as they leave it: until reset, no more is known
@@ -123,5 +128,36 @@ func (r *Store) Known(q *limit.Request) (Known, bool) {
 		c := e.params.Capacity()
 		rem += int64(float64(c-rem) * float64(now-e.at) / float64(e.reset-e.at))
 	}
-	return Known{Limit: e.params.Limit, Remaining: rem, Reset: time.Duration(e.reset - now), RetryAfter: time.Duration(max(e.retryAt-now, 0))}, true
+	c := e.params.Capacity()
+	return Known{Capacity: c, Used: max(c-rem, 0), Reset: time.Duration(e.reset - now), RetryAfter: time.Duration(max(e.retryAt-now, 0))}, true
+}
+
+// bucket reports whether p's algorithm is a bucket: its capacity is
+// Burst, and its room grows at a steady rate.
+func bucket(p *limit.Params) bool {
+	return p.Algorithm == "token_bucket" || p.Algorithm == "leaky_bucket"
+}
+
+// Bounded returns p, a local share of a fleet's limit, bounded by share
+// of the room k says the fleet's counter has, out of capacity, the fleet
+// limit's capacity now (a reload may have changed it since Redis
+// answered): for a window, its Limit; for a bucket, its Burst, its rate
+// as it was. full reports that the counter has no room: the request is
+// to be refused until k's RetryAfter, or its Reset.
+func (k Known) Bounded(p limit.Params, share float64, capacity int64) (q limit.Params, full bool) {
+	room := capacity - k.Used
+	if room <= 0 {
+		return p, true
+	}
+	local := max(int64(math.Ceil(share*float64(room)-1e-9)), 1)
+	q = p
+	if bucket(&p) {
+		q.Burst = min(p.Capacity(), local)
+	} else {
+		q.Limit = min(p.Limit, local)
+	}
+	if q.Validate() != nil {
+		return p, true // no valid bound: refuse rather than admit the whole share
+	}
+	return q, false
 }

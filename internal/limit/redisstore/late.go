@@ -310,13 +310,16 @@ func (r *Store) flushOnce(last bool) {
 			r.writeBacksDropped.Add(1)
 			continue
 		}
-		keys, tag, _, err := redisKeys(w.reqs)
+		// One counter named twice is counted twice, in one request
+		// (limit.Merge), as the decision counted it.
+		reqs := limit.Merge(w.reqs).Reqs
+		keys, tag, _, err := redisKeys(reqs)
 		if err != nil {
 			continue
 		}
-		args := r.scriptArgs(w.now, w.reqs, tag, nil)
+		args := r.scriptArgs(w.now, reqs, tag, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), r.callTimeout)
-		_, err = r.decide(ctx, keys, w.reqs, args, make([]limit.Result, len(w.reqs)))
+		_, err = r.decide(ctx, keys, reqs, args, make([]limit.Result, len(reqs)))
 		cancel()
 		var le *lateError
 		switch {

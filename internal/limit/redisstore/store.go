@@ -542,6 +542,7 @@ func (r *Store) run(ctx context.Context, keys []string, args []any) ([]int64, er
 	for try := 1; err != nil && isClosedConn(err) && try < closedConnTries && ctx.Err() == nil; try++ {
 		r.calls.Add(1)
 		v, err = r.scriptCmd(ctx, r.client, keys, args).Int64Slice()
+		err = resent(err)
 	}
 	if err != nil && isNoScript(err) {
 		r.fn.lost(err)

@@ -343,7 +343,9 @@ func (r *Store) fromLeases(ctx context.Context, now time.Time, keys []string, re
 		r.decisions.Add(1)
 		if claim != nil {
 			keys, reqs := slices.Clone(keys), slices.Clone(reqs)
-			r.leases.bg.Go(func() { r.refill(now, keys, reqs, tag, ask) })
+			if !r.leases.background(func() { r.refill(now, keys, reqs, tag, ask) }) {
+				r.leases.release(claim) // closed: no next lease
+			}
 		}
 	}
 	return ok, ask, nil

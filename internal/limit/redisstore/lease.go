@@ -203,7 +203,25 @@ func (ls *tokenLeases) async(back []leaseReturn) {
 	if len(back) == 0 {
 		return
 	}
-	ls.bg.Go(func() { ls.giveBack(back) })
+	if !ls.background(func() { ls.giveBack(back) }) {
+		// The store has closed: no one sends them any more.
+		for _, b := range back {
+			ls.expired.Add(b.n)
+		}
+	}
+}
+
+// background runs f in a goroutine that close waits for, unless the
+// leases have closed (then it reports false): an Add of bg must not race
+// with close's Wait.
+func (ls *tokenLeases) background(f func()) bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.closed {
+		return false
+	}
+	ls.bg.Go(f)
+	return true
 }
 
 // take admits a request from the leases of keys, writing each limit's

@@ -61,7 +61,7 @@ func (h *headerSignal) Unwrap() http.ResponseWriter { return h.ResponseWriter }
 // when the response's headers go out and closes it, under the reverse
 // proxy still copying it to the upstream: the upstream connection breaks
 // and the stream is cut after its first event (http.ResponseController's
-// EnableFullDuplex; golang/go issue 15527).
+// EnableFullDuplex, https://github.com/golang/go/issues/15527).
 func TestStreamWhileBodyArrives(t *testing.T) {
 	t.Parallel()
 	const firstLen, restLen = 1024, 128 << 10 // the rest under the server's 256 KiB it would discard

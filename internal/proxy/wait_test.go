@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -232,22 +233,8 @@ func TestMaxDelayOnRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { red.Close() })
-	parsed, err := config.Parse("rules.yaml", []byte(`
-configs:
-  - appId: app-1
-    limits:
-      - {api: /v1/chat, limit: 1, unit: 1, algorithm: token_bucket, maxDelay: 30s}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, _ := ruleset.Compile(parsed, time.Now())
 	var served atomic.Int64
-	h, err := NewHandler(HandlerConfig{Rules: rs, Store: red, FailMode: failmode.Closed, Logger: slog.New(slog.DiscardHandler),
-		Upstream: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served.Add(1) })})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := chatWaitHandler(t, red, 1, failmode.Closed, func(http.ResponseWriter, *http.Request) { served.Add(1) })
 	for i := range 3 {
 		r := httptest.NewRequest("GET", "/v1/chat", nil)
 		r.Header.Set("X-App-Id", "app-1")
@@ -274,21 +261,7 @@ func TestMaxDelayStoreFailsDuringWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { red.Close() })
-	parsed, err := config.Parse("rules.yaml", []byte(`
-configs:
-  - appId: app-1
-    limits:
-      - {api: /v1/chat, limit: 1, unit: 2, algorithm: token_bucket, maxDelay: 30s}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, _ := ruleset.Compile(parsed, time.Now())
-	h, err := NewHandler(HandlerConfig{Rules: rs, Store: red, FailMode: failmode.Open, Logger: slog.New(slog.DiscardHandler),
-		Upstream: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := chatWaitHandler(t, red, 2, failmode.Open, func(http.ResponseWriter, *http.Request) {})
 	do := func() *httptest.ResponseRecorder {
 		r := httptest.NewRequest("GET", "/v1/chat", nil)
 		r.Header.Set("X-App-Id", "app-1")
@@ -312,4 +285,26 @@ configs:
 			t.Errorf("fail_open after a wait carries %s: %q, from the refusal before it", name, v)
 		}
 	}
+}
+
+// chatWaitHandler is a handler on store, under mode, whose app-1 may send
+// one request to /v1/chat per unit seconds (token_bucket), waiting up to
+// 30s for room, to upstream.
+func chatWaitHandler(t *testing.T, store limit.Store, unit int, mode failmode.Mode, upstream http.HandlerFunc) *Handler {
+	t.Helper()
+	parsed, err := config.Parse("rules.yaml", []byte(fmt.Sprintf(`
+configs:
+  - appId: app-1
+    limits:
+      - {api: /v1/chat, limit: 1, unit: %d, algorithm: token_bucket, maxDelay: 30s}
+`, unit)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, _ := ruleset.Compile(parsed, time.Now())
+	h, err := NewHandler(HandlerConfig{Rules: rs, Store: store, FailMode: mode, Logger: slog.New(slog.DiscardHandler), Upstream: upstream})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }

@@ -185,11 +185,13 @@ func sameDecision(t *testing.T, mem *limit.Memory, red *Store, clock *fixedClock
 func TestRedisUsualCallLockouts(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	red, clock := newFixedRedis(t, srv)
 	sec := int64(time.Second / time.Microsecond)
 	for _, alg := range []string{"sliding_window", "fixed_window", "token_bucket", "leaky_bucket", "sliding_log"} {
 		t.Run(alg, func(t *testing.T) {
 			t.Parallel()
+			// A store and clock of its own: subtests that share a fixed
+			// clock move it under each other's calls.
+			red, clock := newFixedRedis(t, srv)
 			lock := &limit.Params{Algorithm: alg, Limit: 2, Window: 10 * time.Second, Lock: 30 * time.Second}
 			if alg == "sliding_window" {
 				lock.Precision = 10

@@ -85,7 +85,6 @@ func checkRing(t *testing.T, srv *redistest.Server, key string, where string) ma
 func TestRedisSlidingWindowLeaseGivenBack(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	red, clock := newFixedRedis(t, srv)
 	sec := int64(time.Second / time.Microsecond)
 	p := &limit.Params{Algorithm: "sliding_window", Limit: 2, Window: 10 * time.Second, Precision: 10}
 	// The ring has 11 buckets of 1s; us0 starts one.
@@ -107,6 +106,9 @@ func TestRedisSlidingWindowLeaseGivenBack(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
+			// A store and clock of its own: subtests that share a fixed
+			// clock move it under each other's calls.
+			red, clock := newFixedRedis(t, srv)
 			app := "given-back-" + strings.ReplaceAll(tt.name, " ", "-")
 			q := limit.Request{Key: app + "|/a", Params: p}
 			pair := newStorePair(t, red, clock)

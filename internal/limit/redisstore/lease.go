@@ -204,10 +204,9 @@ func (ls *tokenLeases) async(back []leaseReturn) {
 		return
 	}
 	if !ls.background(func() { ls.giveBack(back) }) {
-		// The store has closed: no one sends them any more.
-		for _, b := range back {
-			ls.expired.Add(b.n)
-		}
+		// The store is closing: sent here, not in a goroutine its Close
+		// no longer waits for.
+		ls.giveBack(back)
 	}
 }
 

@@ -67,6 +67,11 @@ type Cost struct {
 	// stream, that are read for a Body cost; 0 means
 	// usage.DefaultInspect.
 	Inspect int
+	// Price, when not nil, prices the input and output tokens the
+	// response reports by its model (price.go): the cost is then money,
+	// in micro-units of the prices' currency, and Body holds
+	// usage.PricedPaths.
+	Price *usage.Prices
 	// Line is where cost is set, 0 when it is not.
 	Line int
 }
@@ -153,7 +158,7 @@ func (c *Count) String() string {
 }
 
 var (
-	costFields  = []string{"header", "body", "max", "min", "keep", "reserve", "reserveHeader", "inspect"}
+	costFields  = []string{"header", "body", "price", "max", "min", "keep", "reserve", "reserveHeader", "inspect"}
 	countFields = []string{"status"}
 )
 
@@ -191,14 +196,21 @@ func (p *parser) cost(f field, params *limit.Params) (Cost, bool) {
 	ok := true
 	h, has := fs["header"]
 	bf, hasBody := fs["body"]
+	pf, hasPrice := fs["price"]
 	switch {
+	case hasPrice && (has || hasBody):
+		p.errorf(pf.line, "cost sets price with header or body; a priced cost reads the input and output tokens of the response body itself, so remove header and body")
+		ok = false
+	case hasPrice:
+		c.Price, ok = p.prices(pf)
+		c.Body, hasBody = usage.PricedPaths(), true
 	case has && hasBody:
 		p.errorf(bf.line, "cost sets both header and body; the cost is reported in one of them, so keep one")
 		ok = false
 	case hasBody:
 		c.Body, ok = p.bodyPaths(bf)
 	case !has:
-		p.errorf(f.line, "cost has no header; name the response header that reports the cost, like header: %s, or the field of the response body, like body: usage.total_tokens, or write a fixed cost as a number", DefaultCostHeader)
+		p.errorf(f.line, "cost has no header; name the response header that reports the cost, like header: %s, or the field of the response body, like body: usage.total_tokens, or price the tokens, like price: {gpt-4o: {input: 2.50, output: 10}}, or write a fixed cost as a number", DefaultCostHeader)
 		ok = false
 	default:
 		if name, good := p.str(h); !good {

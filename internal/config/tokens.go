@@ -124,6 +124,13 @@ func (c *Cost) bodyString() string {
 		ps[i] = p.String()
 	}
 	s := fmt.Sprintf("body %s (min %d, max %d", strings.Join(ps, "+"), c.Min, c.Max)
+	if c.Price != nil {
+		models := "models"
+		if c.Price.Len() == 1 {
+			models = "model"
+		}
+		s = fmt.Sprintf("price of %d %s in micro-units (min %d, max %d", c.Price.Len(), models, c.Min, c.Max)
+	}
 	if c.Reserve > 0 {
 		s += fmt.Sprintf(", reserve %d", c.Reserve)
 	}

@@ -46,7 +46,9 @@ var (
 	xmlText = &xmlElement{text: true}
 	// A fixed cost is an attribute (cost="5"), a reported one an element
 	// (<cost header="X-RateLimit-Cost" max="1000"/>).
-	xmlCost  = &xmlElement{name: "cost"}
+	xmlCost = &xmlElement{name: "cost", children: []xmlChild{
+		{name: "price", field: "price", list: true, elem: &xmlElement{name: "price"}},
+	}}
 	xmlCount = &xmlElement{name: "count", children: []xmlChild{
 		{name: "status", field: "status", list: true, attr: true, elem: xmlText},
 	}}
@@ -84,7 +86,7 @@ var (
 // The fields whose XML attribute values are always strings, and those that
 // are true or false; the others are numbers when they look like one.
 var (
-	xmlStringFields = []string{"appId", "name", "plan", "body", "reserveHeader", "maxDelay", "api", "algorithm", "by", "missing", "method", "timezone", "header",
+	xmlStringFields = []string{"appId", "name", "model", "plan", "body", "reserveHeader", "maxDelay", "api", "algorithm", "by", "missing", "method", "timezone", "header",
 		"url", "balancing", "ca", "cert", "key", "serverName", "path", "host", "upstream"}
 	xmlBoolFields = []string{"caseSensitive", "caseInsensitive", "shadow", "keep", "stripPrefix"}
 	xmlNumber     = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$`)

@@ -79,6 +79,10 @@ type Meter struct {
 	// skipped reports that an event of a stream was not parsed for
 	// being over inspect.
 	skipped bool
+	// priced reports that the Meter also reads the model (priced.go),
+	// model the first one read.
+	priced bool
+	model  string
 }
 
 // NewMeter returns a Meter of the paths for a response with the given
@@ -271,6 +275,7 @@ func (m *Meter) parse(doc []byte) {
 			m.last[i], m.seen[i] = n, true
 		}
 	}
+	m.readModel(v)
 }
 
 // MaxUsage is the usage a Meter reports for a number too large to

@@ -52,8 +52,13 @@ type Metrics struct {
 	// tokenUnits are the units charged to limits whose cost the response
 	// body reports (LLM tokens), by app and plan: both come from the
 	// rule file, so the labels are bounded.
-	tokenUnits  *prometheus.CounterVec
-	costMissing *prometheus.CounterVec
+	tokenUnits *prometheus.CounterVec
+	// pricedTokens are the tokens of responses to limits priced per
+	// model, by app, plan and kind (input, output); spend is what they
+	// were charged, in micro-units.
+	pricedTokens *prometheus.CounterVec
+	spend        *prometheus.CounterVec
+	costMissing  *prometheus.CounterVec
 	circuitOpen prometheus.Gauge
 	reloads     *prometheus.CounterVec
 	lastReload  prometheus.Gauge
@@ -121,7 +126,15 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 		}, []string{"app", "api"}),
 		tokenUnits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_token_units_total",
-			Help: "Units (LLM tokens) charged to limits whose cost the response body reports, by app and plan (\"\" for an app's own rules).",
+			Help: "Units (LLM tokens) charged to limits whose cost the response body reports, by app and plan (\"\" for an app's own rules); not those priced per model.",
+		}, []string{"app", "plan"}),
+		pricedTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_priced_tokens_total",
+			Help: "LLM tokens that responses reported to limits priced per model, by app, plan and kind (input, output).",
+		}, []string{"app", "plan", "kind"}),
+		spend: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_spend_micros_total",
+			Help: "Money charged to limits priced per model, in micro-units (millionths) of the prices' currency, by app and plan.",
 		}, []string{"app", "plan"}),
 		costMissing: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_cost_header_missing_total",
@@ -185,6 +198,8 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 	f(chargeErrors)
 	f(m.costUnits)
 	f(m.tokenUnits)
+	f(m.pricedTokens)
+	f(m.spend)
 	f(m.costMissing)
 	f(m.circuitOpen)
 	f(m.reloads)
@@ -282,9 +297,16 @@ func (m *Metrics) ObserveRequest(o *Outcome) {
 		rm := m.rule(l.App, l.API)
 		if l.Charged > 0 {
 			child(&rm.units, m.costUnits, l.App, l.API).Add(float64(l.Charged))
-			if l.Tokens {
+			switch {
+			case l.Priced:
+				m.spend.WithLabelValues(l.App, l.Plan).Add(float64(l.Charged))
+			case l.Tokens:
 				m.tokenUnits.WithLabelValues(l.App, l.Plan).Add(float64(l.Charged))
 			}
+		}
+		if l.Priced {
+			m.pricedTokens.WithLabelValues(l.App, l.Plan, "input").Add(float64(l.InputTokens))
+			m.pricedTokens.WithLabelValues(l.App, l.Plan, "output").Add(float64(l.OutputTokens))
 		}
 		if l.CostMissing {
 			child(&rm.missing, m.costMissing, l.App, l.API).Inc()

@@ -121,6 +121,11 @@ type LimitOutcome struct {
 	// body (LLM tokens); Plan is the plan its rule comes from.
 	Tokens bool
 	Plan   string
+	// Priced reports whether the limit's cost is the price of the tokens
+	// (cost: {price: ...}): Charged is then money, in micro-units, and
+	// InputTokens and OutputTokens are the tokens the response reported.
+	Priced                    bool
+	InputTokens, OutputTokens int64
 }
 
 // KeyValue is the value of one key part (a header, a query parameter or

@@ -69,22 +69,34 @@ func (b *bodyKeys) value(path string) string {
 // the body gives no max_tokens or could not be read, since nothing then
 // bounds what the response may use.
 func (b *bodyKeys) estimate(most int64) int64 {
-	if b.doc == nil {
+	in, out, ok := b.estimateTokens()
+	if !ok {
 		return most
 	}
+	return max(min(out, most)+in, 1)
+}
+
+// estimateTokens returns the prompt and output tokens of the estimate:
+// the prompt one token per config.EstimateBytesPerToken bytes of the
+// body, the output its max_tokens; false when the body gives no
+// max_tokens or could not be read.
+func (b *bodyKeys) estimateTokens() (in, out int64, ok bool) {
+	if b.doc == nil {
+		return 0, 0, false
+	}
 	for _, f := range [...]string{"max_tokens", "max_completion_tokens", "max_output_tokens"} {
-		n, ok := b.doc[f].(json.Number)
-		if !ok {
+		n, has := b.doc[f].(json.Number)
+		if !has {
 			continue
 		}
 		out, err := n.Int64()
 		if err != nil || out < 0 {
-			return most
+			return 0, 0, false
 		}
 		in := (int64(len(b.head)) + config.EstimateBytesPerToken - 1) / config.EstimateBytesPerToken
-		return max(min(out, most)+in, 1)
+		return in, out, true
 	}
-	return most
+	return 0, 0, false
 }
 
 // load reads r's body, up to the largest MaxBody of lims and one byte

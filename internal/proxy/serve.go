@@ -279,6 +279,9 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *ruleset.Sect
 		}
 		q := &sc.reqs[i]
 		*q = limit.Request{Key: key, Tag: tag, Params: &cl.Params, Shadow: cl.Shadow, Cost: cl.Cost.Need(), Hold: cl.Deferred()}
+		if cl.Cost.Price != nil && !cl.Shadow && !unknownModel(w, r, cl, sc) {
+			return false
+		}
 		if cl.BodyCost() {
 			// Its reserve is held until the response ends, or room for
 			// min checked (tokens.go).

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/usage"
 )
@@ -25,7 +27,8 @@ import (
 // bodyNeed returns what a request r asks of a limit cl with a body cost:
 // its reserve, held until the response ends (Hold), or, without one,
 // room for min, counted for none (Defer). An estimated reserve reads the
-// request's body (sc.body) once.
+// request's body (sc.body) once; a priced one prices the estimate at the
+// requested model's price (askedPrice, which keys has checked).
 func bodyNeed(cl *ruleset.Limit, r *http.Request, sc *scratch) (units int64, deferred bool) {
 	var vals []string
 	if cl.Cost.ReserveHeader != "" {
@@ -36,7 +39,14 @@ func bodyNeed(cl *ruleset.Limit, r *http.Request, sc *scratch) (units int64, def
 		if !sc.body.read {
 			sc.body.load(r, sc.bodyLimits())
 		}
-		res = max(res, min(sc.body.estimate(cl.Cost.Max), cl.Cost.Max, cl.Params.Capacity()))
+		est := cl.Cost.Max
+		if cl.Cost.Price == nil {
+			est = sc.body.estimate(cl.Cost.Max)
+		} else if in, out, ok := sc.body.estimateTokens(); ok {
+			p, _ := askedPrice(cl, sc)
+			est = p.Cost(in, out)
+		}
+		res = max(res, min(est, cl.Cost.Max, cl.Params.Capacity()))
 	}
 	if res > 0 {
 		return res, false
@@ -44,34 +54,88 @@ func bodyNeed(cl *ruleset.Limit, r *http.Request, sc *scratch) (units int64, def
 	return cl.Cost.Min, true
 }
 
-// tokenTap feeds the bytes of a response sent to the client to a
-// usage.Meter, created at the first byte from the response's headers. A
-// gzip body is decoded for the meter on the way (gunzip); the client
-// gets the bytes as the upstream sent them.
+// askedPrice returns the price of the model a request's body asks for
+// (its "model") on a priced limit cl: the model's own, else the price of
+// any other model; false when the table has neither, and the request is
+// refused (unknownModel) before the upstream sees it.
+func askedPrice(cl *ruleset.Limit, sc *scratch) (usage.Price, bool) {
+	if p, ok := cl.Cost.Price.Named(sc.body.value("model")); ok {
+		return p, true
+	}
+	return cl.Cost.Price.Other()
+}
+
+// unknownModel answers a request to a priced limit whose model the price
+// table does not price, and has no price for any other model: nothing
+// says what its tokens cost, so it is refused before the upstream is
+// paid. It reports whether the request may go on.
+func unknownModel(w http.ResponseWriter, r *http.Request, cl *ruleset.Limit, sc *scratch) bool {
+	if !sc.body.read {
+		sc.body.load(r, sc.bodyLimits())
+	}
+	if _, ok := askedPrice(cl, sc); ok {
+		return true
+	}
+	sc.o.Decision = observe.DecisionInvalid
+	model := sc.body.value("model")
+	if model == "" {
+		WriteError(w, http.StatusBadRequest, "unknown_model", "the budget of "+cl.API+" is priced per model: send the model in the JSON body's \"model\" field")
+		return false
+	}
+	WriteError(w, http.StatusBadRequest, "unknown_model", "the budget of "+cl.API+" has no price for the model "+strconv.Quote(model)+"; use a priced model")
+	return false
+}
+
+// tokenTap feeds the bytes of a response sent to the client to the
+// usage.Meters of its limits, created at the first byte from the
+// response's headers: one for the fields a token budget adds up, one for
+// a priced budget's tokens and model (either may be absent). A gzip body
+// is decoded for the meters on the way (gunzip); the client gets the
+// bytes as the upstream sent them.
 type tokenTap struct {
 	paths   []usage.Path
 	inspect int
-	m       *usage.Meter
-	gz      *gunzip
-	// off reports that the body cannot be read: its Content-Encoding
-	// is not one the gateway decodes.
-	off bool
+	// prices, when not nil, is the price table of the first priced
+	// limit: a priced meter reads the tokens, and each priced limit
+	// prices them by the model the response names, else asked, the
+	// request's.
+	prices *usage.Prices
+	asked  string
+	// m reads paths, pm a priced budget's fields; w writes to both.
+	m, pm *usage.Meter
+	w     io.Writer
+	gz    *gunzip
+	// started reports that the meters were made; off that the body
+	// cannot be read: its Content-Encoding is not one the gateway
+	// decodes.
+	started, off bool
 }
 
 func (t *tokenTap) write(hdr http.Header, b []byte) {
 	if t.off {
 		return
 	}
-	if t.m == nil {
+	if !t.started {
+		t.started = true
 		var ct string
 		if v := hdr["Content-Type"]; len(v) > 0 {
 			ct = v[0]
 		}
-		t.m = usage.NewMeter(t.paths, ct, t.inspect)
+		switch {
+		case t.paths != nil && t.prices != nil:
+			t.m, t.pm = usage.NewMeter(t.paths, ct, t.inspect), usage.NewPricedMeter(ct, t.inspect)
+			t.w = io.MultiWriter(t.m, t.pm)
+		case t.prices != nil:
+			t.pm = usage.NewPricedMeter(ct, t.inspect)
+			t.w = t.pm
+		default:
+			t.m = usage.NewMeter(t.paths, ct, t.inspect)
+			t.w = t.m
+		}
 		switch encoding(hdr["Content-Encoding"]) {
 		case "":
 		case "gzip":
-			t.gz = newGunzip(t.m)
+			t.gz = newGunzip(t.w)
 		default:
 			t.off = true
 			return
@@ -81,27 +145,59 @@ func (t *tokenTap) write(hdr http.Header, b []byte) {
 		t.gz.write(b)
 		return
 	}
-	t.m.Write(b)
+	t.w.Write(b)
 }
 
-// used ends the body and returns the usage it reported, whether it
-// reported any, and whether some of the body could not be read (an
-// encoding the gateway does not decode, a gzip stream that does not
-// decode, a body or an event longer than inspect): its usage is then
-// unknown, not absent.
-func (t *tokenTap) used() (n int64, seen, unread bool) {
+// end ends the body; it returns whether some of it could not be decoded.
+// It is called once, before used.
+func (t *tokenTap) end() (undecoded bool) {
+	if !t.started || t.off {
+		return t.off
+	}
+	if t.gz != nil && !t.gz.close() {
+		undecoded = true
+	}
+	if t.m != nil {
+		t.m.Close()
+	}
+	if t.pm != nil {
+		t.pm.Close()
+	}
+	return undecoded
+}
+
+// used returns the usage the body reported for a limit, priced by prices
+// when they are not nil, once end has ended it: whether it reported any, and whether some
+// of the body could not be read (an encoding the gateway does not decode,
+// a gzip stream that does not decode, a body or an event longer than
+// inspect, a priced response whose model has no price): its usage is
+// then unknown, not absent.
+func (t *tokenTap) used(prices *usage.Prices, undecoded bool) (n int64, seen, unread bool) {
 	if t.off {
 		return 0, false, true
 	}
-	if t.m == nil {
+	if !t.started {
 		return 0, false, false
 	}
-	if t.gz != nil && !t.gz.close() {
-		unread = true
+	if prices != nil {
+		in, out, seen := t.pm.Tokens()
+		p, ok := prices.Resolve(t.pm.Model(), t.asked)
+		if !ok {
+			return 0, false, true
+		}
+		return p.Cost(in, out), seen, undecoded || t.pm.Skipped()
 	}
-	t.m.Close()
 	n, seen = t.m.Used()
-	return n, seen, unread || t.m.Skipped()
+	return n, seen, undecoded || t.m.Skipped()
+}
+
+// tokens returns the input and output tokens a priced response reported.
+func (t *tokenTap) tokens() (in, out int64) {
+	if t.pm == nil {
+		return 0, 0
+	}
+	in, out, _ = t.pm.Tokens()
+	return in, out
 }
 
 // encoding returns the one content coding of a response whose
@@ -176,7 +272,7 @@ type gunzip struct {
 	err error
 }
 
-func newGunzip(m *usage.Meter) *gunzip {
+func newGunzip(m io.Writer) *gunzip {
 	pr, pw := io.Pipe()
 	g := &gunzip{pw: pw, done: make(chan struct{})}
 	go func() {
@@ -214,17 +310,29 @@ func (g *gunzip) close() bool {
 // that admitted the request. It returns nil when there are none.
 func (h *Handler) startMetering(sc *scratch) *tokenTap {
 	o := &sc.o
+	var t *tokenTap
 	for i, cl := range sc.lims[:len(o.Limits())] {
-		if cl.BodyCost() && o.Limits()[i].Allowed {
-			// The limits of one request share its body: one meter reads
-			// the paths of the first. Rules that read different fields
-			// of one response are not expected.
-			t := &tokenTap{paths: cl.Cost.Body, inspect: cl.Cost.Inspect}
-			sc.sw.tap, sc.fwd.readBody = t, true
-			return t
+		if !cl.BodyCost() || !o.Limits()[i].Allowed {
+			continue
+		}
+		if t == nil {
+			t = &tokenTap{inspect: cl.Cost.Inspect}
+		}
+		// The limits of one request share its body: one meter reads the
+		// paths of the first token budget, another the tokens of the
+		// first priced one. Rules that read different fields of one
+		// response, or price it apart, are not expected.
+		switch {
+		case cl.Cost.Price != nil && t.prices == nil:
+			t.prices, t.asked = cl.Cost.Price, sc.body.value("model")
+		case cl.Cost.Price == nil && t.paths == nil:
+			t.paths = cl.Cost.Body
 		}
 	}
-	return nil
+	if t != nil {
+		sc.sw.tap, sc.fwd.readBody = t, true
+	}
+	return t
 }
 
 // chargeTokens adds to ow the charges of the body-cost limits of
@@ -236,13 +344,14 @@ func (h *Handler) startMetering(sc *scratch) *tokenTap {
 func (h *Handler) chargeTokens(sc *scratch, t *tokenTap, broken bool, ow *owed) bool {
 	sc.sw.tap = nil
 	o := &sc.o
-	used, seen, unread := t.used()
+	undecoded := t.end()
 	any := false
 	for i, cl := range sc.lims[:len(o.Limits())] {
 		if !cl.BodyCost() || !o.Limits()[i].Allowed {
 			continue
 		}
 		any = true
+		used, seen, unread := t.used(cl.Cost.Price, undecoded)
 		q := sc.reqs[i]
 		var reserved int64
 		if q.Hold {
@@ -269,6 +378,11 @@ func (h *Handler) chargeTokens(sc *scratch, t *tokenTap, broken bool, ow *owed) 
 			total = max(total, reserved)
 		}
 		o.Limits()[i].Charged, o.Limits()[i].Tokens, o.Limits()[i].Plan = total, true, cl.Plan
+		if cl.Cost.Price != nil {
+			l := &o.Limits()[i]
+			l.Priced = true
+			l.InputTokens, l.OutputTokens = t.tokens()
+		}
 		if total > 0 {
 			ow.charge(q, i, total)
 		}

@@ -173,7 +173,7 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Set,
 			sec.Total = newCompiledLimit(app.ID, "", nil, *app.Total, false, opts)
 			sec.Total.Cost, sec.Total.Count = app.TotalCost, app.TotalCount
 			sec.Total.keyBy(app.By, app.Missing)
-			if app.TotalCost.Estimate {
+			if app.TotalCost.Estimate || app.TotalCost.Price != nil {
 				sec.Total.MaxBody = config.DefaultMaxBody
 			}
 			rs.keys[sec.Total.Key] = sec.Total.Params.Window
@@ -195,8 +195,8 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Set,
 			cl.keyBy(cmp.Or(r.By, app.By), cmp.Or(r.Missing, app.Missing))
 			if r.MaxBody > 0 {
 				cl.MaxBody = r.MaxBody
-			} else if r.Cost.Estimate {
-				cl.MaxBody = config.DefaultMaxBody // read for the estimate
+			} else if r.Cost.Estimate || r.Cost.Price != nil {
+				cl.MaxBody = config.DefaultMaxBody // read for the estimate, or the model
 			}
 			sec.IPTag = sec.IPTag && cl.Kind == KeyIP
 			cl.head = slices.Contains(r.Methods, http.MethodHead)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/usage"
 )
 
 // This file answers the admin port's usage API (GET /usage, POST
@@ -35,8 +36,19 @@ type UsageLine struct {
 	Used      *int64   `json:"used,omitempty"`
 	Remaining *int64   `json:"remaining,omitempty"`
 	Reset     *float64 `json:"reset,omitempty"`
+	// Money, for a limit priced per model (cost: {price: ...}), writes
+	// Limit, Used and Remaining, which count micro-units, as decimal
+	// amounts of the prices' currency.
+	Money *UsageMoney `json:"money,omitempty"`
 	// Note says why the counter was not read.
 	Note string `json:"note,omitempty"`
+}
+
+// UsageMoney is a priced limit's usage in currency units ("2.50").
+type UsageMoney struct {
+	Limit     string `json:"limit"`
+	Used      string `json:"used,omitempty"`
+	Remaining string `json:"remaining,omitempty"`
 }
 
 // ErrUnknownApp is returned for an app ID that has no section of its own.
@@ -131,6 +143,12 @@ func (rs *Set) Usage(ctx context.Context, store limit.Store, now time.Time, app,
 			}
 			reset := res[0].Reset.Seconds()
 			l.Used, l.Remaining, l.Reset = &used, &rem, &reset
+		}
+		if cl.Cost.Price != nil {
+			l.Money = &UsageMoney{Limit: usage.FormatMicros(cl.Params.Limit)}
+			if l.Used != nil {
+				l.Money.Used, l.Money.Remaining = usage.FormatMicros(*l.Used), usage.FormatMicros(max(*l.Remaining, 0))
+			}
 		}
 		lines = append(lines, l)
 	}

@@ -59,12 +59,12 @@ type Metrics struct {
 	pricedTokens *prometheus.CounterVec
 	spend        *prometheus.CounterVec
 	costMissing  *prometheus.CounterVec
-	circuitOpen prometheus.Gauge
-	reloads     *prometheus.CounterVec
-	lastReload  prometheus.Gauge
-	rulesLoaded prometheus.Gauge
-	routes      routeMetrics
-	handler     http.Handler
+	circuitOpen  prometheus.Gauge
+	reloads      *prometheus.CounterVec
+	lastReload   prometheus.Gauge
+	rulesLoaded  prometheus.Gauge
+	routes       routeMetrics
+	handler      http.Handler
 	// rules caches the ruleMetrics of each (app, api), keyed by
 	// ruleLabels. The label values are bounded by the rule files loaded.
 	rules sync.Map

@@ -110,6 +110,9 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 	f.BoolVar(&cfg.H2C, "h2c", cfg.H2C, "serve HTTP/2 without TLS (prior knowledge: plaintext gRPC clients) on the proxy port besides HTTP/1.1; not with --tls-cert. Routes reach such servers with h2c:// targets")
 	f.StringVar(&cfg.AdminToken, "admin-token", cfg.AdminToken, "bearer token required by POST /rules/reload on the admin port, which is disabled without one; prefer GATEWAY_ADMIN_TOKEN or --admin-token-file to a flag (visible in ps)")
 	f.StringVar(&cfg.AdminTokenFile, "admin-token-file", cfg.AdminTokenFile, "file whose contents (trimmed) are the --admin-token; exclusive with --admin-token")
+	f.StringVar(&cfg.AlertWebhook, "alert-webhook", cfg.AlertWebhook, "URL that receives a signed POST of JSON when a caller's budget crosses an alert threshold (alerts: on a rule or plan); without it alerts are only counted in gateway_budget_alerts_total")
+	f.StringVar(&cfg.AlertSecretFile, "alert-secret-file", cfg.AlertSecretFile, "file whose trimmed contents sign each --alert-webhook call: X-Gateway-Signature is sha256= and the hex HMAC-SHA256 of the body")
+	f.IntVar(&cfg.AlertQueue, "alert-queue", cfg.AlertQueue, "alerts that may wait for --alert-webhook; past it they are dropped and counted (default 1000)")
 	f.Var(&logFormat, "log-format", "log format: json or text")
 	f.Var(&logLevel, "log-level", "log level: debug, info, warn, error")
 	return cmd

@@ -18,7 +18,7 @@ import (
 // written in the app would, so that moving a rule into a plan, or changing
 // a plan, keeps the counters as any reload does.
 
-var planFields = []string{"name", "limits", "errorFormat", "retryAfterMax"}
+var planFields = []string{"name", "limits", "errorFormat", "retryAfterMax", "alerts"}
 
 // A plan is one entry of the plans list.
 type plan struct {
@@ -64,6 +64,15 @@ func (p *parser) readPlans(f field) {
 		if rf, good := p.refusal(fs); good {
 			for i := range pl.rules {
 				pl.rules[i].Refusal = pl.rules[i].Refusal.Or(rf)
+			}
+		}
+		if af, has := fs["alerts"]; has {
+			if al, good := p.alerts(af); good {
+				for i := range pl.rules {
+					if pl.rules[i].Alerts == nil {
+						pl.rules[i].Alerts = al
+					}
+				}
 			}
 		}
 		if pl.name != "" {

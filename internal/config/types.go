@@ -122,6 +122,10 @@ type Rule struct {
 	// Refusal is how the rule's refusals are written, its plan's
 	// filling in what it does not set (refusal.go).
 	Refusal Refusal
+	// Alerts are the percentages of the limit (ascending, 1..100) whose
+	// crossing is told once per caller per window (alerts.go); its
+	// plan's when it sets none.
+	Alerts []int
 	// Line is where the rule starts in the file.
 	Line int
 }

@@ -21,7 +21,7 @@ var (
 	settingFields  = []string{"algorithm", "unit", "precision", "burst", "warmup", "lockSeconds", "timezone"}
 	defaultsFields = append(slices.Clone(settingFields), "by", "missing")
 	appFields      = []string{"appId", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "limits", "keys", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count", "plan"}
-	ruleFields     = []string{"api", "method", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "shadow", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count", "maxDelay", "errorFormat", "retryAfterMax", "maxBody"}
+	ruleFields     = []string{"api", "method", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "shadow", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count", "maxDelay", "errorFormat", "retryAfterMax", "maxBody", "alerts"}
 )
 
 // maxLockSeconds is the longest lockSeconds that a time.Duration holds;
@@ -433,6 +433,14 @@ func (p *parser) buildRule(n *yaml.Node) *ruleResult {
 		res.rule.Refusal = rf
 	} else {
 		ok = false
+	}
+
+	if f, has := fs["alerts"]; has {
+		if v, good := p.alerts(f); good {
+			res.rule.Alerts = v
+		} else {
+			ok = false
+		}
 	}
 
 	if f, has := fs["by"]; has {

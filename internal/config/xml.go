@@ -86,7 +86,7 @@ var (
 // The fields whose XML attribute values are always strings, and those that
 // are true or false; the others are numbers when they look like one.
 var (
-	xmlStringFields = []string{"appId", "name", "model", "plan", "body", "reserveHeader", "maxDelay", "api", "algorithm", "by", "missing", "method", "timezone", "header",
+	xmlStringFields = []string{"appId", "name", "model", "alerts", "plan", "body", "reserveHeader", "maxDelay", "api", "algorithm", "by", "missing", "method", "timezone", "header",
 		"url", "balancing", "ca", "cert", "key", "serverName", "path", "host", "upstream"}
 	xmlBoolFields = []string{"caseSensitive", "caseInsensitive", "shadow", "keep", "stripPrefix"}
 	xmlNumber     = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$`)

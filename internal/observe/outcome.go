@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
+	"github.com/ratelimit-gateway/gateway/internal/limit"
 )
 
 // Observer receives the outcome of every request, once, when its response
@@ -126,6 +127,15 @@ type LimitOutcome struct {
 	// InputTokens and OutputTokens are the tokens the response reported.
 	Priced                    bool
 	InputTokens, OutputTokens int64
+	// Alerts are the limit's alert thresholds (percentages of Limit,
+	// ascending), Params its parameters; nil for a limit without alerts.
+	Alerts []int
+	Params *limit.Params
+	// Deferred reports whether the limit counts the request once its
+	// response is known: Remaining is then what was left before the
+	// charge, less Reserved, the units the request held meanwhile.
+	Deferred bool
+	Reserved int64
 }
 
 // KeyValue is the value of one key part (a header, a query parameter or

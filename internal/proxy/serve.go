@@ -370,6 +370,13 @@ func (h *Handler) decide(r *http.Request, sc *scratch) {
 			App: cl.App, API: cl.API, Limit: res[i].Limit, Remaining: res[i].Remaining,
 			Allowed: res[i].Allowed, Shadow: cl.Shadow, By: cl.By, Key: sc.shown[i], Missing: sc.missing[i],
 		})
+		if len(cl.Alerts) > 0 {
+			l := &o.Limits()[i]
+			l.Alerts, l.Params, l.Deferred, l.Plan = cl.Alerts, &cl.Params, cl.Deferred(), cl.Plan
+			if sc.reqs[i].Hold {
+				l.Reserved = sc.reqs[i].Cost
+			}
+		}
 	}
 	if !allowed {
 		o.Decision = observe.DecisionLimited

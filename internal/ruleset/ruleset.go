@@ -72,6 +72,9 @@ type Limit struct {
 	// store fails.
 	Local  limit.Params
 	Shadow bool
+	// Alerts are the rule's alert thresholds, percentages of its limit
+	// (docs/plans-and-tokens.md, "Budget alerts"); nil for none.
+	Alerts []int
 	// Key is the counter key; for a by other than app or global a
 	// suffix is appended after a "|" (the client address group, or the
 	// values of AttrKey), and callers past the store's key cap share
@@ -191,7 +194,7 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Set,
 				return nil, noJWTError(rules.Path, r.Line, "rule "+r.API, by)
 			}
 			cl := newCompiledLimit(app.ID, r.API, r.Methods, r.Params, r.Shadow, opts)
-			cl.Cost, cl.Count, cl.Plan, cl.MaxDelay, cl.Refusal = r.Cost, r.Count, r.Plan, r.MaxDelay, r.Refusal
+			cl.Cost, cl.Count, cl.Plan, cl.MaxDelay, cl.Refusal, cl.Alerts = r.Cost, r.Count, r.Plan, r.MaxDelay, r.Refusal, r.Alerts
 			cl.keyBy(cmp.Or(r.By, app.By), cmp.Or(r.Missing, app.Missing))
 			if r.MaxBody > 0 {
 				cl.MaxBody = r.MaxBody

@@ -217,6 +217,12 @@ type Config struct {
 	// AdminTokenFile, exclusive with AdminToken, is a file whose contents,
 	// trimmed of white space, are the admin token.
 	AdminTokenFile string
+	// AlertWebhook, if not empty, is the URL that receives budget alerts
+	// (docs/plans-and-tokens.md, "Budget alerts"); AlertSecretFile a
+	// file whose trimmed contents sign them; AlertQueue bounds the
+	// alerts waiting to be sent (default alert.DefaultQueue).
+	AlertWebhook, AlertSecretFile string
+	AlertQueue                    int
 	// AccessLog, if not empty, is where one JSON line per request goes:
 	// "stdout", "stderr" or a file path.
 	AccessLog string

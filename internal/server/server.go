@@ -142,6 +142,11 @@ func New(cfg Config) (_ *Server, err error) {
 	if tr != nil {
 		observers = append(observers, &observe.Traces{RawKeys: cfg.AccessLogKeys})
 	}
+	notifier, err := s.alerts(cfg, reg, log)
+	if err != nil {
+		return nil, err
+	}
+	observers = append(observers, notifier)
 	if cfg.AccessLog != "" {
 		al, err := observe.OpenAccessLog(cfg.AccessLog)
 		if err != nil {

@@ -237,9 +237,14 @@ func (n *Notifier) Stats() Stats {
 // is handed to a worker that claims it, or dropped when the workers are
 // behind (the next request of the caller sees it again).
 func (n *Notifier) ObserveRequest(o *observe.Outcome) {
+	if o.StoreError {
+		// Decided on this gateway's share of the limits (--fail-mode
+		// local), whose counts are not the caller's.
+		return
+	}
 	var now time.Time
 	for _, l := range o.Limits() {
-		if len(l.Alerts) == 0 || l.Params == nil || l.Limit <= 0 || l.Shadow {
+		if len(l.Alerts) == 0 || l.Params == nil || l.Limit <= 0 || l.Limit != l.Params.Limit || l.Shadow {
 			continue
 		}
 		used := l.Limit - max(l.Remaining, 0)

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -25,8 +26,9 @@ import (
 
 // pricedUpstream answers like the LLM APIs, from its request: the JSON
 // body's model, stream (true for a server-sent-event stream), and the
-// query's in and out (the tokens to report) and served (the model the
-// response names, "" for the one asked). /v1/messages answers as
+// query's in and out (the tokens to report; else the headers X-Test-In
+// and X-Test-Out) and served (the model the response names, "" for the
+// one asked). /v1/messages answers as
 // Anthropic's Messages API, /v1/responses as OpenAI's Responses API,
 // anything else as OpenAI's Chat Completions. It counts the requests
 // that reach it.
@@ -41,7 +43,7 @@ func (u *pricedUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	json.Unmarshal(body, &req)
 	q := r.URL.Query()
-	in, out, model := q.Get("in"), q.Get("out"), q.Get("served")
+	in, out, model := cmp.Or(q.Get("in"), r.Header.Get("X-Test-In")), cmp.Or(q.Get("out"), r.Header.Get("X-Test-Out")), q.Get("served")
 	if model == "" {
 		model = req.Model
 	}
@@ -51,29 +53,33 @@ func (u *pricedUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		switch r.URL.Path {
 		case "/v1/messages":
-			fmt.Fprintf(w, `{"type":"message","model":%s,"content":[{"type":"text","text":"Hi"}],"usage":{"input_tokens":%s,"output_tokens":%s}}`, model, in, out)
+			fmt.Fprintf(w, `{"id":"msg_1","type":"message","role":"assistant","model":%s,"content":[{"type":"text","text":"Hi"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":%s,"output_tokens":%s}}`, model, in, out)
 		case "/v1/responses":
-			fmt.Fprintf(w, `{"object":"response","model":%s,"usage":{"input_tokens":%s,"output_tokens":%s,"total_tokens":0}}`, model, in, out)
+			fmt.Fprintf(w, `{"id":"resp_1","object":"response","model":%s,"output":[],"usage":{"input_tokens":%s,"output_tokens":%s,"total_tokens":0}}`, model, in, out)
 		default:
-			fmt.Fprintf(w, `{"object":"chat.completion","model":%s,"usage":{"prompt_tokens":%s,"completion_tokens":%s,"total_tokens":0}}`, model, in, out)
+			fmt.Fprintf(w, `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":%s,"choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":%s,"completion_tokens":%s,"total_tokens":0}}`, model, in, out)
 		}
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	switch r.URL.Path {
 	case "/v1/messages":
-		fmt.Fprintf(w, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":%s,\"usage\":{\"input_tokens\":%s,\"output_tokens\":1}}}\n\n", model, in)
+		fmt.Fprintf(w, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":%s,\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":%s,\"output_tokens\":1}}}\n\n", model, in)
+		io.WriteString(w, "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n")
 		flush()
-		fmt.Fprintf(w, "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":%s}}\n\n", out)
+		io.WriteString(w, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n")
+		io.WriteString(w, "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n")
+		fmt.Fprintf(w, "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":%s}}\n\n", out)
 		io.WriteString(w, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
 	case "/v1/responses":
 		fmt.Fprintf(w, "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"model\":%s,\"usage\":null}}\n\n", model)
 		flush()
 		fmt.Fprintf(w, "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"model\":%s,\"usage\":{\"input_tokens\":%s,\"output_tokens\":%s}}}\n\n", model, in, out)
 	default:
-		fmt.Fprintf(w, "data: {\"model\":%s,\"choices\":[{\"delta\":{\"content\":\"Hi\"}}],\"usage\":null}\n\n", model)
+		fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":%s,\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hi\"}}],\"usage\":null}\n\n", model)
 		flush()
-		fmt.Fprintf(w, "data: {\"model\":%s,\"choices\":[],\"usage\":{\"prompt_tokens\":%s,\"completion_tokens\":%s}}\n\ndata: [DONE]\n\n", model, in, out)
+		fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":%s,\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":null}\n\n", model)
+		fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":%s,\"choices\":[],\"usage\":{\"prompt_tokens\":%s,\"completion_tokens\":%s,\"total_tokens\":0}}\n\ndata: [DONE]\n\n", model, in, out)
 	}
 }
 
@@ -122,12 +128,18 @@ type pricedGW struct {
 
 func newPricedGW(t *testing.T, store string) *pricedGW {
 	t.Helper()
+	return newPricedGWWith(t, store, pricedRules)
+}
+
+// newPricedGWWith is newPricedGW on rules of the test's own.
+func newPricedGWWith(t *testing.T, store, rules string) *pricedGW {
+	t.Helper()
 	up := &pricedUpstream{}
 	us := httptest.NewServer(up)
 	t.Cleanup(us.Close)
 	clock := gwtest.NewClock(t0)
 	m := observe.NewMetrics(observe.MetricsConfig{Registry: prometheus.NewRegistry(), Store: store, Version: "test"})
-	g := newGWWith(t, pricedRules, us.URL, &upstreamRecorder{}, func(h *HandlerConfig, _ *UpstreamConfig) {
+	g := newGWWith(t, rules, us.URL, &upstreamRecorder{}, func(h *HandlerConfig, _ *UpstreamConfig) {
 		h.Now = clock.Now
 		h.Observers = append(h.Observers, m)
 		if store == "redis" {

@@ -93,7 +93,19 @@ func (g *grpcWriter) refuse(body []byte) {
 	}
 	g.done = true
 	var e ruleset.ErrorBody
-	_ = json.Unmarshal(body, &e)
+	if json.Unmarshal(body, &e) != nil {
+		// A refusal in an LLM provider's shape (errorFormat,
+		// provider.go): OpenAI's and Anthropic's both hold the message
+		// at error.message.
+		var p struct {
+			Error struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(body, &p) == nil {
+			e = ruleset.ErrorBody{Message: p.Error.Message}
+		}
+	}
 	code, msg := grpcStatus(g.code, &e)
 	h := g.Header()
 	delete(h, "Content-Length")
@@ -104,9 +116,10 @@ func (g *grpcWriter) refuse(body []byte) {
 	h["Content-Type"] = []string{"application/grpc"}
 	h["Grpc-Status"] = []string{strconv.Itoa(int(code))}
 	h["Grpc-Message"] = []string{grpcEncodeMessage(msg)}
-	if e.Error == "blocked" {
-		// Never admitted: a negative pushback tells the client not to
-		// retry.
+	if e.Error == "blocked" || firstOf(h["X-Should-Retry"]) == "false" {
+		// Never admitted (a provider-shaped refusal says so with
+		// X-Should-Retry: false): a negative pushback tells the client
+		// not to retry.
 		h["Grpc-Retry-Pushback-Ms"] = []string{"-1"}
 	} else if ra, err := strconv.ParseInt(firstOf(h["Retry-After"]), 10, 64); err == nil && ra >= 0 {
 		d := time.Duration(ra) * time.Second

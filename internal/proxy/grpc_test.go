@@ -214,3 +214,44 @@ func TestGRPCRefusalOverHTTP1(t *testing.T) {
 		t.Errorf("observed status: got %d, want 429 (what the gateway decided)", got)
 	}
 }
+
+// TestGRPCRefusalProviderFormat: a rule whose refusals are written in an
+// LLM provider's shape still gives a gRPC client the refusal's message,
+// and a blocked method's pushback of -1.
+func TestGRPCRefusalProviderFormat(t *testing.T) {
+	t.Parallel()
+	for _, format := range []string{"openai", "anthropic"} {
+		t.Run(format, func(t *testing.T) {
+			t.Parallel()
+			conn, _ := grpcGateway(t, `configs:
+  - appId: app-g
+    limits:
+      - {api: /grpc.health.v1.Health/Check, limit: 1, unit: 60, algorithm: fixed_window, errorFormat: `+format+`}
+      - {api: /grpc.health.v1.Health/List, limit: 0, errorFormat: `+format+`}
+`)
+			client := healthpb.NewHealthClient(conn)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			app := metadata.AppendToOutgoingContext(ctx, "x-app-id", "app-g")
+			if _, err := client.Check(app, &healthpb.HealthCheckRequest{}); err != nil {
+				t.Fatal(err)
+			}
+			wait := 60 - t0.Unix()%60
+			_, err := client.Check(app, &healthpb.HealthCheckRequest{})
+			st := status.Convert(err)
+			want := fmt.Sprintf("Rate limit reached for app app-g on /grpc.health.v1.Health/Check (1 per 1m0s). Please try again in %ds.", wait)
+			if st.Code() != codes.ResourceExhausted || st.Message() != want {
+				t.Errorf("limited: got %v %q, want ResourceExhausted %q", st.Code(), st.Message(), want)
+			}
+			var hdr metadata.MD
+			_, err = client.List(app, &healthpb.HealthListRequest{}, grpc.Trailer(&hdr))
+			st = status.Convert(err)
+			if st.Code() != codes.ResourceExhausted || st.Message() == "" || st.Message() == "Too Many Requests" {
+				t.Errorf("blocked: got %v %q, want ResourceExhausted with the refusal's message", st.Code(), st.Message())
+			}
+			if got := hdr.Get("grpc-retry-pushback-ms"); len(got) != 1 || got[0] != "-1" {
+				t.Errorf("blocked: grpc-retry-pushback-ms %v, want [-1]", got)
+			}
+		})
+	}
+}

@@ -16,6 +16,12 @@ func TestAlerts(t *testing.T) {
 		{"json", "rules.json", `{"configs": [{"appId": "a", "limits": [{"api": "/c", "limit": 10, "alerts": [75]}]}]}`, [][]int{{75}}},
 		{"xml", "rules.xml", `<rules><config appId="a"><limit api="/c" limit="10" alerts="80 100"/></config></rules>`, [][]int{{80, 100}}},
 	}
+	t.Run("app total", func(t *testing.T) {
+		r := mustParse(t, "rules.yaml", []byte("configs:\n  - appId: a\n    limit: 100\n    unit: 1h\n    alerts: [90]\n"))
+		if got := r.Apps[0].TotalAlerts; !slices.Equal(got, []int{90}) {
+			t.Errorf("total's alerts: got %v, want [90]", got)
+		}
+	})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -45,6 +51,7 @@ func TestAlertsErrors(t *testing.T) {
 		{"fraction", rule("[80.5]"), []wantErr{{6, `alert "80.5" is not a whole percentage`}}},
 		{"mapping", rule("{at: 80}"), []wantErr{{6, "alerts must be a list of percentages"}}},
 		{"empty", rule("[]"), []wantErr{{6, "alerts must be a list of percentages"}}},
+		{"app without a total", "configs:\n  - appId: a\n    alerts: [80]\n    limits:\n      - {api: /c, limit: 1}\n", []wantErr{{3, "alerts on an app section applies to the app's total limit"}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -72,6 +72,9 @@ type App struct {
 	// total (docs/rules.md, "Request cost").
 	TotalCost  Cost
 	TotalCount *Count
+	// TotalAlerts are the alert thresholds of the app's total, as a
+	// rule's Alerts.
+	TotalAlerts []int
 	// Plan is the name of the plan the app takes (plan: NAME), "" for
 	// none. Its rules are in Limits, after the app's own.
 	Plan string

@@ -20,7 +20,7 @@ var (
 	topFields      = []string{"caseSensitive", "caseInsensitive", "defaults", "plans", "configs", "upstreams", "routes"}
 	settingFields  = []string{"algorithm", "unit", "precision", "burst", "warmup", "lockSeconds", "timezone"}
 	defaultsFields = append(slices.Clone(settingFields), "by", "missing")
-	appFields      = []string{"appId", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "limits", "keys", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count", "plan"}
+	appFields      = []string{"appId", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "limits", "keys", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count", "plan", "alerts"}
 	ruleFields     = []string{"api", "method", "by", "missing", "limit", "unit", "algorithm", "precision", "burst", "shadow", "warmup", "lockSeconds", "timezone", "concurrency", "cost", "count", "maxDelay", "errorFormat", "retryAfterMax", "maxBody", "alerts"}
 )
 
@@ -220,13 +220,16 @@ func (p *parser) app(item *yaml.Node, ids map[string]int) (App, bool) {
 				if c, n, ok := p.costAndCount(fs, &params); ok {
 					app.Total, app.TotalCost, app.TotalCount = &params, c, n
 				}
+				if f, has := fs["alerts"]; has {
+					app.TotalAlerts, _ = p.alerts(f)
+				}
 			}
 		}
 	} else {
 		// The settings of an app apply to its total only; without a
 		// total they would be silently ignored, though they look like
 		// they set the unit of every rule below.
-		for _, name := range slices.Concat(settingFields, []string{"cost", "count"}) {
+		for _, name := range slices.Concat(settingFields, []string{"cost", "count", "alerts"}) {
 			if f, ok := fs[name]; ok {
 				p.errorf(f.line, "%s on an app section applies to the app's total limit, but the section has no limit; set limit here, or move %s to each rule or to defaults", name, name)
 			}

@@ -174,7 +174,7 @@ func CompileWith(rules *config.Rules, now time.Time, opts CompileOptions) (*Set,
 		}
 		if app.Total != nil && app.Total.Limit != limit.Unlimited {
 			sec.Total = newCompiledLimit(app.ID, "", nil, *app.Total, false, opts)
-			sec.Total.Cost, sec.Total.Count = app.TotalCost, app.TotalCount
+			sec.Total.Cost, sec.Total.Count, sec.Total.Alerts = app.TotalCost, app.TotalCount, app.TotalAlerts
 			sec.Total.keyBy(app.By, app.Missing)
 			if app.TotalCost.Estimate || app.TotalCost.Price != nil {
 				sec.Total.MaxBody = config.DefaultMaxBody

@@ -162,11 +162,10 @@ func TestPricedMeter(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := NewPricedMeter(tt.ct, 0)
 			// Byte by byte as well as whole: the model and counts must
 			// not depend on how the body is cut.
 			for _, step := range []int{len(tt.body), 1} {
-				m = NewPricedMeter(tt.ct, 0)
+				m := NewPricedMeter(tt.ct, 0)
 				for b := []byte(tt.body); len(b) > 0; b = b[min(step, len(b)):] {
 					m.Write(b[:min(step, len(b))])
 				}

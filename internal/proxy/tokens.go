@@ -82,6 +82,9 @@ func unknownModel(w http.ResponseWriter, r *http.Request, cl *ruleset.Limit, sc 
 		WriteError(w, http.StatusBadRequest, "unknown_model", "the budget of "+cl.API+" is priced per model: send the model in the JSON body's \"model\" field")
 		return false
 	}
+	if len(model) > 128 {
+		model = model[:128] + "…"
+	}
 	WriteError(w, http.StatusBadRequest, "unknown_model", "the budget of "+cl.API+" has no price for the model "+strconv.Quote(model)+"; use a priced model")
 	return false
 }

@@ -1,6 +1,6 @@
 package usage
 
-import "bytes"
+import "slices"
 
 // This file reads what a priced budget needs of a response: its input
 // and output tokens apart, and the model that served it, from the
@@ -67,7 +67,7 @@ func (m *Meter) readModel(v any) {
 	for _, p := range ModelPaths {
 		if s, ok := lookupString(v, p); ok && s != "" {
 			m.model = s
-			m.needles = slicesDelete(m.needles, []byte(needle("model")))
+			m.needles = slices.DeleteFunc(m.needles, func(b []byte) bool { return string(b) == needle("model") })
 			return
 		}
 	}
@@ -86,15 +86,4 @@ func lookupString(v any, p Path) (string, bool) {
 	}
 	s, ok := v.(string)
 	return s, ok && len(s) <= 256
-}
-
-// slicesDelete returns ns without n.
-func slicesDelete(ns [][]byte, n []byte) [][]byte {
-	out := ns[:0]
-	for _, b := range ns {
-		if !bytes.Equal(b, n) {
-			out = append(out, b)
-		}
-	}
-	return out
 }

@@ -127,7 +127,7 @@ type entry struct {
 	// every algorithm has them.
 	lockedUntil int64
 	// held are the units held by admitted Hold requests not released
-	// yet (Request.Hold); beside the state, like lockouts, so that every
+	// yet (Hold); beside the state, like lockouts, so that every
 	// algorithm has them.
 	held int64
 }
@@ -256,10 +256,10 @@ func (m *Memory) allow(_ context.Context, now time.Time, reqs []Request, res []R
 			return false, err
 		}
 		ents[i] = e
-		if r.Charge || r.Release {
+		if r.Act.follows() {
 			continue
 		}
-		if r.Hold && r.Params.Limit > 0 && e.held > 0 {
+		if r.Act == Hold && r.Params.Limit > 0 && e.held > 0 {
 			e.decide(ns, r.Params, r.Units()+e.held, &res[i])
 			var alone Result
 			if e.decide(ns, r.Params, r.Units(), &alone); !res[i].Allowed && alone.Allowed && i < 64 {
@@ -271,15 +271,15 @@ func (m *Memory) allow(_ context.Context, now time.Time, reqs []Request, res []R
 		} else {
 			e.decide(ns, r.Params, r.Units(), &res[i])
 		}
-		if !res[i].Allowed && !r.Shadow {
+		if !res[i].Allowed && r.Enforced() {
 			allowed = false
 		}
 	}
 	for i, e := range ents {
 		switch r := &reqs[i]; {
-		case r.Charge:
+		case r.Act == Charge:
 			e.charge(ns, r, &res[i])
-		case r.Release:
+		case r.Act == Release:
 			e.release(ns, r, &res[i])
 		default:
 			e.settle(ns, r, &res[i], allowed, i < 64 && heldOnly&(1<<i) != 0)
@@ -311,13 +311,13 @@ func (e *entry) decide(ns int64, p *Params, n int64, res *Result) {
 // flight did (heldOnly). Its shard is locked.
 func (e *entry) settle(ns int64, r *Request, res *Result, allowed, heldOnly bool) {
 	if !res.Allowed {
-		if p := r.Params; p.Lock > 0 && !r.Shadow && e.lockedUntil <= ns && !heldOnly {
+		if p := r.Params; p.Lock > 0 && r.Enforced() && e.lockedUntil <= ns && !heldOnly {
 			e.lockedUntil = ns + int64(p.Lock)
 			res.lockout(p.Lock)
 		}
 		return
 	}
-	if r.Hold && r.Params.Limit > 0 {
+	if r.Act == Hold && r.Params.Limit > 0 {
 		// Decided as if the units held and this request's were counted:
 		// Remaining is what the held units leave, with this request's
 		// when it holds them too. Nothing is counted.
@@ -329,7 +329,7 @@ func (e *entry) settle(ns int64, r *Request, res *Result, allowed, heldOnly bool
 		res.Reset = e.state.UncountedReset(ns, r.Params)
 		return
 	}
-	if allowed && !r.Defer && !r.Hold {
+	if allowed && r.Counts() {
 		if r.Params.Limit > 0 {
 			e.state.Commit(ns, r.Params, r.Units())
 		}
@@ -340,7 +340,7 @@ func (e *entry) settle(ns int64, r *Request, res *Result, allowed, heldOnly bool
 	}
 }
 
-// release gives back units held (Request.Release) and writes to res the
+// release gives back units held (Release) and writes to res the
 // Result of the limit it leaves, as charge does. Its shard is locked.
 func (e *entry) release(ns int64, r *Request, res *Result) {
 	e.held = max(e.held-r.Units(), 0)
@@ -351,7 +351,7 @@ func (e *entry) release(ns int64, r *Request, res *Result) {
 	}
 }
 
-// charge counts a charge (Request.Charge) and writes to res the Result
+// charge counts a charge (Charge) and writes to res the Result
 // of the limit it leaves, for a next request of one unit, lockout
 // included. Its shard is locked.
 func (e *entry) charge(ns int64, r *Request, res *Result) {

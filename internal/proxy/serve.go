@@ -278,13 +278,19 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *ruleset.Sect
 			return false
 		}
 		q := &sc.reqs[i]
-		*q = limit.Request{Key: key, Tag: tag, Params: &cl.Params, Shadow: cl.Shadow, Cost: cl.Cost.Need(), Hold: cl.Deferred()}
+		*q = limit.Request{Key: key, Tag: tag, Params: &cl.Params, Shadow: cl.Shadow, Cost: cl.Cost.Need()}
+		if cl.Deferred() {
+			q.Act = limit.Hold
+		}
 		if cl.BodyCost() {
 			// Its reserve is held until the response ends, or room for
 			// min checked (tokens.go).
 			var deferred bool
 			q.Cost, deferred = bodyNeed(cl, r, sc)
-			q.Hold, q.Defer = !deferred, deferred
+			q.Act = limit.Hold
+			if deferred {
+				q.Act = limit.Defer
+			}
 		}
 		switch cl.Kind {
 		case ruleset.KeyIP:

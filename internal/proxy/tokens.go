@@ -7,13 +7,14 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/usage"
 )
 
 // This file charges a cost the response body reports, such as the tokens
 // of an LLM API (cost: {body: usage.total_tokens}; docs/plans-and-tokens.md).
-// The request is admitted holding its reserve (limit.Request.Hold: room
+// The request is admitted holding its reserve (limit.Hold: room
 // for it and every unit held, counting none) or, without one, when the
 // limit has room for min, counting nothing; the body streams to the
 // client untouched while a usage.Meter reads the bytes already sent; when
@@ -245,7 +246,7 @@ func (h *Handler) chargeTokens(sc *scratch, t *tokenTap, broken bool, ow *owed) 
 		any = true
 		q := sc.reqs[i]
 		var reserved int64
-		if q.Hold {
+		if q.Act == limit.Hold {
 			reserved = q.Cost
 			ow.release(q, i)
 		}

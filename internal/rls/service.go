@@ -301,7 +301,10 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		nreq++
 		r := limit.Request{
 			Key: s.cfg.KeyPrefix + counterKey(req.Domain, descs[i].GetEntries(), d), Tag: tagPrefix + req.Domain,
-			Params: &d.lim.Params, Cost: max(d.hits, 1), Defer: d.hits == 0,
+			Params: &d.lim.Params, Cost: max(d.hits, 1),
+		}
+		if d.hits == 0 {
+			r.Act = limit.Defer
 		}
 		d.shadow, d.quota = s.cfg.ShadowMode, s.cfg.QuotaMode
 		if d.desc != nil {
@@ -359,9 +362,9 @@ func referenceParams(p limit.Params) limit.Params {
 func (s *Service) chargeOverLimit(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result) {
 	var charges []limit.Request
 	for i := range reqs {
-		if !res[i].Allowed && !reqs[i].Defer {
+		if !res[i].Allowed && reqs[i].Act != limit.Defer {
 			c := reqs[i]
-			c.Charge, c.Shadow = true, false
+			c.Act, c.Shadow = limit.Charge, false
 			charges = append(charges, c)
 		}
 	}

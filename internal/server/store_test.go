@@ -114,7 +114,7 @@ func TestLocalShareAuto(t *testing.T) {
 	}
 	charge := func(key string, n int64) {
 		t.Helper()
-		if _, err := st.redis.Allow(ctx, t0, []limit.Request{{Key: key, Params: p, Cost: n, Charge: true}}, make([]limit.Result, 1)); err != nil {
+		if _, err := st.redis.Allow(ctx, t0, []limit.Request{{Key: key, Params: p, Cost: n, Act: limit.Charge}}, make([]limit.Result, 1)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -309,7 +309,7 @@ func redisKeys(reqs []limit.Request) (keys []string, tag string, charges bool, e
 			return nil, "", false, fmt.Errorf("limit: keys %q and %q of one call have different tags %q and %q", reqs[0].Key, q.Key, tag, t)
 		}
 		keys[i] = redisKey(t, q.Key)
-		charges = charges || q.Charge || q.Release
+		charges = charges || q.Follows()
 	}
 	return keys, tag, charges, nil
 }
@@ -402,23 +402,13 @@ func (r *Store) scriptArgs(now time.Time, reqs []limit.Request, tag string, ask 
 	for i := range reqs {
 		q := &reqs[i]
 		p := q.Params
-		mode := byte('-')
-		switch {
-		case q.Charge:
-			mode = 'c'
-		case q.Release:
-			mode = 'r'
-		case q.Hold:
-			mode = 'h'
-		case q.Defer:
-			mode = 'd'
-		}
+		mode, shadow := scriptMode(q)
 		var have int64
 		if rate != 0 {
 			have = ask.have[i]
 		}
 		args = append(args, scriptSettings(p))
-		if units := q.Units(); units == 1 && mode == '-' && !q.Shadow && rate == 0 {
+		if units := q.Units(); units == 1 && mode == '-' && !shadow && rate == 0 {
 			// A key the store has not asked about lately is probably new
 			// to Redis too, which the script then tells at less cost
 			// ("?", redis.lua). A key lives a window after its last count,
@@ -432,7 +422,7 @@ func (r *Store) scriptArgs(now time.Time, reqs []limit.Request, tag string, ask 
 			b := make([]byte, 0, 48)
 			b = strconv.AppendInt(b, units, 10)
 			b = append(b, ' ', mode, ' ', '0', ' ')
-			if q.Shadow {
+			if shadow {
 				b[len(b)-2] = '1'
 			}
 			b = strconv.AppendInt(b, rate, 10)
@@ -568,4 +558,23 @@ func (r *Store) decideOnce(ctx context.Context, keys []string, reqs []limit.Requ
 		}
 	}
 	return d, nil, nil
+}
+
+// scriptMode returns the script's mode letter for q's act (redis.lua) and
+// whether the script is to take it as a shadow: a read is decided as a
+// deferred shadow request is, which counts nothing and starts no lockout.
+func scriptMode(q *limit.Request) (mode byte, shadow bool) {
+	switch q.Act {
+	case limit.Charge:
+		return 'c', q.Shadow
+	case limit.Release:
+		return 'r', q.Shadow
+	case limit.Hold:
+		return 'h', q.Shadow
+	case limit.Defer:
+		return 'd', q.Shadow
+	case limit.Read:
+		return 'd', true
+	}
+	return '-', q.Shadow
 }

@@ -133,7 +133,7 @@ func newTokenLeases(max int, now func() int64) *tokenLeases {
 func leasable(reqs []limit.Request) bool {
 	for i := range reqs {
 		p := reqs[i].Params
-		if reqs[i].Shadow || p.Lock > 0 || p.Limit <= 0 || reqs[i].Units() != 1 || reqs[i].Defer || reqs[i].Charge || reqs[i].Hold || reqs[i].Release ||
+		if reqs[i].Shadow || p.Lock > 0 || p.Limit <= 0 || reqs[i].Units() != 1 || reqs[i].Act != limit.Take ||
 			(p.Algorithm != "fixed_window" && p.Algorithm != "sliding_window") {
 			return false
 		}

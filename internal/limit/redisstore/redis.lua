@@ -30,9 +30,9 @@
 --     same settings to it (COPY, see quick), which costs Redis less than
 --     reading its fields and writing them; else "cost mode shadow rate
 --     fleet have": the cost in units; the mode: "-" to decide and count, "d" to decide and count
---     nothing (Request.Defer), "c" to count without deciding
---     (Request.Charge), "h" to hold (Request.Hold), "r" to release
---     (Request.Release); "1" for a shadow limit, else "0"; and for a lease
+--     nothing (limit.Defer), "c" to count without deciding
+--     (limit.Charge), "h" to hold (limit.Hold), "r" to release
+--     (limit.Release); "1" for a shadow limit, else "0"; and for a lease
 --     the rate at which the gateway sees the key's requests (per second;
 --     negative for a call that only asks for the next lease, whose every
 --     token is leased), the fleet's size and the tokens the gateway still
@@ -296,7 +296,7 @@ local function join(i, key, t)
   end
 end
 
--- HOLD_TTL is how long units held (Request.Hold) stay held after the last
+-- HOLD_TTL is how long units held (limit.Hold) stay held after the last
 -- hold on a key (µs): the holds of a gateway that died before releasing
 -- them are given back once the key has seen no hold for this long.
 local HOLD_TTL = 300000000

@@ -216,6 +216,19 @@ type Request struct {
 	// Act is what the request asks of the store; the zero value, Take,
 	// decides it and counts it when admitted.
 	Act Act
+	// Wait, when positive, lets the call be admitted later rather than
+	// refused: when its limits have no room now, the store reserves the
+	// room at the earliest instant they have it, within the least Wait of
+	// the enforced requests that have no room now, counts the request at
+	// that instant, and reports how long from now in Result.Delay; the
+	// caller holds the request until then. It is a reservation, as
+	// golang.org/x/time/rate's Limiter.ReserveN makes one: what is
+	// reserved is counted, whether or not the caller waits it out. A key
+	// with room reserved ahead decides every later request at the end of
+	// its queue: a request without Wait is refused until then. Only Take,
+	// Defer and Hold requests wait; see "Waiting for room" in
+	// docs/plans-and-tokens.md.
+	Wait time.Duration
 }
 
 // Act is what a Request asks of a store: one decision, or one of the acts
@@ -334,6 +347,11 @@ type Result struct {
 	// RetryAfter is, for a denied request, the time until the same request
 	// would be admitted; 0 when allowed.
 	RetryAfter time.Duration
+	// Delay is, for a request admitted with room reserved ahead
+	// (Request.Wait), the time from now until the instant it was counted
+	// at, which the caller is to wait out; 0 otherwise. Remaining and
+	// Reset are the limit's as of that instant.
+	Delay time.Duration
 }
 
 // Store keeps counter state and decides requests.

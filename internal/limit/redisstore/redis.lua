@@ -331,7 +331,7 @@ local function settings(arg)
     limit = tonumber(limit), window = tonumber(window), precision = tonumber(precision),
     burst = tonumber(burst), warmup = tonumber(warmup), lock = tonumber(lock), cal = cal ~= '',
     cost = 1, rate = 0, fleet = 0, have = 0, units = 1, shadow = false,
-    defer = false, charge = false, hold = false, release = false, a = false, heldonly = false,
+    defer = false, charge = false, hold = false, release = false, wait = 0, a = false,
     gw = false, gn = false, gj = false, gf = false, gt = false, fresh = false,
   }
   if nsettings >= 4096 then
@@ -347,7 +347,7 @@ local MODES = { d = 'defer', c = 'charge', h = 'hold', r = 'release' }
 
 -- NOFIELDS are the fields of a limit that decides nothing (limit ≤ 0):
 -- none of the algorithm's, and the store's (names, see decide).
-local NOFIELDS = { names = { '_id', '_lk', '_x', '_lt', '_h', '_hx' } }
+local NOFIELDS = { names = { '_id', '_lk', '_x', '_lt', '_h', '_hx', '_a' } }
 
 -- view returns the algorithm's fields own, whose values are v[4] on (as
 -- HMGET gives them, see decide), keyed by name: for up to five, a table
@@ -372,9 +372,13 @@ end
 -- being decided, its p, its result, the end of its lockout, its expiry,
 -- the time of its last lease (nil for none), its units held, whether it
 -- is new, and the algorithm's fields read (own, with the names of every
--- field read in own.names; see decide). They are made once: a library's
--- calls (FCALL) fill them afresh, for limits 1..n.
+-- field read in own.names; see decide); ST, AH, U and HO its state as
+-- read (view), the end of its queue ("_a": the latest instant room was
+-- reserved at, 0 for none), its units, and whether it denied only for
+-- units held or for its queue (no lockout then). They are made once: a
+-- library's calls (FCALL) fill them afresh, for limits 1..n.
 local P, R, L, X, LT, H, FRESH, OWNS = {}, {}, {}, {}, {}, {}, {}, {}
+local ST, AH, U, HO = {}, {}, {}, {}
 
 -- charge counts a charge against limit i of KEYS at now and returns the
 -- result of the limit it leaves, for a next request of one unit, as
@@ -626,6 +630,131 @@ end
 -- K holds the keys of the call being decided (decideAt), made once.
 local K = {}
 
+-- decideKey decides limit p of key (algorithm a, state st as read, held
+-- units held, lockout end lk) for units units at x, as Memory's
+-- entry.decide, holds included: it returns the result, and whether it
+-- denied only for the units held by requests in flight.
+local function decideKey(key, p, a, st, held, lk, units, x)
+  local r, heldonly = nil, false
+  if p.limit < 0 then
+    r = { ok = true, remaining = -1, reset = 0, retry = 0, uncounted = 0 }
+  elseif p.limit == 0 or p.cost > capacity(p) then
+    -- Blocked, or a cost it can never admit (Params.Capacity).
+    r = { ok = false, remaining = 0, reset = p.window, retry = p.window }
+  elseif p.hold and held > 0 then
+    -- Room for this request's units and every unit held.
+    if p.cost + held > capacity(p) then
+      r = { ok = false, remaining = 0, reset = p.window, retry = p.window }
+    else
+      p.cost = units + held
+      r = a.decide(key, p, x, st)
+      p.cost = units
+    end
+    if not r.ok and a.decide(key, p, x, st).ok then
+      -- Denied only for requests in flight: no lockout, a short wait.
+      heldonly = true
+      r.retry = min(r.retry, HELD_RETRY)
+    end
+  else
+    r = a.decide(key, p, x, st)
+  end
+  if lk > x and not p.charge and not p.release then
+    r = lockout(r, lk - x)
+  end
+  return r, heldonly
+end
+
+-- enforced reports whether limit p's denial denies the call.
+local function enforced(p)
+  return not p.shadow and not p.charge and not p.release
+end
+
+-- nexttry returns the instant after at when the enforced limits that
+-- the results rs denied said they would admit, or nil if one never does.
+local function nexttry(n, at, rs)
+  local t = at
+  for i = 1, n do
+    if not rs[i].ok and enforced(P[i]) then
+      if rs[i].retry <= 0 then
+        return nil
+      end
+      t = max(t, at + rs[i].retry)
+    end
+  end
+  return t
+end
+
+-- TRY holds the results of a reservation's try (reserve), made once.
+local TRY, TRYHO = {}, {}
+
+-- reserve finds, for a call of n limits decided (R) with no room now —
+-- a limit denied, or a key's queue ends at at — the earliest instant
+-- within the call's wait at which every enforced limit admits it, as
+-- Memory.reserve (memory.go) does, and leaves R those decided there. It
+-- returns the instant and true; or, when the call cannot wait that long,
+-- now and the decision, R as decided now with the limits that admitted
+-- only at the end of a queue denied until then (no lockout).
+local function reserve(n, now, at)
+  -- The call's wait: the least of its enforced limits without room now.
+  local wait = -1
+  for i = 1, n do
+    local p = P[i]
+    if enforced(p) and (not R[i].ok or AH[i] > now) then
+      if p.wait <= 0 or p.limit == 0 or (p.limit > 0 and p.cost > capacity(p)) then
+        wait = 0
+        break
+      end
+      if wait < 0 or p.wait < wait then
+        wait = p.wait
+      end
+    end
+  end
+  local t = wait > 0 and nexttry(n, at, R)
+  local rounds = 0
+  while t and rounds < 4 and t - now <= wait do
+    local ok, tat = true, t
+    for i = 1, n do
+      local p = P[i]
+      if p.charge or p.release then
+        TRY[i], TRYHO[i] = R[i], false
+      else
+        local x = max(t, AH[i])
+        if enforced(p) then
+          tat = max(tat, x)
+        end
+        TRY[i], TRYHO[i] = decideKey(K[i], p, p.a, ST[i], H[i], L[i], U[i], x)
+        if not TRY[i].ok and enforced(p) then
+          ok = false
+        end
+      end
+    end
+    if ok then
+      for i = 1, n do
+        R[i], HO[i] = TRY[i], TRYHO[i]
+      end
+      return tat, true
+    end
+    t = nexttry(n, tat, TRY)
+    rounds = rounds + 1
+  end
+  local allowed = true
+  for i = 1, n do
+    local p, r = P[i], R[i]
+    if not p.charge and not p.release and AH[i] > now then
+      if r.ok and enforced(p) then
+        r.ok, HO[i] = false, true
+      end
+      if not r.ok then
+        r.retry = r.retry + (AH[i] - now)
+      end
+    end
+    if not r.ok and enforced(p) then
+      allowed = false
+    end
+  end
+  return now, allowed
+end
+
 -- decideAt is one call: its n keys are those of KEYS after the first k0,
 -- and its arguments (as described at the top) those of ARGV after the
 -- first a0, up to ARGV[top]. at, when not nil, is Redis's clock already
@@ -685,17 +814,18 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top, tried, known)
         alg = s.alg, id = s.id, limit = s.limit, window = s.window, precision = s.precision,
         burst = s.burst, warmup = s.warmup, lock = s.lock,
         cost = 1, rate = 0, fleet = 0, have = 0, units = 1, shadow = false,
-        defer = false, charge = false, hold = false, release = false,
-        cal = false, a = s.a, heldonly = false, gw = s.gw, gn = s.gn, gj = s.gj, gf = s.gf, gt = s.gt, span = false,
+        defer = false, charge = false, hold = false, release = false, wait = 0,
+        cal = false, a = s.a, gw = s.gw, gn = s.gn, gj = s.gj, gf = s.gf, gt = s.gt, span = false,
       }
     end
     if call ~= '' then
-      local cost, mode, shadow, rate, fleet, have = string.match(call, '^(%d+) (%S) ([01]) (%-?%d+) (%d+) (%d+)$')
+      local cost, mode, shadow, rate, fleet, have, wait = string.match(call, '^(%d+) (%S) ([01]) (%-?%d+) (%d+) (%d+) ?(%d*)$')
       if cost == nil then
         return redis.error_reply('ERR gateway script: bad call ' .. call)
       end
       p.cost, p.shadow = tonumber(cost), shadow == '1'
       p.rate, p.fleet, p.have = tonumber(rate), tonumber(fleet), tonumber(have)
+      p.wait = tonumber(wait) or 0
       if MODES[mode] then
         p[MODES[mode]] = true
       end
@@ -747,7 +877,7 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top, tried, known)
           names_i[j] = tostring(names_i[j])
         end
         local m = #names_i
-        names_i[m + 1], names_i[m + 2], names_i[m + 3] = '_lt', '_h', '_hx'
+        names_i[m + 1], names_i[m + 2], names_i[m + 3], names_i[m + 4] = '_lt', '_h', '_hx', '_a'
         own.names = names_i
       end
     else
@@ -801,7 +931,7 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top, tried, known)
         return f[overflowed + 1]
       end
     end
-    local lk, x, held = 0, 0, 0
+    local lk, x, held, ahead = 0, 0, 0, 0
     LT[i] = nil
     if v[1] then
       lk, x = v[2] and num(v[2]) or 0, v[3] and num(v[3]) or 0
@@ -810,6 +940,11 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top, tried, known)
         if (tonumber(v[6 + m]) or 0) > now then
           held = tonumber(v[5 + m]) or 0
         end
+        ahead = tonumber(v[7 + m]) or 0
+      elseif v[2] then
+        -- A key with a queue has "_lk" (0 without a lockout), so that
+        -- the usual call, which does not read "_a", leaves it here.
+        ahead = tonumber(rcall('HGET', key, '_a')) or 0
       end
     end
     local st = view(own, v)
@@ -819,7 +954,7 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top, tried, known)
       -- or precision): start afresh, keeping the lockout (in progress, or
       -- ended but in force again if the clock steps back, as in memory).
       rcall('DEL', key)
-      st, x, LT[i], held = {}, 0, nil, 0
+      st, x, LT[i], held, ahead = {}, 0, nil, 0, 0
       if p.lock > 0 and lk > 0 then
         x = expiry(max(lk, now), p)
         rcall('HSET', key, '_id', p.id, '_lk', lk, '_x', x)
@@ -832,32 +967,15 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top, tried, known)
       rcall('HDEL', key, '_lk')
       lk = 0
     end
-    local r
-    if p.limit < 0 then
-      r = { ok = true, remaining = -1, reset = 0, retry = 0, uncounted = 0 }
-    elseif p.limit == 0 or p.cost > capacity(p) then
-      -- Blocked, or a cost it can never admit (Params.Capacity).
-      r = { ok = false, remaining = 0, reset = p.window, retry = p.window }
-    elseif p.hold and held > 0 then
-      -- Room for this request's units and every unit held.
-      if p.cost + held > capacity(p) then
-        r = { ok = false, remaining = 0, reset = p.window, retry = p.window }
-      else
-        p.cost = units + held
-        r = a.decide(key, p, now, st)
-        p.cost = units
+    if ahead > 0 and ahead <= now then
+      -- The queue has ended: the usual call may decide the key again.
+      rcall('HDEL', key, '_a')
+      if lk == 0 and v[2] then
+        rcall('HDEL', key, '_lk')
       end
-      if not r.ok and a.decide(key, p, now, st).ok then
-        -- Denied only for requests in flight: no lockout, a short wait.
-        p.heldonly = true
-        r.retry = min(r.retry, HELD_RETRY)
-      end
-    else
-      r = a.decide(key, p, now, st)
+      ahead = 0
     end
-    if lk > now and not p.charge and not p.release then
-      r = lockout(r, lk - now)
-    end
+    local r, ho = decideKey(key, p, a, st, held, lk, units, max(now, ahead))
     if p == s and not r.ok and v[1] then
       -- When the key's tokens were last leased, which a usual call did
       -- not read: the gateway may wait for them to come back.
@@ -867,13 +985,21 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top, tried, known)
       p.units = units
     end
     P[i], R[i], L[i], X[i], H[i] = p, r, lk, x, held
+    ST[i], AH[i], U[i], HO[i] = st, ahead, units, ho
   end
 
-  local allowed = true
+  local allowed, at = true, now
   for i = 1, n do
-    if not R[i].ok and not P[i].shadow and not P[i].charge and not P[i].release then
+    if not enforced(P[i]) then
+      -- A shadow's queue holds nothing up.
+    elseif not R[i].ok then
       allowed = false
+    elseif AH[i] > at then
+      at = AH[i]
     end
+  end
+  if not allowed or at > now then
+    at, allowed = reserve(n, now, at)
   end
 
   local out = { allowed and 1 or 0, nil, nil, nil, nil, nil, nil, nil, nil, nil }
@@ -887,7 +1013,7 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top, tried, known)
         rcall('HSET', key, '_h', max(H[i] - p.units, 0))
       end
     elseif not r.ok then
-      if p.lock > 0 and not p.shadow and L[i] <= now and not p.heldonly then
+      if p.lock > 0 and not p.shadow and L[i] <= now and not HO[i] then
         local lk = now + p.lock
         join(i, key, write(key, p, { '_id', p.id, '_lk', lk }, lk, X[i], now))
         r = lockout(r, p.lock)
@@ -902,7 +1028,10 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top, tried, known)
       join(i, key, write(key, p, set, hx, X[i], now))
       r.reset = r.uncounted
     elseif allowed and not p.defer and not p.hold then
-      if p.limit > 0 and p.rate ~= 0 and p.cost == 1 and p.a.left then
+      -- Counted at the instant reserved (at), or at the end of its own
+      -- queue for a shadow behind one.
+      local ci = max(at, AH[i])
+      if p.limit > 0 and p.rate ~= 0 and p.cost == 1 and p.a.left and ci == now then
         -- A lease: what the rate uses in the next 15ms or until the
         -- bucket ends, beyond what the gateway holds, within the room left
         -- (r.remaining + 1 with this request) / (2 × fleet). Tokens the
@@ -915,7 +1044,14 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top, tried, known)
       end
       if p.limit > 0 then
         local set = { nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil }
-        local idle = p.a.commit(key, p, now, r, set)
+        local idle = p.a.commit(key, p, ci, r, set)
+        if ci > now then
+          -- The end of its queue; "_lk" sends the usual call here.
+          put(set, '_a', ci)
+          if L[i] == 0 then
+            put(set, '_lk', 0)
+          end
+        end
         if r.span and (p.cost > 1 or p.rate < 0) then
           put(set, '_lt', now)
           LT[i] = now
@@ -934,6 +1070,10 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top, tried, known)
     out[no + 2] = r.remaining
     out[no + 3] = r.reset
     out[no + 4] = r.retry
+    if r.ok and at > now then
+      -- Admitted at a reserved instant: the delay until then.
+      out[no + 4] = at - now
+    end
     out[no + 5] = r.span and p.cost or 0
     out[no + 6] = r.span or 0
     out[no + 7] = r.span and p.a.bucket(p, r) or 0

@@ -10,10 +10,10 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ratelimitheader"
 	"github.com/ratelimit-gateway/gateway/internal/rls"
 	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
-	"github.com/ratelimit-gateway/gateway/internal/server"
+	"github.com/ratelimit-gateway/gateway/internal/stores"
 )
 
 func newRLSCmd() *cobra.Command {
@@ -106,7 +106,7 @@ envoyproxy/ratelimit's environment instead: RUNTIME_* files or an xDS server
 func rlsDefaults() rls.ServerConfig {
 	return rls.ServerConfig{
 		Listen: ":8081", AdminListen: ":9091", Watch: true, MaxConfigBytes: rlsconfig.DefaultMaxBytes,
-		Headers: proxy.HeadersNone, Store: server.DefaultConfig(), ShutdownTimeout: 30 * time.Second,
+		Headers: ratelimitheader.None, Store: stores.DefaultConfig(), ShutdownTimeout: 30 * time.Second,
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/observe"
+	"github.com/ratelimit-gateway/gateway/internal/ratelimitheader"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
@@ -509,10 +510,10 @@ configs:
 func TestHeaderModes(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		mode          HeaderMode
+		mode          ratelimitheader.Mode
 		draft, legacy bool
 	}{
-		{HeadersBoth, true, true}, {HeadersDraft, true, false}, {HeadersLegacy, false, true}, {HeadersNone, false, false},
+		{ratelimitheader.Both, true, true}, {ratelimitheader.Draft, true, false}, {ratelimitheader.Legacy, false, true}, {ratelimitheader.None, false, false},
 	} {
 		g := newGW(t, basicRules, func(h *HandlerConfig, _ *UpstreamConfig) { h.Headers = tt.mode })
 		w := g.do("GET", "/v1/user", "app-2")

@@ -25,7 +25,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ratelimitheader"
 	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
 )
 
@@ -59,7 +59,7 @@ type Config struct {
 	// legacy X-RateLimit-Limit/Remaining/Reset, the IETF draft's
 	// RateLimit-Policy and RateLimit, both, or none. The zero value is
 	// both.
-	Headers proxy.HeaderMode
+	Headers ratelimitheader.Mode
 	// ShadowMode makes every limit a shadow limit, as envoyproxy/ratelimit's
 	// SHADOW_MODE does: limits are decided, counted when they admit and
 	// reported (a status says OVER_LIMIT where the limit would deny), but

@@ -26,7 +26,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ratelimitheader"
 	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
 )
 
@@ -376,9 +376,9 @@ func TestShouldRateLimitStatusFields(t *testing.T) {
 func TestHeaderModes(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		mode proxy.HeaderMode
+		mode ratelimitheader.Mode
 		want int
-	}{{proxy.HeadersNone, 0}, {proxy.HeadersLegacy, 3}, {proxy.HeadersDraft, 2}} {
+	}{{ratelimitheader.None, 0}, {ratelimitheader.Legacy, 3}, {ratelimitheader.Draft, 2}} {
 		h := newHarness(t, Config{Headers: tc.mode})
 		if got := len(h.call(t, "ext", "cost=1", 0).ResponseHeadersToAdd); got != tc.want {
 			t.Errorf("%v: got %d headers, want %d", tc.mode, got, tc.want)

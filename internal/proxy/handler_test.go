@@ -626,3 +626,23 @@ func TestBlockedSaysSo(t *testing.T) {
 		t.Errorf("the upstream saw %d requests, want 0", n)
 	}
 }
+
+// TestRateLimitHeaderNonASCIIName checks the name of a limit whose rule
+// is not ASCII in the draft headers: each byte a structured-field string
+// cannot hold is a "?" (ratelimitheader.Quote), as `gateway rls` writes
+// it, not left out, which made "/v1/café" read as "/v1/caf", a name
+// another rule may have.
+func TestRateLimitHeaderNonASCIIName(t *testing.T) {
+	t.Parallel()
+	g := newGW(t, "configs:\n  - appId: app-1\n    limits:\n      - api: /v1/café\n        limit: 2\n        unit: 60\n")
+	w := g.do("GET", "/v1/caf%C3%A9", "app-1")
+	if w.Code != 200 {
+		t.Fatalf("got %d, want 200", w.Code)
+	}
+	if got, want := w.Header().Get("RateLimit-Policy"), `"app-1/v1/caf??";q=2;w=60`; got != want {
+		t.Errorf("RateLimit-Policy: got %q, want %q", got, want)
+	}
+	if got, want := w.Header().Get("RateLimit"), `"app-1/v1/caf??";r=1;t=`; !strings.HasPrefix(got, want) {
+		t.Errorf("RateLimit: got %q, want %q and the reset", got, want)
+	}
+}

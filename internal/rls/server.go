@@ -59,8 +59,17 @@ type ServerConfig struct {
 	// "stdout", "stderr" or a file path (AccessLog).
 	AccessLog string
 	// AccessLogKeys writes descriptor values to the access log as they
-	// are; by default it writes their hashes (observe.KeyHash).
+	// are; by default it writes their hashes (observe.KeyHasher).
 	AccessLogKeys bool
+	// KeyHashSecretFile keeps the secret under which the access log and
+	// GET /top hash descriptor values, as `serve`'s KeyHashSecretFile:
+	// read if it exists, created if not. Empty: AccessLog with ".key"
+	// appended when AccessLog is a file, else a random secret of the
+	// process (docs/operations.md, "Access log").
+	KeyHashSecretFile string
+	// TopKeys shows descriptor values at GET /top as they are; by
+	// default they are hashed as in the access log.
+	TopKeys bool
 	// ShutdownTimeout bounds the drain of calls in flight.
 	ShutdownTimeout time.Duration
 	// Tracing exports OpenTelemetry traces of the calls when
@@ -158,7 +167,7 @@ type Server struct {
 	svc     *Service
 	metrics *Metrics
 	top     *Top
-	alog    *AccessLog
+	alog    *observe.AccessLog
 	tracer  *tracing.Tracer // nil without tracing
 	stores  *stores.Stores
 	certs   *serving.CertReloader
@@ -247,7 +256,11 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 	closers = append(closers, s.stores.Close)
 	s.stores.Register(reg)
 	s.metrics = NewMetrics(reg)
-	s.top = NewTop(observe.TopConfig{})
+	hasher, err := observe.OpenKeyHasher(cfg.KeyHashSecretFile, cfg.AccessLog, cfg.AccessLog != "" && !cfg.AccessLogKeys, s.log)
+	if err != nil {
+		return nil, err
+	}
+	s.top = NewTop(observe.TopConfig{Hasher: hasher, RawKeys: cfg.TopKeys})
 	observers := []Observer{s.top}
 	var grpcOpts []grpc.ServerOption
 	if cfg.Tracing.Enabled {
@@ -268,12 +281,13 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 		)))
 	}
 	if cfg.AccessLog != "" {
-		if s.alog, err = OpenAccessLog(cfg.AccessLog); err != nil {
+		if s.alog, err = observe.OpenAccessLog(cfg.AccessLog); err != nil {
 			return nil, fmt.Errorf("--access-log: %w", err)
 		}
-		s.alog.SetRawValues(cfg.AccessLogKeys)
+		s.alog.SetRawKeys(cfg.AccessLogKeys)
+		s.alog.SetKeyHasher(hasher)
 		closers = append(closers, s.alog.Close)
-		observers = append(observers, s.alog)
+		observers = append(observers, NewAccessLog(s.alog))
 	}
 	s.svc, err = New(Config{
 		Store: s.stores.Store(), FailMode: s.stores.FailMode(), Local: s.stores.Local(),

@@ -11,7 +11,6 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -137,7 +136,7 @@ func New(cfg Config) (_ *Server, err error) {
 	}
 	s.metrics = observe.NewMetrics(observe.MetricsConfig{Registry: reg, Store: string(cfg.Store), Keys: s.st.Keys, Version: cfg.Version, Exemplars: tr != nil})
 	s.st.Register(reg)
-	hasher, err := keyHasher(cfg, log)
+	hasher, err := observe.OpenKeyHasher(cfg.KeyHashSecretFile, cfg.AccessLog, cfg.AccessLog != "" && !cfg.AccessLogKeys, log)
 	if err != nil {
 		return nil, err
 	}
@@ -477,43 +476,6 @@ func (s *Server) loadInitialRules() (*config.Rules, error) {
 	}
 	s.watched = err == nil && !fellBack
 	return r, err
-}
-
-// keyHasher returns the hasher of the access log's and /top's key values,
-// under the secret of cfg.KeyHashSecretFile (or the file beside a file
-// access log), created if missing; without either, under a random secret
-// of this process.
-func keyHasher(cfg Config, log *slog.Logger) (*observe.KeyHasher, error) {
-	file := keyHashSecretPath(cfg.KeyHashSecretFile, cfg.AccessLog)
-	if file == "" {
-		var secret [32]byte
-		rand.Read(secret[:])
-		if cfg.AccessLog != "" && !cfg.AccessLogKeys {
-			log.Info("the access log's key hashes use a secret of this process: set --key-hash-secret-file to keep them stable across restarts")
-		}
-		return observe.NewKeyHasher(secret[:]), nil
-	}
-	secret, created, err := observe.LoadKeyHashSecret(file)
-	if err != nil {
-		return nil, fmt.Errorf("--key-hash-secret-file: %w", err)
-	}
-	if created {
-		log.Info("key-hash secret created; keep it to keep the access log's key hashes stable", "file", file)
-	}
-	return observe.NewKeyHasher(secret), nil
-}
-
-// keyHashSecretPath returns where the key-hash secret is kept: file, or
-// when it is empty the file access log's path with ".key" appended; ""
-// when neither is a file.
-func keyHashSecretPath(file, accessLog string) string {
-	switch {
-	case file != "":
-		return file
-	case accessLog == "" || accessLog == "stdout" || accessLog == "stderr":
-		return ""
-	}
-	return accessLog + ".key"
 }
 
 // loadAdminToken returns the admin token of --admin-token or

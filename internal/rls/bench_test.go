@@ -26,7 +26,7 @@ func newBenchService(tb testing.TB, observers ...Observer) *Service {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	svc, err := New(Config{Store: mem, Metrics: NewMetrics(prometheus.NewRegistry()), Logger: slog.New(slog.DiscardHandler), Observers: observers})
+	svc, err := New(Config{Store: mem, Metrics: observe.NewRLSMetrics(prometheus.NewRegistry()), Logger: slog.New(slog.DiscardHandler), Observers: observers})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -80,11 +80,11 @@ func (s *Service) respond(req *rlsv3.RateLimitRequest, domLabel string, ds []dec
 			}
 		}
 		if m != nil && d.lim != nil {
-			m.observe(domLabel, d.label, out, d.hits)
+			m.Descriptor(domLabel, d.label, out.String(), d.hits)
 		}
 	}
 	if m != nil {
-		m.requests.WithLabelValues(domLabel, strings.ToLower(resp.OverallCode.String())).Inc()
+		m.Call(domLabel, strings.ToLower(resp.OverallCode.String()))
 	}
 	resp.ResponseHeadersToAdd = s.headers(ds, res)
 	if s.cfg.ReferenceHeaders != nil {

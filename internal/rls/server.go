@@ -16,7 +16,6 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
@@ -165,7 +164,7 @@ type Server struct {
 	cfg     ServerConfig
 	log     *slog.Logger
 	svc     *Service
-	metrics *Metrics
+	metrics *observe.RLSMetrics
 	top     *Top
 	alog    *observe.AccessLog
 	tracer  *tracing.Tracer // nil without tracing
@@ -233,29 +232,21 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 		}
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	circuit := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "gateway_redis_circuit_open",
-		Help: "1 while the Redis store's circuit breaker is open: decisions go by --fail-mode.",
-	})
-	reg.MustRegister(circuit, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name:        "gateway_build_info",
-		Help:        "Always 1; the version label is the build's.",
-		ConstLabels: prometheus.Labels{"version": cfg.Version},
-	}, func() float64 { return 1 }))
+	var proc *observe.ProcessMetrics
 	s.stores, err = stores.New(cfg.Store, func(open bool) {
-		if open {
-			circuit.Set(1)
-		} else {
-			circuit.Set(0)
+		// The stores are built before the metrics; Redis calls this
+		// only once calls flow, after NewServer.
+		if proc != nil {
+			proc.SetCircuitOpen(open)
 		}
 	})
 	if err != nil {
 		return nil, err
 	}
 	closers = append(closers, s.stores.Close)
+	proc = observe.NewProcessMetrics(observe.ProcessConfig{Registry: reg, Store: string(cfg.Store.Store), Keys: s.stores.Keys, Version: cfg.Version})
 	s.stores.Register(reg)
-	s.metrics = NewMetrics(reg)
+	s.metrics = observe.NewRLSMetrics(reg)
 	hasher, err := observe.OpenKeyHasher(cfg.KeyHashSecretFile, cfg.AccessLog, cfg.AccessLog != "" && !cfg.AccessLogKeys, s.log)
 	if err != nil {
 		return nil, err
@@ -351,7 +342,7 @@ func (s *Server) install(c *rlsconfig.Config) {
 	now := time.Now()
 	s.svc.SetConfig(c)
 	s.onceConfig.Do(func() { close(s.configured) })
-	s.metrics.Loaded(c, float64(now.UnixNano())/1e9)
+	s.metrics.ConfigLoaded(c.Limits(), now)
 	st := &loadState{loadedAt: now, configInUse: c}
 	s.state.Store(st)
 }
@@ -383,7 +374,7 @@ func (s *Server) Reload() (changed bool, err error) {
 	old := s.state.Load()
 	c, err := rlsconfig.Load(s.cfg.ConfigPath, s.loadOptions())
 	if err != nil {
-		s.metrics.Loaded(nil, 0)
+		s.metrics.ConfigFailed()
 		st := *old
 		st.lastErr, st.lastErrAt = err.Error(), time.Now()
 		s.state.Store(&st)

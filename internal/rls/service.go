@@ -25,6 +25,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/ratelimitheader"
 	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
 )
@@ -67,7 +68,7 @@ type Config struct {
 	// traffic before it enforces anything.
 	ShadowMode bool
 	// Metrics, if not nil, counts decisions.
-	Metrics *Metrics
+	Metrics *observe.RLSMetrics
 	// Logger receives store errors (at most one a second). Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -404,7 +405,7 @@ func (s *Service) decide(ctx context.Context, now time.Time, reqs []limit.Reques
 		return false, 0, status.FromContextError(ctx.Err()).Err()
 	}
 	if s.cfg.Metrics != nil {
-		s.cfg.Metrics.storeErrors.Inc()
+		s.cfg.Metrics.StoreError()
 	}
 	switch v {
 	case failmode.LocalDecided:

@@ -10,9 +10,9 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 )
 
-// minSlotTTL bounds the life of a Redis slot below: a SlotTTL (`serve`'s --upstream-timeout)
-// shorter than this would have the slots renewed more often than a
-// second's fraction.
+// minSlotTTL bounds the life of a Redis slot below: a SlotTTL (`serve`'s
+// --upstream-timeout) shorter than this would have the slots renewed more
+// often than a second's fraction.
 const minSlotTTL = time.Second
 
 // newRedisSlots builds the Redis store's Slots, whose slots expire

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
-	"github.com/ratelimit-gateway/gateway/internal/server"
+	"github.com/ratelimit-gateway/gateway/internal/ratelimitheader"
+	"github.com/ratelimit-gateway/gateway/internal/stores"
 )
 
 // Env is what FromEnv reads from envoyproxy/ratelimit's environment.
@@ -116,7 +116,7 @@ func FromEnv(lookup func(string) (string, bool), base ServerConfig) (Env, error)
 	c.KeyPrefix = r.str("CACHE_KEY_PREFIX", "")
 	c.ReferenceCounting = true
 	c.StopOverLimitCount = r.boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)
-	c.Headers = proxy.HeadersNone
+	c.Headers = ratelimitheader.None
 	c.ReferenceHeaders = nil
 	if r.boolean("LIMIT_RESPONSE_HEADERS_ENABLED", false) {
 		c.ReferenceHeaders = &HeaderNames{
@@ -155,8 +155,8 @@ func FromEnv(lookup func(string) (string, bool), base ServerConfig) (Env, error)
 }
 
 // redis reads the REDIS_* variables into st.
-func (r *envReader) redis(st *server.Config) {
-	st.Store = server.StoreRedis
+func (r *envReader) redis(st *stores.Config) {
+	st.Store = stores.StoreRedis
 	socket := strings.ToLower(r.str("REDIS_SOCKET_TYPE", "unix"))
 	url := r.str("REDIS_URL", "/var/run/nutcracker/ratelimit.sock")
 	useTLS := r.boolean("REDIS_TLS", false)

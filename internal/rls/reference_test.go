@@ -9,9 +9,8 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/ratelimit-gateway/gateway/internal/ratelimitheader"
 	"google.golang.org/protobuf/encoding/protojson"
-
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
 )
 
 // TestResetWholeSeconds reports duration_until_reset in whole seconds, as
@@ -171,7 +170,7 @@ func TestReferenceCounting(t *testing.T) {
 // gateway's when Headers is none.
 func TestReferenceHeaders(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, Config{ReferenceHeaders: &HeaderNames{Limit: "L", Remaining: "R", Reset: "T"}, Headers: proxy.HeadersNone})
+	h := newHarness(t, Config{ReferenceHeaders: &HeaderNames{Limit: "L", Remaining: "R", Reset: "T"}, Headers: ratelimitheader.None})
 	h.now.Store(int64(15 * time.Second))
 	for i, tc := range []struct {
 		descs string

@@ -25,7 +25,8 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
+	"github.com/ratelimit-gateway/gateway/internal/ratelimitheader"
 	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
 )
 
@@ -59,7 +60,7 @@ type Config struct {
 	// legacy X-RateLimit-Limit/Remaining/Reset, the IETF draft's
 	// RateLimit-Policy and RateLimit, both, or none. The zero value is
 	// both.
-	Headers proxy.HeaderMode
+	Headers ratelimitheader.Mode
 	// ShadowMode makes every limit a shadow limit, as envoyproxy/ratelimit's
 	// SHADOW_MODE does: limits are decided, counted when they admit and
 	// reported (a status says OVER_LIMIT where the limit would deny), but
@@ -67,7 +68,7 @@ type Config struct {
 	// traffic before it enforces anything.
 	ShadowMode bool
 	// Metrics, if not nil, counts decisions.
-	Metrics *Metrics
+	Metrics *observe.RLSMetrics
 	// Logger receives store errors (at most one a second). Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -407,7 +408,7 @@ func (s *Service) decide(ctx context.Context, now time.Time, reqs []limit.Reques
 		return false, 0, status.FromContextError(ctx.Err()).Err()
 	}
 	if s.cfg.Metrics != nil {
-		s.cfg.Metrics.storeErrors.Inc()
+		s.cfg.Metrics.StoreError()
 	}
 	switch v {
 	case failmode.LocalDecided:

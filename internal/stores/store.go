@@ -1,4 +1,4 @@
-package server
+package stores
 
 import (
 	"cmp"
@@ -339,11 +339,11 @@ func (st *stores) forget() func(keep func(key string) bool) int {
 }
 
 // health reports on the store for /readyz.
-func (st *stores) health(ctx context.Context) StoreHealth {
+func (st *stores) health(ctx context.Context) Health {
 	if st.redis == nil {
-		return StoreHealth{Store: string(st.name), Reachable: true, Serving: true}
+		return Health{Store: string(st.name), Reachable: true, Serving: true}
 	}
-	h := StoreHealth{Store: string(st.name), Circuit: "closed", FailMode: st.failMode.String()}
+	h := Health{Store: string(st.name), Circuit: "closed", FailMode: st.failMode.String()}
 	if st.redis.CircuitOpen() {
 		h.Circuit = "open"
 	}

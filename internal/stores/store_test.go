@@ -1,4 +1,4 @@
-package server
+package stores
 
 import (
 	"context"
@@ -11,11 +11,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ratelimit-gateway/gateway/internal/failmode"
+	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
+
+var t0 = gwtest.T0
 
 func TestLocalShareFlag(t *testing.T) {
 	t.Parallel()

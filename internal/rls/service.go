@@ -253,7 +253,7 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			if err != nil {
 				return nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
 			}
-			if m, ok := dom.Find(es); ok && len(es) > 0 && !m.Descriptor.Limit.Unlimited && m.Descriptor.Limit.Params.Window == lim.Params.Window {
+			if m, ok := dom.Find(es); ok && len(es) > 0 && !m.Descriptor.Limit.Unlimited && m.Descriptor.Limit.Params.Window == lim.Params.Window && ownValues(&m, es) {
 				// The configured counter of the same entries and unit:
 				// its algorithm, the override's number.
 				p := m.Descriptor.Limit.Params
@@ -314,6 +314,11 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		r.Shadow = d.shadow || d.quota
 		if params != nil {
 			params[i] = referenceParams(d.lim.Params)
+			if r.Defer {
+				// hits_addend 0: OK while the count is not over the
+				// limit, as theirs, rather than while one more fits.
+				params[i].Limit++
+			}
 			r.Params = &params[i]
 			// Each limit on its own: none takes part in the others'
 			// decision, and each counts when it admits. With
@@ -344,6 +349,19 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 	}
 	return s.respond(req, domLabel, ds, reqs, res, allowed, how, now), ds, nil
+}
+
+// ownValues reports whether m counts every entry under its own value: a
+// limit override shares the configured descriptor's counter only then,
+// as envoyproxy/ratelimit keys an override by the request's values, never
+// by a share_threshold wildcard.
+func ownValues(m *rlsconfig.Match, es []rlsconfig.Entry) bool {
+	for i, e := range es {
+		if m.CounterValue(i, e.Value) != e.Value {
+			return false
+		}
+	}
+	return true
 }
 
 // referenceParams returns p as envoyproxy/ratelimit counts it: a fixed

@@ -18,9 +18,9 @@
 # EVAL, which gateway rls sends, plus INCRBY and EXPIRE, which
 # envoyproxy/ratelimit sends; neither sends the other's); Redis commands
 # run per decision (INFO stats total_commands_processed: those calls, the
-# commands the scripts
-# run inside them, health checks and the fleet heartbeat); and Redis's own
-# CPU time per decision (INFO cpu used_cpu_user + used_cpu_sys).
+# commands the scripts run inside them, health checks and the fleet
+# heartbeat); and Redis's own CPU time per decision (INFO cpu
+# used_cpu_user + used_cpu_sys).
 #
 # envoyproxy/ratelimit runs with its defaults (fixed windows, one INCRBY and
 # one EXPIRE per descriptor in a pipeline, no local cache), statsd off;

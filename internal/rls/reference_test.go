@@ -248,6 +248,16 @@ func TestConformance(t *testing.T) {
 		}},
 		{"repeated descriptor, counting as theirs", Config{ReferenceCounting: true}, []step{
 			{0, "conform", "n=a;n=a", 0, ok, []string{"ok/2/3", "ok/1/3"}},
+			// In turn: the first still fits, the second does not.
+			{0, "conform", "n=a;n=a", 0, over, []string{"ok/0/3", "over/0/3"}},
+			// The first's hits over the limit count before the second.
+			{0, "conform", "n=b+5;n=b+1", 0, over, []string{"over/0/3", "over/0/3"}},
+			{0, "conform", "n=b+0", 0, over, []string{"over/0/3"}},
+		}},
+		{"repeated descriptor over the limit by default", Config{}, []step{
+			{0, "conform", "n=a+2", 0, ok, []string{"ok/1/3"}},
+			// One counter asked for both: all or nothing.
+			{0, "conform", "n=a;n=a", 0, over, []string{"over/0/3", "over/0/3"}},
 		}},
 		// An override is keyed by the request's values, not by the
 		// share_threshold wildcard its entries match.

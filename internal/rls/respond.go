@@ -27,7 +27,12 @@ func (s *Service) respond(req *rlsv3.RateLimitRequest, domLabel string, ds []dec
 	}
 	m := s.cfg.Metrics
 	var violations []int // the quotas the request went over
-	later := laterHits(reqs)
+	var later []int64
+	if !s.cfg.ReferenceCounting || s.cfg.StopOverLimitCount {
+		// Counting as theirs, the repeats were decided in turn
+		// (decideReference): each Result is its own already.
+		later = laterHits(reqs)
+	}
 	for i := range ds {
 		d := &ds[i]
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}

@@ -332,7 +332,11 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	allowed, how := true, outcome(0)
 	if len(reqs) > 0 {
 		var err error
-		allowed, how, err = s.decide(ctx, now, reqs, res)
+		if s.cfg.ReferenceCounting {
+			how, err = s.decideReference(ctx, now, reqs, res)
+		} else {
+			allowed, how, err = s.decide(ctx, now, reqs, res)
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -342,9 +346,6 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 				if d := &ds[i]; d.req >= 0 && !res[d.req].Allowed && !d.shadow && !d.quota {
 					allowed = false
 				}
-			}
-			if how == 0 && !s.cfg.StopOverLimitCount {
-				s.chargeOverLimit(ctx, now, reqs, res)
 			}
 		}
 	}
@@ -369,6 +370,57 @@ func ownValues(m *rlsconfig.Match, es []rlsconfig.Entry) bool {
 // calendar), with none of this gateway's extensions.
 func referenceParams(p limit.Params) limit.Params {
 	return limit.Params{Algorithm: "fixed_window", Limit: p.Limit, Window: p.Window}
+}
+
+// decideReference decides reqs as envoyproxy/ratelimit counts them: each
+// on its own, and the hits over a limit counted too (chargeOverLimit),
+// unless StopOverLimitCount. A counter the request names more than once
+// is decided once per naming, in turn, each after the hits of those
+// before it, as their pipeline of INCRBYs counts them; how is the fail
+// mode's outcome of the last turn it decided.
+func (s *Service) decideReference(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result) (how outcome, err error) {
+	turn := make([]int, len(reqs)) // how many times reqs[i]'s key came before it
+	turns := 1
+	if !s.cfg.StopOverLimitCount && len(reqs) > 1 && limit.Repeats(reqs) {
+		for i := range reqs {
+			for j := range i {
+				if reqs[j].Key == reqs[i].Key {
+					turn[i]++
+				}
+			}
+			turns = max(turns, turn[i]+1)
+		}
+	}
+	for t := range turns {
+		var idx []int
+		for i := range reqs {
+			if turn[i] == t {
+				idx = append(idx, i)
+			}
+		}
+		rq, rr := reqs, res
+		if turns > 1 {
+			rq, rr = make([]limit.Request, len(idx)), make([]limit.Result, len(idx))
+			for j, i := range idx {
+				rq[j] = reqs[i]
+			}
+		}
+		_, h, err := s.decide(ctx, now, rq, rr)
+		if err != nil {
+			return 0, err
+		}
+		if h != 0 {
+			how = h
+		} else if !s.cfg.StopOverLimitCount {
+			s.chargeOverLimit(ctx, now, rq, rr)
+		}
+		if turns > 1 {
+			for j, i := range idx {
+				res[i] = rr[j]
+			}
+		}
+	}
+	return how, nil
 }
 
 // chargeOverLimit counts the hits of the requests that a limit denied

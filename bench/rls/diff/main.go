@@ -84,7 +84,11 @@ func main() {
 		fatal(err)
 	}
 	defer r.stop()
-	report, undeclared := r.runAll(*verbose, *refVersion)
+	report, undeclared, err := r.runAll(*verbose, *refVersion)
+	if err != nil {
+		r.stop()
+		fatal(err)
+	}
 	fmt.Print(report)
 	if *out != "" {
 		if err := os.WriteFile(*out, []byte(report), 0o644); err != nil {
@@ -348,7 +352,7 @@ func (r *run) writeConfigs(testdata string) error {
 
 // runAll runs every case and returns the report and how many cases
 // differ without a declaration.
-func (r *run) runAll(verbose bool, refVersion string) (string, int) {
+func (r *run) runAll(verbose bool, refVersion string) (string, int, error) {
 	type result struct {
 		requests int
 		diffs    [][]string // per request, its differences
@@ -359,7 +363,7 @@ func (r *run) runAll(verbose bool, refVersion string) (string, int) {
 	for ci, c := range r.cases {
 		for a := 0; ; a++ {
 			if a == attempts {
-				fatal(fmt.Errorf("case %s straddled a second %d times: the machine is too busy", c.name, attempts))
+				return "", 0, fmt.Errorf("case %s straddled a second %d times: the machine is too busy", c.name, attempts)
 			}
 			waitSlot()
 			start := time.Now()
@@ -453,7 +457,7 @@ func (r *run) runAll(verbose bool, refVersion string) (string, int) {
 		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d |\n", m.name, m.what, calls, differ, casesDiffer, und)
 	}
 	b.WriteString(detail.String())
-	return b.String(), undeclared
+	return b.String(), undeclared, nil
 }
 
 // waitSlot waits for the first 300 ms of a second that is not one of the

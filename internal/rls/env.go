@@ -145,6 +145,10 @@ func FromEnv(lookup func(string) (string, bool), base ServerConfig) (Env, error)
 		{"LOCAL_CACHE_SIZE_IN_BYTES", "the Redis store keeps leases instead (--redis-leases)"},
 		{"NEAR_LIMIT_RATIO", "no near-limit statistics"},
 		{"EXPIRATION_JITTER_MAX_SECONDS", "keys expire with their window"},
+		// Envoy Gateway sets it; envoyproxy/ratelimit reads
+		// GRPC_CLIENT_TLS_CACERT instead, and neither requires client
+		// certificates without that.
+		{"GRPC_SERVER_TLS_CA_CERT", "not envoyproxy/ratelimit's name either: client certificates are required only with GRPC_CLIENT_TLS_CACERT"},
 	} {
 		if v, ok := lookup(n.name); ok && v != "" && v != "false" && v != "0" {
 			e.Ignored = append(e.Ignored, n.name+": "+n.why)

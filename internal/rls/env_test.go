@@ -87,6 +87,11 @@ func TestFromEnvEnvoyGateway(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Errorf("Validate: %v", err)
 	}
+	// Ignored, but told: an operator who set it expects client
+	// certificates to be required.
+	if got := strings.Join(e.Ignored, "; "); !strings.Contains(got, "GRPC_SERVER_TLS_CA_CERT: ") || !strings.Contains(got, "GRPC_CLIENT_TLS_CACERT") {
+		t.Errorf("ignored: got %q, want GRPC_SERVER_TLS_CA_CERT named with GRPC_CLIENT_TLS_CACERT", got)
+	}
 }
 
 func TestFromEnv(t *testing.T) {

@@ -27,6 +27,12 @@ func (s *Service) respond(req *rlsv3.RateLimitRequest, domLabel string, ds []dec
 	}
 	m := s.cfg.Metrics
 	var violations []int // the quotas the request went over
+	var later []int64
+	if !s.cfg.ReferenceCounting || s.cfg.StopOverLimitCount {
+		// Counting as theirs, the repeats were decided in turn
+		// (decideReference): each Result is its own already.
+		later = laterHits(reqs)
+	}
 	for i := range ds {
 		d := &ds[i]
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
@@ -45,21 +51,32 @@ func (s *Service) respond(req *rlsv3.RateLimitRequest, domLabel string, ds []dec
 			st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
 				Name: d.lim.Name, RequestsPerUnit: d.lim.RequestsPerUnit, Unit: d.lim.Unit,
 			}
-			st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
+			remaining := r.Remaining
+			if r.Allowed && later != nil {
+				// A counter the request names again later: what is left
+				// of it after this descriptor, as envoyproxy/ratelimit
+				// counts repeats one after the other.
+				remaining += later[d.req]
+			}
+			if s.cfg.ReferenceCounting && q.Act == limit.Defer {
+				remaining-- // its limit was raised by one (shouldRateLimit)
+			}
+			st.LimitRemaining = uint32(min(max(remaining, 0), math.MaxUint32))
 			if !r.Allowed && s.cfg.ReferenceCounting {
 				st.LimitRemaining = 0 // its hits are counted: none is left
 			}
 			// Whole seconds, as envoyproxy/ratelimit reports them; a
-			// request that can never fit waits for the window's end.
+			// request that can never fit waits for the window's end, as
+			// every request does when counting as theirs.
 			reset := time.Duration(ratelimitheader.Seconds(r.Reset)) * time.Second
-			if q.Cost > q.Params.Capacity() {
+			if q.Cost > q.Params.Capacity() || s.cfg.ReferenceCounting {
 				reset = windowEnd(now, d.lim.Params.Window)
 			}
 			st.DurationUntilReset = durationpb.New(reset)
 			switch {
 			case r.Allowed:
 				out = outOK
-			case d.quota:
+			case d.quota && (d.desc == nil || !d.desc.ShadowMode):
 				// A quota over its limit is OK with what is left of it,
 				// and told in the dynamic metadata.
 				out = outShadow
@@ -94,6 +111,23 @@ func (s *Service) respond(req *rlsv3.RateLimitRequest, domLabel string, ds []dec
 		resp.DynamicMetadata = dynamicMetadata(req, ds, violations)
 	}
 	return resp
+}
+
+// laterHits returns, for each request, the hits of the requests after it
+// that name the same counter; nil when no counter is named twice.
+func laterHits(reqs []limit.Request) []int64 {
+	if len(reqs) < 2 || !limit.Repeats(reqs) {
+		return nil
+	}
+	later := make([]int64, len(reqs))
+	for i := range reqs {
+		for j := i + 1; j < len(reqs); j++ {
+			if reqs[j].Key == reqs[i].Key && reqs[j].Act != limit.Defer {
+				later[i] += reqs[j].Cost
+			}
+		}
+	}
+	return later
 }
 
 // windowEnd returns the time from now to the end of the window of length

@@ -294,8 +294,9 @@ func TestShouldRateLimit(t *testing.T) {
 			{0, "ext", "pair=a", 0, ok, []string{"ok/3/5"}},
 		}},
 		{"a repeated descriptor counts twice", []step{
-			{0, "ext", "pair=a;pair=a", 0, ok, []string{"ok/3/5", "ok/3/5"}},
-			{0, "ext", "pair=a;pair=a", 0, ok, []string{"ok/1/5", "ok/1/5"}},
+			// One after the other, as envoyproxy/ratelimit reports them.
+			{0, "ext", "pair=a;pair=a", 0, ok, []string{"ok/4/5", "ok/3/5"}},
+			{0, "ext", "pair=a;pair=a", 0, ok, []string{"ok/2/5", "ok/1/5"}},
 			// Two units do not fit in the one left, all or nothing.
 			{0, "ext", "pair=a;pair=a", 0, over, []string{"over/0/5", "over/0/5"}},
 			{0, "ext", "pair=a", 0, ok, []string{"ok/0/5"}},

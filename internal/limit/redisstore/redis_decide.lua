@@ -32,7 +32,8 @@ end
 -- callOf returns the p of a call of settings s that p records (a call
 -- other than the usual, or a calendar unit): a copy of s, with every
 -- field p may get in the constructor, so that the table is made at its
--- size, and the call argument's cost, mode, shadow, lease and wait in it.
+-- size, and the call argument's cost, mode, shadow, lease and wait in it;
+-- or an error reply when the call argument is malformed.
 local function callOf(s, call)
   local p = {
     alg = s.alg, id = s.id, limit = s.limit, window = s.window, precision = s.precision,
@@ -44,7 +45,7 @@ local function callOf(s, call)
   if call ~= '' then
     local cost, mode, shadow, rate, fleet, have, wait = string.match(call, '^(%d+) (%S) ([01]) (%-?%d+) (%d+) (%d+) ?(%d*)$')
     if cost == nil then
-      error(redis.error_reply('ERR gateway script: bad call ' .. call))
+      return redis.error_reply('ERR gateway script: bad call ' .. call)
     end
     p.cost, p.shadow = tonumber(cost), shadow == '1'
     p.rate, p.fleet, p.have = tonumber(rate), tonumber(fleet), tonumber(have)
@@ -59,11 +60,12 @@ end
 -- limitOf parses the arguments of a limit, which start at ARGV[a0 + o],
 -- at now: it returns its settings s, its p (s itself for the usual call
 -- without a calendar unit), the units its call asks for, whether the call
--- is spelled "?", and the offset of the next limit's arguments.
+-- is spelled "?", and the offset of the next limit's arguments; or nil
+-- and an error reply when the arguments are malformed.
 local function limitOf(ARGV, a0, o, now)
   local s = settings(ARGV[a0 + o])
   if s == nil then
-    error(redis.error_reply('ERR gateway script: bad settings ' .. tostring(ARGV[a0 + o])))
+    return nil, redis.error_reply('ERR gateway script: bad settings ' .. tostring(ARGV[a0 + o]))
   end
   local call = ARGV[a0 + o + 1]
   local probe = call == '?'
@@ -73,6 +75,9 @@ local function limitOf(ARGV, a0, o, now)
   local p = s
   if call ~= '' or s.cal then
     p = callOf(s, call)
+    if p.err then
+      return nil, p
+    end
   end
   o = o + 2
   -- A charge is counted whatever it costs; what it reports is the limit
@@ -85,7 +90,7 @@ local function limitOf(ARGV, a0, o, now)
     p.cal = calendar(ARGV[a0 + o], now)
     o = o + 1
     if p.cal == nil then
-      error(redis.error_reply('ERR gateway script: Redis\'s clock is more than a calendar window away from the gateway\'s'))
+      return nil, redis.error_reply('ERR gateway script: Redis\'s clock is more than a calendar window away from the gateway\'s')
     end
     p.id = p.id .. '/' .. p.cal.id
   end
@@ -94,10 +99,12 @@ end
 
 -- algorithmOf returns the algorithm of p, of settings s, the first time
 -- the settings are used (p.a has it after that): its chunk (A) runs once.
+-- It returns nil and an error reply for an algorithm the script does not
+-- have.
 local function algorithmOf(p, s)
   local a = A[p.alg]
   if a == nil then
-    error(redis.error_reply('ERR gateway script: unknown algorithm ' .. p.alg))
+    return nil, redis.error_reply('ERR gateway script: unknown algorithm ' .. p.alg)
   end
   if type(a) == 'function' then
     a = a()
@@ -303,11 +310,21 @@ end
 -- nil, is Redis's clock read by many, which gets the reply of usual as
 -- the string it answers with. exists and qover are what quick or copied
 -- learned of the key of a call of one limit: whether it exists, and its
--- overflow counter.
+-- overflow counter. A malformed argument's error reply is returned as
+-- a reply.
 local function decideLimit(ARGV, a0, top, n, i, o, now, at, exists, qover)
   local s, p, units, probe
   s, p, units, probe, o = limitOf(ARGV, a0, o, now)
-  local a = p.a or algorithmOf(p, s)
+  if not s then
+    return o, p
+  end
+  local a, bad = p.a, nil
+  if not a then
+    a, bad = algorithmOf(p, s)
+    if not a then
+      return o, bad
+    end
+  end
   local key = K[i]
   TMPL[key] = nil
   local own, names = namesOf(p, a, now)

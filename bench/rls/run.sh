@@ -14,12 +14,13 @@
 #
 # Measured per case, across the run, over the calls answered: decisions/s;
 # the service's CPU time per decision (user+sys ticks of its process);
-# Redis calls sent per decision (INFO commandstats: EVALSHA and EVAL, which
-# gateway rls sends, plus INCRBY and EXPIRE, which envoyproxy/ratelimit
-# sends; neither sends the other's); Redis commands run per decision (INFO
-# stats total_commands_processed: those calls, the commands the scripts
-# run inside them, health checks and the fleet heartbeat); and Redis's own
-# CPU time per decision (INFO cpu used_cpu_user + used_cpu_sys).
+# Redis calls sent per decision (INFO commandstats: FCALL, EVALSHA and
+# EVAL, which gateway rls sends, plus INCRBY and EXPIRE, which
+# envoyproxy/ratelimit sends; neither sends the other's); Redis commands
+# run per decision (INFO stats total_commands_processed: those calls, the
+# commands the scripts run inside them, health checks and the fleet
+# heartbeat); and Redis's own CPU time per decision (INFO cpu
+# used_cpu_user + used_cpu_sys).
 #
 # envoyproxy/ratelimit runs with its defaults (fixed windows, one INCRBY and
 # one EXPIRE per descriptor in a pipeline, no local cache), statsd off;
@@ -101,7 +102,7 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 commands() { redis-cli -p "$REDIS_PORT" info stats | tr -d '\r' | sed -n 's/^total_commands_processed://p'; }
 sent() {
 	redis-cli -p "$REDIS_PORT" info commandstats | tr -d '\r' |
-		awk -F'[:=,]' '/^cmdstat_(evalsha|eval|incrby|expire):/ { n += $3 } END { print n + 0 }'
+		awk -F'[:=,]' '/^cmdstat_(evalsha|eval|fcall|incrby|expire):/ { n += $3 } END { print n + 0 }'
 }
 # rcpu: Redis's user+sys CPU time so far, in microseconds.
 rcpu() {

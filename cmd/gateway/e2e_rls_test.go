@@ -358,14 +358,14 @@ func TestEndToEndRLSSighup(t *testing.T) {
 
 // TestEndToEndRLSTopAndAccessLog runs `gateway rls --access-log` and
 // reads /top with `gateway top`: the heaviest values of the descriptor
-// are listed, at most --admin's K of them, and the log has one line per
-// call with the values hashed.
+// are listed (as they are, with --top-keys), at most --admin's K of them,
+// and the log has one line per call with the values hashed.
 func TestEndToEndRLSTopAndAccessLog(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cfgFile, logFile := filepath.Join(dir, "config.yaml"), filepath.Join(dir, "access.log")
 	os.WriteFile(cfgFile, fmt.Appendf(nil, rlsE2EConfig, 2), 0o600)
-	g := startRLS(t, nil, nil, "--config", cfgFile, "--access-log", logFile)
+	g := startRLS(t, nil, nil, "--config", cfgFile, "--access-log", logFile, "--top-keys")
 
 	calls := 0
 	ask := func(entries string, want rlsv3.RateLimitResponse_Code) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -30,9 +31,8 @@ import (
 // egRateLimitConfig is a RateLimitConfig as Envoy Gateway's translator
 // writes one for a BackendTrafficPolicy with a global limit per
 // x-user-id header: a descriptor of the rule, under it the header's.
-// The unit is a day, the longest the resource has, so that no window
-// ends while the test runs (from the environment the service counts in
-// fixed windows, aligned to midnight UTC).
+// The test counts in day windows, which from the environment end at
+// midnight UTC; it runs the counting again when one passes meanwhile.
 func egRateLimitConfig(name string, rpu uint32, unit rlsconfv3.RateLimitUnit) *rlsconfv3.RateLimitConfig {
 	return &rlsconfv3.RateLimitConfig{Name: name, Domain: name, Descriptors: []*rlsconfv3.RateLimitDescriptor{{
 		Key: "rule-0-match-0", Value: "rule-0-match-0",
@@ -114,12 +114,12 @@ func TestRLSEnvoyGatewayXDS(t *testing.T) {
 	}
 	defer conn.Close()
 	client := rlsv3.NewRateLimitServiceClient(conn)
-	ask := func(domain string) *rlsv3.RateLimitResponse {
+	ask := func(domain, user string) *rlsv3.RateLimitResponse {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		d := &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{
-			{Key: "rule-0-match-0", Value: "rule-0-match-0"}, {Key: "rule-0-match-1", Value: "alice"},
+			{Key: "rule-0-match-0", Value: "rule-0-match-0"}, {Key: "rule-0-match-1", Value: user},
 		}}
 		resp, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*rlv3.RateLimitDescriptor{d}})
 		if err != nil {
@@ -127,41 +127,66 @@ func TestRLSEnvoyGatewayXDS(t *testing.T) {
 		}
 		return resp
 	}
-	check := func(step string, resp *rlsv3.RateLimitResponse, code rlsv3.RateLimitResponse_Code, remaining uint32) {
-		t.Helper()
+	// check notes in *failed a step whose answer is not code and
+	// remaining.
+	check := func(failed *[]string, step string, resp *rlsv3.RateLimitResponse, code rlsv3.RateLimitResponse_Code, remaining uint32) {
 		st := resp.GetStatuses()[0]
 		if resp.GetOverallCode() != code || st.GetLimitRemaining() != remaining {
-			t.Errorf("%s: got %v remaining %d, want %v remaining %d", step, resp.GetOverallCode(), st.GetLimitRemaining(), code, remaining)
+			*failed = append(*failed, fmt.Sprintf("%s: got %v remaining %d, want %v remaining %d", step, resp.GetOverallCode(), st.GetLimitRemaining(), code, remaining))
 		}
 	}
 
 	// Forced to start without a config: every domain is unknown, OK.
-	check("before any config", ask("eg"), rlsv3.RateLimitResponse_OK, 0)
-
-	xds.Push(t, "envoy-ratelimit", "1", egRateLimitConfig("eg", 3, rlsconfv3.RateLimitUnit_DAY))
-	first := xds.WaitRequest(t, time.Minute, "ACK of version 1", xdstest.Acked("1"))
-	if first.GetTypeUrl() != "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig" {
-		t.Errorf("type: got %s", first.GetTypeUrl())
+	var failed []string
+	check(&failed, "before any config", ask("eg", "alice"), rlsv3.RateLimitResponse_OK, 0)
+	for _, f := range failed {
+		t.Error(f)
 	}
-	check("v1, first", ask("eg"), rlsv3.RateLimitResponse_OK, 2)
-	check("v1, second", ask("eg"), rlsv3.RateLimitResponse_OK, 1)
 
-	// A push that keeps the descriptor keeps its count.
-	xds.Push(t, "envoy-ratelimit", "2", egRateLimitConfig("eg", 3, rlsconfv3.RateLimitUnit_DAY), egRateLimitConfig("other", 1, rlsconfv3.RateLimitUnit_DAY))
-	xds.WaitRequest(t, time.Minute, "ACK of version 2", xdstest.Acked("2"))
-	check("v2, third", ask("eg"), rlsv3.RateLimitResponse_OK, 0)
-	check("v2, fourth", ask("eg"), rlsv3.RateLimitResponse_OVER_LIMIT, 0)
-	check("v2, other domain", ask("other"), rlsv3.RateLimitResponse_OK, 0)
+	// From the environment the service counts in fixed windows: a day's
+	// ends at midnight UTC. When one passes while the counting runs, it
+	// runs again, with versions and a caller of its own.
+	for attempt := 0; ; attempt++ {
+		if attempt == 3 {
+			t.Fatal("midnight UTC passed in each of three attempts")
+		}
+		version := func(n int) string { return fmt.Sprintf("%d.%d", attempt, n) }
+		user := fmt.Sprintf("alice-%d", attempt)
+		day := time.Now().Unix() / 86400
+		failed = nil
 
-	// A bad push is NACKed with its error; version 2 stays in force.
-	xds.Push(t, "envoy-ratelimit", "3", egRateLimitConfig("eg", 3, rlsconfv3.RateLimitUnit_UNKNOWN))
-	nack := xds.WaitRequest(t, time.Minute, "NACK of version 3", func(r *discoveryv3.DiscoveryRequest) bool {
-		return xdstest.Nacked("2")(r) && r.GetResponseNonce() != first.GetResponseNonce()
-	})
-	if msg := nack.GetErrorDetail().GetMessage(); !strings.Contains(msg, "invalid rate limit unit") {
-		t.Errorf("NACK: got %q, want the config error", msg)
+		xds.Push(t, "envoy-ratelimit", version(1), egRateLimitConfig("eg", 3, rlsconfv3.RateLimitUnit_DAY))
+		first := xds.WaitRequest(t, time.Minute, "ACK of version "+version(1), xdstest.Acked(version(1)))
+		if first.GetTypeUrl() != "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig" {
+			t.Errorf("type: got %s", first.GetTypeUrl())
+		}
+		check(&failed, "v1, first", ask("eg", user), rlsv3.RateLimitResponse_OK, 2)
+		check(&failed, "v1, second", ask("eg", user), rlsv3.RateLimitResponse_OK, 1)
+
+		// A push that keeps the descriptor keeps its count.
+		xds.Push(t, "envoy-ratelimit", version(2), egRateLimitConfig("eg", 3, rlsconfv3.RateLimitUnit_DAY), egRateLimitConfig("other", 1, rlsconfv3.RateLimitUnit_DAY))
+		xds.WaitRequest(t, time.Minute, "ACK of version "+version(2), xdstest.Acked(version(2)))
+		check(&failed, "v2, third", ask("eg", user), rlsv3.RateLimitResponse_OK, 0)
+		check(&failed, "v2, fourth", ask("eg", user), rlsv3.RateLimitResponse_OVER_LIMIT, 0)
+		check(&failed, "v2, other domain", ask("other", user), rlsv3.RateLimitResponse_OK, 0)
+
+		// A bad push is NACKed with its error; version 2 stays in force.
+		xds.Push(t, "envoy-ratelimit", version(3), egRateLimitConfig("eg", 3, rlsconfv3.RateLimitUnit_UNKNOWN))
+		nack := xds.WaitRequest(t, time.Minute, "NACK of version "+version(3), func(r *discoveryv3.DiscoveryRequest) bool {
+			return xdstest.Nacked(version(2))(r) && r.GetResponseNonce() != first.GetResponseNonce()
+		})
+		if msg := nack.GetErrorDetail().GetMessage(); !strings.Contains(msg, "invalid rate limit unit") {
+			t.Errorf("NACK: got %q, want the config error", msg)
+		}
+		check(&failed, "after the NACK, other domain", ask("other", user), rlsv3.RateLimitResponse_OVER_LIMIT, 0)
+		if time.Now().Unix()/86400 == day {
+			break
+		}
+		t.Logf("midnight UTC passed while counting (%d differences): again", len(failed))
 	}
-	check("after the NACK, other domain", ask("other"), rlsv3.RateLimitResponse_OVER_LIMIT, 0)
+	for _, f := range failed {
+		t.Error(f)
+	}
 
 	for _, tc := range []struct{ name, url, want string }{
 		{"healthcheck", "http://" + addrs["admin"] + "/healthcheck", "OK"},

@@ -10,10 +10,10 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ratelimitheader"
 	"github.com/ratelimit-gateway/gateway/internal/rls"
 	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
-	"github.com/ratelimit-gateway/gateway/internal/server"
+	"github.com/ratelimit-gateway/gateway/internal/stores"
 )
 
 func newRLSCmd() *cobra.Command {
@@ -105,8 +105,8 @@ envoyproxy/ratelimit's environment instead: RUNTIME_* files or an xDS server
 // rlsDefaults is the configuration of `gateway rls` before its flags.
 func rlsDefaults() rls.ServerConfig {
 	return rls.ServerConfig{
-		Listen: ":8081", AdminListen: ":9091", Watch: true, MaxConfigBytes: rlsconfig.DefaultMaxBytes,
-		Headers: proxy.HeadersNone, Store: server.DefaultConfig(), ShutdownTimeout: 30 * time.Second,
+		Listen: ":8081", AdminListen: "127.0.0.1:9091", Watch: true, MaxConfigBytes: rlsconfig.DefaultMaxBytes,
+		Headers: ratelimitheader.None, Store: stores.DefaultConfig(), ShutdownTimeout: 30 * time.Second,
 	}
 }
 
@@ -117,7 +117,7 @@ func bindRLSFlags(f *pflag.FlagSet, cfg *rls.ServerConfig, logFormat *logFormat,
 	f.BoolVar(&cfg.Watch, "watch", cfg.Watch, "reload the config when the file or directory changes (SIGHUP always does)")
 	f.Int64Var(&cfg.MaxConfigBytes, "max-rules-bytes", cfg.MaxConfigBytes, "largest config file read; a larger one is refused and the config in force stays")
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "gRPC listen address")
-	f.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, "admin listen address (/healthz, /readyz, /healthcheck, /metrics, /rules, /rlconfig, /json, /top); plain HTTP, so keep it on an internal network")
+	f.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, "admin listen address (/healthz, /readyz, /healthcheck, /metrics, /rules, /rlconfig, /json, /top): loopback by default, since /top and /rules show callers and limits; plain HTTP, so keep it on an internal network (from envoyproxy/ratelimit's environment, HOST:PORT, 0.0.0.0:8080)")
 	f.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "PEM certificate (chain) file: with --tls-key, gRPC is served over TLS, the pair reloaded when either file changes")
 	f.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "PEM private key file of --tls-cert")
 	f.Var(&cfg.Headers, "ratelimit-headers", "response headers for Envoy to add: none (as envoyproxy/ratelimit), both, draft (RateLimit, RateLimit-Policy), legacy (X-RateLimit-*)")
@@ -129,7 +129,9 @@ func bindRLSFlags(f *pflag.FlagSet, cfg *rls.ServerConfig, logFormat *logFormat,
 	addCounterStoreFlags(f, &cfg.Store)
 	f.Lookup("fail-mode").Usage = "redis store: when Redis fails, local (limit in memory with limit × --local-share), open (answer OK) or closed (answer OVER_LIMIT)"
 	f.StringVar(&cfg.AccessLog, "access-log", cfg.AccessLog, "write one JSON line per ShouldRateLimit call to stdout, stderr or this file (off when empty)")
-	f.BoolVar(&cfg.AccessLogKeys, "access-log-keys", cfg.AccessLogKeys, "write descriptor values to the access log as they are, rather than the first 16 hex digits of their sha256")
+	f.BoolVar(&cfg.AccessLogKeys, "access-log-keys", cfg.AccessLogKeys, "write descriptor values to the access log as they are, rather than the first 16 hex digits of their HMAC-SHA256 under the key-hash secret")
+	f.StringVar(&cfg.KeyHashSecretFile, "key-hash-secret-file", cfg.KeyHashSecretFile, "file keeping the secret under which the access log and GET /top hash descriptor values; created with a random secret when missing (default: the --access-log file's path + .key when it is a file, else a secret of the process, not kept)")
+	f.BoolVar(&cfg.TopKeys, "top-keys", cfg.TopKeys, "show descriptor values at GET /top as they are, rather than hashed as in the access log")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "longest drain of calls in flight on SIGTERM")
 	f.BoolVar(traces, "tracing", *traces, tracingUsage+"; envoyproxy/ratelimit's TRACING_ENABLED, TRACING_EXPORTER_PROTOCOL, TRACING_SERVICE_NAME and TRACING_SAMPLING_RATE work too")
 	f.Var(logFormat, "log-format", "log format: json or text")

@@ -12,6 +12,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/configs"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/server"
+	"github.com/ratelimit-gateway/gateway/internal/stores"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -87,7 +88,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 	f.Var(&cfg.MethodOverride, "method-override", "a POST's X-HTTP-Method-Override (or X-HTTP-Method, X-Method-Override, ?_method=): match (rules match the method it names; it is forwarded) or strip (removed before forwarding). Overrides on other methods are always removed")
 	f.StringSliceVar(&cfg.AllowUpgrade, "allow-upgrade", cfg.AllowUpgrade, "protocols a request may upgrade to (Upgrade header); any other upgrade is removed before forwarding. h2c cannot be allowed")
 	f.BoolVar(&cfg.PreserveHost, "preserve-host", cfg.PreserveHost, "forward the client's Host header instead of the --upstream host")
-	addCounterStoreFlags(f, &cfg)
+	addCounterStoreFlags(f, &cfg.Config)
 	f.DurationVar(&cfg.UpstreamTimeout, "upstream-timeout", cfg.UpstreamTimeout, "longest wait for the upstream's response headers before 504 (a route may set its own timeout)")
 	f.StringSliceVar(&cfg.ReadyUpstreams, "ready-upstream", cfg.ReadyUpstreams, "upstreams of the rule file that /readyz depends on: 503 while one has no healthy target (repeatable or comma-separated)")
 	f.IntVar(&cfg.LimitStatus, "limit-status", cfg.LimitStatus, "status code of a limited response")
@@ -174,7 +175,7 @@ func onSignals(sigs <-chan os.Signal, reload func(), log *slog.Logger, timeout t
 // addCounterStoreFlags adds the flags of the counter store and its fail
 // modes (--store, --max-keys, --redis-*, --fail-mode, --local-share) to
 // f, bound to cfg: `serve` and `rls` build the same stores.
-func addCounterStoreFlags(f *pflag.FlagSet, cfg *server.Config) {
+func addCounterStoreFlags(f *pflag.FlagSet, cfg *stores.Config) {
 	f.Var(&cfg.Store, "store", "counter store: memory (this process) or redis (shared by a fleet of gateways)")
 	f.IntVar(&cfg.MaxKeys, "max-keys", cfg.MaxKeys, "most counters the memory store keeps; beyond it unknown callers share one overflow counter")
 	f.StringVar(&cfg.RedisURL, "redis-url", cfg.RedisURL, "redis store: redis://[[user]:password@]host[:port][/db], rediss:// for TLS")
@@ -191,5 +192,5 @@ func addCounterStoreFlags(f *pflag.FlagSet, cfg *server.Config) {
 	f.IntVar(&cfg.RedisBatch, "redis-batch", cfg.RedisBatch, "redis store: most decisions sent to one Redis node in one round trip while another is in flight; 1 sends each alone")
 	f.IntVar(&cfg.RedisMaxKeys, "redis-max-keys", cfg.RedisMaxKeys, "redis store: most counters of callers (per-IP, header, query and claim keys) Redis keeps for the whole fleet; beyond it new callers share their rule's overflow counter; -1 for no budget")
 	f.Var(&cfg.FailMode, "fail-mode", "redis store: when Redis fails, local (limit in memory with limit × --local-share), open (admit) or closed (503)")
-	f.Var((*server.LocalShare)(&cfg.LocalShare), "local-share", "the share of each limit one gateway admits under --fail-mode local: auto (1 / the number of gateways last seen in Redis) or a number in (0, 1]")
+	f.Var((*stores.LocalShare)(&cfg.LocalShare), "local-share", "the share of each limit one gateway admits under --fail-mode local: auto (1 / the number of gateways last seen in Redis) or a number in (0, 1]")
 }

@@ -101,22 +101,22 @@ func TestDeferAndCharge(t *testing.T) {
 			m := newTestMemory(t, MemoryConfig{})
 			key := "app|/chat"
 			for i := range 3 {
-				ok, r := allowOne(t, m, t0, Request{Key: key, Params: &p, Cost: 5, Defer: true})
+				ok, r := allowOne(t, m, t0, Request{Key: key, Params: &p, Cost: 5, Act: Defer})
 				if !ok || r.Remaining != p.Limit || r.Reset != 0 {
 					t.Fatalf("deferred %d: got %v %+v, want admitted, %d left, nothing counted", i, ok, r, p.Limit)
 				}
 			}
 			// Charge 30 units, then the whole limit again: 30 past it.
-			_, r := allowOne(t, m, t0, Request{Key: key, Params: &p, Cost: 30, Charge: true})
+			_, r := allowOne(t, m, t0, Request{Key: key, Params: &p, Cost: 30, Act: Charge})
 			if !r.Allowed || r.Remaining != p.Limit-30 {
 				t.Fatalf("charge of 30: got %+v, want %d left", r, p.Limit-30)
 			}
-			ok, r := allowOne(t, m, t0, Request{Key: key, Params: &p, Cost: p.Limit, Charge: true})
+			ok, r := allowOne(t, m, t0, Request{Key: key, Params: &p, Cost: p.Limit, Act: Charge})
 			if !ok || r.Allowed || r.Remaining != 0 || r.RetryAfter <= 0 {
 				t.Fatalf("charge past the limit: got %v %+v, want the call allowed and the limit left at 0 and denying", ok, r)
 			}
 			wait := r.RetryAfter
-			if ok, r := allowOne(t, m, t0, Request{Key: key, Params: &p, Defer: true}); ok {
+			if ok, r := allowOne(t, m, t0, Request{Key: key, Params: &p, Act: Defer}); ok {
 				t.Fatalf("deferred request on an overcharged limit: admitted %+v", r)
 			}
 			if ok, r := allowOne(t, m, t0.Add(wait-time.Nanosecond), Request{Key: key, Params: &p}); ok {
@@ -138,7 +138,7 @@ func TestChargeGCRA(t *testing.T) {
 	for _, alg := range []string{"token_bucket", "leaky_bucket"} {
 		p := Params{Algorithm: alg, Limit: 10, Window: time.Second}
 		m := newTestMemory(t, MemoryConfig{})
-		_, r := allowOne(t, m, t0, Request{Key: "k", Params: &p, Cost: 15, Charge: true})
+		_, r := allowOne(t, m, t0, Request{Key: "k", Params: &p, Cost: 15, Act: Charge})
 		if r.Reset != 1500*time.Millisecond {
 			t.Errorf("%s: charge of 15 at 10/s: Reset %v, want 1.5s", alg, r.Reset)
 		}

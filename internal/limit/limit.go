@@ -213,41 +213,90 @@ type Request struct {
 	// the limit's Capacity is never admitted. 0 means 1, so that the zero
 	// value asks for one request's worth.
 	Cost int64
-	// Defer reports whether the request is admitted when the limit has
-	// room for Cost units but counted for none of them: what it costs is
-	// known only later (from the upstream's response), and is counted
-	// then with a Charge. Its Result reads as for a request that was not
-	// counted.
-	Defer bool
-	// Charge reports whether the request counts Cost units after the
-	// fact rather than asks for a decision: they are counted whatever the
-	// limit and the call's other requests decide, even past the limit,
-	// which then denies until it has drained that far. A charge neither
-	// denies the call nor starts a lockout. Its Result describes the limit
-	// as the charge left it, for a next request of one unit: Allowed
-	// reports whether one would be admitted, and Remaining is never below
-	// 0.
-	Charge bool
-	// Hold reports whether the request, when admitted, holds its Cost
-	// units of the limit until a Release gives them back, counting none
-	// of them: it is admitted only while the limit has room for its Cost
-	// units and for every unit held on the key. It is how a limit whose
-	// requests count only by their response (a count of some statuses)
-	// counts the requests in flight provisionally, so that no more of
-	// them than its room can be in progress at once. Its Result reads as
-	// Defer's, with the held units taken from Remaining. A request denied
-	// only for the units held starts no lockout, and its RetryAfter is at
-	// most HeldRetryAfter. The Redis store gives back the units a gateway
-	// held and never released (it died) once the key has seen no hold for
-	// five minutes.
-	Hold bool
-	// Release reports whether the request gives back Cost units that an
-	// admitted Hold request holds on the same key. It decides nothing and
-	// counts nothing; its Result describes the limit for a next request
-	// of one unit, as a Charge's does. A release finds nothing to give
-	// back when the key's state was reset (its shape changed).
-	Release bool
+	// Act is what the request asks of the store; the zero value, Take,
+	// decides it and counts it when admitted.
+	Act Act
+	// Wait, when positive, lets the call be admitted later rather than
+	// refused: when its limits have no room now, the store reserves the
+	// room at the earliest instant they have it, within the least Wait of
+	// the enforced requests that have no room now, counts the request at
+	// that instant, and reports how long from now in Result.Delay; the
+	// caller holds the request until then. It is a reservation, as
+	// golang.org/x/time/rate's Limiter.ReserveN makes one: what is
+	// reserved is counted, whether or not the caller waits it out. A key
+	// with room reserved ahead decides every later request at the end of
+	// its queue: a request without Wait is refused until then. Only Take,
+	// Defer and Hold requests wait; see "Waiting for room" in
+	// docs/plans-and-tokens.md.
+	Wait time.Duration
 }
+
+// Act is what a Request asks of a store: one decision, or one of the acts
+// that follow a decision (a charge, a release), or a read. A call's
+// requests may ask different acts; a Shadow request is decided as its Act
+// says, but its denial does not deny the call.
+type Act uint8
+
+// The acts.
+const (
+	// Take decides the request and, when the call admits it, counts its
+	// Cost units.
+	Take Act = iota
+	// Defer decides the request as Take does but counts none of its
+	// units when admitted: what it costs is known only later (from the
+	// upstream's response), and is counted then with a Charge. Its Result
+	// reads as for a request that was not counted.
+	Defer
+	// Hold decides the request and, when the call admits it, holds its
+	// Cost units of the limit until a Release gives them back, counting
+	// none of them: it is admitted only while the limit has room for its
+	// Cost units and for every unit held on the key. It is how a limit
+	// whose requests count only by their response (a count of some
+	// statuses) counts the requests in flight provisionally, so that no
+	// more of them than its room can be in progress at once. Its Result
+	// reads as Defer's, with the held units taken from Remaining. A
+	// request denied only for the units held starts no lockout, and its
+	// RetryAfter is at most HeldRetryAfter. The Redis store gives back the
+	// units a gateway held and never released (it died) once the key has
+	// seen no hold for five minutes.
+	Hold
+	// Release gives back Cost units that an admitted Hold request holds
+	// on the same key. It decides nothing and counts nothing; its Result
+	// describes the limit for a next request of one unit, as a Charge's
+	// does. A release finds nothing to give back when the key's state was
+	// reset (its shape changed).
+	Release
+	// Charge counts Cost units after the fact rather than asks for a
+	// decision: they are counted whatever the limit and the call's other
+	// requests decide, even past the limit, which then denies until it
+	// has drained that far. A charge neither denies the call nor starts a
+	// lockout. Its Result describes the limit as the charge left it, for
+	// a next request of one unit: Allowed reports whether one would be
+	// admitted, and Remaining is never below 0.
+	Charge
+	// Read decides nothing that lasts: it counts nothing, holds nothing,
+	// starts no lockout and never denies the call. Its Result describes
+	// the limit as it stands for a request of Cost units, as a Defer's
+	// would. It is what /usage, `gateway usage` and the fleet's local
+	// share read.
+	Read
+)
+
+// follows reports whether a is an act that follows a decision (a charge
+// or a release) rather than one that takes part in it.
+func (a Act) follows() bool { return a == Charge || a == Release }
+
+// Follows reports whether r's act follows a decision (Charge, Release)
+// rather than takes part in it: it neither denies the call nor is denied.
+func (r *Request) Follows() bool { return r.Act.follows() }
+
+// Enforced reports whether r's denial denies the call: it is neither a
+// shadow nor a read, and its act decides.
+func (r *Request) Enforced() bool { return !r.Shadow && r.Act != Read && !r.Act.follows() }
+
+// Counts reports whether r, when its call is admitted, counts its units
+// (Take) rather than defers, holds or reads them.
+func (r *Request) Counts() bool { return r.Act == Take }
 
 // HeldRetryAfter is the RetryAfter of a Hold request denied only for the
 // units held by requests in flight, which may be released as soon as one
@@ -298,6 +347,11 @@ type Result struct {
 	// RetryAfter is, for a denied request, the time until the same request
 	// would be admitted; 0 when allowed.
 	RetryAfter time.Duration
+	// Delay is, for a request admitted with room reserved ahead
+	// (Request.Wait), the time from now until the instant it was counted
+	// at, which the caller is to wait out; 0 otherwise. Remaining and
+	// Reset are the limit's as of that instant.
+	Delay time.Duration
 }
 
 // Store keeps counter state and decides requests.
@@ -469,4 +523,23 @@ func Algorithms() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// String returns the act's name, as its constant is spelled.
+func (a Act) String() string {
+	switch a {
+	case Take:
+		return "Take"
+	case Defer:
+		return "Defer"
+	case Hold:
+		return "Hold"
+	case Release:
+		return "Release"
+	case Charge:
+		return "Charge"
+	case Read:
+		return "Read"
+	}
+	return "Act(" + strconv.Itoa(int(a)) + ")"
 }

@@ -127,9 +127,14 @@ type entry struct {
 	// every algorithm has them.
 	lockedUntil int64
 	// held are the units held by admitted Hold requests not released
-	// yet (Request.Hold); beside the state, like lockouts, so that every
+	// yet (Hold); beside the state, like lockouts, so that every
 	// algorithm has them.
 	held int64
+	// ahead is the latest instant room was reserved at on the key
+	// (Request.Wait), in nanoseconds since the Unix epoch: the end of its
+	// queue. While now is before it, the key decides at it, so that no
+	// request overtakes one that waits.
+	ahead int64
 }
 
 // lockout makes r, the Result of a locked key, a denial that lasts at
@@ -245,10 +250,6 @@ func (m *Memory) allow(_ context.Context, now time.Time, reqs []Request, res []R
 	}
 	defer m.unlock(locks)
 
-	allowed := true
-	// heldOnly marks the requests (of the first 64) that a limit denied
-	// only for the units held by requests in flight.
-	var heldOnly uint64
 	for i := range reqs {
 		r := &reqs[i]
 		e, err := m.entryFor(r, hashes[2*i], atCap && r.Overflow != "", hashes[2*i+1])
@@ -256,36 +257,169 @@ func (m *Memory) allow(_ context.Context, now time.Time, reqs []Request, res []R
 			return false, err
 		}
 		ents[i] = e
-		if r.Charge || r.Release {
+	}
+	at, allowed, heldOnly := m.decideAll(ns, ns, reqs, ents, res)
+	if at > ns || !allowed {
+		at, allowed, heldOnly = m.reserve(ns, at, reqs, ents, res, allowed, heldOnly)
+	}
+	for i, e := range ents {
+		switch r := &reqs[i]; {
+		case r.Act == Charge:
+			e.charge(ns, r, &res[i])
+		case r.Act == Release:
+			e.release(ns, r, &res[i])
+		default:
+			t := ns
+			if allowed {
+				t = max(at, e.ahead)
+			}
+			e.settle(t, r, &res[i], allowed, i < 64 && heldOnly&(1<<i) != 0)
+			if allowed && at > ns {
+				res[i].Delay = time.Duration(at - ns)
+				if r.Counts() {
+					e.ahead = max(e.ahead, at)
+				}
+			}
+		}
+	}
+	return allowed, nil
+}
+
+// decideAll decides the requests that take part in the decision at t, each
+// on its entry at the later of t and the end of the entry's queue
+// (entry.ahead), into res. It returns the latest instant a request was
+// decided at, whether every enforced request was admitted, and which
+// requests (of the first 64) were denied only for the units held by
+// requests in flight. Only enforced requests move the instant: a shadow
+// or a read behind a queue is decided there but waits for nothing. The
+// shards are locked.
+func (m *Memory) decideAll(ns, t int64, reqs []Request, ents []*entry, res []Result) (at int64, allowed bool, heldOnly uint64) {
+	at, allowed = t, true
+	for i := range reqs {
+		r, e := &reqs[i], ents[i]
+		if r.Act.follows() {
 			continue
 		}
-		if r.Hold && r.Params.Limit > 0 && e.held > 0 {
-			e.decide(ns, r.Params, r.Units()+e.held, &res[i])
+		x := max(t, e.ahead)
+		if r.Enforced() {
+			at = max(at, x)
+		}
+		if r.Act == Hold && r.Params.Limit > 0 && e.held > 0 {
+			e.decide(x, r.Params, r.Units()+e.held, &res[i])
 			var alone Result
-			if e.decide(ns, r.Params, r.Units(), &alone); !res[i].Allowed && alone.Allowed && i < 64 {
+			if e.decide(x, r.Params, r.Units(), &alone); !res[i].Allowed && alone.Allowed && i < 64 {
 				// Denied only for requests in flight, which may be
 				// answered any moment: no lockout, and a short wait.
 				heldOnly |= 1 << i
 				res[i].RetryAfter = min(res[i].RetryAfter, HeldRetryAfter)
 			}
 		} else {
-			e.decide(ns, r.Params, r.Units(), &res[i])
+			e.decide(x, r.Params, r.Units(), &res[i])
 		}
-		if !res[i].Allowed && !r.Shadow {
+		if !res[i].Allowed && r.Enforced() {
 			allowed = false
 		}
 	}
-	for i, e := range ents {
-		switch r := &reqs[i]; {
-		case r.Charge:
-			e.charge(ns, r, &res[i])
-		case r.Release:
-			e.release(ns, r, &res[i])
-		default:
-			e.settle(ns, r, &res[i], allowed, i < 64 && heldOnly&(1<<i) != 0)
+	return at, allowed, heldOnly
+}
+
+// maxReserveRounds bounds the decisions reserve makes: each moves the
+// instant to when the limits that denied said they have room, which is
+// when they do but for sliding windows' rounding, which a second round
+// settles.
+const maxReserveRounds = 4
+
+// reserve finds, for a call that decideAll did not admit now (ns) — a
+// limit had no room, or a key's queue ends at at — the earliest instant
+// within its wait (Request.Wait) at which every enforced request is
+// admitted, and decides the call there; the Results are then those at
+// that instant, which it returns with the decision. When the call cannot
+// wait that long, the Results are those decided now, the requests admitted
+// only at the end of a queue denied until then (without a lockout, as a
+// denial for units held is), and it returns ns. The shards are locked.
+func (m *Memory) reserve(ns, at int64, reqs []Request, ents []*entry, res []Result, allowed bool, heldOnly uint64) (int64, bool, uint64) {
+	wait, ok := callWait(ns, reqs, ents, res)
+	t, ok2 := nextTry(at, reqs, res)
+	for round := 0; ok && ok2 && round < maxReserveRounds; round++ {
+		if t-ns > int64(wait) {
+			break
+		}
+		var tAt int64
+		var tRes [inline]Result
+		try := tRes[:]
+		if len(reqs) > inline {
+			try = make([]Result, len(reqs))
+		}
+		tAt, allowed, heldOnly = m.decideAll(ns, t, reqs, ents, try[:len(reqs)])
+		if allowed {
+			copy(res, try[:len(reqs)])
+			return tAt, true, heldOnly
+		}
+		t, ok2 = nextTry(tAt, reqs, try)
+	}
+	// Refused: decided now, and queued requests denied until their turn.
+	_, _, heldOnly = m.decideAll(ns, ns, reqs, ents, res)
+	for i := range reqs {
+		r, e := &reqs[i], ents[i]
+		if r.Act.follows() || e.ahead <= ns {
+			continue
+		}
+		left := time.Duration(e.ahead - ns)
+		if res[i].Allowed && r.Enforced() && i < 64 {
+			res[i].Allowed = false
+			heldOnly |= 1 << i
+		}
+		if !res[i].Allowed {
+			res[i].RetryAfter += left
 		}
 	}
-	return allowed, nil
+	allowed = true
+	for i := range reqs {
+		if !res[i].Allowed && reqs[i].Enforced() {
+			allowed = false
+		}
+	}
+	return ns, allowed, heldOnly
+}
+
+// callWait returns how long a call whose requests res decided may wait
+// for room: the least Wait of its enforced requests that have none now
+// (denied, or behind a key's queue), and whether it may wait at all. A
+// request whose limit has room now does not bound the wait; a limit of 0
+// and a cost its limit can never admit never have room.
+func callWait(ns int64, reqs []Request, ents []*entry, res []Result) (time.Duration, bool) {
+	wait := time.Duration(-1)
+	for i := range reqs {
+		r := &reqs[i]
+		if !r.Enforced() || (res[i].Allowed && ents[i].ahead <= ns) {
+			continue
+		}
+		p := r.Params
+		if r.Wait <= 0 || p.Limit == 0 || (p.Limit > 0 && r.Units() > capacity(p)) {
+			return 0, false
+		}
+		if wait < 0 || r.Wait < wait {
+			wait = r.Wait
+		}
+	}
+	return wait, wait > 0
+}
+
+// nextTry returns the instant after at when the enforced requests that
+// res denied said they would be admitted, and false if one of them is
+// never admitted (no RetryAfter).
+func nextTry(at int64, reqs []Request, res []Result) (int64, bool) {
+	t := at
+	for i := range reqs {
+		if res[i].Allowed || !reqs[i].Enforced() {
+			continue
+		}
+		if res[i].RetryAfter <= 0 {
+			return 0, false
+		}
+		t = max(t, at+int64(res[i].RetryAfter))
+	}
+	return t, true
 }
 
 // decide writes the entry's Result for a request of n units at ns,
@@ -311,13 +445,13 @@ func (e *entry) decide(ns int64, p *Params, n int64, res *Result) {
 // flight did (heldOnly). Its shard is locked.
 func (e *entry) settle(ns int64, r *Request, res *Result, allowed, heldOnly bool) {
 	if !res.Allowed {
-		if p := r.Params; p.Lock > 0 && !r.Shadow && e.lockedUntil <= ns && !heldOnly {
+		if p := r.Params; p.Lock > 0 && r.Enforced() && e.lockedUntil <= ns && !heldOnly {
 			e.lockedUntil = ns + int64(p.Lock)
 			res.lockout(p.Lock)
 		}
 		return
 	}
-	if r.Hold && r.Params.Limit > 0 {
+	if r.Act == Hold && r.Params.Limit > 0 {
 		// Decided as if the units held and this request's were counted:
 		// Remaining is what the held units leave, with this request's
 		// when it holds them too. Nothing is counted.
@@ -329,7 +463,7 @@ func (e *entry) settle(ns int64, r *Request, res *Result, allowed, heldOnly bool
 		res.Reset = e.state.UncountedReset(ns, r.Params)
 		return
 	}
-	if allowed && !r.Defer && !r.Hold {
+	if allowed && r.Counts() {
 		if r.Params.Limit > 0 {
 			e.state.Commit(ns, r.Params, r.Units())
 		}
@@ -340,7 +474,7 @@ func (e *entry) settle(ns int64, r *Request, res *Result, allowed, heldOnly bool
 	}
 }
 
-// release gives back units held (Request.Release) and writes to res the
+// release gives back units held (Release) and writes to res the
 // Result of the limit it leaves, as charge does. Its shard is locked.
 func (e *entry) release(ns int64, r *Request, res *Result) {
 	e.held = max(e.held-r.Units(), 0)
@@ -351,7 +485,7 @@ func (e *entry) release(ns int64, r *Request, res *Result) {
 	}
 }
 
-// charge counts a charge (Request.Charge) and writes to res the Result
+// charge counts a charge (Charge) and writes to res the Result
 // of the limit it leaves, for a next request of one unit, lockout
 // included. Its shard is locked.
 func (e *entry) charge(ns int64, r *Request, res *Result) {

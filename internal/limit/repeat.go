@@ -36,7 +36,7 @@ func Repeats(reqs []Request) bool {
 // A limit that keeps no state (unlimited, or 0) is never merged.
 func mergeable(a, b *Request) bool {
 	return a.Key == b.Key && a.Tag == b.Tag &&
-		a.Defer == b.Defer && a.Charge == b.Charge && a.Hold == b.Hold && a.Release == b.Release &&
+		a.Act == b.Act &&
 		a.Params != nil && b.Params != nil && a.Params.Limit > 0 && b.Params.Limit > 0 &&
 		a.Params.Identity(b.Params)
 }

@@ -37,7 +37,7 @@ func AdmittedLocally(err error) Alone {
 // fails"). It is safe for concurrent use.
 type Alone interface {
 	// Follow records acts that follow the admission, at the gateway's
-	// clock now: charges (Request.Charge) and releases (Request.Release)
+	// clock now: charges (Charge) and releases (Release)
 	// of the admitted request's limits, with the fleet's Params, not
 	// the local share's. Other requests are ignored.
 	Follow(now time.Time, reqs []Request)

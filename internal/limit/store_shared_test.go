@@ -96,3 +96,11 @@ func TestRepeatedKey(t *testing.T) {
 		return newMemory(t, limit.MemoryConfig{})
 	})
 }
+
+// TestReserve runs limittest.Reserve on the memory store.
+func TestReserve(t *testing.T) {
+	t.Parallel()
+	limittest.Reserve(t, func(t *testing.T, _ time.Time) (limit.Store, func(time.Time)) {
+		return newMemory(t, limit.MemoryConfig{}), func(time.Time) {}
+	})
+}

@@ -35,8 +35,8 @@ const KeyHashLen = 16
 // keep hashes stable across restarts (docs/operations.md, "Access log").
 //
 // A nil *KeyHasher, or one without a secret, writes the first
-// KeyHashLen hex digits of the value's plain sha256, as `gateway rls`'s
-// access log still does, and tests. It is safe for concurrent use.
+// KeyHashLen hex digits of the value's plain sha256, as tests do; the
+// commands always hash under a secret (OpenKeyHasher). It is safe for concurrent use.
 type KeyHasher struct {
 	secret []byte
 }
@@ -92,3 +92,13 @@ func (a *AccessLog) SetRawKeys(raw bool) { a.rawKeys = raw }
 // default) hashes with no secret (KeyHash). Call it before the log is
 // used.
 func (a *AccessLog) SetKeyHasher(h *KeyHasher) { a.hasher = h }
+
+// Value returns v as the log writes a value a caller sent: hashed
+// (SetKeyHasher), or as it is with SetRawKeys. `gateway rls` writes its
+// descriptor values so.
+func (a *AccessLog) Value(v string) string {
+	if a.rawKeys {
+		return v
+	}
+	return a.hasher.Hash(v)
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,4 +76,44 @@ func writeNew(path, data string) error {
 		return err
 	}
 	return os.Link(tmp.Name(), path)
+}
+
+// OpenKeyHasher returns the hasher of the access log's and /top's key
+// values (`gateway serve`'s keyed limits, `gateway rls`'s descriptor
+// values), under the secret of file (--key-hash-secret-file), or of the
+// file beside a file access log (accessLog with ".key" appended),
+// created if missing; without either, under a random secret of this
+// process. logged reports whether the access log writes hashes, to say
+// so when they will not survive a restart.
+func OpenKeyHasher(file, accessLog string, logged bool, log *slog.Logger) (*KeyHasher, error) {
+	file = keyHashSecretPath(file, accessLog)
+	if file == "" {
+		var secret [32]byte
+		rand.Read(secret[:])
+		if logged {
+			log.Info("the access log's key hashes use a secret of this process: set --key-hash-secret-file to keep them stable across restarts")
+		}
+		return NewKeyHasher(secret[:]), nil
+	}
+	secret, created, err := LoadKeyHashSecret(file)
+	if err != nil {
+		return nil, fmt.Errorf("--key-hash-secret-file: %w", err)
+	}
+	if created {
+		log.Info("key-hash secret created; keep it to keep the access log's key hashes stable", "file", file)
+	}
+	return NewKeyHasher(secret), nil
+}
+
+// keyHashSecretPath returns where the key-hash secret is kept: file, or
+// when it is empty the file access log's path with ".key" appended; ""
+// when neither is a file.
+func keyHashSecretPath(file, accessLog string) string {
+	switch {
+	case file != "":
+		return file
+	case accessLog == "" || accessLog == "stdout" || accessLog == "stderr":
+		return ""
+	}
+	return accessLog + ".key"
 }

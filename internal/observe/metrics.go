@@ -2,14 +2,12 @@ package observe
 
 import (
 	"net/http"
-	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -35,9 +33,11 @@ var requestBuckets = []float64{
 	0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 }
 
-// Metrics are the gateway's Prometheus metrics. Create one per registry
+// Metrics are the Prometheus metrics of `gateway serve`. Create one per registry
 // with NewMetrics; it is safe for concurrent use.
 type Metrics struct {
+	// ProcessMetrics are the process's: build, Go runtime, store.
+	*ProcessMetrics
 	requests          *prometheus.CounterVec
 	nearLimit         *prometheus.CounterVec
 	requestDuration   *prometheus.HistogramVec
@@ -59,7 +59,6 @@ type Metrics struct {
 	pricedTokens *prometheus.CounterVec
 	spend        *prometheus.CounterVec
 	costMissing  *prometheus.CounterVec
-	circuitOpen  prometheus.Gauge
 	reloads      *prometheus.CounterVec
 	lastReload   prometheus.Gauge
 	rulesLoaded  prometheus.Gauge
@@ -91,9 +90,6 @@ type MetricsConfig struct {
 func NewMetrics(cfg MetricsConfig) *Metrics {
 	if cfg.Store == "" {
 		cfg.Store = "memory"
-	}
-	if cfg.Version == "" {
-		cfg.Version = "dev"
 	}
 	reg := cfg.Registry
 	f := func(c prometheus.Collector) { reg.MustRegister(c) }
@@ -140,10 +136,6 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 			Name: "gateway_cost_header_missing_total",
 			Help: "Responses whose cost header was missing or not a whole number ≥ 0, so that the limit's min was charged, by app and rule.",
 		}, []string{"app", "api"}),
-		circuitOpen: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "gateway_store_circuit_open",
-			Help: "1 while the store's circuit breaker skips the store, else 0.",
-		}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_rules_reloads_total",
 			Help: "Rule loads (the initial one included) by result: success, failure, or unchanged (the rules read were those in force).",
@@ -173,20 +165,6 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 		Help: "Charges of a response's cost that the store failed to count.",
 	}, []string{"store"})
 	m.chargeErrors = chargeErrors.With(storeLabel)
-	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "gateway_build_info",
-		Help: "Always 1; the labels say which build is running.",
-	}, []string{"version", "goversion"})
-	buildInfo.WithLabelValues(cfg.Version, runtime.Version()).Set(1)
-	keys := cfg.Keys
-	if keys == nil {
-		keys = func() int { return 0 }
-	}
-	keysGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name:        "gateway_limiter_keys",
-		Help:        "Counters the store tracks.",
-		ConstLabels: storeLabel,
-	}, func() float64 { return float64(keys()) })
 
 	f(m.requests)
 	f(m.nearLimit)
@@ -201,15 +179,11 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 	f(m.pricedTokens)
 	f(m.spend)
 	f(m.costMissing)
-	f(m.circuitOpen)
 	f(m.reloads)
 	f(m.lastReload)
 	f(m.rulesLoaded)
-	f(keysGauge)
-	f(buildInfo)
 	m.routes = newRouteMetrics(f)
-	f(collectors.NewGoCollector())
-	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.ProcessMetrics = NewProcessMetrics(ProcessConfig{Registry: reg, Store: cfg.Store, Keys: cfg.Keys, Version: cfg.Version})
 	for d := range NumDecisions {
 		m.durations[d] = m.requestDuration.WithLabelValues(d.String())
 	}
@@ -370,14 +344,5 @@ func (m *Metrics) RulesFailed() { m.reloads.WithLabelValues("failure").Inc() }
 
 // RulesUnchanged records a reload that read the rules in force again.
 func (m *Metrics) RulesUnchanged() { m.reloads.WithLabelValues("unchanged").Inc() }
-
-// SetCircuitOpen records the state of the store's circuit breaker.
-func (m *Metrics) SetCircuitOpen(open bool) {
-	v := 0.0
-	if open {
-		v = 1
-	}
-	m.circuitOpen.Set(v)
-}
 
 var _ Observer = (*Metrics)(nil)

@@ -98,6 +98,28 @@ func (t *Top) ObserveRequest(o *Outcome) {
 	}
 }
 
+// Add counts one request of a limit that is not the request path's: app
+// and api label it, by says what its keys count by, key is the key as
+// /top shows it (its values through Value), admitted whether the limit
+// admitted the request. `gateway rls` counts its descriptors this way.
+func (t *Top) Add(now time.Time, app, api string, by config.By, key string, admitted bool) {
+	tl := t.limit(app, api, by)
+	key = topKey(key, false)
+	tl.mu.Lock()
+	tl.w.Add(now, key, admitted)
+	tl.mu.Unlock()
+}
+
+// Value returns v as /top shows a value a caller sent: hashed as the
+// access log writes it (TopConfig.Hasher), or as it is with
+// TopConfig.RawKeys.
+func (t *Top) Value(v string) string {
+	if t.raw {
+		return v
+	}
+	return t.hasher.Hash(v)
+}
+
 // hashKey returns l.Key with its header, query and claim values replaced
 // by their hashes, each as the access log writes it, and the client
 // address group of a combination left as it is. An empty value (missing

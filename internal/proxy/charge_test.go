@@ -23,7 +23,7 @@ type gatedStore struct {
 func (s *gatedStore) Allow(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result) (bool, error) {
 	s.calls.Add(1)
 	for _, q := range reqs {
-		if q.Charge {
+		if q.Act == limit.Charge {
 			<-s.gate
 			break
 		}

@@ -19,10 +19,10 @@ import (
 // whose cost the upstream reports in a header, or that counts only some
 // response statuses, admits a request when it has room for its need and
 // for the needs of the requests in flight, and holds its need
-// (limit.Request.Hold) while it is in flight; when the response's headers
+// (limit.Hold) while it is in flight; when the response's headers
 // are written, by the upstream or by the gateway itself (a 502 or 504),
-// it is charged (limit.Request.Charge) what the response says and gives
-// back what it held (limit.Request.Release), in one store call, so that
+// it is charged (limit.Charge) what the response says and gives
+// back what it held (limit.Release), in one store call, so that
 // the status counted is the one the client got and the one the access
 // log records, and no more requests than the limit's room can be in
 // flight at once. The call is made in the background while the headers
@@ -131,14 +131,14 @@ type owed struct {
 
 // charge adds a charge of units to q's limit, the ith of the request.
 func (ow *owed) charge(q limit.Request, i int, units int64) {
-	q.Cost, q.Defer, q.Hold, q.Release, q.Charge = units, false, false, false, true
+	q.Cost, q.Act = units, limit.Charge
 	ow.charges[ow.n], ow.chargeOf[ow.n] = q, i
 	ow.n++
 }
 
 // release adds the release of the units q holds, of the ith limit.
 func (ow *owed) release(q limit.Request, i int) {
-	q.Defer, q.Hold, q.Charge, q.Release = false, false, false, true
+	q.Act = limit.Release
 	ow.releases[ow.nr], ow.releaseOf[ow.nr] = q, i
 	ow.nr++
 }

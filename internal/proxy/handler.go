@@ -15,6 +15,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/logthrottle"
 	"github.com/ratelimit-gateway/gateway/internal/observe"
+	"github.com/ratelimit-gateway/gateway/internal/ratelimitheader"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
@@ -43,7 +44,7 @@ type Handler struct {
 	forwardApp    bool
 	trusted       []netip.Prefix
 	limitStatus   int
-	headers       HeaderMode
+	headers       ratelimitheader.Mode
 	now           func() time.Time
 	log           *slog.Logger
 	observers     []observe.Observer
@@ -88,7 +89,7 @@ type HandlerConfig struct {
 	// LimitStatus is the status of a limited response. Default 429.
 	LimitStatus int
 	// Headers selects the rate-limit headers. The zero value is both.
-	Headers HeaderMode
+	Headers ratelimitheader.Mode
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// Logger receives errors. Default slog.Default().

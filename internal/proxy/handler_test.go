@@ -18,6 +18,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/observe"
+	"github.com/ratelimit-gateway/gateway/internal/ratelimitheader"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
@@ -509,10 +510,10 @@ configs:
 func TestHeaderModes(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		mode          HeaderMode
+		mode          ratelimitheader.Mode
 		draft, legacy bool
 	}{
-		{HeadersBoth, true, true}, {HeadersDraft, true, false}, {HeadersLegacy, false, true}, {HeadersNone, false, false},
+		{ratelimitheader.Both, true, true}, {ratelimitheader.Draft, true, false}, {ratelimitheader.Legacy, false, true}, {ratelimitheader.None, false, false},
 	} {
 		g := newGW(t, basicRules, func(h *HandlerConfig, _ *UpstreamConfig) { h.Headers = tt.mode })
 		w := g.do("GET", "/v1/user", "app-2")
@@ -623,5 +624,25 @@ func TestBlockedSaysSo(t *testing.T) {
 	}
 	if n := len(g.up.seen()); n != 0 {
 		t.Errorf("the upstream saw %d requests, want 0", n)
+	}
+}
+
+// TestRateLimitHeaderNonASCIIName checks the name of a limit whose rule
+// is not ASCII in the draft headers: each byte a structured-field string
+// cannot hold is a "?" (ratelimitheader.Quote), as `gateway rls` writes
+// it, not left out, which made "/v1/café" read as "/v1/caf", a name
+// another rule may have.
+func TestRateLimitHeaderNonASCIIName(t *testing.T) {
+	t.Parallel()
+	g := newGW(t, "configs:\n  - appId: app-1\n    limits:\n      - api: /v1/café\n        limit: 2\n        unit: 60\n")
+	w := g.do("GET", "/v1/caf%C3%A9", "app-1")
+	if w.Code != 200 {
+		t.Fatalf("got %d, want 200", w.Code)
+	}
+	if got, want := w.Header().Get("RateLimit-Policy"), `"app-1/v1/caf??";q=2;w=60`; got != want {
+		t.Errorf("RateLimit-Policy: got %q, want %q", got, want)
+	}
+	if got, want := w.Header().Get("RateLimit"), `"app-1/v1/caf??";r=1;t=`; !strings.HasPrefix(got, want) {
+		t.Errorf("RateLimit: got %q, want %q and the reset", got, want)
 	}
 }

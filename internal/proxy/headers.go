@@ -3,9 +3,9 @@ package proxy
 import (
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/ratelimitheader"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
@@ -51,7 +51,7 @@ func (h *Handler) reject(w http.ResponseWriter, route *ruleset.Route, lims []*ru
 // draft headers list each one, the legacy ones describe the most
 // constraining. Shadow limits stay invisible to callers.
 func (h *Handler) writeHeaders(hdr http.Header, lims []*ruleset.Limit, res []limit.Result) {
-	if h.headers == HeadersNone {
+	if h.headers == ratelimitheader.None {
 		return
 	}
 	most := -1
@@ -59,18 +59,18 @@ func (h *Handler) writeHeaders(hdr http.Header, lims []*ruleset.Limit, res []lim
 		if lims[i].Shadow {
 			continue
 		}
-		if most < 0 || moreConstraining(res[i], res[most]) {
+		if most < 0 || ratelimitheader.MoreConstraining(res[i], res[most]) {
 			most = i
 		}
 	}
 	if most < 0 {
 		return
 	}
-	if h.headers == HeadersBoth || h.headers == HeadersDraft {
+	if h.headers.Draft() {
 		hdr["Ratelimit-Policy"] = policyHeader(lims)
 		hdr["Ratelimit"] = []string{stateHeader(lims, res)}
 	}
-	if h.headers == HeadersBoth || h.headers == HeadersLegacy {
+	if h.headers.Legacy() {
 		r := res[most]
 		if lims[most].Params.Limit == 0 {
 			// Blocked: no reset to wait for.
@@ -83,7 +83,7 @@ func (h *Handler) writeHeaders(hdr http.Header, lims []*ruleset.Limit, res []lim
 			hdr["X-Ratelimit-Limit"] = intHeader(r.Limit)
 		}
 		hdr["X-Ratelimit-Remaining"] = intHeader(max(r.Remaining, 0))
-		hdr["X-Ratelimit-Reset"] = intHeader(ceilSeconds(r.Reset))
+		hdr["X-Ratelimit-Reset"] = intHeader(ratelimitheader.Seconds(r.Reset))
 	}
 }
 
@@ -103,18 +103,6 @@ func policyHeader(lims []*ruleset.Limit) []string {
 	return nil
 }
 
-// moreConstraining reports whether a leaves less room than b: fewer
-// remaining, then a longer wait.
-func moreConstraining(a, b limit.Result) bool {
-	if a.Allowed != b.Allowed {
-		return !a.Allowed
-	}
-	if a.Remaining != b.Remaining {
-		return a.Remaining < b.Remaining
-	}
-	return a.Reset > b.Reset
-}
-
 // stateHeader renders the RateLimit value of the enforced limits with one
 // allocation.
 func stateHeader(lims []*ruleset.Limit, res []limit.Result) string {
@@ -127,23 +115,9 @@ func stateHeader(lims []*ruleset.Limit, res []limit.Result) string {
 		if len(b) > 0 {
 			b = append(b, ", "...)
 		}
-		b = append(b, cl.Name...)
-		b = append(b, ";r="...)
-		b = strconv.AppendInt(b, max(res[i].Remaining, 0), 10)
-		if cl.Params.Limit == 0 {
-			continue // blocked: no reset to wait for
-		}
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, ceilSeconds(res[i].Reset), 10)
+		b = ratelimitheader.AppendState(b, cl.Name, res[i].Remaining, res[i].Reset, cl.Params.Limit == 0)
 	}
 	return string(b)
-}
-
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
 }
 
 // writeLimited writes cl's limited response.

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -111,4 +112,11 @@ func (h *Handler) ruleMethod(r *http.Request, f *forward) (string, error) {
 		return "", errors.New("the method override names no HTTP method")
 	}
 	return named, nil
+}
+
+func enumName(names []string, i int) string {
+	if i >= 0 && i < len(names) {
+		return names[i]
+	}
+	return fmt.Sprintf("%d", i)
 }

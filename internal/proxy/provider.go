@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/ratelimitheader"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
@@ -28,7 +29,7 @@ func refusalOf(route *ruleset.Route, cl *ruleset.Limit) config.Refusal {
 // retryAfter returns the Retry-After, in seconds, of a refusal whose
 // limit has room again in d: at least 1, at most ref's RetryAfterMax.
 func retryAfter(d time.Duration, ref config.Refusal) int64 {
-	secs := max(ceilSeconds(d), 1)
+	secs := max(ratelimitheader.Seconds(d), 1)
 	if m := int64(ref.RetryAfterMax / time.Second); m > 0 {
 		secs = min(secs, m)
 	}

@@ -20,6 +20,9 @@ import (
 // request allocates none of it: the store's request and result slices
 // escape (Store is an interface), and so would the outcome.
 type scratch struct {
+	// gone is set when the client left while the request waited for the
+	// room reserved for it (wait.go).
+	gone bool
 	// rs is the rule set the request is decided on, loaded once.
 	rs   *ruleset.Set
 	sw   statusWriter
@@ -110,8 +113,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.keys(&sc.sw, r, sec, sc) && h.acquire(&sc.sw, r, sec, sc) {
 		if sc.n > 0 {
 			h.decide(r, sc)
-			if sc.o.Decision == observe.DecisionLimited {
-				h.waitForRoom(r, sc)
+			if sc.o.Decision != observe.DecisionLimited {
+				h.waitReserved(r, sc)
 			}
 		}
 		h.settle(sc)
@@ -272,13 +275,21 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *ruleset.Sect
 	if sec.IPTag {
 		tag = limit.CallerTag(group())
 	}
+	mayWait := h.waits.mayWait()
 	for i, cl := range sc.lims[:sc.n] {
 		key, ok := h.counterKey(w, r, cl, sc, group)
 		if !ok {
 			return false
 		}
 		q := &sc.reqs[i]
-		*q = limit.Request{Key: key, Tag: tag, Params: &cl.Params, Shadow: cl.Shadow, Cost: cl.Cost.Need(), Hold: cl.Deferred()}
+		*q = limit.Request{Key: key, Tag: tag, Params: &cl.Params, Shadow: cl.Shadow, Cost: cl.Cost.Need()}
+		if cl.Deferred() {
+			q.Act = limit.Hold
+		}
+		if cl.MaxDelay > 0 && mayWait {
+			// Room may be reserved ahead (wait.go).
+			q.Wait = cl.MaxDelay
+		}
 		if cl.Cost.Price != nil && !cl.Shadow && !unknownModel(w, r, cl, sc) {
 			return false
 		}
@@ -287,7 +298,10 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *ruleset.Sect
 			// min checked (tokens.go).
 			var deferred bool
 			q.Cost, deferred = bodyNeed(cl, r, sc)
-			q.Hold, q.Defer = !deferred, deferred
+			q.Act = limit.Hold
+			if deferred {
+				q.Act = limit.Defer
+			}
 		}
 		switch cl.Kind {
 		case ruleset.KeyIP:
@@ -373,7 +387,7 @@ func (h *Handler) decide(r *http.Request, sc *scratch) {
 		if len(cl.Alerts) > 0 {
 			l := &o.Limits()[i]
 			l.Alerts, l.Params, l.Deferred, l.Plan = cl.Alerts, &cl.Params, cl.Deferred(), cl.Plan
-			if sc.reqs[i].Hold {
+			if sc.reqs[i].Act == limit.Hold {
 				l.Reserved = sc.reqs[i].Cost
 			}
 		}
@@ -443,6 +457,12 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, sc *scratch) {
 		defer context.AfterFunc(ctx, uc.clientGone)()
 		sc.sw.up, sc.fwd.client = uc, ctx
 		ctx = up
+	}
+	if sc.gone {
+		// The client left while it waited for its room (wait.go): not
+		// forwarded, and settled as a request whose client left.
+		markStatus(w, StatusClientClosed)
+		return
 	}
 	t0 := time.Now()
 	// Deferred: ReverseProxy panics to abort a response broken mid-body.

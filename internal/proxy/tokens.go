@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/usage"
@@ -15,7 +16,7 @@ import (
 
 // This file charges a cost the response body reports, such as the tokens
 // of an LLM API (cost: {body: usage.total_tokens}; docs/plans-and-tokens.md).
-// The request is admitted holding its reserve (limit.Request.Hold: room
+// The request is admitted holding its reserve (limit.Hold: room
 // for it and every unit held, counting none) or, without one, when the
 // limit has room for min, counting nothing; the body streams to the
 // client untouched while a usage.Meter reads the bytes already sent; when
@@ -357,7 +358,7 @@ func (h *Handler) chargeTokens(sc *scratch, t *tokenTap, broken bool, ow *owed) 
 		used, seen, unread := t.used(cl.Cost.Price, undecoded)
 		q := sc.reqs[i]
 		var reserved int64
-		if q.Hold {
+		if q.Act == limit.Hold {
 			reserved = q.Cost
 			ow.release(q, i)
 		}

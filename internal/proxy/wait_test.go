@@ -79,51 +79,54 @@ configs:
       - {api: /v1/chat, limit: 1, unit: 1, algorithm: token_bucket, maxDelay: 2500ms}
 `
 
-// TestMaxDelayAdmitsInOrder: requests over the limit wait for room in
-// order of arrival and are admitted when it comes; one that leaves gives
-// its place up; one whose room would come too late is refused.
+// TestMaxDelayAdmitsInOrder: twelve requests at once at 2 a second with
+// 5s of wait are all admitted, in order of arrival, each at the instant
+// its room comes (two at once, then one every half second); a client
+// that leaves while it waits is not forwarded, and its place stays
+// taken (it was counted); a thirteenth, whose room would come after 5s,
+// is refused at once.
 func TestMaxDelayAdmitsInOrder(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		g := newWaitGW(t, waitRules, 0)
+		g := newWaitGW(t, `
+configs:
+  - appId: app-1
+    limits:
+      - {api: /v1/chat, limit: 2, unit: 1, algorithm: token_bucket, maxDelay: 5s}
+`, 0)
 		ctx := context.Background()
-		if code := <-g.send(ctx, "r1"); code != 200 {
-			t.Fatalf("r1: %d", code)
-		}
-		r2 := g.send(ctx, "r2")
-		synctest.Wait() // r2 waits, first in the queue
 		leaveCtx, leave := context.WithCancel(ctx)
-		gone := g.send(leaveCtx, "gone")
-		synctest.Wait()
-		r3 := g.send(ctx, "r3")
-		synctest.Wait()
-		r4 := g.send(ctx, "r4")
-		synctest.Wait()
-		if n := g.h.Waiting(); n != 4 {
-			t.Fatalf("waiting: %d, want 4", n)
+		var done []<-chan int
+		for i := range 12 {
+			c := ctx
+			if i == 4 {
+				c = leaveCtx
+			}
+			done = append(done, g.send(c, fmt.Sprintf("r%d", i+1)))
+			synctest.Wait() // decided before the next arrives
 		}
-		time.Sleep(500 * time.Millisecond)
-		leave() // the client goes away
-		if code := <-gone; code != 429 {
-			t.Errorf("the request whose client left: %d, want 429", code)
+		if n := g.h.Waiting(); n != 10 {
+			t.Fatalf("waiting: %d, want 10", n)
 		}
-		synctest.Wait()
-		if n := g.h.Waiting(); n != 3 {
-			t.Errorf("waiting after one left: %d, want 3", n)
+		if code := <-g.send(ctx, "r13"); code != 429 {
+			t.Errorf("r13, whose room comes after 5s: %d, want 429 at once", code)
 		}
-		for _, tc := range []struct {
-			name string
-			ch   <-chan int
-			want int
-		}{{"r2", r2, 200}, {"r3", r3, 200}, {"r4", r4, 429}} {
-			if code := <-tc.ch; code != tc.want {
-				t.Errorf("%s: %d, want %d", tc.name, code, tc.want)
+		time.Sleep(200 * time.Millisecond)
+		leave() // r5's client goes away
+		for i, ch := range done {
+			if code := <-ch; i != 4 && code != 200 {
+				t.Errorf("r%d: %d, want 200", i+1, code)
 			}
 		}
-		// r2 at 1s and r3 at 2s, one a second; r4's turn came at 2s
-		// with its room at 3s, past its 2.5s.
-		want := []string{"r1", "r2", "r3"}
-		wantAt := []time.Duration{0, time.Second, 2 * time.Second}
+		var want []string
+		var wantAt []time.Duration
+		for i := range 12 {
+			if i == 4 {
+				continue
+			}
+			want = append(want, fmt.Sprintf("r%d", i+1))
+			wantAt = append(wantAt, time.Duration(max(i-1, 0))*500*time.Millisecond)
+		}
 		if len(g.order) != len(want) {
 			t.Fatalf("served %v, want %v", g.order, want)
 		}
@@ -219,8 +222,8 @@ func TestRetryAfterJitter(t *testing.T) {
 	}
 }
 
-// TestMaxDelayOnRedis: a request that waits for room asks the Redis
-// store again, on Redis's clock, and is admitted; it runs on the real
+// TestMaxDelayOnRedis: a request that waits for room is admitted at the
+// instant Redis reserved for it, on Redis's clock; it runs on the real
 // clock, for about a second, and asserts no time.
 func TestMaxDelayOnRedis(t *testing.T) {
 	t.Parallel()
@@ -250,9 +253,10 @@ func TestMaxDelayOnRedis(t *testing.T) {
 }
 
 // TestMaxDelayStoreFailsDuringWait stops Redis while a request waits for
-// room: the decision after the wait is the fail mode's (open: forwarded),
-// and the response carries none of the refusal's rate-limit headers,
-// which described a decision that no longer stands.
+// the room reserved for it: the decision was made, in the one store call,
+// so the request is forwarded at its instant with the headers of that
+// decision; the next request, decided while Redis is down, gets the fail
+// mode's answer (open: forwarded) with none of them.
 func TestMaxDelayStoreFailsDuringWait(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -275,14 +279,124 @@ func TestMaxDelayStoreFailsDuringWait(t *testing.T) {
 	done := make(chan *httptest.ResponseRecorder, 1)
 	go func() { done <- do() }()
 	eventually.True(t, 10*time.Second, func() bool { return h.Waiting() == 1 }, "the second request does not wait")
+	calls := red.Stats().Calls
 	srv.Stop()
 	w := <-done
+	if w.Code != 200 || w.Header().Get("X-RateLimit-Limit") != "1" || w.Header().Get("X-RateLimit-Remaining") != "0" {
+		t.Fatalf("after its wait, with Redis down: %d %v, want 200 with the headers of its reservation", w.Code, w.Header())
+	}
+	if n := red.Stats().Calls; n != calls {
+		t.Errorf("the waiting request called Redis %d more times after it was decided, want none", n-calls)
+	}
+	w = do()
 	if w.Code != 200 {
-		t.Fatalf("after the wait, with Redis down: %d %s, want 200 (fail open)", w.Code, w.Body)
+		t.Fatalf("with Redis down: %d %s, want 200 (fail open)", w.Code, w.Body)
 	}
 	for _, name := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit", "RateLimit-Policy", "Retry-After"} {
 		if v := w.Header().Get(name); v != "" {
-			t.Errorf("fail_open after a wait carries %s: %q, from the refusal before it", name, v)
+			t.Errorf("fail_open carries %s: %q", name, v)
+		}
+	}
+}
+
+// TestMaxDelayFleetOnRedis: three gateways on one Redis, 2 requests a
+// second, 6s of wait; fourteen requests arrive one after the other,
+// spread over the gateways. Every one is admitted with one store call,
+// and none reaches the upstream before the instant its place in the
+// fleet's queue allows (two at once, then one every half second, the
+// fourteenth at 6s: at most 2 a second fleet-wide); a fifteenth, whose
+// room would come at 6.5s, is refused at once. Timers never fire early,
+// so the bound holds on a loaded machine; nothing asserts how late.
+func TestMaxDelayFleetOnRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	var (
+		mu      sync.Mutex
+		arrived = map[string]time.Time{}
+	)
+	up := func(_ http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		arrived[r.Header.Get("X-Req")] = time.Now()
+		mu.Unlock()
+	}
+	var gws []*Handler
+	var stores []*redisstore.Store
+	for range 3 {
+		red, err := redisstore.New(redisstore.Config{URL: srv.URL(), Timeout: 10 * time.Second, DialTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { red.Close() })
+		stores = append(stores, red)
+		parsed, err := config.Parse("rules.yaml", []byte(`
+configs:
+  - appId: app-1
+    limits:
+      - {api: /v1/chat, limit: 2, unit: 1, algorithm: token_bucket, maxDelay: 6s}
+`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, _ := ruleset.Compile(parsed, time.Now())
+		h, err := NewHandler(HandlerConfig{Rules: rs, Store: red, FailMode: failmode.Closed, Logger: slog.New(slog.DiscardHandler), Upstream: http.HandlerFunc(up)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gws = append(gws, h)
+	}
+	decided := func() int64 {
+		var n int64
+		for _, s := range stores {
+			n += s.Stats().Decisions
+		}
+		return n
+	}
+	send := func(i int) <-chan int {
+		done := make(chan int, 1)
+		go func() {
+			r := httptest.NewRequest("GET", "/v1/chat", nil)
+			r.Header.Set("X-App-Id", "app-1")
+			r.Header.Set("X-Req", fmt.Sprint(i))
+			w := httptest.NewRecorder()
+			gws[i%3].ServeHTTP(w, r)
+			done <- w.Code
+		}()
+		return done
+	}
+	start := time.Now()
+	var done []<-chan int
+	for i := range 14 {
+		done = append(done, send(i))
+		// Decided before the next arrives: the order of arrival is the
+		// order of the requests.
+		eventually.True(t, 20*time.Second, func() bool { return decided() == int64(i+1) }, "request %d is not decided", i)
+	}
+	if code := <-send(14); code != 429 {
+		t.Errorf("the fifteenth, at 6.5s: %d, want 429", code)
+	}
+	for i := range 14 {
+		if code := <-done[i]; code != 200 {
+			t.Errorf("request %d: %d, want 200", i, code)
+		}
+	}
+	// One round trip per request (the first call on a fresh Redis may
+	// load the script library on the way: Calls, not RoundTrips).
+	var trips, decisions int64
+	for _, s := range stores {
+		trips, decisions = trips+s.Stats().RoundTrips, decisions+s.Stats().Decisions
+	}
+	if trips != 15 || decisions != 15 {
+		t.Errorf("store round trips %d and decisions %d, want 15 each (one per request)", trips, decisions)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range 14 {
+		at, ok := arrived[fmt.Sprint(i)]
+		if !ok {
+			t.Fatalf("request %d never reached the upstream", i)
+		}
+		if earliest := start.Add(time.Duration(max(i-1, 0)) * 500 * time.Millisecond); at.Before(earliest.Add(-50 * time.Millisecond)) {
+			t.Errorf("request %d reached the upstream at +%v, before its place in the queue (+%v)", i, at.Sub(start), earliest.Sub(start))
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ratelimitheader"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/usage"
 )
@@ -72,7 +73,7 @@ func newReplayRun(rs *ruleset.Set, maxKeys int) (*replayRun, error) {
 		Upstream:  http.HandlerFunc(run.answer),
 		AppHeader: run.appHdr,
 		// No headers: they change nothing that is decided, and cost.
-		Headers:   proxy.HeadersNone,
+		Headers:   ratelimitheader.None,
 		Now:       func() time.Time { return run.now },
 		Logger:    slog.New(slog.DiscardHandler),
 		Observers: []observe.Observer{run},

@@ -1,8 +1,6 @@
 package rls
 
 import (
-	"context"
-	"io"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -11,38 +9,20 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// AccessLog writes one JSON line per ShouldRateLimit call (--access-log),
-// in the handler of `gateway serve`'s access log: "time" is when the
+// AccessLog writes one JSON line per ShouldRateLimit call (--access-log)
+// to an observe.AccessLog, the log of `gateway serve`: "time" is when the
 // call was decided, to the nanosecond. Descriptor values are written as
-// the first 16 hex digits of their sha256 (observe.KeyHash), as serve
-// writes the values of keyed limits, unless SetRawValues: they are
-// client addresses, user IDs and the like. Keys are written as they are.
-// It is safe for concurrent use.
+// the log writes the values of keyed limits (observe.AccessLog.Value):
+// hashed under the key-hash secret, as they are only with
+// --access-log-keys; they are client addresses, user IDs and the like.
+// Keys are written as they are. It is safe for concurrent use; the
+// observe.AccessLog is its caller's to close.
 type AccessLog struct {
-	h   slog.Handler
-	c   io.Closer // nil for stdout and stderr
-	raw bool
+	log *observe.AccessLog
 }
 
-// OpenAccessLog opens dest: "stdout", "stderr", or a file path, appended
-// to.
-func OpenAccessLog(dest string) (*AccessLog, error) {
-	w, c, err := observe.OpenLogDest(dest)
-	if err != nil {
-		return nil, err
-	}
-	return NewAccessLog(w, c), nil
-}
-
-// NewAccessLog returns an AccessLog writing to w; Close closes c if not
-// nil.
-func NewAccessLog(w io.Writer, c io.Closer) *AccessLog {
-	return &AccessLog{h: observe.NewLogLineHandler(w), c: c}
-}
-
-// SetRawValues writes descriptor values as they are rather than hashed.
-// Call it before the log is used.
-func (a *AccessLog) SetRawValues(raw bool) { a.raw = raw }
+// NewAccessLog returns an AccessLog writing to log.
+func NewAccessLog(log *observe.AccessLog) *AccessLog { return &AccessLog{log: log} }
 
 // logDescriptor is one descriptor of a line.
 type logDescriptor struct {
@@ -87,12 +67,7 @@ func (a *AccessLog) ObserveCall(c *Call) {
 			if j == MaxEntries {
 				break
 			}
-			v := e.GetValue()
-			if a.raw {
-				v = cut(v)
-			} else {
-				v = observe.KeyHash(v)
-			}
+			v := cut(a.log.Value(e.GetValue())) // a raw value is cut
 			ld.Entries = append(ld.Entries, [2]string{cut(e.GetKey()), v})
 		}
 		if h := d.GetHitsAddend(); h != nil {
@@ -118,7 +93,7 @@ func (a *AccessLog) ObserveCall(c *Call) {
 		slog.Float64("duration", c.Duration.Seconds()),
 		slog.String("peer", c.Peer),
 	)
-	a.h.Handle(context.Background(), rec)
+	a.log.Write(rec)
 }
 
 // cut returns s, or its first MaxKeyBytes bytes when longer: only a
@@ -129,14 +104,6 @@ func cut(s string) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:MaxKeyBytes], "")
-}
-
-// Close closes the log file.
-func (a *AccessLog) Close() error {
-	if a.c == nil {
-		return nil
-	}
-	return a.c.Close()
 }
 
 var _ Observer = (*AccessLog)(nil)

@@ -26,7 +26,7 @@ func newBenchService(tb testing.TB, observers ...Observer) *Service {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	svc, err := New(Config{Store: mem, Metrics: NewMetrics(prometheus.NewRegistry()), Logger: slog.New(slog.DiscardHandler), Observers: observers})
+	svc, err := New(Config{Store: mem, Metrics: observe.NewRLSMetrics(prometheus.NewRegistry()), Logger: slog.New(slog.DiscardHandler), Observers: observers})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	// asked (here to io.Discard, the cost of the line without the disk).
 	b.Run("top", func(b *testing.B) { benchShouldRateLimit(b, newBenchService(b, NewTop(observe.TopConfig{}))) })
 	b.Run("top+accesslog", func(b *testing.B) {
-		benchShouldRateLimit(b, newBenchService(b, NewTop(observe.TopConfig{}), NewAccessLog(io.Discard, nil)))
+		benchShouldRateLimit(b, newBenchService(b, NewTop(observe.TopConfig{}), NewAccessLog(observe.NewAccessLog(io.Discard, nil))))
 	})
 }
 

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
-	"github.com/ratelimit-gateway/gateway/internal/server"
+	"github.com/ratelimit-gateway/gateway/internal/ratelimitheader"
+	"github.com/ratelimit-gateway/gateway/internal/stores"
 )
 
 // Env is what FromEnv reads from envoyproxy/ratelimit's environment.
@@ -116,7 +116,7 @@ func FromEnv(lookup func(string) (string, bool), base ServerConfig) (Env, error)
 	c.KeyPrefix = r.str("CACHE_KEY_PREFIX", "")
 	c.ReferenceCounting = true
 	c.StopOverLimitCount = r.boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)
-	c.Headers = proxy.HeadersNone
+	c.Headers = ratelimitheader.None
 	c.ReferenceHeaders = nil
 	if r.boolean("LIMIT_RESPONSE_HEADERS_ENABLED", false) {
 		c.ReferenceHeaders = &HeaderNames{
@@ -145,6 +145,10 @@ func FromEnv(lookup func(string) (string, bool), base ServerConfig) (Env, error)
 		{"LOCAL_CACHE_SIZE_IN_BYTES", "the Redis store keeps leases instead (--redis-leases)"},
 		{"NEAR_LIMIT_RATIO", "no near-limit statistics"},
 		{"EXPIRATION_JITTER_MAX_SECONDS", "keys expire with their window"},
+		// Envoy Gateway sets it; envoyproxy/ratelimit reads
+		// GRPC_CLIENT_TLS_CACERT instead, and neither requires client
+		// certificates without that.
+		{"GRPC_SERVER_TLS_CA_CERT", "not envoyproxy/ratelimit's name either: client certificates are required only with GRPC_CLIENT_TLS_CACERT"},
 	} {
 		if v, ok := lookup(n.name); ok && v != "" && v != "false" && v != "0" {
 			e.Ignored = append(e.Ignored, n.name+": "+n.why)
@@ -155,8 +159,8 @@ func FromEnv(lookup func(string) (string, bool), base ServerConfig) (Env, error)
 }
 
 // redis reads the REDIS_* variables into st.
-func (r *envReader) redis(st *server.Config) {
-	st.Store = server.StoreRedis
+func (r *envReader) redis(st *stores.Config) {
+	st.Store = stores.StoreRedis
 	socket := strings.ToLower(r.str("REDIS_SOCKET_TYPE", "unix"))
 	url := r.str("REDIS_URL", "/var/run/nutcracker/ratelimit.sock")
 	useTLS := r.boolean("REDIS_TLS", false)

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
-	"github.com/ratelimit-gateway/gateway/internal/server"
+	"github.com/ratelimit-gateway/gateway/internal/ratelimitheader"
+	"github.com/ratelimit-gateway/gateway/internal/stores"
 )
 
 // envoyGatewayEnv is the environment Envoy Gateway gives its rate-limit
@@ -48,7 +48,7 @@ func lookupIn(m map[string]string) func(string) (string, bool) {
 
 func TestFromEnvEnvoyGateway(t *testing.T) {
 	t.Parallel()
-	e, err := FromEnv(lookupIn(envoyGatewayEnv), ServerConfig{Store: server.DefaultConfig(), MaxConfigBytes: 1 << 20, ShutdownTimeout: time.Second})
+	e, err := FromEnv(lookupIn(envoyGatewayEnv), ServerConfig{Store: stores.DefaultConfig(), MaxConfigBytes: 1 << 20, ShutdownTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,9 +73,9 @@ func TestFromEnvEnvoyGateway(t *testing.T) {
 		{"client ca", c.TLSClientCA, ""},
 		{"redis", c.Store.RedisURL, "redis://redis.redis.svc:6379"},
 		{"redis timeout", c.Store.RedisTimeout, 10 * time.Second},
-		{"store", c.Store.Store, server.StoreRedis},
+		{"store", c.Store.Store, stores.StoreRedis},
 		{"reference counting", c.ReferenceCounting, true},
-		{"headers", c.Headers, proxy.HeadersNone},
+		{"headers", c.Headers, ratelimitheader.None},
 		{"reference headers", c.ReferenceHeaders == nil, true},
 		{"log level", e.LogLevel, slog.LevelInfo},
 		{"log json", e.LogJSON, false},
@@ -86,6 +86,11 @@ func TestFromEnvEnvoyGateway(t *testing.T) {
 	}
 	if err := c.Validate(); err != nil {
 		t.Errorf("Validate: %v", err)
+	}
+	// Ignored, but told: an operator who set it expects client
+	// certificates to be required.
+	if got := strings.Join(e.Ignored, "; "); !strings.Contains(got, "GRPC_SERVER_TLS_CA_CERT: ") || !strings.Contains(got, "GRPC_CLIENT_TLS_CACERT") {
+		t.Errorf("ignored: got %q, want GRPC_SERVER_TLS_CA_CERT named with GRPC_CLIENT_TLS_CACERT", got)
 	}
 }
 
@@ -160,7 +165,7 @@ func TestFromEnv(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e, err := FromEnv(lookupIn(tc.env), ServerConfig{Store: server.DefaultConfig()})
+			e, err := FromEnv(lookupIn(tc.env), ServerConfig{Store: stores.DefaultConfig()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -185,7 +190,7 @@ func TestFromEnvErrors(t *testing.T) {
 		{map[string]string{"LOG_LEVEL": "loud"}, "LOG_LEVEL"},
 		{map[string]string{"GRPC_MAX_CONNECTION_AGE": "forever"}, "GRPC_MAX_CONNECTION_AGE"},
 	} {
-		_, err := FromEnv(lookupIn(tc.env), ServerConfig{Store: server.DefaultConfig()})
+		_, err := FromEnv(lookupIn(tc.env), ServerConfig{Store: stores.DefaultConfig()})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: got %v, want …%s…", tc.env, err, tc.want)
 		}

@@ -9,12 +9,12 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ratelimit-gateway/gateway/internal/eventually"
 	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
 )
@@ -44,7 +44,8 @@ func TestFailLocalRedisSlowCostsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := NewMetrics(prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	m := observe.NewRLSMetrics(reg)
 	svc, err := New(Config{Store: red, FailMode: failmode.Local, Local: mem, Metrics: m, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +66,7 @@ descriptors:
 	admitted := 0
 	// call reports whether the store decided the call.
 	call := func() bool {
-		before := testutil.ToFloat64(m.storeErrors)
+		before := metricValue(t, reg, "gateway_rls_store_errors_total")
 		resp, err := svc.ShouldRateLimit(ctx, req)
 		if err != nil {
 			t.Fatalf("ShouldRateLimit: %v", err)
@@ -74,7 +75,7 @@ descriptors:
 			t.Fatalf("ShouldRateLimit: got %v, want OK (the limit is far off)", resp.OverallCode)
 		}
 		admitted++
-		return testutil.ToFloat64(m.storeErrors) == before
+		return metricValue(t, reg, "gateway_rls_store_errors_total") == before
 	}
 	for range 10 {
 		if !call() {
@@ -107,7 +108,7 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	local := int(testutil.ToFloat64(m.storeErrors))
+	local := int(metricValue(t, reg, "gateway_rls_store_errors_total"))
 	t.Logf("admitted %d, %d of them locally; Redis counted %d; %+v", admitted, local, counted, st)
 	if local == 0 || st.WrittenBack == 0 {
 		t.Errorf("the test admitted nothing locally, or wrote nothing back: %d local, %d written back", local, st.WrittenBack)

@@ -20,7 +20,7 @@ import (
 
 func TestTop(t *testing.T) {
 	t.Parallel()
-	top := NewTop(observe.TopConfig{K: 3, Period: time.Minute})
+	top := NewTop(observe.TopConfig{K: 3, Period: time.Minute, RawKeys: true})
 	h := newHarness(t, Config{Observers: []Observer{top}})
 	// sliding allows 2 a minute per value: heavy is admitted twice and
 	// denied 8 times, mid twice and 4 times.
@@ -119,9 +119,9 @@ func TestAccessLog(t *testing.T) {
 	t.Parallel()
 	for _, raw := range []bool{false, true} {
 		var buf lockedBuffer
-		al := NewAccessLog(&buf, nil)
-		al.SetRawValues(raw)
-		h := newHarness(t, Config{Observers: []Observer{al}})
+		al := observe.NewAccessLog(&buf, nil)
+		al.SetRawKeys(raw)
+		h := newHarness(t, Config{Observers: []Observer{NewAccessLog(al)}})
 		h.now.Store(int64(1500 * time.Millisecond))
 		// 3 hits exceed sliding's 2: denied, nothing counted, reset at
 		// the window's end (59 s after 1.5 s); pair=b is only checked

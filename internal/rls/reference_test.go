@@ -2,6 +2,8 @@ package rls
 
 import (
 	"context"
+	"maps"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -9,9 +11,9 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/ratelimit-gateway/gateway/internal/ratelimitheader"
+	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
 	"google.golang.org/protobuf/encoding/protojson"
-
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
 )
 
 // TestResetWholeSeconds reports duration_until_reset in whole seconds, as
@@ -171,7 +173,7 @@ func TestReferenceCounting(t *testing.T) {
 // gateway's when Headers is none.
 func TestReferenceHeaders(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, Config{ReferenceHeaders: &HeaderNames{Limit: "L", Remaining: "R", Reset: "T"}, Headers: proxy.HeadersNone})
+	h := newHarness(t, Config{ReferenceHeaders: &HeaderNames{Limit: "L", Remaining: "R", Reset: "T"}, Headers: ratelimitheader.None})
 	h.now.Store(int64(15 * time.Second))
 	for i, tc := range []struct {
 		descs string
@@ -189,6 +191,167 @@ func TestReferenceHeaders(t *testing.T) {
 		}
 		if strings.Join(got, " ") != tc.want {
 			t.Errorf("call %d (%s): got %v, want %s", i, tc.descs, got, tc.want)
+		}
+	}
+}
+
+// conformConfig holds what the differential run against
+// envoyproxy/ratelimit (bench/rls/diff) found answered unlike theirs: a
+// share_threshold wildcard and a quota in shadow mode.
+const conformConfig = `domain: conform
+descriptors:
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: qs
+    quota_mode: true
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: n
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: block
+    rate_limit: {unit: minute, requests_per_unit: 0}
+`
+
+// conformHarness is newHarness with conformConfig's domain added.
+func conformHarness(t *testing.T, cfg Config) *harness {
+	t.Helper()
+	h := newHarness(t, cfg)
+	c, err := rlsconfig.Parse("conform.yaml", []byte(conformConfig), rlsconfig.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := *h.svc.Config()
+	all.Domains = maps.Clone(all.Domains)
+	all.Domains["conform"] = c.Domains["conform"]
+	h.svc.SetConfig(&all)
+	return h
+}
+
+// TestConformance answers as envoyproxy/ratelimit where the differential
+// run (bench/rls/diff) found the gateway answering otherwise, counting
+// as theirs and with the gateway's defaults.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		cfg   Config
+		steps []step
+	}{
+		// A descriptor named twice is counted twice, one after the
+		// other: the first reports what is left after itself.
+		{"repeated descriptor", Config{}, []step{
+			{0, "conform", "n=a;n=a", 0, ok, []string{"ok/2/3", "ok/1/3"}},
+			{0, "conform", "n=a", 0, ok, []string{"ok/0/3"}},
+		}},
+		{"repeated descriptor, counting as theirs", Config{ReferenceCounting: true}, []step{
+			{0, "conform", "n=a;n=a", 0, ok, []string{"ok/2/3", "ok/1/3"}},
+			// In turn: the first still fits, the second does not.
+			{0, "conform", "n=a;n=a", 0, over, []string{"ok/0/3", "over/0/3"}},
+			// The first's hits over the limit count before the second.
+			{0, "conform", "n=b+5;n=b+1", 0, over, []string{"over/0/3", "over/0/3"}},
+			{0, "conform", "n=b+0", 0, over, []string{"over/0/3"}},
+		}},
+		{"repeated descriptor over the limit by default", Config{}, []step{
+			{0, "conform", "n=a+2", 0, ok, []string{"ok/1/3"}},
+			// One counter asked for both: all or nothing.
+			{0, "conform", "n=a;n=a", 0, over, []string{"over/0/3", "over/0/3"}},
+		}},
+		// An override is keyed by the request's values, not by the
+		// share_threshold wildcard its entries match.
+		{"override on a shared wildcard", Config{}, []step{
+			{0, "conform", "files=files/a@3", 0, ok, []string{"ok/2/3"}},
+			{0, "conform", "files=files/b@3", 0, ok, []string{"ok/2/3"}},
+			{0, "conform", "files=files/c", 0, ok, []string{"ok/99/100"}},
+		}},
+		// shadow_mode wins over quota_mode: OK with its reset, and not
+		// a quota violation.
+		{"quota in shadow mode", Config{}, []step{
+			{0, "conform", "qs=a", 0, ok, []string{"ok/0/1"}},
+			{0, "conform", "qs=a", 0, ok, []string{"ok/0/1"}},
+		}},
+		// Counting as theirs, hits_addend 0 is OK until the count is
+		// over the limit, not until one more would be.
+		{"hits_addend 0, counting as theirs", Config{ReferenceCounting: true}, []step{
+			{0, "conform", "n=z+0", 0, ok, []string{"ok/3/3"}},
+			{0, "conform", "n=z", 3, ok, []string{"ok/0/3"}},
+			{0, "conform", "n=z+0", 0, ok, []string{"ok/0/3"}},
+			{0, "conform", "n=z", 0, over, []string{"over/0/3"}},
+			{0, "conform", "n=z+0", 0, over, []string{"over/0/3"}},
+		}},
+		{"hits_addend 0 by default", Config{}, []step{
+			{0, "conform", "n=z", 3, ok, []string{"ok/0/3"}},
+			{0, "conform", "n=z+0", 0, over, []string{"over/0/3"}},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := conformHarness(t, tc.cfg)
+			for i, s := range tc.steps {
+				h.now.Store(int64(s.at))
+				resp := h.callOverride(t, s.domain, s.descs, s.hits)
+				var got []string
+				for _, st := range resp.Statuses {
+					got = append(got, statusString(st))
+				}
+				if resp.OverallCode != s.overall || strings.Join(got, " ") != strings.Join(s.statuses, " ") {
+					t.Errorf("step %d (%q hits %d): got %v %v, want %v %v", i, s.descs, s.hits, resp.OverallCode, got, s.overall, s.statuses)
+				}
+			}
+		})
+	}
+}
+
+// callOverride is call, where a descriptor ending in "@N" carries a limit
+// override of N a minute.
+func (h *harness) callOverride(t *testing.T, domain, spec string, hits uint32) *rlsv3.RateLimitResponse {
+	t.Helper()
+	var overrides []uint32
+	var plain []string
+	for _, d := range strings.Split(spec, ";") {
+		body, n, _ := strings.Cut(d, "@")
+		v, _ := strconv.ParseUint(n, 10, 32)
+		overrides, plain = append(overrides, uint32(v)), append(plain, body)
+	}
+	ds := descs(strings.Join(plain, ";"))
+	for i, n := range overrides {
+		if n > 0 {
+			ds[i].Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: n, Unit: typev3.RateLimitUnit_MINUTE}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := h.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds, HitsAddend: hits})
+	if err != nil {
+		t.Fatalf("ShouldRateLimit(%s, %s): %v", domain, spec, err)
+	}
+	return resp
+}
+
+// TestConformanceReset reports, counting as envoyproxy/ratelimit, the
+// window's end as every duration_until_reset, a request that counts
+// nothing (hits_addend 0) included; a quota in shadow mode keeps its
+// reset, and is no violation.
+func TestConformanceReset(t *testing.T) {
+	t.Parallel()
+	h := conformHarness(t, Config{ReferenceCounting: true, DynamicMetadata: true})
+	h.now.Store(int64(15 * time.Second))
+	for i, tc := range []struct {
+		descs string
+		want  time.Duration
+	}{
+		{"n=r+0", 45 * time.Second},
+		{"n=r", 45 * time.Second},
+		{"qs=r", 45 * time.Second},
+		{"qs=r", 45 * time.Second}, // over its quota, in shadow mode
+	} {
+		resp := h.call(t, "conform", tc.descs, 0)
+		if got := resp.Statuses[0].GetDurationUntilReset().AsDuration(); got != tc.want {
+			t.Errorf("call %d (%s): got reset %v, want %v", i, tc.descs, got, tc.want)
+		}
+		if v := resp.DynamicMetadata.GetFields()["quotaModeViolations"]; v != nil {
+			t.Errorf("call %d (%s): got quotaModeViolations %v, want none", i, tc.descs, v)
 		}
 	}
 }

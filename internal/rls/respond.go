@@ -11,7 +11,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ratelimitheader"
 	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -27,6 +27,12 @@ func (s *Service) respond(req *rlsv3.RateLimitRequest, domLabel string, ds []dec
 	}
 	m := s.cfg.Metrics
 	var violations []int // the quotas the request went over
+	var later []int64
+	if !s.cfg.ReferenceCounting || s.cfg.StopOverLimitCount {
+		// Counting as theirs, the repeats were decided in turn
+		// (decideReference): each Result is its own already.
+		later = laterHits(reqs)
+	}
 	for i := range ds {
 		d := &ds[i]
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
@@ -45,21 +51,32 @@ func (s *Service) respond(req *rlsv3.RateLimitRequest, domLabel string, ds []dec
 			st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
 				Name: d.lim.Name, RequestsPerUnit: d.lim.RequestsPerUnit, Unit: d.lim.Unit,
 			}
-			st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
+			remaining := r.Remaining
+			if r.Allowed && later != nil {
+				// A counter the request names again later: what is left
+				// of it after this descriptor, as envoyproxy/ratelimit
+				// counts repeats one after the other.
+				remaining += later[d.req]
+			}
+			if s.cfg.ReferenceCounting && q.Act == limit.Defer {
+				remaining-- // its limit was raised by one (shouldRateLimit)
+			}
+			st.LimitRemaining = uint32(min(max(remaining, 0), math.MaxUint32))
 			if !r.Allowed && s.cfg.ReferenceCounting {
 				st.LimitRemaining = 0 // its hits are counted: none is left
 			}
 			// Whole seconds, as envoyproxy/ratelimit reports them; a
-			// request that can never fit waits for the window's end.
-			reset := time.Duration(ceilSeconds(r.Reset)) * time.Second
-			if q.Cost > q.Params.Capacity() {
+			// request that can never fit waits for the window's end, as
+			// every request does when counting as theirs.
+			reset := time.Duration(ratelimitheader.Seconds(r.Reset)) * time.Second
+			if q.Cost > q.Params.Capacity() || s.cfg.ReferenceCounting {
 				reset = windowEnd(now, d.lim.Params.Window)
 			}
 			st.DurationUntilReset = durationpb.New(reset)
 			switch {
 			case r.Allowed:
 				out = outOK
-			case d.quota:
+			case d.quota && (d.desc == nil || !d.desc.ShadowMode):
 				// A quota over its limit is OK with what is left of it,
 				// and told in the dynamic metadata.
 				out = outShadow
@@ -80,11 +97,11 @@ func (s *Service) respond(req *rlsv3.RateLimitRequest, domLabel string, ds []dec
 			}
 		}
 		if m != nil && d.lim != nil {
-			m.observe(domLabel, d.label, out, d.hits)
+			m.Descriptor(domLabel, d.label, out.String(), d.hits)
 		}
 	}
 	if m != nil {
-		m.requests.WithLabelValues(domLabel, strings.ToLower(resp.OverallCode.String())).Inc()
+		m.Call(domLabel, strings.ToLower(resp.OverallCode.String()))
 	}
 	resp.ResponseHeadersToAdd = s.headers(ds, res)
 	if s.cfg.ReferenceHeaders != nil {
@@ -94,6 +111,23 @@ func (s *Service) respond(req *rlsv3.RateLimitRequest, domLabel string, ds []dec
 		resp.DynamicMetadata = dynamicMetadata(req, ds, violations)
 	}
 	return resp
+}
+
+// laterHits returns, for each request, the hits of the requests after it
+// that name the same counter; nil when no counter is named twice.
+func laterHits(reqs []limit.Request) []int64 {
+	if len(reqs) < 2 || !limit.Repeats(reqs) {
+		return nil
+	}
+	later := make([]int64, len(reqs))
+	for i := range reqs {
+		for j := i + 1; j < len(reqs); j++ {
+			if reqs[j].Key == reqs[i].Key && reqs[j].Act != limit.Defer {
+				later[i] += reqs[j].Cost
+			}
+		}
+	}
+	return later
 }
 
 // windowEnd returns the time from now to the end of the window of length
@@ -180,12 +214,12 @@ func overflowKey(domain string, desc *rlsconfig.Descriptor) string {
 	return "rls|" + keyEscaper.Replace(domain) + "|~overflow|" + keyEscaper.Replace(desc.Path)
 }
 
-// headers returns the headers for Envoy to add to the response: those of
-// proxy's rate-limit headers (docs/rules.md, "Responses") for the limits that
-// applied, shadow limits left out.
+// headers returns the headers for Envoy to add to the response: the
+// rate-limit headers `gateway serve` sends (docs/rules.md, "Responses")
+// for the limits that applied, shadow limits left out.
 func (s *Service) headers(ds []decision, res []limit.Result) []*corev3.HeaderValue {
 	mode := s.cfg.Headers
-	if mode == proxy.HeadersNone {
+	if mode == ratelimitheader.None {
 		return nil
 	}
 	most := -1
@@ -193,7 +227,7 @@ func (s *Service) headers(ds []decision, res []limit.Result) []*corev3.HeaderVal
 		if ds[i].req < 0 || ds[i].shadow || ds[i].quota {
 			continue
 		}
-		if most < 0 || moreConstraining(res[ds[i].req], res[ds[most].req]) {
+		if most < 0 || ratelimitheader.MoreConstraining(res[ds[i].req], res[ds[most].req]) {
 			most = i
 		}
 	}
@@ -201,7 +235,7 @@ func (s *Service) headers(ds []decision, res []limit.Result) []*corev3.HeaderVal
 		return nil
 	}
 	var out []*corev3.HeaderValue
-	if mode == proxy.HeadersBoth || mode == proxy.HeadersDraft {
+	if mode.Draft() {
 		var policy, state []byte
 		for i := range ds {
 			d := &ds[i]
@@ -209,31 +243,25 @@ func (s *Service) headers(ds []decision, res []limit.Result) []*corev3.HeaderVal
 				continue
 			}
 			r := res[d.req]
-			name := sfString(policyName(d))
+			name := ratelimitheader.Quote(policyName(d))
 			if len(policy) > 0 {
 				policy = append(policy, ", "...)
 				state = append(state, ", "...)
 			}
-			policy = append(append(policy, name...), ";q="...)
-			policy = strconv.AppendInt(policy, d.lim.Params.Limit, 10)
-			policy = strconv.AppendInt(append(policy, ";w="...), ceilSeconds(d.lim.Params.Window), 10)
-			state = append(append(state, name...), ";r="...)
-			state = strconv.AppendInt(state, max(r.Remaining, 0), 10)
-			if d.lim.Params.Limit > 0 {
-				state = strconv.AppendInt(append(state, ";t="...), ceilSeconds(r.Reset), 10)
-			}
+			policy = ratelimitheader.AppendPolicy(policy, name, d.lim.Params.Limit, d.lim.Params.Window)
+			state = ratelimitheader.AppendState(state, name, r.Remaining, r.Reset, d.lim.Params.Limit == 0)
 		}
 		out = append(out,
 			&corev3.HeaderValue{Key: "RateLimit-Policy", Value: string(policy)},
 			&corev3.HeaderValue{Key: "RateLimit", Value: string(state)})
 	}
-	if mode == proxy.HeadersBoth || mode == proxy.HeadersLegacy {
+	if mode.Legacy() {
 		d, r := &ds[most], res[ds[most].req]
 		out = append(out,
 			&corev3.HeaderValue{Key: "X-RateLimit-Limit", Value: strconv.FormatInt(d.lim.Params.Limit, 10)},
 			&corev3.HeaderValue{Key: "X-RateLimit-Remaining", Value: strconv.FormatInt(max(r.Remaining, 0), 10)})
 		if d.lim.Params.Limit > 0 {
-			out = append(out, &corev3.HeaderValue{Key: "X-RateLimit-Reset", Value: strconv.FormatInt(ceilSeconds(r.Reset), 10)})
+			out = append(out, &corev3.HeaderValue{Key: "X-RateLimit-Reset", Value: strconv.FormatInt(ratelimitheader.Seconds(r.Reset), 10)})
 		}
 	}
 	return out
@@ -249,44 +277,4 @@ func policyName(d *decision) string {
 		return d.desc.Path
 	}
 	return "override"
-}
-
-// sfString quotes s as a structured-field string (RFC 8941 §3.3.3),
-// replacing what it cannot hold with "?".
-func sfString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20 || c > 0x7e:
-			b.WriteByte('?')
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
-}
-
-// moreConstraining reports whether a leaves less room than b: denied
-// first, then fewer remaining, then a longer wait.
-func moreConstraining(a, b limit.Result) bool {
-	if a.Allowed != b.Allowed {
-		return !a.Allowed
-	}
-	if a.Remaining != b.Remaining {
-		return a.Remaining < b.Remaining
-	}
-	return a.Reset > b.Reset
-}
-
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
 }

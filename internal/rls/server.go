@@ -16,7 +16,6 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
@@ -24,10 +23,11 @@ import (
 	"google.golang.org/grpc/stats"
 
 	"github.com/ratelimit-gateway/gateway/internal/observe"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ratelimitheader"
 	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
 	"github.com/ratelimit-gateway/gateway/internal/rlsxds"
-	"github.com/ratelimit-gateway/gateway/internal/server"
+	"github.com/ratelimit-gateway/gateway/internal/serving"
+	"github.com/ratelimit-gateway/gateway/internal/stores"
 	"github.com/ratelimit-gateway/gateway/internal/tracing"
 	"github.com/ratelimit-gateway/gateway/internal/watch"
 )
@@ -49,18 +49,26 @@ type ServerConfig struct {
 	// reloaded when either file changes.
 	TLSCert, TLSKey string
 	// Headers selects the response headers (Config.Headers).
-	Headers proxy.HeaderMode
+	Headers ratelimitheader.Mode
 	// ShadowMode makes every limit a shadow limit (Config.ShadowMode).
 	ShadowMode bool
-	// Store holds the store settings, as `serve` takes them: Store,
-	// MaxKeys, Redis*, FailMode, LocalShare.
-	Store server.Config
+	// Store holds the store settings, as `serve` takes them.
+	Store stores.Config
 	// AccessLog, if not empty, is where one JSON line per call goes:
 	// "stdout", "stderr" or a file path (AccessLog).
 	AccessLog string
 	// AccessLogKeys writes descriptor values to the access log as they
-	// are; by default it writes their hashes (observe.KeyHash).
+	// are; by default it writes their hashes (observe.KeyHasher).
 	AccessLogKeys bool
+	// KeyHashSecretFile keeps the secret under which the access log and
+	// GET /top hash descriptor values, as `serve`'s KeyHashSecretFile:
+	// read if it exists, created if not. Empty: AccessLog with ".key"
+	// appended when AccessLog is a file, else a random secret of the
+	// process (docs/operations.md, "Access log").
+	KeyHashSecretFile string
+	// TopKeys shows descriptor values at GET /top as they are; by
+	// default they are hashed as in the access log.
+	TopKeys bool
 	// ShutdownTimeout bounds the drain of calls in flight.
 	ShutdownTimeout time.Duration
 	// Tracing exports OpenTelemetry traces of the calls when
@@ -147,7 +155,7 @@ func (c *ServerConfig) Validate() error {
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("--shutdown-timeout %s is not positive", c.ShutdownTimeout)
 	}
-	return c.Store.ValidateStore()
+	return c.Store.Validate()
 }
 
 // Server is a running `gateway rls`: the gRPC service, its admin port and
@@ -156,12 +164,12 @@ type Server struct {
 	cfg     ServerConfig
 	log     *slog.Logger
 	svc     *Service
-	metrics *Metrics
+	metrics *observe.RLSMetrics
 	top     *Top
-	alog    *AccessLog
+	alog    *observe.AccessLog
 	tracer  *tracing.Tracer // nil without tracing
-	stores  *server.Stores
-	certs   *server.CertReloader
+	stores  *stores.Stores
+	certs   *serving.CertReloader
 	grpc    *grpc.Server
 	health  *health.Server
 	admin   *http.Server
@@ -219,35 +227,31 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 		c = &rlsconfig.Config{Domains: map[string]*rlsconfig.Domain{}}
 	}
 	if cfg.TLSCert != "" {
-		if s.certs, err = server.NewCertReloader(cfg.TLSCert, cfg.TLSKey, s.log); err != nil {
+		if s.certs, err = serving.NewCertReloader(cfg.TLSCert, cfg.TLSKey, s.log); err != nil {
 			return nil, err
 		}
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	circuit := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "gateway_redis_circuit_open",
-		Help: "1 while the Redis store's circuit breaker is open: decisions go by --fail-mode.",
-	})
-	reg.MustRegister(circuit, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name:        "gateway_build_info",
-		Help:        "Always 1; the version label is the build's.",
-		ConstLabels: prometheus.Labels{"version": cfg.Version},
-	}, func() float64 { return 1 }))
-	s.stores, err = server.NewStores(cfg.Store, func(open bool) {
-		if open {
-			circuit.Set(1)
-		} else {
-			circuit.Set(0)
+	var proc *observe.ProcessMetrics
+	s.stores, err = stores.New(cfg.Store, func(open bool) {
+		// The stores are built before the metrics; Redis calls this
+		// only once calls flow, after NewServer.
+		if proc != nil {
+			proc.SetCircuitOpen(open)
 		}
 	})
 	if err != nil {
 		return nil, err
 	}
 	closers = append(closers, s.stores.Close)
+	proc = observe.NewProcessMetrics(observe.ProcessConfig{Registry: reg, Store: string(cfg.Store.Store), Keys: s.stores.Keys, Version: cfg.Version})
 	s.stores.Register(reg)
-	s.metrics = NewMetrics(reg)
-	s.top = NewTop(observe.TopConfig{})
+	s.metrics = observe.NewRLSMetrics(reg)
+	hasher, err := observe.OpenKeyHasher(cfg.KeyHashSecretFile, cfg.AccessLog, cfg.AccessLog != "" && !cfg.AccessLogKeys, s.log)
+	if err != nil {
+		return nil, err
+	}
+	s.top = NewTop(observe.TopConfig{Hasher: hasher, RawKeys: cfg.TopKeys})
 	observers := []Observer{s.top}
 	var grpcOpts []grpc.ServerOption
 	if cfg.Tracing.Enabled {
@@ -268,16 +272,17 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 		)))
 	}
 	if cfg.AccessLog != "" {
-		if s.alog, err = OpenAccessLog(cfg.AccessLog); err != nil {
+		if s.alog, err = observe.OpenAccessLog(cfg.AccessLog); err != nil {
 			return nil, fmt.Errorf("--access-log: %w", err)
 		}
-		s.alog.SetRawValues(cfg.AccessLogKeys)
+		s.alog.SetRawKeys(cfg.AccessLogKeys)
+		s.alog.SetKeyHasher(hasher)
 		closers = append(closers, s.alog.Close)
-		observers = append(observers, s.alog)
+		observers = append(observers, NewAccessLog(s.alog))
 	}
 	s.svc, err = New(Config{
 		Store: s.stores.Store(), FailMode: s.stores.FailMode(), Local: s.stores.Local(),
-		LocalShare: server.LocalScale(cfg.Store), Headers: cfg.Headers, ShadowMode: cfg.ShadowMode,
+		LocalShare: stores.LocalScale(cfg.Store), Headers: cfg.Headers, ShadowMode: cfg.ShadowMode,
 		Metrics: s.metrics, Logger: s.log, Observers: observers,
 		KeyPrefix: cfg.KeyPrefix, QuotaMode: cfg.QuotaMode, DynamicMetadata: cfg.DynamicMetadata,
 		ReferenceCounting: cfg.ReferenceCounting, StopOverLimitCount: cfg.StopOverLimitCount, ReferenceHeaders: cfg.ReferenceHeaders,
@@ -337,7 +342,7 @@ func (s *Server) install(c *rlsconfig.Config) {
 	now := time.Now()
 	s.svc.SetConfig(c)
 	s.onceConfig.Do(func() { close(s.configured) })
-	s.metrics.Loaded(c, float64(now.UnixNano())/1e9)
+	s.metrics.ConfigLoaded(c.Limits(), now)
 	st := &loadState{loadedAt: now, configInUse: c}
 	s.state.Store(st)
 }
@@ -369,7 +374,7 @@ func (s *Server) Reload() (changed bool, err error) {
 	old := s.state.Load()
 	c, err := rlsconfig.Load(s.cfg.ConfigPath, s.loadOptions())
 	if err != nil {
-		s.metrics.Loaded(nil, 0)
+		s.metrics.ConfigFailed()
 		st := *old
 		st.lastErr, st.lastErrAt = err.Error(), time.Now()
 		s.state.Store(&st)
@@ -417,60 +422,43 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	go s.sweepEvery(ctx, time.Minute)
 	s.stores.Start(ctx, s.log)
-	errc := make(chan error, 2+len(s.extra))
-	go func() { errc <- s.admin.Serve(s.al) }()
-	for _, x := range s.extra {
-		go func() { errc <- x.srv.Serve(x.ln) }()
-	}
-	defer func() {
-		for _, x := range s.extra {
-			x.srv.Close()
-		}
-	}()
 	if s.xds != nil {
 		go s.xds.Run(ctx)
-		if !s.cfg.ForceStart {
-			s.log.Info("waiting for the first config from the xDS server", "server", s.cfg.XDS.ServerURL, "node", s.cfg.XDS.NodeID)
-			select {
-			case <-s.configured:
-			case <-ctx.Done():
-				s.admin.Close()
-				s.gl.Close()
-				return nil
-			}
-		}
 	}
-	go func() { errc <- s.grpc.Serve(s.gl) }()
-	attrs := []any{"grpc", s.gl.Addr().String(), "admin", s.al.Addr().String(), "tls", s.certs != nil, "store", string(s.cfg.Store.Store)}
+	grpcSrv := serving.GRPC(s.grpc, s.gl)
+	if s.xds != nil && !s.cfg.ForceStart {
+		// The gRPC port opens once the xDS server has sent a config;
+		// the admin port answers meanwhile.
+		s.log.Info("waiting for the first config from the xDS server", "server", s.cfg.XDS.ServerURL, "node", s.cfg.XDS.NodeID)
+		grpcSrv.After = s.configured
+	}
+	// The admin, debug and metrics ports stay up through the drain.
+	admin := serving.HTTP(s.admin, s.al, false)
+	admin.Admin = true
+	servers := []serving.Server{grpcSrv, admin}
 	for _, x := range s.extra {
-		attrs = append(attrs, x.name, x.ln.Addr().String())
+		srv := serving.HTTP(x.srv, x.ln, false)
+		srv.Admin = true
+		servers = append(servers, srv)
 	}
-	s.log.Info("gateway rls listening", attrs...)
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		s.grpc.Stop()
-		s.admin.Close()
-		return fmt.Errorf("serving: %w", err)
-	}
-	s.log.Info("shutting down: draining calls in flight", "timeout", s.cfg.ShutdownTimeout)
-	s.draining.Store(true)
-	s.health.Shutdown()
-	done := make(chan struct{})
-	go func() {
-		s.grpc.GracefulStop()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(s.cfg.ShutdownTimeout):
-		s.grpc.Stop()
-	}
-	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer scancel()
-	s.admin.Shutdown(sctx)
-	s.log.Info("stopped")
-	return nil
+	return serving.Run(ctx, serving.Config{
+		Servers: servers,
+		Started: func() {
+			attrs := []any{"grpc", s.gl.Addr().String(), "admin", s.al.Addr().String(), "tls", s.certs != nil, "store", string(s.cfg.Store.Store)}
+			for _, x := range s.extra {
+				attrs = append(attrs, x.name, x.ln.Addr().String())
+			}
+			s.log.Info("gateway rls listening", attrs...)
+		},
+		// The health service and /readyz report not serving while the
+		// calls in flight finish.
+		Draining: func() {
+			s.draining.Store(true)
+			s.health.Shutdown()
+		},
+		ShutdownTimeout: s.cfg.ShutdownTimeout,
+		Logger:          s.log,
+	})
 }
 
 func (s *Server) sweepEvery(ctx context.Context, every time.Duration) {

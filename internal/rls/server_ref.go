@@ -169,7 +169,7 @@ func (s *Server) applyXDS(version string, rs []*rlsconfv3.RateLimitConfig) error
 	old := s.state.Load()
 	c, err := rlsconfig.FromXDS(rs, s.loadOptions())
 	if err != nil {
-		s.metrics.Loaded(nil, 0)
+		s.metrics.ConfigFailed()
 		st := *old
 		st.lastErr, st.lastErrAt = err.Error(), time.Now()
 		s.state.Store(&st)

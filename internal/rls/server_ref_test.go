@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
-	"github.com/ratelimit-gateway/gateway/internal/server"
+	"github.com/ratelimit-gateway/gateway/internal/stores"
 	"github.com/ratelimit-gateway/gateway/internal/tlstest"
 	"github.com/ratelimit-gateway/gateway/internal/xdstest"
 )
@@ -41,7 +41,7 @@ func TestServerXDS(t *testing.T) {
 	xds := xdstest.Start(t, nil)
 	srv, err := NewServer(ServerConfig{
 		Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", MaxConfigBytes: rlsconfig.DefaultMaxBytes,
-		Store: server.DefaultConfig(), ShutdownTimeout: 10 * time.Second, Logger: slog.New(slog.DiscardHandler),
+		Store: stores.DefaultConfig(), ShutdownTimeout: 10 * time.Second, Logger: slog.New(slog.DiscardHandler),
 		XDS:               XDSConfig{ServerURL: xds.Addr, NodeID: "n", BackoffInitial: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond},
 		HealthyWithConfig: true,
 		TLSCert:           filepath.Join(dir, "tls.crt"), TLSKey: filepath.Join(dir, "tls.key"),

@@ -25,7 +25,8 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
+	"github.com/ratelimit-gateway/gateway/internal/ratelimitheader"
 	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
 )
 
@@ -59,7 +60,7 @@ type Config struct {
 	// legacy X-RateLimit-Limit/Remaining/Reset, the IETF draft's
 	// RateLimit-Policy and RateLimit, both, or none. The zero value is
 	// both.
-	Headers proxy.HeaderMode
+	Headers ratelimitheader.Mode
 	// ShadowMode makes every limit a shadow limit, as envoyproxy/ratelimit's
 	// SHADOW_MODE does: limits are decided, counted when they admit and
 	// reported (a status says OVER_LIMIT where the limit would deny), but
@@ -67,7 +68,7 @@ type Config struct {
 	// traffic before it enforces anything.
 	ShadowMode bool
 	// Metrics, if not nil, counts decisions.
-	Metrics *Metrics
+	Metrics *observe.RLSMetrics
 	// Logger receives store errors (at most one a second). Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -253,7 +254,7 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			if err != nil {
 				return nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
 			}
-			if m, ok := dom.Find(es); ok && len(es) > 0 && !m.Descriptor.Limit.Unlimited && m.Descriptor.Limit.Params.Window == lim.Params.Window {
+			if m, ok := dom.Find(es); ok && len(es) > 0 && !m.Descriptor.Limit.Unlimited && m.Descriptor.Limit.Params.Window == lim.Params.Window && ownValues(&m, es) {
 				// The configured counter of the same entries and unit:
 				// its algorithm, the override's number.
 				p := m.Descriptor.Limit.Params
@@ -301,7 +302,10 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		nreq++
 		r := limit.Request{
 			Key: s.cfg.KeyPrefix + counterKey(req.Domain, descs[i].GetEntries(), d), Tag: tagPrefix + req.Domain,
-			Params: &d.lim.Params, Cost: max(d.hits, 1), Defer: d.hits == 0,
+			Params: &d.lim.Params, Cost: max(d.hits, 1),
+		}
+		if d.hits == 0 {
+			r.Act = limit.Defer
 		}
 		d.shadow, d.quota = s.cfg.ShadowMode, s.cfg.QuotaMode
 		if d.desc != nil {
@@ -314,6 +318,11 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		r.Shadow = d.shadow || d.quota
 		if params != nil {
 			params[i] = referenceParams(d.lim.Params)
+			if r.Act == limit.Defer {
+				// hits_addend 0: OK while the count is not over the
+				// limit, as theirs, rather than while one more fits.
+				params[i].Limit++
+			}
 			r.Params = &params[i]
 			// Each limit on its own: none takes part in the others'
 			// decision, and each counts when it admits. With
@@ -327,7 +336,11 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	allowed, how := true, outcome(0)
 	if len(reqs) > 0 {
 		var err error
-		allowed, how, err = s.decide(ctx, now, reqs, res)
+		if s.cfg.ReferenceCounting {
+			how, err = s.decideReference(ctx, now, reqs, res)
+		} else {
+			allowed, how, err = s.decide(ctx, now, reqs, res)
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -338,12 +351,22 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 					allowed = false
 				}
 			}
-			if how == 0 && !s.cfg.StopOverLimitCount {
-				s.chargeOverLimit(ctx, now, reqs, res)
-			}
 		}
 	}
 	return s.respond(req, domLabel, ds, reqs, res, allowed, how, now), ds, nil
+}
+
+// ownValues reports whether m counts every entry under its own value: a
+// limit override shares the configured descriptor's counter only then,
+// as envoyproxy/ratelimit keys an override by the request's values, never
+// by a share_threshold wildcard.
+func ownValues(m *rlsconfig.Match, es []rlsconfig.Entry) bool {
+	for i, e := range es {
+		if m.CounterValue(i, e.Value) != e.Value {
+			return false
+		}
+	}
+	return true
 }
 
 // referenceParams returns p as envoyproxy/ratelimit counts it: a fixed
@@ -353,15 +376,66 @@ func referenceParams(p limit.Params) limit.Params {
 	return limit.Params{Algorithm: "fixed_window", Limit: p.Limit, Window: p.Window}
 }
 
+// decideReference decides reqs as envoyproxy/ratelimit counts them: each
+// on its own, and the hits over a limit counted too (chargeOverLimit),
+// unless StopOverLimitCount. A counter the request names more than once
+// is decided once per naming, in turn, each after the hits of those
+// before it, as their pipeline of INCRBYs counts them; how is the fail
+// mode's outcome of the last turn it decided.
+func (s *Service) decideReference(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result) (how outcome, err error) {
+	turn := make([]int, len(reqs)) // how many times reqs[i]'s key came before it
+	turns := 1
+	if !s.cfg.StopOverLimitCount && len(reqs) > 1 && limit.Repeats(reqs) {
+		for i := range reqs {
+			for j := range i {
+				if reqs[j].Key == reqs[i].Key {
+					turn[i]++
+				}
+			}
+			turns = max(turns, turn[i]+1)
+		}
+	}
+	for t := range turns {
+		var idx []int
+		for i := range reqs {
+			if turn[i] == t {
+				idx = append(idx, i)
+			}
+		}
+		rq, rr := reqs, res
+		if turns > 1 {
+			rq, rr = make([]limit.Request, len(idx)), make([]limit.Result, len(idx))
+			for j, i := range idx {
+				rq[j] = reqs[i]
+			}
+		}
+		_, h, err := s.decide(ctx, now, rq, rr)
+		if err != nil {
+			return 0, err
+		}
+		if h != 0 {
+			how = h
+		} else if !s.cfg.StopOverLimitCount {
+			s.chargeOverLimit(ctx, now, rq, rr)
+		}
+		if turns > 1 {
+			for j, i := range idx {
+				res[i] = rr[j]
+			}
+		}
+	}
+	return how, nil
+}
+
 // chargeOverLimit counts the hits of the requests that a limit denied
 // against that limit, as envoyproxy/ratelimit counts every hit. The
 // decision is made: a store error only leaves them uncounted.
 func (s *Service) chargeOverLimit(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result) {
 	var charges []limit.Request
 	for i := range reqs {
-		if !res[i].Allowed && !reqs[i].Defer {
+		if !res[i].Allowed && reqs[i].Act != limit.Defer {
 			c := reqs[i]
-			c.Charge, c.Shadow = true, false
+			c.Act, c.Shadow = limit.Charge, false
 			charges = append(charges, c)
 		}
 	}
@@ -404,7 +478,7 @@ func (s *Service) decide(ctx context.Context, now time.Time, reqs []limit.Reques
 		return false, 0, status.FromContextError(ctx.Err()).Err()
 	}
 	if s.cfg.Metrics != nil {
-		s.cfg.Metrics.storeErrors.Inc()
+		s.cfg.Metrics.StoreError()
 	}
 	switch v {
 	case failmode.LocalDecided:

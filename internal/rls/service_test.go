@@ -26,7 +26,8 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
+	"github.com/ratelimit-gateway/gateway/internal/ratelimitheader"
 	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
 )
 
@@ -75,7 +76,7 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	t.Helper()
 	h := &harness{reg: prometheus.NewRegistry()}
 	cfg.Now = func() time.Time { return t0.Add(time.Duration(h.now.Load())) }
-	cfg.Metrics = NewMetrics(h.reg)
+	cfg.Metrics = observe.NewRLSMetrics(h.reg)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -293,8 +294,9 @@ func TestShouldRateLimit(t *testing.T) {
 			{0, "ext", "pair=a", 0, ok, []string{"ok/3/5"}},
 		}},
 		{"a repeated descriptor counts twice", []step{
-			{0, "ext", "pair=a;pair=a", 0, ok, []string{"ok/3/5", "ok/3/5"}},
-			{0, "ext", "pair=a;pair=a", 0, ok, []string{"ok/1/5", "ok/1/5"}},
+			// One after the other, as envoyproxy/ratelimit reports them.
+			{0, "ext", "pair=a;pair=a", 0, ok, []string{"ok/4/5", "ok/3/5"}},
+			{0, "ext", "pair=a;pair=a", 0, ok, []string{"ok/2/5", "ok/1/5"}},
 			// Two units do not fit in the one left, all or nothing.
 			{0, "ext", "pair=a;pair=a", 0, over, []string{"over/0/5", "over/0/5"}},
 			{0, "ext", "pair=a", 0, ok, []string{"ok/0/5"}},
@@ -376,9 +378,9 @@ func TestShouldRateLimitStatusFields(t *testing.T) {
 func TestHeaderModes(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		mode proxy.HeaderMode
+		mode ratelimitheader.Mode
 		want int
-	}{{proxy.HeadersNone, 0}, {proxy.HeadersLegacy, 3}, {proxy.HeadersDraft, 2}} {
+	}{{ratelimitheader.None, 0}, {ratelimitheader.Legacy, 3}, {ratelimitheader.Draft, 2}} {
 		h := newHarness(t, Config{Headers: tc.mode})
 		if got := len(h.call(t, "ext", "cost=1", 0).ResponseHeadersToAdd); got != tc.want {
 			t.Errorf("%v: got %d headers, want %d", tc.mode, got, tc.want)
@@ -450,23 +452,24 @@ func TestMetricsBounded(t *testing.T) {
 	h.call(t, "rl", "foo=s,baz=shady", 0)
 	h.call(t, "rl", "foo=s,baz=shady", 0)
 	h.call(t, "rl", "foo=s,baz=shady", 0)
-	m := h.svc.cfg.Metrics
+	const descriptors = "gateway_rls_descriptors_total"
 	for _, tc := range []struct {
-		c    prometheus.Collector
-		want float64
-		what string
+		name   string
+		labels []string
+		want   float64
+		what   string
 	}{
-		{m.descriptors.WithLabelValues("rl", "foo", "ok"), 3, "foo's values share one series"},
-		{m.descriptors.WithLabelValues("ext", "detailed_b", "ok"), 1, "detailed_metric has a series per value"},
-		{m.requests.WithLabelValues(unknownDomain, "ok"), 3, "unknown domains share one series"},
-		{m.descriptors.WithLabelValues("rl", "foo.baz_shady", "shadow_over_limit"), 1, "shadow denial"},
-		{m.hits.WithLabelValues("rl", "foo"), 3, "hits"},
+		{descriptors, []string{"domain", "rl", "descriptor", "foo", "outcome", "ok"}, 3, "foo's values share one series"},
+		{descriptors, []string{"domain", "ext", "descriptor", "detailed_b", "outcome", "ok"}, 1, "detailed_metric has a series per value"},
+		{"gateway_rls_requests_total", []string{"domain", unknownDomain, "code", "ok"}, 3, "unknown domains share one series"},
+		{descriptors, []string{"domain", "rl", "descriptor", "foo.baz_shady", "outcome", "shadow_over_limit"}, 1, "shadow denial"},
+		{"gateway_rls_hits_total", []string{"domain", "rl", "descriptor", "foo"}, 3, "hits"},
 	} {
-		if got := testutil.ToFloat64(tc.c); got != tc.want {
+		if got := metricValue(t, h.reg, tc.name, tc.labels...); got != tc.want {
 			t.Errorf("%s: got %v, want %v", tc.what, got, tc.want)
 		}
 	}
-	if n := testutil.CollectAndCount(m.descriptors); n != 6 {
+	if n, err := testutil.GatherAndCount(h.reg, descriptors); err != nil || n != 6 {
 		t.Errorf("descriptor series: got %d, want 6 (rl/foo, ext/detailed_a..c, rl/foo.baz_shady ok and shadow_over_limit)", n)
 	}
 }
@@ -515,7 +518,7 @@ func TestFailModes(t *testing.T) {
 			tc.cfg.Store = failing{}
 			h := newHarness(t, tc.cfg)
 			run(t, h, tc.steps)
-			if got := testutil.ToFloat64(h.svc.cfg.Metrics.storeErrors); got == 0 {
+			if got := metricValue(t, h.reg, "gateway_rls_store_errors_total"); got == 0 {
 				t.Errorf("store errors: got 0, want the failures counted")
 			}
 		})
@@ -532,4 +535,36 @@ func TestHealthService(t *testing.T) {
 			t.Errorf("health %q: got %v, %v, want SERVING", svc, resp, err)
 		}
 	}
+}
+
+// metricValue returns the value of the counter or gauge name in reg
+// whose labels are the name, value pairs of labels, 0 when there is none.
+func metricValue(t *testing.T, reg prometheus.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue series
+				}
+			}
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	return 0
 }

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/ratelimit-gateway/gateway/internal/observe"
-	"github.com/ratelimit-gateway/gateway/internal/proxy"
-	"github.com/ratelimit-gateway/gateway/internal/server"
+	"github.com/ratelimit-gateway/gateway/internal/ratelimitheader"
+	"github.com/ratelimit-gateway/gateway/internal/stores"
 	"github.com/ratelimit-gateway/gateway/internal/tracing"
 	"github.com/ratelimit-gateway/gateway/internal/tracing/tracingtest"
 )
@@ -36,7 +36,7 @@ func TestTraces(t *testing.T) {
 	}
 	srv, err := NewServer(ServerConfig{
 		ConfigPath: path, MaxConfigBytes: 1 << 20, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0",
-		Headers: proxy.HeadersBoth, Store: server.DefaultConfig(), ShutdownTimeout: 10 * time.Second,
+		Headers: ratelimitheader.Both, Store: stores.DefaultConfig(), ShutdownTimeout: 10 * time.Second,
 		Logger:  slog.New(slog.DiscardHandler),
 		Tracing: tracing.Config{Enabled: true, Protocol: tracing.ProtocolHTTP, Endpoint: rcv.URL, Sampler: "parentbased_always_on", BatchDelay: 10 * time.Millisecond},
 	})

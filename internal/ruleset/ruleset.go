@@ -15,6 +15,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/ratelimitheader"
 	"github.com/ratelimit-gateway/gateway/internal/trie"
 )
 
@@ -240,8 +241,7 @@ func newCompiledLimit(app, api string, methods []string, p limit.Params, shadow 
 	if len(methods) > 0 {
 		name += " " + strings.Join(methods, ",")
 	}
-	w := int64((p.Window + time.Second - 1) / time.Second)
-	quoted := sfString(name)
+	quoted := ratelimitheader.Quote(name)
 	cl := &Limit{
 		App:      app,
 		API:      api,
@@ -251,7 +251,7 @@ func newCompiledLimit(app, api string, methods []string, p limit.Params, shadow 
 		Key:      key,
 		Overflow: key + "|overflow",
 		Name:     quoted,
-		Policy:   quoted + ";q=" + strconv.FormatInt(p.Limit, 10) + ";w=" + strconv.FormatInt(w, 10),
+		Policy:   string(ratelimitheader.AppendPolicy(nil, quoted, p.Limit, p.Window)),
 		LimitHdr: []string{strconv.FormatInt(p.Limit, 10)},
 	}
 	cl.PolicyHdr = []string{cl.Policy}
@@ -279,25 +279,6 @@ func (cl *Limit) keyBy(by config.By, missing config.Missing) {
 	if by.Body() {
 		cl.MaxBody = config.DefaultMaxBody
 	}
-}
-
-// sfString renders s as a structured-field string (RFC 8941 §3.3.3),
-// dropping characters a string cannot carry.
-func sfString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c >= 0x20 && c < 0x7f:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
 }
 
 // Keyed reports whether some app of rs has API keys.

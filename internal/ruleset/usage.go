@@ -131,7 +131,7 @@ func (rs *Set) Usage(ctx context.Context, store limit.Store, now time.Time, app,
 			}
 		}
 		if t.key != "" {
-			reqs := []limit.Request{{Key: t.key, Overflow: t.overflow, Tag: t.tag, Params: &cl.Params, Shadow: true, Defer: true}}
+			reqs := []limit.Request{{Key: t.key, Overflow: t.overflow, Tag: t.tag, Params: &cl.Params, Act: limit.Read}}
 			res := make([]limit.Result, 1)
 			if _, err := store.Allow(ctx, now, reqs, res); err != nil {
 				return nil, fmt.Errorf("reading %s: %w: %w", t.key, ErrStore, err)

@@ -16,15 +16,16 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/source"
+	"github.com/ratelimit-gateway/gateway/internal/stores"
 	"github.com/ratelimit-gateway/gateway/internal/upstream"
 )
 
 // readyView is the JSON of GET /readyz with a store report.
 type readyView struct {
-	Status  string       `json:"status"`
-	Error   string       `json:"error,omitempty"`
-	Message string       `json:"message,omitempty"`
-	Store   *StoreHealth `json:"store,omitempty"`
+	Status  string         `json:"status"`
+	Error   string         `json:"error,omitempty"`
+	Message string         `json:"message,omitempty"`
+	Store   *stores.Health `json:"store,omitempty"`
 	// Rules is the state of a rule store (etcd): shown, but a lost
 	// store does not make the gateway unready, as it keeps its rules.
 	Rules *source.Status `json:"rules,omitempty"`
@@ -161,24 +162,6 @@ func (r *Reloader) view() rulesView {
 	return v
 }
 
-// StoreHealth is what /readyz says about the store.
-type StoreHealth struct {
-	// Store is the store's name: memory or redis.
-	Store string `json:"store"`
-	// Reachable reports whether the store answered just now.
-	Reachable bool `json:"reachable"`
-	// Circuit is the state of the store's circuit breaker, "closed" or
-	// "open"; empty for a store without one.
-	Circuit string `json:"circuit,omitempty"`
-	// FailMode is --fail-mode, for a store that can fail.
-	FailMode string `json:"failMode,omitempty"`
-	// Serving reports whether requests are served: the store is
-	// reachable, or the fail mode serves without it (open, local).
-	Serving bool `json:"serving"`
-	// Error is why the store is not reachable.
-	Error string `json:"error,omitempty"`
-}
-
 // AdminConfig configures the admin handler.
 type AdminConfig struct {
 	// Rules is the reload state shown at /rules. Required.
@@ -188,7 +171,7 @@ type AdminConfig struct {
 	Draining func() bool
 	// Store, if not nil, reports on the store for /readyz, which is not
 	// ready while the store's Serving is false (docs/operations.md, "Admin port").
-	Store func(ctx context.Context) StoreHealth
+	Store func(ctx context.Context) stores.Health
 	// Metrics, if not nil, is served at /metrics.
 	Metrics http.Handler
 	// Top, if not nil, is served at /top.

@@ -12,11 +12,11 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/eventually"
 	"github.com/ratelimit-gateway/gateway/internal/failmode"
-	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
+	"github.com/ratelimit-gateway/gateway/internal/stores"
 )
 
 func TestAdminEndpoints(t *testing.T) {
@@ -105,8 +105,8 @@ func TestReadyzReportsStoreTrouble(t *testing.T) {
 	g := newGW(t, basicRules)
 	admin := NewAdmin(AdminConfig{
 		Rules: g.reloader(nil),
-		Store: func(context.Context) StoreHealth {
-			return StoreHealth{Store: "redis", Error: "store unreachable"}
+		Store: func(context.Context) stores.Health {
+			return stores.Health{Store: "redis", Error: "store unreachable"}
 		},
 	})
 	w := httptest.NewRecorder()
@@ -239,14 +239,15 @@ func TestRedisReadyz(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	for _, mode := range []failmode.Mode{failmode.Open, failmode.Closed} {
-		red, err := redisstore.New(redisstore.Config{URL: srv.URL()})
+		sc := stores.DefaultConfig()
+		sc.Store, sc.RedisURL, sc.FailMode = stores.StoreRedis, srv.URL(), mode
+		st, err := stores.New(sc, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer red.Close()
+		defer st.Close()
 		g := newGW(t, basicRules)
-		st := &stores{store: red, redis: red, failMode: mode, name: "redis"}
-		admin := NewAdmin(AdminConfig{Rules: g.reloader(nil), Store: st.health})
+		admin := NewAdmin(AdminConfig{Rules: g.reloader(nil), Store: st.Health})
 		readyz := func() (int, readyView) {
 			w := httptest.NewRecorder()
 			admin.ServeHTTP(w, httptest.NewRequest("GET", "/readyz", nil))

@@ -30,8 +30,8 @@ func (s *Server) alerts(cfg Config, reg prometheus.Registerer, log *slog.Logger)
 		}
 		ac.Secret = []byte(secret)
 	}
-	if s.st.redis != nil {
-		ac.Once = s.st.redis
+	if red := s.st.Redis(); red != nil {
+		ac.Once = red
 	}
 	n, err := alert.New(ac)
 	if err != nil {

@@ -6,19 +6,17 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/enumflag"
-	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
-	"github.com/ratelimit-gateway/gateway/internal/limit"
-	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
+	"github.com/ratelimit-gateway/gateway/internal/ratelimitheader"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/source"
+	"github.com/ratelimit-gateway/gateway/internal/stores"
 	"github.com/ratelimit-gateway/gateway/internal/tracing"
 	"github.com/ratelimit-gateway/gateway/internal/watch"
 )
@@ -121,48 +119,9 @@ type Config struct {
 	AllowUpgrade []string
 	// PreserveHost forwards the client's Host header.
 	PreserveHost bool
-	// Store is the counter store.
-	Store StoreKind
-	// MaxKeys caps the memory store's keys (and, under FailMode local,
-	// the in-memory fallback's).
-	MaxKeys int
-	// RedisURL is redis://[[user]:password@]host[:port][/db], or rediss://
-	// for TLS. With RedisAddrs too, it gives only the scheme, credentials
-	// and database.
-	RedisURL string
-	// RedisAddrs are host:port addresses: Redis Cluster seed nodes (with
-	// RedisCluster) or Sentinels (with RedisSentinelMaster).
-	RedisAddrs []string
-	// RedisCluster makes the addresses those of a Redis Cluster.
-	RedisCluster bool
-	// RedisSentinelMaster is the master's name for Redis Sentinel.
-	RedisSentinelMaster string
-	// RedisUsername and RedisPassword, when set, replace the URL's.
-	RedisUsername, RedisPassword string
-	// RedisTLS connects to RedisAddrs with TLS.
-	RedisTLS bool
-	// RedisTimeout bounds one Redis command on an established connection.
-	RedisTimeout time.Duration
-	// RedisDialTimeout bounds dialling a connection to Redis, and the
-	// check at start that dials the pool and loads the script.
-	RedisDialTimeout time.Duration
-	// RedisPoolTimeout bounds the wait for a free Redis connection.
-	RedisPoolTimeout time.Duration
-	// RedisBatch is the most decisions one round trip to a Redis node
-	// carries (redisstore.Config.MaxBatch); 1 turns batching off.
-	RedisBatch int
-	// RedisLeases is the most keys the Redis store holds leases for
-	// (redisstore.Config.Leases); -1 turns leases off.
-	RedisLeases int
-	// RedisMaxKeys is the fleet's budget of callers' counters in Redis
-	// (redisstore.Config.MaxKeys); -1 for none.
-	RedisMaxKeys int
-	// FailMode is what the redis store's failures do to a request.
-	FailMode failmode.Mode
-	// LocalShare scales each limit under FailMode local, in (0, 1]; 0
-	// (auto, the default) is 1 / the number of gateways last seen in the
-	// fleet (redisstore.Store.FleetSize), ruleset.DefaultLocalShare until one is.
-	LocalShare float64
+	// Config holds the store settings (--store, --max-keys, --redis-*,
+	// --fail-mode, --local-share); New sets its SlotTTL and Logger.
+	stores.Config
 	// UpstreamTimeout bounds the wait for the upstream's response
 	// headers, --upstream's and the routes' that set no timeout.
 	UpstreamTimeout time.Duration
@@ -178,7 +137,7 @@ type Config struct {
 	// each Retry-After; 0 for none.
 	RetryAfterJitter time.Duration
 	// RateLimitHeaders selects the rate-limit response headers.
-	RateLimitHeaders proxy.HeaderMode
+	RateLimitHeaders ratelimitheader.Mode
 	// ShutdownTimeout bounds the drain of in-flight requests.
 	ShutdownTimeout time.Duration
 	// DrainDelay is how long, once Serve's context is done, /readyz
@@ -281,18 +240,10 @@ func DefaultConfig() Config {
 		IPv6Prefix:        ruleset.DefaultIPv6Prefix,
 		MethodOverride:    proxy.OverrideMatch,
 		AllowUpgrade:      slices.Clone(proxy.DefaultAllowUpgrade),
-		Store:             StoreMemory,
-		MaxKeys:           limit.DefaultMaxKeys,
-		RedisTimeout:      redisstore.DefaultTimeout,
-		RedisDialTimeout:  redisstore.DefaultDialTimeout,
-		RedisPoolTimeout:  redisstore.DefaultPoolTimeout,
-		RedisBatch:        redisstore.DefaultBatch,
-		RedisLeases:       redisstore.DefaultLeases,
-		RedisMaxKeys:      redisstore.DefaultMaxKeys,
-		FailMode:          failmode.Local,
+		Config:            stores.DefaultConfig(),
 		UpstreamTimeout:   proxy.DefaultUpstreamTimeout,
 		LimitStatus:       http.StatusTooManyRequests,
-		RateLimitHeaders:  proxy.HeadersBoth,
+		RateLimitHeaders:  ratelimitheader.Both,
 		ShutdownTimeout:   30 * time.Second,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
@@ -333,7 +284,7 @@ func (c *Config) Validate() error {
 		return errors.New("--allow-upgrade cannot allow h2c: the upstream would serve HTTP/2 requests on that connection that the gateway never counts")
 	case c.WatchSettle < 0:
 		return fmt.Errorf("--watch-settle %s is negative (0 reads a changed rule file at once)", c.WatchSettle)
-	case c.Store == StoreRedis && c.RedisURL == "" && len(slices.DeleteFunc(slices.Clone(c.RedisAddrs), func(a string) bool { return strings.TrimSpace(a) == "" })) == 0:
+	case c.Store == stores.StoreRedis && c.RedisURL == "" && len(slices.DeleteFunc(slices.Clone(c.RedisAddrs), func(a string) bool { return strings.TrimSpace(a) == "" })) == 0:
 		return errors.New("--store redis needs a server: set --redis-url redis://host:6379/0, or --redis-addrs host:port,… with --redis-cluster or --redis-sentinel-master")
 	case c.RedisCluster && c.RedisSentinelMaster != "":
 		return errors.New("--redis-cluster and --redis-sentinel-master are exclusive: a Redis Cluster has no Sentinels")
@@ -360,7 +311,7 @@ func (c *Config) Validate() error {
 	case c.AdminToken != "" && strings.TrimSpace(c.AdminToken) == "":
 		return errors.New("--admin-token is only white space: set a token, or none to disable POST /rules/reload")
 	}
-	if err := c.ValidateStore(); err != nil {
+	if err := c.Config.Validate(); err != nil {
 		return err
 	}
 	if err := c.validateJWT(); err != nil {
@@ -381,77 +332,6 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
-
-// ValidateStore reports the first store setting of c (--store, --max-keys,
-// --redis-*, --local-share) that cannot work, naming its flag. Validate
-// calls it; commands that build only the stores (`gateway rls`) call it
-// alone.
-func (c *Config) ValidateStore() error {
-	switch {
-	case c.LocalShare != 0 && !(c.LocalShare > 0 && c.LocalShare <= 1):
-		return fmt.Errorf("--local-share %v is outside (0, 1]", c.LocalShare)
-	case c.MaxKeys <= 0:
-		return fmt.Errorf("--max-keys %d is not positive", c.MaxKeys)
-	case c.RedisTimeout <= 0:
-		return fmt.Errorf("--redis-timeout %s is not positive", c.RedisTimeout)
-	case c.RedisDialTimeout <= 0:
-		return fmt.Errorf("--redis-dial-timeout %s is not positive", c.RedisDialTimeout)
-	case c.RedisPoolTimeout <= 0:
-		return fmt.Errorf("--redis-pool-timeout %s is not positive", c.RedisPoolTimeout)
-	case c.RedisBatch < 1:
-		return fmt.Errorf("--redis-batch %d is below 1", c.RedisBatch)
-	case c.RedisLeases < -1 || c.RedisLeases == 0:
-		return fmt.Errorf("--redis-leases %d: want a number of keys, or -1 for no leases", c.RedisLeases)
-	case c.RedisMaxKeys == 0 || c.RedisMaxKeys < -1:
-		return fmt.Errorf("--redis-max-keys %d is not positive (-1 for no budget)", c.RedisMaxKeys)
-	}
-	return nil
-}
-
-// StoreKind names a counter store. It is a pflag.Value.
-type StoreKind string
-
-// The stores.
-const (
-	StoreMemory StoreKind = "memory"
-	StoreRedis  StoreKind = "redis"
-)
-
-func (k StoreKind) String() string { return string(k) }
-
-// Set parses a --store value.
-func (k *StoreKind) Set(s string) error { return enumflag.Set(k, s, StoreMemory, StoreRedis) }
-
-// Type names the value's kind in help text.
-func (*StoreKind) Type() string { return "store" }
-
-// LocalShare is --local-share: "auto" (0) or a number in (0, 1]. It is a
-// pflag.Value.
-type LocalShare float64
-
-func (s LocalShare) String() string {
-	if s == 0 {
-		return "auto"
-	}
-	return strconv.FormatFloat(float64(s), 'g', -1, 64)
-}
-
-// Set parses a --local-share value.
-func (s *LocalShare) Set(v string) error {
-	if v == "auto" {
-		*s = 0
-		return nil
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || !(f > 0 && f <= 1) {
-		return fmt.Errorf("%q is neither auto nor a number in (0, 1]", v)
-	}
-	*s = LocalShare(f)
-	return nil
-}
-
-// Type names the value's kind in help text.
-func (*LocalShare) Type() string { return "auto|share" }
 
 // UnknownCallers says what happens to callers that name no configured app.
 // It is a pflag.Value.

@@ -11,7 +11,6 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,7 +29,9 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/proxy"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 	"github.com/ratelimit-gateway/gateway/internal/safefile"
+	"github.com/ratelimit-gateway/gateway/internal/serving"
 	"github.com/ratelimit-gateway/gateway/internal/source"
+	"github.com/ratelimit-gateway/gateway/internal/stores"
 	"github.com/ratelimit-gateway/gateway/internal/tracing"
 	"github.com/ratelimit-gateway/gateway/internal/upstream"
 	"github.com/ratelimit-gateway/gateway/internal/watch"
@@ -42,9 +43,9 @@ import (
 type Server struct {
 	cfg   Config
 	log   *slog.Logger
-	st    *stores
-	certs *certReloader // nil without TLS
-	jwks  *jwtauth.Keys // nil without --jwt-jwks
+	st    *stores.Stores
+	certs *serving.CertReloader // nil without TLS
+	jwks  *jwtauth.Keys         // nil without --jwt-jwks
 	rules *Reloader
 	// pools keeps the rule file's upstream pools across reloads.
 	pools *upstream.Registry
@@ -94,11 +95,13 @@ func New(cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	if cfg.TLSCert != "" {
-		if s.certs, err = newCertReloader(cfg.TLSCert, cfg.TLSKey, log); err != nil {
+		if s.certs, err = serving.NewCertReloader(cfg.TLSCert, cfg.TLSKey, log); err != nil {
 			return nil, err
 		}
 	}
-	s.st, err = newStore(cfg, func(open bool) {
+	sc := cfg.Config
+	sc.SlotTTL, sc.Logger = cfg.UpstreamTimeout, log
+	s.st, err = stores.New(sc, func(open bool) {
 		// The store is built before the metrics; Redis calls this only
 		// once requests flow, after New.
 		if s.metrics != nil {
@@ -108,7 +111,7 @@ func New(cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s.closers = append(s.closers, s.st.close)
+	s.closers = append(s.closers, s.st.Close)
 
 	s.upstream = cfg.Upstream
 	if cfg.DemoUpstream {
@@ -131,9 +134,9 @@ func New(cfg Config) (_ *Server, err error) {
 		s.closers = append(s.closers, tr.Close)
 		tr.Register(reg)
 	}
-	s.metrics = observe.NewMetrics(observe.MetricsConfig{Registry: reg, Store: string(cfg.Store), Keys: s.st.keys, Version: cfg.Version, Exemplars: tr != nil})
-	s.st.register(reg)
-	hasher, err := keyHasher(cfg, log)
+	s.metrics = observe.NewMetrics(observe.MetricsConfig{Registry: reg, Store: string(cfg.Store), Keys: s.st.Keys, Version: cfg.Version, Exemplars: tr != nil})
+	s.st.Register(reg)
+	hasher, err := observe.OpenKeyHasher(cfg.KeyHashSecretFile, cfg.AccessLog, cfg.AccessLog != "" && !cfg.AccessLogKeys, log)
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +201,7 @@ func New(cfg Config) (_ *Server, err error) {
 		s.metrics.RulesFailed()
 		return nil, err
 	}
-	copts := ruleset.CompileOptions{LocalShare: compileShare(cfg), NoJWT: jwtv == nil,
+	copts := ruleset.CompileOptions{LocalShare: stores.LocalScale(cfg.Config), NoJWT: jwtv == nil,
 		Routes: &ruleset.RouteOptions{Registry: s.pools, Forwarder: proxy.RouteForwarder(forward), NoDefault: s.upstream == ""}}
 	rs, err := ruleset.CompileWith(parsed, time.Now(), copts)
 	if err != nil {
@@ -207,13 +210,13 @@ func New(cfg Config) (_ *Server, err error) {
 	commitUpstreams(s.pools, rs)
 	s.metrics.RulesLoaded(len(rs.LimitKeys()), rs.LoadedAt)
 	s.handler, err = proxy.NewHandler(proxy.HandlerConfig{
-		Rules: rs, Store: s.st.store, Upstream: rp, AppHeader: cfg.AppHeader,
+		Rules: rs, Store: s.st.Store(), Upstream: rp, AppHeader: cfg.AppHeader,
 		ForwardAppHeader: cfg.ForwardAppHeader, KeyHeader: cfg.KeyHeader,
 		RejectUnknown:  cfg.UnknownCallers == RejectUnknown,
 		TrustedProxies: trusted, LimitStatus: cfg.LimitStatus, Headers: cfg.RateLimitHeaders, Logger: log,
 		MaxWaiting: cfg.MaxWaiting, RetryAfterJitter: cfg.RetryAfterJitter,
-		Observers: observers, FailMode: s.st.failMode, Local: s.st.local,
-		Slots: s.st.slots, LocalSlots: s.st.localSlots,
+		Observers: observers, FailMode: s.st.FailMode(), Local: s.st.Local(),
+		Slots: s.st.Slots(), LocalSlots: s.st.LocalSlots(),
 		MethodOverride: cfg.MethodOverride, AllowUpgrade: cfg.AllowUpgrade,
 		IPv4Prefix: cfg.IPv4Prefix, IPv6Prefix: cfg.IPv6Prefix,
 		JWT: jwtv, JWTHeader: cfg.JWTHeader, AppClaim: cfg.AppClaim(),
@@ -231,7 +234,7 @@ func New(cfg Config) (_ *Server, err error) {
 		Load:    load,
 		Source:  s.src,
 		Options: copts,
-		Forget:  s.st.forget(),
+		Forget:  s.st.Forget(),
 		OnReload: func(ok bool, rs *ruleset.Set) {
 			if ok {
 				commitUpstreams(s.pools, rs)
@@ -271,7 +274,7 @@ func New(cfg Config) (_ *Server, err error) {
 		ErrorLog:          errLog,
 	}
 	if s.certs != nil {
-		s.proxySrv.TLSConfig = serverTLSConfig(s.certs)
+		s.proxySrv.TLSConfig = s.certs.TLSConfig("h2", "http/1.1")
 	}
 	if cfg.H2C {
 		s.proxySrv.Protocols = new(http.Protocols)
@@ -280,7 +283,7 @@ func New(cfg Config) (_ *Server, err error) {
 	}
 	s.adminSrv = &http.Server{
 		Handler: NewAdmin(AdminConfig{
-			Rules: s.rules, Store: s.st.health, Draining: s.draining.Load,
+			Rules: s.rules, Store: s.st.Health, Draining: s.draining.Load,
 			Metrics: s.metrics.Handler(), Pprof: cfg.Pprof, Token: adminToken,
 			Top: top, Upstreams: s.pools, ReadyUpstreams: cfg.ReadyUpstreams, Usage: s.usageConfig(),
 		}),
@@ -337,8 +340,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	go s.pools.Run(ctx)
 	// Before serving: Redis may be down, and the gateway then serves by
 	// --fail-mode and uses Redis as soon as it answers.
-	s.st.start(ctx, log)
-	s.st.runFleet(ctx, log)
+	s.st.Start(ctx, log)
 	s.watchMu.Lock()
 	s.watchCtx = ctx
 	watched := s.watched
@@ -352,52 +354,22 @@ func (s *Server) Serve(ctx context.Context) error {
 		go s.src.Watch(ctx, func() { s.rules.Reload() })
 	}
 
-	errc := make(chan error, 2)
-	go func() {
-		if s.certs != nil {
-			// The certificate comes from TLSConfig.GetCertificate.
-			errc <- s.proxySrv.ServeTLS(s.pl, "", "")
-			return
-		}
-		errc <- s.proxySrv.Serve(s.pl)
-	}()
-	go func() { errc <- s.adminSrv.Serve(s.al) }()
-	log.Info("gateway listening", "proxy", s.pl.Addr().String(), "admin", s.al.Addr().String(), "upstream", s.upstream, "tls", s.certs != nil)
-
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		s.proxySrv.Close()
-		s.adminSrv.Close()
-		return fmt.Errorf("serving: %w", err)
-	}
-	s.draining.Store(true)
-	if cfg.DrainDelay > 0 {
-		// Readiness fails first; the listener stays open for the delay,
-		// so that a load balancer that polls /readyz takes the gateway
-		// out of rotation before connections are refused.
-		log.Info("draining: /readyz answers 503; accepting new connections until the drain delay is over", "drain_delay", cfg.DrainDelay)
-		t := time.NewTimer(cfg.DrainDelay)
-		select {
-		case <-t.C:
-		case err := <-errc:
-			t.Stop()
-			s.proxySrv.Close()
-			s.adminSrv.Close()
-			return fmt.Errorf("serving: %w", err)
-		}
-	}
-	log.Info("shutting down: no new connections; draining in-flight requests", "timeout", cfg.ShutdownTimeout)
-	sctx, scancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-	defer scancel()
 	// The admin port stays up through the drain, answering /readyz 503.
-	perr := s.proxySrv.Shutdown(sctx)
-	aerr := s.adminSrv.Shutdown(sctx)
-	if err := errors.Join(perr, aerr); err != nil {
-		return fmt.Errorf("shutting down: %w", err)
-	}
-	log.Info("stopped")
-	return nil
+	admin := serving.HTTP(s.adminSrv, s.al, false)
+	admin.Admin = true
+	return serving.Run(ctx, serving.Config{
+		Servers: []serving.Server{serving.HTTP(s.proxySrv, s.pl, s.certs != nil), admin},
+		Started: func() {
+			log.Info("gateway listening", "proxy", s.pl.Addr().String(), "admin", s.al.Addr().String(), "upstream", s.upstream, "tls", s.certs != nil)
+		},
+		// Readiness fails first; with a DrainDelay the listener stays
+		// open for it, so that a load balancer that polls /readyz takes
+		// the gateway out of rotation before connections are refused.
+		Draining:        func() { s.draining.Store(true) },
+		DrainDelay:      cfg.DrainDelay,
+		ShutdownTimeout: cfg.ShutdownTimeout,
+		Logger:          log,
+	})
 }
 
 // sweepEvery evicts idle counters from the memory store, and the counters
@@ -411,9 +383,7 @@ func (s *Server) sweepEvery(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			if s.st.mem != nil {
-				s.st.mem.Sweep(now)
-			}
+			s.st.Sweep(now)
 			s.rules.Sweep()
 		}
 	}
@@ -511,43 +481,6 @@ func (s *Server) loadInitialRules() (*config.Rules, error) {
 	}
 	s.watched = err == nil && !fellBack
 	return r, err
-}
-
-// keyHasher returns the hasher of the access log's and /top's key values,
-// under the secret of cfg.KeyHashSecretFile (or the file beside a file
-// access log), created if missing; without either, under a random secret
-// of this process.
-func keyHasher(cfg Config, log *slog.Logger) (*observe.KeyHasher, error) {
-	file := keyHashSecretPath(cfg.KeyHashSecretFile, cfg.AccessLog)
-	if file == "" {
-		var secret [32]byte
-		rand.Read(secret[:])
-		if cfg.AccessLog != "" && !cfg.AccessLogKeys {
-			log.Info("the access log's key hashes use a secret of this process: set --key-hash-secret-file to keep them stable across restarts")
-		}
-		return observe.NewKeyHasher(secret[:]), nil
-	}
-	secret, created, err := observe.LoadKeyHashSecret(file)
-	if err != nil {
-		return nil, fmt.Errorf("--key-hash-secret-file: %w", err)
-	}
-	if created {
-		log.Info("key-hash secret created; keep it to keep the access log's key hashes stable", "file", file)
-	}
-	return observe.NewKeyHasher(secret), nil
-}
-
-// keyHashSecretPath returns where the key-hash secret is kept: file, or
-// when it is empty the file access log's path with ".key" appended; ""
-// when neither is a file.
-func keyHashSecretPath(file, accessLog string) string {
-	switch {
-	case file != "":
-		return file
-	case accessLog == "" || accessLog == "stdout" || accessLog == "stderr":
-		return ""
-	}
-	return accessLog + ".key"
 }
 
 // loadAdminToken returns the admin token of --admin-token or

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
+	"github.com/ratelimit-gateway/gateway/internal/stores"
 	"github.com/ratelimit-gateway/gateway/internal/tracing"
 	"github.com/ratelimit-gateway/gateway/internal/tracing/tracingtest"
 )
@@ -335,7 +336,7 @@ func TestTracesFailMode(t *testing.T) {
 	red := redistest.Start(t)
 	rcv := tracingtest.NewGRPC(t)
 	g := traced(t, rcv, tracing.ProtocolGRPC, traceRules, func(c *Config) {
-		c.Store, c.RedisURL, c.RedisTimeout, c.FailMode = StoreRedis, red.URL(), 5*time.Second, failmode.Local
+		c.Store, c.RedisURL, c.RedisTimeout, c.FailMode = stores.StoreRedis, red.URL(), 5*time.Second, failmode.Local
 	})
 	up, down := traceID(20), traceID(21)
 	if code := send(t, g, "/v1/keyed", up, clientSpanID, "X-User-Id", "bob"); code != 200 {

@@ -111,12 +111,5 @@ func usageError(w http.ResponseWriter, err error) {
 // store clears counters in Redis, for the fleet; the memory store its
 // own.
 func (s *Server) usageConfig() *UsageConfig {
-	u := &UsageConfig{Store: s.st.store, Logger: s.log}
-	switch {
-	case s.st.redis != nil:
-		u.Resetter = s.st.redis
-	case s.st.mem != nil:
-		u.Resetter = s.st.mem
-	}
-	return u
+	return &UsageConfig{Store: s.st.Store(), Resetter: s.st.Resetter(), Logger: s.log}
 }

@@ -11,6 +11,7 @@
 #   GATEWAY_ENV=GATEWAY_REFERENCE_COUNTING=false bash bench/rls/integration/run.sh
 #
 # The second counts with the gateway's defaults rather than theirs.
+# TEST_LOG=FILE keeps go test's whole output there.
 # Needs redis-server on PATH; the tests use its fixed ports 6380-6385.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -31,7 +32,8 @@ mkdir -p "$work/logs"
 cd "$it"
 GATEWAY_BIN="$work/gateway" GATEWAY_LOGS="$work/logs" GATEWAY_ENV="${GATEWAY_ENV:-}" GOFLAGS=-mod=mod \
 	go test -tags integration -count=1 -v -run "$run" . 2>&1 | tee "$work/test.log" | grep -E '^(=== RUN|\s*--- (PASS|FAIL|SKIP)|PASS|FAIL|ok)' || true
+if [[ -n ${TEST_LOG:-} ]]; then cp "$work/test.log" "$TEST_LOG"; fi
 if grep -q '^--- FAIL\|^FAIL' "$work/test.log"; then
-	grep -E '^\s+(integration_test|common)\.go:[0-9]+:|Error:|expected|actual' "$work/test.log" | head -80
+	grep -E '^\s+(integration_test|common)\.go:[0-9]+:|Error:|expected|actual' "$work/test.log" | head -80 || true
 	exit 1
 fi

@@ -8,7 +8,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 )
 
-// HoldRelease checks Request.Hold and Release on a store, for every
+// HoldRelease checks the Hold and Release acts on a store, for every
 // algorithm: holds take room without being counted, no more are admitted
 // than the room, a release gives it back, a charge counts, and a denial
 // only for the units held starts no lockout and asks a short wait.
@@ -36,39 +36,39 @@ func HoldRelease(t *testing.T, newStore func(t *testing.T, now time.Time) limit.
 				return ok, res[0]
 			}
 			for i := range 3 {
-				if ok, r := do(limit.Request{Hold: true}); !ok || r.Remaining != int64(2-i) {
+				if ok, r := do(limit.Request{Act: limit.Hold}); !ok || r.Remaining != int64(2-i) {
 					t.Fatalf("hold %d: got %v %+v, want admitted with %d left", i+1, ok, r, 2-i)
 				}
 			}
-			ok, r := do(limit.Request{Hold: true})
+			ok, r := do(limit.Request{Act: limit.Hold})
 			if ok || r.RetryAfter <= 0 || r.RetryAfter > limit.HeldRetryAfter {
 				t.Fatalf("hold 4: got %v %+v, want denied, retry within %v", ok, r, limit.HeldRetryAfter)
 			}
 			// No lockout: a release makes room at once.
-			do(limit.Request{Release: true})
-			if ok, r := do(limit.Request{Hold: true}); !ok {
+			do(limit.Request{Act: limit.Release})
+			if ok, r := do(limit.Request{Act: limit.Hold}); !ok {
 				t.Fatalf("hold after a release: denied %+v", r)
 			}
 			// Two held ones are answered as counted: charge, then
 			// release, in two calls and in one.
-			do(limit.Request{Charge: true})
-			do(limit.Request{Release: true})
-			both := []limit.Request{{Key: key, Params: &p, Charge: true}, {Key: key, Params: &p, Release: true}}
+			do(limit.Request{Act: limit.Charge})
+			do(limit.Request{Act: limit.Release})
+			both := []limit.Request{{Key: key, Params: &p, Act: limit.Charge}, {Key: key, Params: &p, Act: limit.Release}}
 			if _, err := s.Allow(context.Background(), now, both, make([]limit.Result, 2)); err != nil {
 				t.Fatalf("charge and release in one call: %v", err)
 			}
 			// Counted 2, held 1: no room.
-			if ok, r := do(limit.Request{Hold: true}); ok {
+			if ok, r := do(limit.Request{Act: limit.Hold}); ok {
 				t.Fatalf("hold with 2 counted and 1 held: admitted %+v", r)
 			}
-			do(limit.Request{Release: true})
-			if ok, r := do(limit.Request{Hold: true}); !ok || r.Remaining != 0 {
+			do(limit.Request{Act: limit.Release})
+			if ok, r := do(limit.Request{Act: limit.Hold}); !ok || r.Remaining != 0 {
 				t.Fatalf("hold with 2 counted and none held: got %v %+v, want admitted with 0 left", ok, r)
 			}
-			do(limit.Request{Charge: true})
-			do(limit.Request{Release: true})
+			do(limit.Request{Act: limit.Charge})
+			do(limit.Request{Act: limit.Release})
 			// Counted 3: a denial that starts the lockout.
-			if ok, r := do(limit.Request{Hold: true}); ok || r.RetryAfter < time.Hour-time.Second {
+			if ok, r := do(limit.Request{Act: limit.Hold}); ok || r.RetryAfter < time.Hour-time.Second {
 				t.Fatalf("hold on a spent limit: got %v %+v, want denied for the lockout", ok, r)
 			}
 		})

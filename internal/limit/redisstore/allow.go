@@ -54,7 +54,7 @@ func (r *Store) Allow(ctx context.Context, now time.Time, reqs []limit.Request, 
 // allow is Allow for requests of distinct counters.
 func (r *Store) allow(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result) (allowed bool, err error) {
 	c := &call{r: r, now: now, reqs: reqs, res: res, fullReqs: reqs, full: res}
-	if c.keys, c.tag, c.charges, err = redisKeys(reqs); err != nil {
+	if c.keys, c.tag, c.mustAsk, err = redisKeys(reqs); err != nil {
 		return false, err
 	}
 	c.start = r.clock()
@@ -94,7 +94,7 @@ type call struct {
 	fullReqs   []limit.Request
 	full       []limit.Result
 	tag        string
-	charges    bool  // a charge or release is among reqs: it must reach Redis
+	mustAsk    bool  // a charge, a release or a wait is among reqs: it must reach Redis
 	start      int64 // the store's clock when the call began (or last waited)
 	ask        *leaseAsk
 	taken      []*tokenLease // the leases spendSome took a token from
@@ -146,10 +146,10 @@ func (c *call) spendSome() bool {
 
 // cachedDenial reports whether the deny cache denies the call without
 // asking Redis. A charge must reach Redis: it counts whatever the limit
-// says.
+// says; so must a request that may wait, whose room may be ahead.
 func (c *call) cachedDenial() bool {
 	r := c.r
-	if r.deny == nil || c.charges || !r.deny.lookup(c.keys, c.reqs, c.start, c.res) {
+	if r.deny == nil || c.mustAsk || !r.deny.lookup(c.keys, c.reqs, c.start, c.res) {
 		return false
 	}
 	r.decisions.Add(1)
@@ -215,7 +215,7 @@ const leaseCacheHold = time.Second
 // mayComeBack reports whether tokens of the limits that denied d may
 // come back: not for a charge, which Redis counts whatever it decides.
 func (c *call) mayComeBack(d scriptAnswer, hold time.Duration) bool {
-	return !c.charges && d.tokensMayComeBack(c.reqs, c.res, hold)
+	return !c.mustAsk && d.tokensMayComeBack(c.reqs, c.res, hold)
 }
 
 // settle records what Redis decided: the tokens it leased, the tokens
@@ -284,7 +284,7 @@ func (r *Store) clock() int64 { return int64(r.now().Sub(r.epoch)) }
 
 // redisKeys checks reqs and returns their Redis keys and tag, and whether
 // one of them is a charge.
-func redisKeys(reqs []limit.Request) (keys []string, tag string, charges bool, err error) {
+func redisKeys(reqs []limit.Request) (keys []string, tag string, mustAsk bool, err error) {
 	keys = make([]string, len(reqs))
 	for i := range reqs {
 		q := &reqs[i]
@@ -309,9 +309,9 @@ func redisKeys(reqs []limit.Request) (keys []string, tag string, charges bool, e
 			return nil, "", false, fmt.Errorf("limit: keys %q and %q of one call have different tags %q and %q", reqs[0].Key, q.Key, tag, t)
 		}
 		keys[i] = redisKey(t, q.Key)
-		charges = charges || q.Charge || q.Release
+		mustAsk = mustAsk || q.Follows() || q.Wait > 0
 	}
-	return keys, tag, charges, nil
+	return keys, tag, mustAsk, nil
 }
 
 // leaseAsk is what a call asks of the leases of its limits: rates[i] and
@@ -402,23 +402,13 @@ func (r *Store) scriptArgs(now time.Time, reqs []limit.Request, tag string, ask 
 	for i := range reqs {
 		q := &reqs[i]
 		p := q.Params
-		mode := byte('-')
-		switch {
-		case q.Charge:
-			mode = 'c'
-		case q.Release:
-			mode = 'r'
-		case q.Hold:
-			mode = 'h'
-		case q.Defer:
-			mode = 'd'
-		}
+		mode, shadow := scriptMode(q)
 		var have int64
 		if rate != 0 {
 			have = ask.have[i]
 		}
 		args = append(args, scriptSettings(p))
-		if units := q.Units(); units == 1 && mode == '-' && !q.Shadow && rate == 0 {
+		if units := q.Units(); units == 1 && mode == '-' && !shadow && rate == 0 && q.Wait <= 0 {
 			// A key the store has not asked about lately is probably new
 			// to Redis too, which the script then tells at less cost
 			// ("?", redis.lua). A key lives a window after its last count,
@@ -432,7 +422,7 @@ func (r *Store) scriptArgs(now time.Time, reqs []limit.Request, tag string, ask 
 			b := make([]byte, 0, 48)
 			b = strconv.AppendInt(b, units, 10)
 			b = append(b, ' ', mode, ' ', '0', ' ')
-			if q.Shadow {
+			if shadow {
 				b[len(b)-2] = '1'
 			}
 			b = strconv.AppendInt(b, rate, 10)
@@ -440,6 +430,10 @@ func (r *Store) scriptArgs(now time.Time, reqs []limit.Request, tag string, ask 
 			b = strconv.AppendInt(b, fleet, 10)
 			b = append(b, ' ')
 			b = strconv.AppendInt(b, have, 10)
+			if q.Wait > 0 {
+				b = append(b, ' ')
+				b = strconv.AppendInt(b, max(q.Wait.Microseconds(), 1), 10)
+			}
 			args = append(args, string(b))
 		}
 		if p.Calendar != "" {
@@ -561,6 +555,11 @@ func (r *Store) decideOnce(ctx context.Context, keys []string, reqs []limit.Requ
 			Reset:      time.Duration(w[2]) * time.Microsecond,
 			RetryAfter: time.Duration(w[3]) * time.Microsecond,
 		}
+		if w[0] == 1 {
+			// An admission reports the delay until the instant it was
+			// reserved at, if any, where a denial reports its wait.
+			res[i].Delay, res[i].RetryAfter = res[i].RetryAfter, 0
+		}
 		d.grants[i] = leaseGrant{n: w[4], span: time.Duration(w[5]) * time.Microsecond, bucket: w[6]}
 		d.ages[i] = -1
 		if w[7] >= 0 {
@@ -568,4 +567,23 @@ func (r *Store) decideOnce(ctx context.Context, keys []string, reqs []limit.Requ
 		}
 	}
 	return d, nil, nil
+}
+
+// scriptMode returns the script's mode letter for q's act (redis.lua) and
+// whether the script is to take it as a shadow: a read is decided as a
+// deferred shadow request is, which counts nothing and starts no lockout.
+func scriptMode(q *limit.Request) (mode byte, shadow bool) {
+	switch q.Act {
+	case limit.Charge:
+		return 'c', q.Shadow
+	case limit.Release:
+		return 'r', q.Shadow
+	case limit.Hold:
+		return 'h', q.Shadow
+	case limit.Defer:
+		return 'd', q.Shadow
+	case limit.Read:
+		return 'd', true
+	}
+	return '-', q.Shadow
 }

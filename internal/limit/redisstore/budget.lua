@@ -23,7 +23,7 @@
 -- is two lookups). This file comes first in the script (script.go), so
 -- the decision's script and the algorithms see them too. A library
 -- cannot reach the globals while it is loaded: every call sets them
--- first (bind, called by decide and entry in redis.lua).
+-- first (bind, called by decide and entry in redis_entry.lua).
 local rcall, floor, ceil, max, min, abs, tonumber, tostring, unpack, type
 
 local function bind()

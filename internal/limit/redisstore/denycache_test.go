@@ -176,7 +176,7 @@ func TestDenyCacheCostlierRetryAfter(t *testing.T) {
 		return res[0]
 	}
 	for _, s := range []limit.Store{red, mem} {
-		ask(s, limit.Request{Cost: 1000, Charge: true})
+		ask(s, limit.Request{Cost: 1000, Act: limit.Charge})
 	}
 	for _, cost := range []int64{100, 100, 300, 300, 100} {
 		got, want := ask(red, limit.Request{Cost: cost}), ask(mem, limit.Request{Cost: cost})

@@ -3,24 +3,46 @@
 // uses it, so that limits hold for a fleet as a whole (docs/fleet.md,
 // "Redis: one limit for a fleet of gateways").
 //
-// Its rooms, by file:
+// Its rooms, in the order one call meets them, from Store.Allow to Redis
+// and back:
 //
-//   - The store: store.go (Config, New, Close, Stats), allow.go (Allow,
-//     in named steps), reset.go, eviction.go.
+//   - The store: store.go (Config, New, Close, Stats; run, which sends
+//     one script call).
+//   - The call, in named steps: allow.go (Allow: the keys, then leases,
+//     the deny cache, Redis, and what the answer leaves behind).
+//   - Before Redis: lease.go (tokens counted in Redis ahead of requests,
+//     taken here), lease_wait.go (a request that waits for another's
+//     call for the lease it needs), lease_once.go (no lease for a key's
+//     first request), denycache.go (denials remembered until they end).
+//   - The script's arguments: allow.go (scriptArgs), functions.go
+//     (scriptSettings, a rule's settings), calendar.go (a calendar
+//     unit's windows), recent.go (a key not asked about lately is sent
+//     as "?"), budget.go (the key budget's argument).
 //   - Transport: nodes.go (the nodes of a cluster, slot moves, warm-up),
 //     breaker.go (a circuit breaker per node), batch.go (calls to one
-//     node batched into one round trip), log.go (go-redis's log lines).
-//   - The decision scripts: redis.lua with the algorithms' Lua chunks
-//     (which live beside each algorithm in package limit), assembled in
-//     script.go; the calendar argument of a call in calendar.go;
-//     budget.lua; lease_return.lua.
-//   - Local accelerators, which save calls without changing what is
-//     admitted: lease.go and lease_back.go (tokens counted in Redis ahead
-//     of requests, and given back unspent), denycache.go (denials
-//     remembered until they end), budget.go (the key budget's arguments),
-//     fleet.go (fleet membership, for each gateway's local share), and
-//     late.go (local admissions written back when Redis answers late).
-//   - Concurrency limits: slots.go (Slots, requests in flight).
+//     node batched into one round trip), many.go (a batch as one script
+//     call), functions.go (FCALL of the script as a function library,
+//     else EVALSHA), log.go (go-redis's log lines).
+//   - The script, assembled by script.go in this order (the algorithms'
+//     Lua chunks, which live beside each algorithm in package limit, go
+//     into redis.lua): budget.lua (the key budget, and the locals every
+//     piece uses); redis.lua (the script's contract: its arguments and
+//     reply; the helpers, the settings and the state of the call being
+//     decided); redis_short.lua (the short ways: a usual call on a new
+//     or unlocked key decided with less work); redis_decide.lua (each
+//     limit's key read and decided, then the reservation); redis_acts.lua
+//     (what each key is written: count and lease, hold, release, charge,
+//     lockout; and the reply); redis_entry.lua (one call, a batch, and
+//     the library's entry).
+//   - Back from Redis: allow.go (decideOnce reads the reply into the
+//     Results; a denial waits for leased tokens to come back, then
+//     settle), known.go (what Redis last said of each key, for a gateway
+//     that decides alone), late.go (an answer that comes too late, and
+//     local admissions written back), lease_back.go and lease_return.lua
+//     (leased tokens given back unspent).
+//   - Beside the call: fleet.go (fleet membership, for each gateway's
+//     local share), slots.go (Slots, concurrency limits: requests in
+//     flight), reset.go, eviction.go.
 //
 // It decides with the algorithms and semantics of package limit and must
 // not change them: a decision of the Redis store is the memory store's on

@@ -32,3 +32,15 @@ func TestRepeatedKey(t *testing.T) {
 		return r
 	})
 }
+
+// TestReserve runs limittest.Reserve on the Redis store, deciding on a
+// fixed clock that the check moves.
+func TestReserve(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	limittest.Reserve(t, func(t *testing.T, now time.Time) (limit.Store, func(time.Time)) {
+		r, c := newFixedRedis(t, srv)
+		c.us.Store(now.UnixMicro())
+		return r, func(at time.Time) { c.us.Store(at.UnixMicro()) }
+	})
+}

@@ -206,10 +206,10 @@ func (lc *lateCall) settle() {
 func admission(reqs []limit.Request) []limit.Request {
 	var out []limit.Request
 	for _, q := range reqs {
-		if q.Defer || q.Hold || q.Charge || q.Release {
+		if !q.Counts() {
 			continue
 		}
-		out = append(out, limit.Request{Key: q.Key, Overflow: q.Overflow, Tag: q.Tag, Params: q.Params, Cost: q.Units(), Charge: true})
+		out = append(out, limit.Request{Key: q.Key, Overflow: q.Overflow, Tag: q.Tag, Params: q.Params, Cost: q.Units(), Act: limit.Charge})
 	}
 	return out
 }
@@ -223,7 +223,7 @@ func admission(reqs []limit.Request) []limit.Request {
 func followed(reqs []limit.Request, held bool) []limit.Request {
 	out := reqs[:0]
 	for _, q := range reqs {
-		if q.Charge || (q.Release && held) {
+		if q.Act == limit.Charge || (q.Act == limit.Release && held) {
 			out = append(out, q)
 		}
 	}

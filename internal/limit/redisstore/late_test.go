@@ -384,10 +384,10 @@ func TestRedisActsDecidedAlone(t *testing.T) {
 	t.Parallel()
 	p := &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: 1000 * time.Hour}
 	charge := func(key string, n int64) limit.Request {
-		return limit.Request{Key: key, Params: p, Cost: n, Charge: true}
+		return limit.Request{Key: key, Params: p, Cost: n, Act: limit.Charge}
 	}
 	release := func(key string, n int64) limit.Request {
-		return limit.Request{Key: key, Params: p, Cost: n, Release: true}
+		return limit.Request{Key: key, Params: p, Cost: n, Act: limit.Release}
 	}
 	for _, tc := range []struct {
 		name string
@@ -398,22 +398,22 @@ func TestRedisActsDecidedAlone(t *testing.T) {
 		stalled bool // stalled (ran late) rather than cut (never ran)
 	}{
 		{name: "hold released, stalled", stalled: true,
-			first: func(k string) limit.Request { return limit.Request{Key: k, Params: p, Cost: 5, Hold: true} },
+			first: func(k string) limit.Request { return limit.Request{Key: k, Params: p, Cost: 5, Act: limit.Hold} },
 			then:  func(k string) []limit.Request { return []limit.Request{release(k, 5)} }},
 		{name: "hold charged, stalled", stalled: true, wantC: 5,
-			first: func(k string) limit.Request { return limit.Request{Key: k, Params: p, Cost: 5, Hold: true} },
+			first: func(k string) limit.Request { return limit.Request{Key: k, Params: p, Cost: 5, Act: limit.Hold} },
 			then:  func(k string) []limit.Request { return []limit.Request{charge(k, 5), release(k, 5)} }},
 		{name: "hold released, cut",
-			first: func(k string) limit.Request { return limit.Request{Key: k, Params: p, Cost: 5, Hold: true} },
+			first: func(k string) limit.Request { return limit.Request{Key: k, Params: p, Cost: 5, Act: limit.Hold} },
 			then:  func(k string) []limit.Request { return []limit.Request{release(k, 5)} }},
 		{name: "hold charged, cut", wantC: 5,
-			first: func(k string) limit.Request { return limit.Request{Key: k, Params: p, Cost: 5, Hold: true} },
+			first: func(k string) limit.Request { return limit.Request{Key: k, Params: p, Cost: 5, Act: limit.Hold} },
 			then:  func(k string) []limit.Request { return []limit.Request{charge(k, 5), release(k, 5)} }},
 		{name: "deferred, cut", wantC: 7,
-			first: func(k string) limit.Request { return limit.Request{Key: k, Params: p, Defer: true} },
+			first: func(k string) limit.Request { return limit.Request{Key: k, Params: p, Act: limit.Defer} },
 			then:  func(k string) []limit.Request { return []limit.Request{charge(k, 7)} }},
 		{name: "deferred, stalled", stalled: true, wantC: 7,
-			first: func(k string) limit.Request { return limit.Request{Key: k, Params: p, Defer: true} },
+			first: func(k string) limit.Request { return limit.Request{Key: k, Params: p, Act: limit.Defer} },
 			then:  func(k string) []limit.Request { return []limit.Request{charge(k, 7)} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -127,13 +127,14 @@ func newTokenLeases(max int, now func() int64) *tokenLeases {
 }
 
 // leasable reports whether reqs may be decided with leases: every limit
-// is a counted window limit of one unit (not deferred, not a charge), not
+// is a counted window limit of one unit (not deferred, not a charge, not
+// one that may wait: its room may be ahead, in Redis's queue), not
 // a dry run and without a lockout (a lease never denies, so it could not
 // start one).
 func leasable(reqs []limit.Request) bool {
 	for i := range reqs {
 		p := reqs[i].Params
-		if reqs[i].Shadow || p.Lock > 0 || p.Limit <= 0 || reqs[i].Units() != 1 || reqs[i].Defer || reqs[i].Charge || reqs[i].Hold || reqs[i].Release ||
+		if reqs[i].Shadow || p.Lock > 0 || p.Limit <= 0 || reqs[i].Units() != 1 || reqs[i].Act != limit.Take || reqs[i].Wait > 0 ||
 			(p.Algorithm != "fixed_window" && p.Algorithm != "sliding_window") {
 			return false
 		}

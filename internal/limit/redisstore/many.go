@@ -8,7 +8,7 @@ import (
 )
 
 // manyMark is the first argument of a script call that carries several
-// calls (redis.lua, many), and sameMark that of one whose calls all have
+// calls (redis_entry.lua, many), and sameMark that of one whose calls all have
 // as many keys and as many arguments as each other.
 const (
 	manyMark = "*"
@@ -25,7 +25,7 @@ func (r *Store) asOne(batch []*batchCall) bool {
 }
 
 // runAsOne runs the calls of batch in one script call, which decides each
-// as it would decide it alone, one after the other (redis.lua, many), and
+// as it would decide it alone, one after the other (redis_entry.lua, many), and
 // answers each with its own reply or error. A failure of the script call
 // as a whole (a connection error, a timeout, a refusal such as OOM or a
 // lost library) is every call's. As run does, it is sent again on
@@ -78,7 +78,7 @@ func (r *Store) runAsOne(ctx context.Context, batch []*batchCall) {
 
 // int64s returns one call's reply within a reply of many calls: its
 // integers, or its error. The integers come as an array, or as one string
-// of them separated by spaces (redis.lua, many).
+// of them separated by spaces (redis_entry.lua, many).
 func int64s(v any) ([]int64, error) {
 	switch v := v.(type) {
 	case error:

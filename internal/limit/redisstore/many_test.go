@@ -34,7 +34,7 @@ func TestRedisBatchAsOne(t *testing.T) {
 			{{Key: prefix + "|/a", Params: sw}},
 			{{Key: prefix + "|", Params: fw}, {Key: prefix + "|/b", Params: sw}},
 			{{Key: prefix + "|/c", Params: tb, Cost: 2}},
-			{{Key: prefix + "|/d", Params: fw, Charge: true, Cost: 3}},
+			{{Key: prefix + "|/d", Params: fw, Act: limit.Charge, Cost: 3}},
 			nil, // refused
 			{{Key: prefix + "|/e", Params: sw, Shadow: true}},
 			{{Key: prefix + "|/a", Params: sw}},

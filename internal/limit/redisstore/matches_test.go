@@ -100,7 +100,7 @@ func TestRedisMatchesMemory(t *testing.T) {
 
 // TestRedisMatchesMemoryCosts is TestRedisMatchesMemory with costs:
 // requests of several units up to the limit's capacity, deferred ones
-// (Request.Defer) and charges (Request.Charge) of up to twice the
+// (limit.Defer) and charges (limit.Charge) of up to twice the
 // capacity, which take limits past their limit; and with the script
 // sent as such (EVALSHA), as to a Redis before 7.
 func TestRedisMatchesMemoryCosts(t *testing.T) {
@@ -186,9 +186,9 @@ func compareStores(t *testing.T, red *Store, clock *fixedClock, rng *rand.Rand, 
 				c := max(params[i].Capacity(), 1)
 				switch rng.IntN(10) {
 				case 0, 1, 2:
-					reqs[j].Charge, reqs[j].Cost = true, 1+rng.Int64N(2*c)
+					reqs[j].Act, reqs[j].Cost = limit.Charge, 1+rng.Int64N(2*c)
 				case 3, 4:
-					reqs[j].Defer, reqs[j].Cost = true, 1+rng.Int64N(c)
+					reqs[j].Act, reqs[j].Cost = limit.Defer, 1+rng.Int64N(c)
 				default:
 					reqs[j].Cost = 1 + rng.Int64N(c)
 				}
@@ -258,8 +258,8 @@ func (sp *storePair) allow(now int64, reqs []limit.Request, where func() string)
 		var b strings.Builder
 		fmt.Fprintf(&b, "%s at +%dµs:", where(), now-us0)
 		for j := range reqs {
-			fmt.Fprintf(&b, "\n  %s %+v shadow=%v cost=%d defer=%v charge=%v\n    memory %+v\n    redis  %+v",
-				reqs[j].Key, *reqs[j].Params, reqs[j].Shadow, reqs[j].Cost, reqs[j].Defer, reqs[j].Charge, mres[j], rres[j])
+			fmt.Fprintf(&b, "\n  %s %+v shadow=%v cost=%d act=%v\n    memory %+v\n    redis  %+v",
+				reqs[j].Key, *reqs[j].Params, reqs[j].Shadow, reqs[j].Cost, reqs[j].Act, mres[j], rres[j])
 		}
 		return b.String()
 	}
@@ -290,20 +290,20 @@ func (sp *storePair) allow(now int64, reqs []limit.Request, where func() string)
 			t.Fatalf("results differ\n%s", describe())
 		}
 		sp.retry = max(sp.retry, int64(r.RetryAfter/time.Microsecond))
-		if !r.Allowed && !q.Shadow && !q.Charge && p.Lock > 0 && k.lockedUntil <= now {
+		if !r.Allowed && !q.Shadow && q.Act != limit.Charge && p.Lock > 0 && k.lockedUntil <= now {
 			k.lockedUntil = now + int64(p.Lock/time.Microsecond)
 		}
 		if p.Limit <= 0 {
 			continue // no state: Reset is 0, or a window for a blocked limit
 		}
-		if q.Charge {
+		if q.Act == limit.Charge {
 			// Counted: the Reset is the state's time to full, unless a
 			// lockout's end hides it.
 			k.unknown = k.lockedUntil > now
 			k.memFull, k.redFull = now*1000+int64(m.Reset), now+int64(r.Reset/time.Microsecond)
 			continue
 		}
-		if mok && r.Allowed && !q.Defer {
+		if mok && r.Allowed && q.Act != limit.Defer {
 			k.memFull, k.redFull, k.unknown = now*1000+int64(m.Reset), now+int64(r.Reset/time.Microsecond), false
 			continue
 		}

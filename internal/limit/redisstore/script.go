@@ -1,7 +1,7 @@
 package redisstore
 
 import (
-	_ "embed"
+	"embed"
 	"fmt"
 	"strings"
 	"sync"
@@ -9,16 +9,20 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 )
 
-// redisLua is the Redis store's script, with a placeholder line where the
-// algorithms' Lua goes.
-//
-//go:embed redis.lua
-var redisLua string
+// redisLuaFiles are the files of the Redis store's script after
+// budget.lua, in the order they are assembled: each uses only what those
+// before it define (Lua's locals are seen only below their definition).
+// redis.lua holds the script's contract, and the placeholder line where
+// the algorithms' Lua goes; redis_entry.lua ends with luaEntry.
+var redisLuaFiles = []string{"redis.lua", "redis_short.lua", "redis_decide.lua", "redis_acts.lua", "redis_entry.lua"}
 
-// luaPlaceholder is the line of redisLua that redisScript replaces with
+//go:embed redis.lua redis_short.lua redis_decide.lua redis_acts.lua redis_entry.lua
+var redisLuaFS embed.FS
+
+// luaPlaceholder is the line of the script that redisScript replaces with
 // the algorithms, and luaEntry its last line, which it replaces with
 // scriptEntry: the script's entry point (a Redis Functions library has
-// another, redis_functions.go).
+// another, functions.go).
 const (
 	luaPlaceholder = "--ALGORITHMS--\n"
 	luaEntry       = "--ENTRY--\n"
@@ -26,11 +30,22 @@ const (
 )
 
 // redisScript returns the store's script: the key budget's helpers
-// (budget.lua), then redis.lua with the Lua of every registered
+// (budget.lua), then redisLuaFiles with the Lua of every registered
 // RedisAlgorithm in a table keyed by name, ending with scriptEntry. The registry is
 // complete once package initialization is done, so the script is built
 // once.
 var redisScript = sync.OnceValues(func() (string, error) {
+	var src strings.Builder
+	for _, f := range redisLuaFiles {
+		data, err := redisLuaFS.ReadFile(f)
+		if err != nil {
+			return "", fmt.Errorf("limit: reading %s: %w", f, err)
+		}
+		if len(data) == 0 || data[len(data)-1] != '\n' {
+			return "", fmt.Errorf("limit: %s does not end with a new line", f)
+		}
+		src.Write(data)
+	}
 	var b strings.Builder
 	for _, name := range limit.Algorithms() {
 		a, _ := limit.Lookup(name)
@@ -46,13 +61,13 @@ var redisScript = sync.OnceValues(func() (string, error) {
 		// Each chunk runs only when a request first uses its algorithm.
 		fmt.Fprintf(&b, "A['%s'] = function()\n%s\nend\n", name, ra.Lua())
 	}
-	head, tail, ok := strings.Cut(redisLua, luaPlaceholder)
+	head, tail, ok := strings.Cut(src.String(), luaPlaceholder)
 	if !ok {
-		return "", fmt.Errorf("limit: redis.lua has no %q line", strings.TrimSpace(luaPlaceholder))
+		return "", fmt.Errorf("limit: the script has no %q line", strings.TrimSpace(luaPlaceholder))
 	}
 	tail, ok = strings.CutSuffix(tail, luaEntry)
 	if !ok {
-		return "", fmt.Errorf("limit: redis.lua does not end with a %q line", strings.TrimSpace(luaEntry))
+		return "", fmt.Errorf("limit: the script does not end with a %q line", strings.TrimSpace(luaEntry))
 	}
 	return budgetLua + head + b.String() + tail + scriptEntry, nil
 })

@@ -1,4 +1,4 @@
-package server
+package stores
 
 import (
 	"cmp"
@@ -182,7 +182,7 @@ func (f *fleetShare) Allow(ctx context.Context, now time.Time, reqs []limit.Requ
 		}
 		scaled[i] = *q
 		scaled[i].Params = &params[i]
-		if q.Charge || q.Release || q.Shadow || q.Params.Limit <= 0 {
+		if !q.Enforced() || q.Params.Limit <= 0 {
 			continue
 		}
 		k, ok := f.red.Known(q)
@@ -208,10 +208,10 @@ func (f *fleetShare) Allow(ctx context.Context, now time.Time, reqs []limit.Requ
 	// Redis said a counter was full until later: refused as Redis would,
 	// counting nothing; the other limits read as they stand.
 	for i := range reqs {
-		if full[i] || reqs[i].Charge || reqs[i].Release {
+		if full[i] || reqs[i].Follows() {
 			continue
 		}
-		read := []limit.Request{{Key: scaled[i].Key, Overflow: scaled[i].Overflow, Params: scaled[i].Params, Shadow: true, Defer: true}}
+		read := []limit.Request{{Key: scaled[i].Key, Overflow: scaled[i].Overflow, Params: scaled[i].Params, Act: limit.Read}}
 		if _, err := f.mem.Allow(ctx, now, read, res[i:i+1]); err != nil {
 			return false, err
 		}
@@ -339,11 +339,11 @@ func (st *stores) forget() func(keep func(key string) bool) int {
 }
 
 // health reports on the store for /readyz.
-func (st *stores) health(ctx context.Context) StoreHealth {
+func (st *stores) health(ctx context.Context) Health {
 	if st.redis == nil {
-		return StoreHealth{Store: string(st.name), Reachable: true, Serving: true}
+		return Health{Store: string(st.name), Reachable: true, Serving: true}
 	}
-	h := StoreHealth{Store: string(st.name), Circuit: "closed", FailMode: st.failMode.String()}
+	h := Health{Store: string(st.name), Circuit: "closed", FailMode: st.failMode.String()}
 	if st.redis.CircuitOpen() {
 		h.Circuit = "open"
 	}

@@ -1,4 +1,4 @@
-package server
+package serving
 
 import (
 	"bytes"
@@ -13,10 +13,10 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/watch"
 )
 
-// certReloader holds the certificate pair the proxy serves and reloads it
-// from disk. It is safe for concurrent use; readers get an immutable
+// CertReloader holds the certificate pair a listener serves (the proxy
+// port of `serve`, the gRPC port of `rls`) and reloads it from disk. It is safe for concurrent use; readers get an immutable
 // *tls.Certificate that a reload replaces, never mutates.
-type certReloader struct {
+type CertReloader struct {
 	certFile, keyFile string
 	log               *slog.Logger
 
@@ -24,11 +24,11 @@ type certReloader struct {
 	cert atomic.Pointer[tls.Certificate]
 }
 
-// newCertReloader loads the pair at certFile and keyFile. Unlike a reload,
+// NewCertReloader loads the pair at certFile and keyFile. Unlike a reload,
 // it fails when the pair does not load: the gateway must not start without
 // a certificate.
-func newCertReloader(certFile, keyFile string, log *slog.Logger) (*certReloader, error) {
-	c := &certReloader{certFile: certFile, keyFile: keyFile, log: log}
+func NewCertReloader(certFile, keyFile string, log *slog.Logger) (*CertReloader, error) {
+	c := &CertReloader{certFile: certFile, keyFile: keyFile, log: log}
 	cert, err := c.load()
 	if err != nil {
 		return nil, err
@@ -38,7 +38,7 @@ func newCertReloader(certFile, keyFile string, log *slog.Logger) (*certReloader,
 	return c, nil
 }
 
-func (c *certReloader) load() (*tls.Certificate, error) {
+func (c *CertReloader) load() (*tls.Certificate, error) {
 	// tls.X509KeyPair (in LoadKeyPair) checks that the key matches the
 	// certificate, which is what catches a pair caught half-written (a
 	// new certificate next to the old key).
@@ -53,7 +53,7 @@ func (c *certReloader) load() (*tls.Certificate, error) {
 // in force, swaps it in; new TLS handshakes use it, connections already
 // open keep theirs. On error the pair in force stays, and the error is
 // logged: the next change of either file tries again.
-func (c *certReloader) Reload() error {
+func (c *CertReloader) Reload() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cert, err := c.load()
@@ -73,7 +73,7 @@ func (c *certReloader) Reload() error {
 }
 
 // GetCertificate returns the pair in force, for tls.Config.
-func (c *certReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+func (c *CertReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	return c.cert.Load(), nil
 }
 
@@ -82,7 +82,7 @@ func (c *certReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, e
 // follows files replaced by a rename and Kubernetes Secret volumes (a
 // "..data" symlink swapped atomically). The returned function stops the
 // watchers.
-func (c *certReloader) Watch(ctx context.Context) (stop func(), err error) {
+func (c *CertReloader) Watch(ctx context.Context) (stop func(), err error) {
 	var ws []*watch.Watcher
 	stop = func() {
 		for _, w := range ws {
@@ -106,13 +106,13 @@ func (c *certReloader) Watch(ctx context.Context) (stop func(), err error) {
 	return stop, nil
 }
 
-// serverTLSConfig returns the proxy listener's TLS configuration: TLS 1.2
-// at least (RFC 8996 deprecates 1.0 and 1.1; RFC 9113 §9.2 requires 1.2
-// for HTTP/2), HTTP/2 offered first by ALPN, and the certificate from c.
-func serverTLSConfig(c *certReloader) *tls.Config {
+// TLSConfig returns a server TLS configuration with the certificate from
+// c: TLS 1.2 at least (RFC 8996 deprecates 1.0 and 1.1; RFC 9113 §9.2
+// requires 1.2 for HTTP/2), offering protos by ALPN in that order.
+func (c *CertReloader) TLSConfig(protos ...string) *tls.Config {
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS12,
-		NextProtos:     []string{"h2", "http/1.1"},
+		NextProtos:     protos,
 		GetCertificate: c.GetCertificate,
 	}
 }

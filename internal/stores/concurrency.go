@@ -1,4 +1,4 @@
-package server
+package stores
 
 import (
 	"context"
@@ -10,19 +10,19 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 )
 
-// minSlotTTL bounds the life of a Redis slot below: an --upstream-timeout
-// shorter than this would have the slots renewed more often than a
-// second's fraction.
+// minSlotTTL bounds the life of a Redis slot below: a SlotTTL (`serve`'s
+// --upstream-timeout) shorter than this would have the slots renewed more
+// often than a second's fraction.
 const minSlotTTL = time.Second
 
 // newRedisSlots builds the Redis store's Slots, whose slots expire
-// --upstream-timeout (at least minSlotTTL) after they were taken or last
+// SlotTTL (at least minSlotTTL) after they were taken or last
 // renewed, and, for --fail-mode local, the memory Slots with the local
 // share of each concurrency (see docs/algorithms.md, "Concurrency: requests in
 // flight").
 func (st *stores) newRedisSlots(cfg Config) error {
 	rs, err := redisstore.NewSlots(st.redis, redisstore.SlotsConfig{
-		TTL: max(cfg.UpstreamTimeout, minSlotTTL),
+		TTL: max(cfg.SlotTTL, minSlotTTL),
 		OnError: func(err error) {
 			cfg.Logger.Warn("renewing the slots of requests in flight failed; they expire unless a later renewal succeeds", "err", err)
 		},

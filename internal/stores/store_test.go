@@ -1,4 +1,4 @@
-package server
+package stores
 
 import (
 	"context"
@@ -11,11 +11,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ratelimit-gateway/gateway/internal/failmode"
+	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
+
+var t0 = gwtest.T0
 
 func TestLocalShareFlag(t *testing.T) {
 	t.Parallel()
@@ -114,7 +117,7 @@ func TestLocalShareAuto(t *testing.T) {
 	}
 	charge := func(key string, n int64) {
 		t.Helper()
-		if _, err := st.redis.Allow(ctx, t0, []limit.Request{{Key: key, Params: p, Cost: n, Charge: true}}, make([]limit.Result, 1)); err != nil {
+		if _, err := st.redis.Allow(ctx, t0, []limit.Request{{Key: key, Params: p, Cost: n, Act: limit.Charge}}, make([]limit.Result, 1)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -271,3 +271,70 @@ func (f *faultRig) killClients(t *testing.T) {
 		t.Fatalf("CLIENT KILL TYPE normal: %d killed, %v; want the gateway's connections", n, err)
 	}
 }
+
+// TestRedisWriteBackDroppedOnlyWhenWindowEnded admits two requests
+// locally while the store's breaker is open, one on a limit whose window
+// ends before Redis answers again and one whose window lasts: only the
+// first is dropped, and counted as dropped; the second is written back.
+func TestRedisWriteBackDroppedOnlyWhenWindowEnded(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	path := redistest.NewPath(t, srv)
+	var mu sync.Mutex
+	clock := time.Now()
+	now := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return clock
+	}
+	red, err := New(Config{URL: path.URL(), Timeout: 500 * time.Millisecond, DialTimeout: 10 * time.Second,
+		Leases: -1, BreakerBackoff: time.Hour, BreakerMaxBackoff: time.Hour, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer red.Close()
+	ctx := context.Background()
+	if err := red.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	short := &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: time.Minute}
+	long := &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: 1000 * time.Hour}
+	path.Cut()
+	for !red.CircuitOpen() {
+		red.Allow(ctx, time.Now(), []limit.Request{{Key: "trip|/", Params: long}}, make([]limit.Result, 1))
+	}
+	path.Restore()
+	fo, err := failmode.New(failmode.Config{Mode: failmode.Local, Store: red, Local: newTestMemory(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*limit.Params{short, long} {
+		reqs := []limit.Request{{Key: "ends|/" + p.Window.String(), Params: p}}
+		if ok, v, _ := fo.Allow(ctx, time.Now(), reqs, make([]limit.Result, 1), func(int) *limit.Params { return p }); !ok || v != failmode.LocalDecided {
+			t.Fatalf("%s: %v %v, want admitted locally", p.Window, ok, v)
+		}
+	}
+	mu.Lock()
+	clock = clock.Add(2 * time.Minute)
+	mu.Unlock()
+	red.nodes.probeNow()
+	red.flushWriteBacks()
+	eventually.True(t, 30*time.Second, writtenBack(red), "30s after the breaker's probe, write-backs still wait: %+v", red.Stats())
+	st := red.Stats()
+	if st.WriteBacksDropped != 1 || st.WrittenBack != 1 {
+		t.Errorf("dropped %d, written back %d; want 1 each (the ended window's, the lasting one's)", st.WriteBacksDropped, st.WrittenBack)
+	}
+	c := srv.Client()
+	for _, w := range []struct {
+		key string
+		c   int64
+	}{{"gw:{ends}:/1m0s", 0}, {"gw:{ends}:/1000h0m0s", 1}} {
+		h, err := c.HGet(ctx, w.key, "c").Result()
+		if err != nil && w.c != 0 {
+			t.Fatal(err)
+		}
+		if got := num(h); got != w.c {
+			t.Errorf("%s: c=%d, want %d", w.key, got, w.c)
+		}
+	}
+}

@@ -141,8 +141,12 @@ type Config struct {
 	RedisUsername, RedisPassword string
 	// RedisTLS connects to RedisAddrs with TLS.
 	RedisTLS bool
-	// RedisTimeout bounds one Redis command on an established connection.
+	// RedisTimeout bounds one Redis command on an established connection:
+	// the least a decision waits for Redis's answer.
 	RedisTimeout time.Duration
+	// RedisMaxTimeout is the longest a decision waits for Redis's answer
+	// as the wait adapts to Redis's round trips (--redis-timeout-max).
+	RedisMaxTimeout time.Duration
 	// RedisDialTimeout bounds dialling a connection to Redis, and the
 	// check at start that dials the pool and loads the script.
 	RedisDialTimeout time.Duration
@@ -278,6 +282,7 @@ func DefaultConfig() Config {
 		Store:             StoreMemory,
 		MaxKeys:           limit.DefaultMaxKeys,
 		RedisTimeout:      redisstore.DefaultTimeout,
+		RedisMaxTimeout:   redisstore.DefaultMaxTimeout,
 		RedisDialTimeout:  redisstore.DefaultDialTimeout,
 		RedisPoolTimeout:  redisstore.DefaultPoolTimeout,
 		RedisBatch:        redisstore.DefaultBatch,
@@ -388,6 +393,8 @@ func (c *Config) ValidateStore() error {
 		return fmt.Errorf("--max-keys %d is not positive", c.MaxKeys)
 	case c.RedisTimeout <= 0:
 		return fmt.Errorf("--redis-timeout %s is not positive", c.RedisTimeout)
+	case c.RedisMaxTimeout < 0:
+		return fmt.Errorf("--redis-timeout-max %s is negative", c.RedisMaxTimeout)
 	case c.RedisDialTimeout <= 0:
 		return fmt.Errorf("--redis-dial-timeout %s is not positive", c.RedisDialTimeout)
 	case c.RedisPoolTimeout <= 0:

@@ -128,7 +128,12 @@ func TestFleetSlowRedisBound(t *testing.T) {
 			t.Fatal(err)
 		}
 		paths := []*redistest.Path{redistest.NewPath(t, srv), redistest.NewPath(t, srv), redistest.NewPath(t, srv)}
-		gws := startFleetWith(t, srv, paths, edit)
+		var gws []*fleetGW
+		if edit == nil {
+			gws = startFleet(t, srv, paths)
+		} else {
+			gws = startFleetWith(t, srv, paths, edit)
+		}
 		key := "fleet|/" + name
 		before := int64(0)
 		if setup != nil {

@@ -209,9 +209,20 @@ func (r *Store) await(ctx context.Context, c *batchCall) (callResult, error) {
 
 // observe tells the wait for decisions (rtt) of a round trip begun at
 // start that ended with err: one Redis answered, whatever it decided.
+// An answer within the longest wait, even to callers that stopped
+// waiting for it, also tells the breaker of one Redis that Redis
+// answers: calls that timed out before the wait had learnt Redis's round
+// trip do not keep it open, while a Redis slower than the longest wait
+// still fails (in a cluster the wait is fixed: late answers tell
+// nothing there).
 func (r *Store) observe(start int64, err error) {
-	if err == nil || isScriptError(err) {
-		r.rtt.observe(time.Duration(r.clock() - start))
+	if err != nil && !isScriptError(err) {
+		return
+	}
+	d := time.Duration(r.clock() - start)
+	r.rtt.observe(d)
+	if b := r.nodes.single; b != nil && r.rtt.adapts() && d <= r.rtt.ceiling {
+		b.success()
 	}
 }
 

@@ -41,12 +41,15 @@ func newRTT(floor, ceiling time.Duration) *rtt {
 	return e
 }
 
+// adapts reports whether the wait adapts: floor is not ceiling.
+func (e *rtt) adapts() bool { return e.floor != e.ceiling }
+
 // wait returns how long a request waits for Redis's answer now.
 func (e *rtt) wait() time.Duration { return time.Duration(e.timeout.Load()) }
 
 // observe records a round trip that Redis answered after d.
 func (e *rtt) observe(d time.Duration) {
-	if e.floor == e.ceiling || d < 0 {
+	if !e.adapts() || d < 0 {
 		return
 	}
 	e.mu.Lock()

@@ -314,6 +314,14 @@ func TestRedisWriteBackDroppedOnlyWhenWindowEnded(t *testing.T) {
 			t.Fatalf("%s: %v %v, want admitted locally", p.Window, ok, v)
 		}
 	}
+	// Both wait for the breaker, their flush done (a flush that checked
+	// the window before the clock moved on would send it after).
+	eventually.True(t, 30*time.Second, func() bool {
+		red.wbMu.Lock()
+		n := len(red.writeBacks)
+		red.wbMu.Unlock()
+		return n == 2 && !red.wbBusy.Load()
+	}, "the two local admissions do not wait for the breaker: %+v", red.Stats())
 	mu.Lock()
 	clock = clock.Add(2 * time.Minute)
 	mu.Unlock()

@@ -190,7 +190,9 @@ func (f *Failover) Allow(ctx context.Context, now time.Time, reqs []limit.Reques
 // local one, with the params local(i) returns put in reqs, when v is
 // LocalDecided; then alone, the journal Allow returned with it, takes
 // them with the fleet's params, so that the fleet counts them too. A
-// failed charge is the caller's to report; no fail mode applies to it.
+// failed charge is the caller's to report; no fail mode applies to it
+// (the Redis store writes back a charge or release that never reached
+// Redis, whatever the mode: docs/fleet.md, "A slow Redis costs once").
 func (f *Failover) Charge(ctx context.Context, now time.Time, v Verdict, alone limit.Alone, reqs []limit.Request, res []limit.Result, local func(i int) *limit.Params) error {
 	if v != LocalDecided {
 		_, err := f.cfg.Store.Allow(ctx, now, reqs, res)

@@ -40,6 +40,9 @@ type Config struct {
 	// RedisTimeout bounds one Redis command on an established connection.
 	// Default redisstore.DefaultTimeout.
 	RedisTimeout time.Duration
+	// RedisMaxTimeout is the longest a decision waits for Redis's answer
+	// as the wait adapts to Redis's round trips (--redis-timeout-max).
+	RedisMaxTimeout time.Duration
 	// RedisDialTimeout bounds dialling a connection to Redis, and the
 	// check at start that dials the pool and loads the script. Default
 	// redisstore.DefaultDialTimeout.
@@ -81,6 +84,7 @@ func DefaultConfig() Config {
 		Store:            StoreMemory,
 		MaxKeys:          limit.DefaultMaxKeys,
 		RedisTimeout:     redisstore.DefaultTimeout,
+		RedisMaxTimeout:  redisstore.DefaultMaxTimeout,
 		RedisDialTimeout: redisstore.DefaultDialTimeout,
 		RedisPoolTimeout: redisstore.DefaultPoolTimeout,
 		RedisBatch:       redisstore.DefaultBatch,
@@ -100,6 +104,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--max-keys %d is not positive", c.MaxKeys)
 	case c.RedisTimeout <= 0:
 		return fmt.Errorf("--redis-timeout %s is not positive", c.RedisTimeout)
+	case c.RedisMaxTimeout < 0:
+		return fmt.Errorf("--redis-timeout-max %s is negative", c.RedisMaxTimeout)
 	case c.RedisDialTimeout <= 0:
 		return fmt.Errorf("--redis-dial-timeout %s is not positive", c.RedisDialTimeout)
 	case c.RedisPoolTimeout <= 0:

@@ -28,7 +28,14 @@ type fleetGW struct {
 // startFleet starts n gateways with the default flags, each on its own
 // path to srv, ready and registered in the fleet (each has sent its first
 // heartbeat, in turn).
-func startFleet(t *testing.T, srv *redistest.Server, paths []*redistest.Path) []*fleetGW {
+func startFleet(t testing.TB, srv *redistest.Server, paths []*redistest.Path) []*fleetGW {
+	t.Helper()
+	return startFleetWith(t, srv, paths, nil)
+}
+
+// startFleetWith is startFleet with each gateway's Config changed by
+// edit, if not nil.
+func startFleetWith(t testing.TB, srv *redistest.Server, paths []*redistest.Path, edit func(*Config)) []*fleetGW {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	gws := make([]*fleetGW, len(paths))
@@ -36,6 +43,9 @@ func startFleet(t *testing.T, srv *redistest.Server, paths []*redistest.Path) []
 	for i, path := range paths {
 		cfg := DefaultConfig()
 		cfg.Store, cfg.RedisURL, cfg.Logger = StoreRedis, path.URL(), log
+		if edit != nil {
+			edit(&cfg)
+		}
 		st, err := newStore(cfg, func(bool) {})
 		if err != nil {
 			t.Fatal(err)
@@ -92,7 +102,9 @@ func slow(gws []*fleetGW) {
 
 // TestFleetSlowRedisBound runs three fresh gateways with the default
 // flags against a Redis that answers in 30–80ms, later than their
-// timeout, while 30 connections hammer one key limited to 100 per 600s:
+// --redis-timeout (their wait adapts; and, in some runs, with the wait
+// fixed at it), while 30 connections hammer one key limited to 100 per
+// 600s:
 // in every run the fleet admits no more than docs/fleet.md's bound,
 // limit + Σ ceil(share × limit) over the gateways, each at the share it
 // had (at most the default 0.1 until it has seen the whole fleet, then 1
@@ -111,12 +123,17 @@ func TestFleetSlowRedisBound(t *testing.T) {
 		}
 		return b
 	}
-	run := func(t *testing.T, name string, setup func(gws []*fleetGW, key string)) {
+	run := func(t *testing.T, name string, edit func(*Config), setup func(gws []*fleetGW, key string)) {
 		if err := srv.Client().FlushAll(context.Background()).Err(); err != nil {
 			t.Fatal(err)
 		}
 		paths := []*redistest.Path{redistest.NewPath(t, srv), redistest.NewPath(t, srv), redistest.NewPath(t, srv)}
-		gws := startFleet(t, srv, paths)
+		var gws []*fleetGW
+		if edit == nil {
+			gws = startFleet(t, srv, paths)
+		} else {
+			gws = startFleetWith(t, srv, paths, edit)
+		}
 		key := "fleet|/" + name
 		before := int64(0)
 		if setup != nil {
@@ -141,12 +158,18 @@ func TestFleetSlowRedisBound(t *testing.T) {
 		}
 	}
 	for i := range 20 {
-		t.Run(fmt.Sprintf("fresh-%d", i), func(t *testing.T) { run(t, fmt.Sprintf("fresh-%d", i), nil) })
+		t.Run(fmt.Sprintf("fresh-%d", i), func(t *testing.T) { run(t, fmt.Sprintf("fresh-%d", i), nil, nil) })
+	}
+	// With the wait fixed at 25ms, shorter than every reply: the fleet
+	// decides locally, on the shares the bound states.
+	fixed := func(cfg *Config) { cfg.RedisMaxTimeout = cfg.RedisTimeout }
+	for i := range 5 {
+		t.Run(fmt.Sprintf("fixed-wait-%d", i), func(t *testing.T) { run(t, fmt.Sprintf("fixed-wait-%d", i), fixed, nil) })
 	}
 	for i := range 3 {
 		name := fmt.Sprintf("full-%d", i)
 		t.Run(name, func(t *testing.T) {
-			run(t, name, func(gws []*fleetGW, key string) {
+			run(t, name, nil, func(gws []*fleetGW, key string) {
 				// Every gateway has seen the fleet, and hears from Redis
 				// that the key is full.
 				for _, g := range gws {

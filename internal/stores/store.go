@@ -54,6 +54,7 @@ func newStore(cfg Config, onCircuit func(open bool)) (*stores, error) {
 			SentinelMaster: cfg.RedisSentinelMaster, Username: cfg.RedisUsername,
 			Password: cfg.RedisPassword, TLS: cfg.RedisTLS, Timeout: cfg.RedisTimeout,
 			DialTimeout: cfg.RedisDialTimeout, PoolTimeout: cfg.RedisPoolTimeout,
+			MaxTimeout:      max(cfg.RedisMaxTimeout, cfg.RedisTimeout),
 			MaxKeys:         cfg.RedisMaxKeys,
 			OnCircuitChange: onCircuit, Logger: cfg.Logger,
 			OnNodeCircuitChange: func(node string, open bool) {

@@ -149,15 +149,17 @@ func (q *batcher) do(ctx context.Context, r *Store, keys []string, args []any) (
 	return r.await(ctx, c)
 }
 
-// await waits for c's answer: at most the store's Timeout while c waits
-// in a queue (then it leaves it, never sent), and Timeout from when the
-// round trip that carries it started. A call the caller stops waiting for
-// while it is in flight returns a lateCall, which gets Redis's answer
-// when it comes. shared reports that the node's breaker is not to hear
-// of the failure: another caller told it of the same round trip's
-// Timeout, or the caller went away.
+// await waits for c's answer: at most the store's wait (rtt: from
+// Timeout up to MaxTimeout, as Redis's round trips show it needs) while
+// c waits in a queue (then it leaves it, never sent), and that wait from
+// when the round trip that carries it started. A call the caller stops
+// waiting for while it is in flight returns a lateCall, which gets
+// Redis's answer when it comes. shared reports that the node's breaker
+// is not to hear of the failure: another caller told it of the same
+// round trip's wait, or the caller went away.
 func (r *Store) await(ctx context.Context, c *batchCall) (callResult, error) {
-	t := time.NewTimer(r.timeout)
+	timeout := r.rtt.wait()
+	t := time.NewTimer(timeout)
 	defer t.Stop()
 	for {
 		var err error
@@ -168,7 +170,7 @@ func (r *Store) await(ctx context.Context, c *batchCall) (callResult, error) {
 			err = ctx.Err()
 		case <-t.C:
 			if rt := c.rt.Load(); rt != nil {
-				if left := int64(r.timeout) - (r.clock() - rt.sent); left > 0 {
+				if left := int64(timeout) - (r.clock() - rt.sent); left > 0 {
 					t.Reset(time.Duration(left))
 					continue
 				}
@@ -183,7 +185,7 @@ func (r *Store) await(ctx context.Context, c *batchCall) (callResult, error) {
 				c.q.mu.Lock()
 				rt := c.q.inflight
 				c.q.mu.Unlock()
-				shared = rt == nil || !rt.failure(r.clock(), r.timeout)
+				shared = rt == nil || !rt.failure(r.clock(), timeout)
 			}
 			return callResult{shared: shared, late: &lateCall{r: r, outcome: lateNotCounted}}, err
 		}
@@ -199,9 +201,28 @@ func (r *Store) await(ctx context.Context, c *batchCall) (callResult, error) {
 		c.mu.Unlock()
 		shared := true
 		if rt := c.rt.Load(); rt != nil && err == errCallTimeout {
-			shared = !rt.failure(r.clock(), r.timeout)
+			shared = !rt.failure(r.clock(), timeout)
 		}
 		return callResult{shared: shared, late: late}, err
+	}
+}
+
+// observe tells the wait for decisions (rtt) of a round trip begun at
+// start that ended with err: one Redis answered, whatever it decided.
+// An answer within the longest wait, even to callers that stopped
+// waiting for it, also tells the breaker of one Redis that Redis
+// answers: calls that timed out before the wait had learnt Redis's round
+// trip do not keep it open, while a Redis slower than the longest wait
+// still fails (in a cluster the wait is fixed: late answers tell
+// nothing there).
+func (r *Store) observe(start int64, err error) {
+	if err != nil && !isScriptError(err) {
+		return
+	}
+	d := time.Duration(r.clock() - start)
+	r.rtt.observe(d)
+	if b := r.nodes.single; b != nil && r.rtt.adapts() && d <= r.rtt.ceiling {
+		b.success()
 	}
 }
 
@@ -234,7 +255,9 @@ func (callTimeoutError) Temporary() bool { return true }
 func (q *batcher) send(r *Store, batch []*batchCall) {
 	for first := true; len(batch) > 0; first = false {
 		ctx, cancel := context.WithTimeout(context.Background(), r.callTimeout)
+		start := r.clock()
 		r.runBatch(ctx, batch)
+		r.observe(start, batch[0].err)
 		cancel()
 		r.roundTrips.Add(1)
 		if r.onBatch != nil && !first {
@@ -279,7 +302,9 @@ func (r *Store) alone(ctx context.Context, keys []string, args []any) (callResul
 	c.rt.Store(&roundTrip{sent: r.clock()})
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), r.callTimeout)
+		start := r.clock()
 		c.v, c.err = r.run(ctx, keys, args)
+		r.observe(start, c.err)
 		cancel()
 		r.roundTrips.Add(1)
 		c.finish()

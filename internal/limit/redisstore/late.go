@@ -23,6 +23,13 @@ const maxWriteBacks = 4096
 // admitted locally that Redis did not count is written back: counted in
 // Redis as a charge of its cost on every limit that would have counted
 // it (a new caller's past the key budget on its overflow counter).
+//
+// The call's own charges and releases (limit.Request's Charge and
+// Release: the acts after a request, sent once its response is known)
+// are journaled whatever the fail mode, and whoever decided the request
+// they follow: written back if Redis did not run the call; if its fate
+// is unknown, its releases only (a charge is never counted twice; a hold
+// nobody releases would stay held, see followed).
 type lateCall struct {
 	r  *Store
 	mu sync.Mutex
@@ -32,6 +39,11 @@ type lateCall struct {
 	outcome lateOutcome
 	local   bool
 	done    bool
+	// ran reports that Redis answered the call: it ran, whatever it
+	// decided; actsDone that the call's own charges and releases are
+	// journaled, or need not be.
+	ran      bool
+	actsDone bool
 	// follows are the acts that followed the local admission
 	// (limit.Alone), until what Redis did is known.
 	follows []pendingWrite
@@ -39,6 +51,7 @@ type lateCall struct {
 	now  time.Time
 	reqs []limit.Request
 	at   int64 // when it was decided locally, ns since the epoch
+	sent int64 // when Redis failed to decide it, ns since the epoch
 	// v is Redis's answer, once in; lease, set by the caller, the limits
 	// the call asked leases for (leasedLate).
 	v     []int64
@@ -76,7 +89,7 @@ func (lc *lateCall) answered(v []int64, err error) {
 		o = lateNotCounted
 	}
 	lc.mu.Lock()
-	lc.outcome = o
+	lc.outcome, lc.ran = o, err == nil
 	if o == lateCounted {
 		lc.v = v
 	}
@@ -166,17 +179,33 @@ func (lc *lateCall) follow(now time.Time, reqs []limit.Request) {
 	lc.settle()
 }
 
-// settle journals what the fleet must still count of the call once it is
-// known to be admitted locally and what Redis did with it is known (or
-// known to be unknowable): the admission, if Redis did not count it, and
-// the acts that followed it.
+// settle journals what the fleet must still count of the call once what
+// Redis did with it is known (or known to be unknowable): its own
+// charges and releases, unless Redis ran it; and once it is known to be
+// admitted locally, the admission, if Redis did not count it, and the
+// acts that followed it.
 func (lc *lateCall) settle() {
 	lc.mu.Lock()
-	if !lc.local || lc.outcome == latePending || lc.reqs == nil {
+	if lc.outcome == latePending || lc.reqs == nil {
 		lc.mu.Unlock()
 		return
 	}
 	var out []pendingWrite
+	if !lc.actsDone {
+		lc.actsDone = true
+		if !lc.ran {
+			if q := followed(acts(lc.reqs), true, lc.outcome == lateNotCounted); len(q) > 0 {
+				out = append(out, pendingWrite{at: lc.sent, now: lc.now, reqs: q})
+			}
+		}
+	}
+	if !lc.local {
+		lc.mu.Unlock()
+		if len(out) > 0 {
+			lc.r.writeBack(out)
+		}
+		return
+	}
 	if !lc.done {
 		lc.done = true
 		if lc.outcome == lateNotCounted {
@@ -186,7 +215,7 @@ func (lc *lateCall) settle() {
 		}
 	}
 	for _, f := range lc.follows {
-		if f.reqs = followed(f.reqs, lc.outcome != lateNotCounted); len(f.reqs) > 0 {
+		if f.reqs = followed(f.reqs, lc.outcome != lateNotCounted, true); len(f.reqs) > 0 {
 			out = append(out, f)
 		}
 	}
@@ -195,6 +224,18 @@ func (lc *lateCall) settle() {
 	if len(out) > 0 {
 		lc.r.writeBack(out)
 	}
+}
+
+// acts returns the charges and releases among reqs, in a slice of its
+// own.
+func acts(reqs []limit.Request) []limit.Request {
+	var out []limit.Request
+	for _, q := range reqs {
+		if q.Follows() {
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 // admission returns what the local admission of reqs counts in Redis, as
@@ -214,16 +255,17 @@ func admission(reqs []limit.Request) []limit.Request {
 	return out
 }
 
-// followed returns what acts that followed a local admission count in
-// Redis: every charge; and a release only if Redis may hold what it gives
-// back (held: it ran the call, or may have). A release Redis may not owe
-// gives back at most what is held on the key (never below none), and
-// a hold Redis ran and nobody released would stay held as long as new
-// holds keep the key alive: when in doubt, it is released.
-func followed(reqs []limit.Request, held bool) []limit.Request {
+// followed returns what acts count in Redis: a charge if charged (for
+// acts that followed a local admission, always: its charge is what
+// counts), and a release only if Redis may hold what it gives back
+// (held: it ran the call that held, or may have). A release Redis may
+// not owe gives back at most what is held on the key (never below
+// none), and a hold Redis ran and nobody released would stay held as
+// long as new holds keep the key alive: when in doubt, it is released.
+func followed(reqs []limit.Request, held, charged bool) []limit.Request {
 	out := reqs[:0]
 	for _, q := range reqs {
-		if q.Act == limit.Charge || (q.Act == limit.Release && held) {
+		if (q.Act == limit.Charge && charged) || (q.Act == limit.Release && held) {
 			out = append(out, q)
 		}
 	}
@@ -386,7 +428,7 @@ func (r *Store) lateFor(err error, lc *lateCall, now time.Time, reqs []limit.Req
 		lc = &lateCall{r: r, outcome: lateUnknown}
 	}
 	lc.mu.Lock()
-	lc.now, lc.reqs = now, slices.Clone(reqs)
+	lc.now, lc.reqs, lc.sent = now, slices.Clone(reqs), r.clock()
 	lc.mu.Unlock()
 	lc.settle()
 	return &lateError{err: err, call: lc}

@@ -120,6 +120,11 @@ type tokenLease struct {
 	// one's next tokens, itself included (nil for a request of one
 	// limit): they go back together (idleCheck).
 	group []*tokenLease
+	// back counts the tokens on their way back to Redis (drop), whose
+	// return Redis has not answered yet; backDone is closed when it
+	// has (nil when none are).
+	back     int64
+	backDone chan struct{}
 }
 
 func newTokenLeases(max int, now func() int64) *tokenLeases {
@@ -183,7 +188,11 @@ func (ls *tokenLeases) drop(l *tokenLease, now int64, back []leaseReturn) []leas
 		return back
 	}
 	if ls.giveBack != nil && (now < l.end || l.params.Algorithm == "sliding_window") {
-		back = append(back, leaseReturn{key: l.key, params: l.params, bucket: l.bucket, n: l.tokens})
+		back = append(back, leaseReturn{key: l.key, params: l.params, bucket: l.bucket, n: l.tokens, lease: l})
+		l.back += l.tokens
+		if l.backDone == nil {
+			l.backDone = make(chan struct{})
+		}
 	} else {
 		ls.expired.Add(l.tokens)
 	}
@@ -204,11 +213,50 @@ func (ls *tokenLeases) async(back []leaseReturn) {
 	if len(back) == 0 {
 		return
 	}
-	if !ls.background(func() { ls.giveBack(back) }) {
+	if !ls.background(func() { ls.sendBack(back) }) {
 		// The store is closing: sent here, not in a goroutine its Close
 		// no longer waits for.
-		ls.giveBack(back)
+		ls.sendBack(back)
 	}
+}
+
+// sendBack gives back to Redis, and then tells the leases whose tokens
+// went that Redis has answered (backDone).
+func (ls *tokenLeases) sendBack(back []leaseReturn) {
+	ls.giveBack(back)
+	for _, t := range back {
+		l := t.lease
+		if l == nil {
+			continue
+		}
+		l.mu.Lock()
+		if l.back -= t.n; l.back <= 0 && l.backDone != nil {
+			l.back = 0
+			close(l.backDone)
+			l.backDone = nil
+		}
+		l.mu.Unlock()
+	}
+}
+
+// returning returns a channel closed once the tokens of keys on their way
+// back to Redis have arrived, or nil when none are on their way.
+func (ls *tokenLeases) returning(keys []string) <-chan struct{} {
+	for _, k := range keys {
+		ls.mu.Lock()
+		l := ls.m[k]
+		ls.mu.Unlock()
+		if l == nil {
+			continue
+		}
+		l.mu.Lock()
+		done := l.backDone
+		l.mu.Unlock()
+		if done != nil {
+			return done
+		}
+	}
+	return nil
 }
 
 // background runs f in a goroutine that close waits for, unless the

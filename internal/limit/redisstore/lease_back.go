@@ -55,6 +55,9 @@ type leaseReturn struct {
 	params limit.Params
 	bucket int64
 	n      int64
+	// lease is the lease the tokens were taken from, if any: it learns
+	// when they are back (tokenLeases.sendBack).
+	lease *tokenLease
 }
 
 // shape returns the counter's shape as the script names it (the "_id"
@@ -108,6 +111,16 @@ func (ls *tokenLeases) idleCheck(l *tokenLease) {
 	}
 	now := ls.now()
 	idle, life := int64(l.idleAfter(ls.idle)), l.granted+int64(ls.idle)
+	if l.pending && l.timer != nil {
+		// A request of this gateway is asking Redis for the key's next
+		// tokens: Redis's answer counts these as held here (its
+		// Remaining is the room beside them), so they stay until it is
+		// in, and are looked at again an idle time on.
+		l.checkAt = now + idle
+		l.timer.Reset(time.Duration(idle))
+		l.mu.Unlock()
+		return
+	}
 	due := min(l.used+idle, life)
 	if l.timer != nil && (now < due || (now < life && now-l.checkAt >= int64(minLeaseIdle))) {
 		if now >= due {
@@ -127,7 +140,7 @@ func (ls *tokenLeases) idleCheck(l *tokenLease) {
 	l.mu.Unlock()
 	back = ls.dropGroup(l, group, now < life, used, granted, now, back)
 	if len(back) > 0 {
-		ls.giveBack(back)
+		ls.sendBack(back)
 	}
 }
 

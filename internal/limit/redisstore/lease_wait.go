@@ -36,6 +36,23 @@ func (ls *tokenLeases) takeWaiting(ctx context.Context, keys []string, reqs []li
 			wait = nil
 		}
 	}
+	if !ok {
+		// The request goes to Redis. Tokens of its keys on their way back
+		// get there first: Redis's answer then counts them as room, as
+		// the gateway no longer holds them (Result.Remaining is the room
+		// Redis has beside the tokens the gateway holds).
+		for back := ls.returning(keys); back != nil; back = ls.returning(keys) {
+			select {
+			case <-back:
+				*start = ls.now()
+			case <-ctx.Done():
+				if claim != nil {
+					ls.release(claim)
+				}
+				return false, nil, fmt.Errorf("redis: %w", ctx.Err())
+			}
+		}
+	}
 	return ok, claim, nil
 }
 

@@ -60,6 +60,11 @@ func (r *Store) runAsOne(ctx context.Context, batch []*batchCall) {
 	for try := 0; try < closedConnTries; try++ {
 		r.calls.Add(int64(len(batch)))
 		v, err = r.client.FCall(ctx, r.fn.name, keys, args...).Slice()
+		if try > 0 {
+			// The first send may have run: a refusal now does not tell
+			// that the calls never did.
+			err = resent(err)
+		}
 		if err == nil || !isClosedConn(err) || ctx.Err() != nil {
 			break
 		}

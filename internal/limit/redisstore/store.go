@@ -63,6 +63,12 @@ type Config struct {
 	// DialTimeout bounds dialling a connection, and Ready. Default
 	// DefaultDialTimeout (1s).
 	DialTimeout time.Duration
+	// MaxTimeout is the longest the wait for Redis's answer to a
+	// decision adapts to: from Timeout, as Redis's round trips show it
+	// needs (rtt). Default DefaultMaxTimeout (250ms), and never below
+	// Timeout: a MaxTimeout of Timeout keeps the wait fixed, as it is in
+	// a Redis Cluster.
+	MaxTimeout time.Duration
 	// PoolTimeout bounds the wait for a free connection when PoolSize are
 	// busy. Default DefaultPoolTimeout (1s).
 	PoolTimeout time.Duration
@@ -169,6 +175,7 @@ type Store struct {
 	sha         string // its SHA1, for EVALSHA
 	fn          *redisFunctions
 	timeout     time.Duration
+	rtt         *rtt // the wait for a decision, from timeout up
 	dialTimeout time.Duration
 	// callTimeout bounds a whole call: pool wait, dial and two commands
 	// (EVALSHA, and EVAL when the node lost the script).
@@ -301,7 +308,13 @@ func New(cfg Config) (*Store, error) {
 	// cluster client's own commands (the slot map, command info) would
 	// then wait as long on a hung node, holding up the calls to the
 	// others: there every command times out after Timeout.
-	callTimeout := poolTimeout + dialTimeout + 3*timeout
+	maxTimeout := max(cmp.Or(cfg.MaxTimeout, DefaultMaxTimeout), timeout)
+	if opts.IsClusterMode {
+		// Every command of a cluster's client ends after Timeout (below):
+		// the wait cannot adapt past it.
+		maxTimeout = timeout
+	}
+	callTimeout := poolTimeout + dialTimeout + 3*maxTimeout
 	opts.ContextTimeoutEnabled = true
 	opts.PoolTimeout, opts.DialTimeout = poolTimeout, dialTimeout
 	opts.ReadTimeout, opts.WriteTimeout = timeout, timeout
@@ -327,6 +340,7 @@ func New(cfg Config) (*Store, error) {
 		sha:         redis.NewScript(src).Hash(),
 		fn:          fn,
 		timeout:     timeout,
+		rtt:         newRTT(timeout, maxTimeout),
 		dialTimeout: dialTimeout,
 		callTimeout: callTimeout,
 		warmConns:   max(warm, 1),

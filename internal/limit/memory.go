@@ -260,7 +260,7 @@ func (m *Memory) allow(_ context.Context, now time.Time, reqs []Request, res []R
 	}
 	at, allowed, heldOnly := m.decideAll(ns, ns, reqs, ents, res)
 	if at > ns || !allowed {
-		at, allowed, heldOnly = m.reserve(ns, at, reqs, ents, res, allowed, heldOnly)
+		at, allowed, heldOnly = m.reserve(ns, at, reqs, ents, res)
 	}
 	for i, e := range ents {
 		switch r := &reqs[i]; {
@@ -337,7 +337,7 @@ const maxReserveRounds = 4
 // wait that long, the Results are those decided now, the requests admitted
 // only at the end of a queue denied until then (without a lockout, as a
 // denial for units held is), and it returns ns. The shards are locked.
-func (m *Memory) reserve(ns, at int64, reqs []Request, ents []*entry, res []Result, allowed bool, heldOnly uint64) (int64, bool, uint64) {
+func (m *Memory) reserve(ns, at int64, reqs []Request, ents []*entry, res []Result) (_ int64, allowed bool, heldOnly uint64) {
 	wait, ok := callWait(ns, reqs, ents, res)
 	t, ok2 := nextTry(at, reqs, res)
 	for round := 0; ok && ok2 && round < maxReserveRounds; round++ {

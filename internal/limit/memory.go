@@ -250,6 +250,7 @@ func (m *Memory) allow(_ context.Context, now time.Time, reqs []Request, res []R
 	}
 	defer m.unlock(locks)
 
+	waits := false
 	for i := range reqs {
 		r := &reqs[i]
 		e, err := m.entryFor(r, hashes[2*i], atCap && r.Overflow != "", hashes[2*i+1])
@@ -257,10 +258,14 @@ func (m *Memory) allow(_ context.Context, now time.Time, reqs []Request, res []R
 			return false, err
 		}
 		ents[i] = e
+		waits = waits || r.Wait > 0
 	}
 	at, allowed, heldOnly := m.decideAll(ns, ns, reqs, ents, res)
-	if at > ns || !allowed {
-		at, allowed, heldOnly = m.reserve(ns, at, reqs, ents, res)
+	if at > ns || (!allowed && waits) {
+		// No room now, or a queue: the call waits if it may (reserve).
+		if wait, ok := callWait(ns, reqs, ents, res); ok || at > ns {
+			at, allowed, heldOnly = m.reserve(ns, at, wait, ok, reqs, ents, res, heldOnly)
+		}
 	}
 	for i, e := range ents {
 		switch r := &reqs[i]; {
@@ -331,14 +336,14 @@ const maxReserveRounds = 4
 
 // reserve finds, for a call that decideAll did not admit now (ns) — a
 // limit had no room, or a key's queue ends at at — the earliest instant
-// within its wait (Request.Wait) at which every enforced request is
-// admitted, and decides the call there; the Results are then those at
-// that instant, which it returns with the decision. When the call cannot
-// wait that long, the Results are those decided now, the requests admitted
-// only at the end of a queue denied until then (without a lockout, as a
-// denial for units held is), and it returns ns. The shards are locked.
-func (m *Memory) reserve(ns, at int64, reqs []Request, ents []*entry, res []Result) (_ int64, allowed bool, heldOnly uint64) {
-	wait, ok := callWait(ns, reqs, ents, res)
+// within its wait (callWait: wait, if it may) at which every enforced
+// request is admitted, and decides the call there; the Results are then
+// those at that instant, which it returns with the decision. When the
+// call cannot wait that long, the Results are those decideAll gave (with
+// heldOnly), the requests admitted only at the end of a queue denied
+// until then (without a lockout, as a denial for units held is), and it
+// returns ns. The shards are locked.
+func (m *Memory) reserve(ns, at int64, wait time.Duration, ok bool, reqs []Request, ents []*entry, res []Result, heldOnly uint64) (int64, bool, uint64) {
 	t, ok2 := nextTry(at, reqs, res)
 	for round := 0; ok && ok2 && round < maxReserveRounds; round++ {
 		if t-ns > int64(wait) {
@@ -350,15 +355,15 @@ func (m *Memory) reserve(ns, at int64, reqs []Request, ents []*entry, res []Resu
 		if len(reqs) > inline {
 			try = make([]Result, len(reqs))
 		}
-		tAt, allowed, heldOnly = m.decideAll(ns, t, reqs, ents, try[:len(reqs)])
-		if allowed {
+		tAt, tAllowed, tHeldOnly := m.decideAll(ns, t, reqs, ents, try[:len(reqs)])
+		if tAllowed {
 			copy(res, try[:len(reqs)])
-			return tAt, true, heldOnly
+			return tAt, true, tHeldOnly
 		}
 		t, ok2 = nextTry(tAt, reqs, try)
 	}
-	// Refused: decided now, and queued requests denied until their turn.
-	_, _, heldOnly = m.decideAll(ns, ns, reqs, ents, res)
+	// Refused: as decided now, and queued requests denied until their
+	// turn.
 	for i := range reqs {
 		r, e := &reqs[i], ents[i]
 		if r.Act.follows() || e.ahead <= ns {
@@ -373,7 +378,7 @@ func (m *Memory) reserve(ns, at int64, reqs []Request, ents []*entry, res []Resu
 			res[i].RetryAfter += left
 		}
 	}
-	allowed = true
+	allowed := true
 	for i := range reqs {
 		if !res[i].Allowed && reqs[i].Enforced() {
 			allowed = false

@@ -275,7 +275,6 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *ruleset.Sect
 	if sec.IPTag {
 		tag = limit.CallerTag(group())
 	}
-	mayWait := h.waits.mayWait()
 	for i, cl := range sc.lims[:sc.n] {
 		key, ok := h.counterKey(w, r, cl, sc, group)
 		if !ok {
@@ -286,7 +285,7 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *ruleset.Sect
 		if cl.Deferred() {
 			q.Act = limit.Hold
 		}
-		if cl.MaxDelay > 0 && mayWait {
+		if cl.MaxDelay > 0 && h.waits.mayWait() {
 			// Room may be reserved ahead (wait.go).
 			q.Wait = cl.MaxDelay
 		}

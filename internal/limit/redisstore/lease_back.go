@@ -188,3 +188,67 @@ func (ls *tokenLeases) close() []leaseReturn {
 	}
 	return back
 }
+
+// async gives back in the background.
+func (ls *tokenLeases) async(back []leaseReturn) {
+	if len(back) == 0 {
+		return
+	}
+	if !ls.background(func() { ls.sendBack(back) }) {
+		// The store is closing: sent here, not in a goroutine its Close
+		// no longer waits for.
+		ls.sendBack(back)
+	}
+}
+
+// sendBack gives back to Redis, and then tells the leases whose tokens
+// went that Redis has answered (backDone).
+func (ls *tokenLeases) sendBack(back []leaseReturn) {
+	ls.giveBack(back)
+	for _, t := range back {
+		l := t.lease
+		if l == nil {
+			continue
+		}
+		l.mu.Lock()
+		if l.back -= t.n; l.back <= 0 && l.backDone != nil {
+			l.back = 0
+			close(l.backDone)
+			l.backDone = nil
+		}
+		l.mu.Unlock()
+	}
+}
+
+// returning returns a channel closed once the tokens of keys on their way
+// back to Redis have arrived, or nil when none are on their way.
+func (ls *tokenLeases) returning(keys []string) <-chan struct{} {
+	for _, k := range keys {
+		ls.mu.Lock()
+		l := ls.m[k]
+		ls.mu.Unlock()
+		if l == nil {
+			continue
+		}
+		l.mu.Lock()
+		done := l.backDone
+		l.mu.Unlock()
+		if done != nil {
+			return done
+		}
+	}
+	return nil
+}
+
+// background runs f in a goroutine that close waits for, unless the
+// leases have closed (then it reports false): an Add of bg must not race
+// with close's Wait.
+func (ls *tokenLeases) background(f func()) bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.closed {
+		return false
+	}
+	ls.bg.Go(f)
+	return true
+}

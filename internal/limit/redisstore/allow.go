@@ -51,22 +51,24 @@ func (r *Store) Allow(ctx context.Context, now time.Time, reqs []limit.Request, 
 	return r.allow(ctx, now, reqs, res)
 }
 
-// allow is Allow for requests of distinct counters.
+// allow is Allow for requests of distinct counters. Leases sit under
+// the call: it takes from the leases of its limits (withLeases,
+// lease_call.go) and asks only for what they lack.
 func (r *Store) allow(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result) (allowed bool, err error) {
 	c := &call{r: r, now: now, reqs: reqs, res: res, fullReqs: reqs, full: res}
 	if c.keys, c.tag, c.mustAsk, err = redisKeys(reqs); err != nil {
 		return false, err
 	}
 	c.start = r.clock()
-	defer func() { c.finish(allowed) }()
-	if ok, done, err := c.fromLeases(ctx); done {
-		tracing.Source(ctx, "lease")
-		return ok, err
+	if r.leases != nil && r.fixedNow == nil && leasable(reqs) {
+		return c.withLeases(ctx)
 	}
-	if c.spendSome() {
-		tracing.Source(ctx, "lease")
-		return true, nil
-	}
+	return c.ask(ctx)
+}
+
+// ask decides what leases did not: the deny cache denies the call, or
+// Redis decides it.
+func (c *call) ask(ctx context.Context) (bool, error) {
 	if c.cachedDenial() {
 		tracing.Source(ctx, "deny_cache")
 		return false, nil
@@ -88,60 +90,21 @@ type call struct {
 	// keys, reqs and res are the limits still to decide: all of them,
 	// or those fromLeases and spendSome found no token for. fullReqs and
 	// full are all of the call's.
-	keys       []string
-	reqs       []limit.Request
-	res        []limit.Result
-	fullReqs   []limit.Request
-	full       []limit.Result
-	tag        string
-	mustAsk    bool  // a charge, a release or a wait is among reqs: it must reach Redis
-	start      int64 // the store's clock when the call began (or last waited)
-	ask        *leaseAsk
+	keys     []string
+	reqs     []limit.Request
+	res      []limit.Result
+	fullReqs []limit.Request
+	full     []limit.Result
+	tag      string
+	mustAsk  bool  // a charge, a release or a wait is among reqs: it must reach Redis
+	start    int64 // the store's clock when the call began (or last waited)
+	// The call's leases (lease_call.go): what it asks of them (nil:
+	// nothing), and the tokens it took from some.
+	lease      *leaseAsk
 	taken      []*tokenLease // the leases spendSome took a token from
 	rest       []int         // the indexes of reqs in fullReqs, once narrowed
 	spentSome  bool
 	claimAsked bool
-}
-
-// fromLeases decides the call from leases if every limit has a token
-// (done). Leases go first: their tokens are counted already, and a
-// denial another request met meanwhile must not leave them unspent. They
-// need the gateway's clock to run with Redis's: not on a test's fixed
-// decision clock. Otherwise it notes what the call to Redis asks of them.
-func (c *call) fromLeases(ctx context.Context) (ok, done bool, err error) {
-	r := c.r
-	if r.leases == nil || r.fixedNow != nil || !leasable(c.reqs) {
-		return false, false, nil
-	}
-	ok, c.ask, err = r.fromLeases(ctx, c.now, c.keys, c.reqs, c.res, c.tag, &c.start)
-	if err != nil || ok {
-		c.ask = nil // the claim, if any, is the background refill's
-		return ok, true, err
-	}
-	c.claimAsked = c.ask.claim != nil
-	return false, false, nil
-}
-
-// spendSome spends a token of every limit whose lease has one, and
-// narrows the call to the others, which go to Redis: a token held for one
-// limit of a request is never left unspent because another's lease is
-// empty. It reports whether that decided every limit. When Redis then
-// denies the request, finish puts the tokens back.
-func (c *call) spendSome() bool {
-	if c.ask == nil {
-		return false
-	}
-	taken, rest := c.r.leases.takeSome(c.keys, c.reqs, c.res, c.start)
-	if taken == nil {
-		return false
-	}
-	if len(rest) == 0 {
-		c.r.decisions.Add(1)
-		return true
-	}
-	c.taken, c.rest, c.spentSome = taken, rest, true
-	c.keys, c.reqs, c.res, c.ask = pick(c.keys, rest), pick(c.reqs, rest), make([]limit.Result, len(rest)), c.ask.pick(rest)
-	return false
 }
 
 // cachedDenial reports whether the deny cache denies the call without
@@ -162,7 +125,7 @@ func (c *call) cachedDenial() bool {
 // them, up to LeaseWait (waitForTokens).
 func (c *call) decide(ctx context.Context) (scriptAnswer, error) {
 	r := c.r
-	args := r.scriptArgs(c.now, c.reqs, c.tag, c.ask)
+	args := r.scriptArgs(c.now, c.reqs, c.tag, c.lease)
 	d, err := r.decide(ctx, c.keys, c.reqs, args, c.res)
 	if err != nil {
 		return d, c.late(err)
@@ -172,54 +135,18 @@ func (c *call) decide(ctx context.Context) (scriptAnswer, error) {
 	return c.waitForTokens(ctx, d, args)
 }
 
-// waitForTokens decides d's call again while Redis denies it and tokens
-// of its limits may come back, until LeaseWait after that first denial
-// (not the call's start: on a loaded machine the first call may have
-// taken most of it).
-// The waits double from 2ms (2, 6, 14, 30, 50ms with LeaseWait): a
-// burst's tokens come back within a few ms, a steady key's within
-// LeaseIdle.
-func (c *call) waitForTokens(ctx context.Context, d scriptAnswer, args []any) (scriptAnswer, error) {
-	r := c.r
-	hold := r.leaseWait + r.leases.idleOr0()
-	for pause, deadline := minLeaseIdle, r.clock()+int64(r.leaseWait); !d.allowed && c.mayComeBack(d, hold) && r.clock() < deadline; pause *= 2 {
-		t := time.NewTimer(min(pause, max(time.Duration(deadline-r.clock()), time.Millisecond)))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return d, fmt.Errorf("redis: %w", ctx.Err())
-		}
-		var err error
-		if d, err = r.decide(ctx, c.keys, c.reqs, args, c.res); err != nil {
-			return d, c.late(err)
-		}
-	}
-	return d, nil
-}
-
 // late returns err, an error of decide for the call, ready for
 // AdmittedLocally; a call that asked for leases gives back, when its
 // answer comes after all, the tokens Redis leased it.
 func (c *call) late(err error) error {
-	if c.ask != nil {
+	if c.lease != nil {
 		c.r.leasedLate(err, c.keys, c.reqs, 1)
 	}
 	return c.r.late(err, c.now, c.fullReqs)
 }
 
-// leaseCacheHold is how long after a lease of a limit a denial by it is
-// not kept in the deny cache.
-const leaseCacheHold = time.Second
-
-// mayComeBack reports whether tokens of the limits that denied d may
-// come back: not for a charge, which Redis counts whatever it decides.
-func (c *call) mayComeBack(d scriptAnswer, hold time.Duration) bool {
-	return !c.mustAsk && d.tokensMayComeBack(c.reqs, c.res, hold)
-}
-
-// settle records what Redis decided: the tokens it leased, the tokens
-// the gateway holds in each Result's Remaining, and a denial in the deny
+// settle records what Redis decided: what each key holds (known), the
+// leases it granted (granted, lease_call.go), and a denial in the deny
 // cache. While tokens may still come back, a denial is not remembered:
 // the next request waits for them too; nor for leaseCacheHold after a
 // lease: a gateway starved of CPU may still hold tokens then, and a
@@ -227,31 +154,9 @@ func (c *call) mayComeBack(d scriptAnswer, hold time.Duration) bool {
 func (c *call) settle(d scriptAnswer) {
 	r := c.r
 	r.known.record(c.reqs, c.res, c.start)
-	if c.ask != nil {
-		if d.allowed && c.ask.claim != nil {
-			r.leases.grant(c.keys, c.reqs, c.res, d.grants, c.start, 1)
-		}
-		r.leases.unspent(c.keys, c.reqs, c.res, c.start)
-	}
+	c.granted(d)
 	if !d.allowed && r.deny != nil && !c.mayComeBack(d, max(r.leaseWait+r.leases.idleOr0(), leaseCacheHold)) {
 		r.deny.record(c.keys, c.reqs, c.res, c.start, 0)
-	}
-}
-
-// finish ends the call: the Results of a narrowed call go back to their
-// places, the tokens spendSome took go back to their leases when the
-// request was not admitted, and the claim on the leases is released.
-func (c *call) finish(allowed bool) {
-	if c.spentSome {
-		for j, i := range c.rest {
-			c.full[i] = c.res[j]
-		}
-		if !allowed {
-			c.r.leases.putBack(c.taken, c.fullReqs, c.full, c.start)
-		}
-	}
-	if c.claimAsked {
-		c.r.leases.release(c.ask.claim)
 	}
 }
 
@@ -262,11 +167,6 @@ func pick[T any](s []T, idx []int) []T {
 		out[j] = s[i]
 	}
 	return out
-}
-
-// pick returns what ask asks for the limits at idx.
-func (ask *leaseAsk) pick(idx []int) *leaseAsk {
-	return &leaseAsk{rates: pick(ask.rates, idx), have: pick(ask.have, idx), claim: ask.claim}
 }
 
 // late returns err, an error of decide for reqs at now, ready for
@@ -312,65 +212,6 @@ func redisKeys(reqs []limit.Request) (keys []string, tag string, mustAsk bool, e
 		mustAsk = mustAsk || q.Follows() || q.Wait > 0
 	}
 	return keys, tag, mustAsk, nil
-}
-
-// leaseAsk is what a call asks of the leases of its limits: rates[i] and
-// have[i] are the rate limit i's lease should cover and the tokens the
-// gateway still holds of it (all rates 0: no lease); claim, when not nil,
-// holds the leases this call asks for.
-type leaseAsk struct {
-	rates, have []int64
-	claim       *leaseClaim
-	// refill marks a call that only asks for the next lease.
-	refill bool
-}
-
-// fromLeases decides reqs from the leases of keys if it can, and reports
-// whether it admitted them. Otherwise it returns what the call to Redis
-// should ask for, having waited, if other requests were asking for the
-// same leases, for their answers (takeWaiting; start is then the new
-// start). A request admitted from the last quarter of a lease asks for
-// the next one in the background.
-func (r *Store) fromLeases(ctx context.Context, now time.Time, keys []string, reqs []limit.Request, res []limit.Result, tag string, start *int64) (bool, *leaseAsk, error) {
-	n := len(reqs)
-	ask := &leaseAsk{rates: make([]int64, n), have: make([]int64, n)}
-	ok, claim, err := r.leases.takeWaiting(ctx, keys, reqs, res, start, ask.rates, ask.have)
-	if err != nil {
-		return false, nil, err
-	}
-	ask.claim = claim
-	if ok {
-		r.decisions.Add(1)
-		if claim != nil {
-			keys, reqs := slices.Clone(keys), slices.Clone(reqs)
-			if !r.leases.background(func() { r.refill(now, keys, reqs, tag, ask) }) {
-				r.leases.release(claim) // closed: no next lease
-			}
-		}
-	}
-	return ok, ask, nil
-}
-
-// refill asks Redis for the next leases of reqs, whose claim ask holds:
-// a call that counts no request, only tokens.
-func (r *Store) refill(now time.Time, keys []string, reqs []limit.Request, tag string, ask *leaseAsk) {
-	defer r.leases.release(ask.claim)
-	for i := range ask.rates {
-		ask.rates[i] = max(ask.rates[i], 1) // every token counted is leased
-	}
-	ask.refill = true
-	args := r.scriptArgs(now, reqs, tag, ask)
-	start := r.clock()
-	ctx, cancel := context.WithTimeout(context.Background(), r.callTimeout)
-	defer cancel()
-	res := make([]limit.Result, len(reqs))
-	d, err := r.decide(ctx, keys, reqs, args, res)
-	switch {
-	case err != nil:
-		r.leasedLate(err, keys, reqs, 0)
-	case d.allowed:
-		r.leases.grant(keys, reqs, res, d.grants, start, 0)
-	}
 }
 
 // scriptArgs returns the script's arguments for reqs (redis.lua), with
@@ -451,23 +292,6 @@ type scriptAnswer struct {
 	grants     []leaseGrant
 	ages       []time.Duration
 	overflowed int64
-}
-
-// tokensMayComeBack reports whether every enforced limit that denied d's
-// request had tokens leased within hold: gateways that stop using them
-// give them back.
-func (d *scriptAnswer) tokensMayComeBack(reqs []limit.Request, res []limit.Result, hold time.Duration) bool {
-	some := false
-	for i := range reqs {
-		if res[i].Allowed || reqs[i].Shadow {
-			continue
-		}
-		if d.ages[i] < 0 || d.ages[i] >= hold {
-			return false
-		}
-		some = true
-	}
-	return some
 }
 
 // decide runs the script for keys and args on their node, through its

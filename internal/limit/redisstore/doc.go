@@ -8,12 +8,16 @@
 //
 //   - The store: store.go (Config, New, Close, Stats; run, which sends
 //     one script call).
-//   - The call, in named steps: allow.go (Allow: the keys, then leases,
-//     the deny cache, Redis, and what the answer leaves behind).
-//   - Before Redis: lease.go (tokens counted in Redis ahead of requests,
-//     taken here), lease_wait.go (a request that waits for another's
-//     call for the lease it needs), lease_once.go (no lease for a key's
-//     first request), denycache.go (denials remembered until they end).
+//   - The call, in named steps: allow.go (Allow: the keys; then the
+//     leases, a layer under the call: withLeases takes from them and
+//     asks only for what they lack; ask: the deny cache, else Redis;
+//     settle: what the answer leaves behind).
+//   - Leases: lease_call.go (a call's leases: taken before Redis,
+//     granted after, and a denial while tokens are leased out),
+//     lease.go (the tokens counted in Redis ahead of requests),
+//     lease_wait.go (a request that waits for another's call for the
+//     lease it needs), lease_once.go (no lease for a key's first
+//     request). Then denycache.go (denials remembered until they end).
 //   - The script's arguments: allow.go (scriptArgs), functions.go
 //     (scriptSettings, a rule's settings), calendar.go (a calendar
 //     unit's windows), recent.go (a key not asked about lately is sent

@@ -11,11 +11,17 @@ import (
 // (Outcome.Span): the decision, the caller as the access log writes it
 // (app, app ID, client address, the values its limits counted by, hashed
 // unless raw), the status; and names the span after the matched rule.
-// The zero value hashes; it is safe for concurrent use.
+// The zero value hashes without a secret, as tests do; it is safe for
+// concurrent use.
 type Traces struct {
 	// RawKeys writes the values of keyed limits as they are
 	// (--access-log-keys).
 	RawKeys bool
+	// Hasher hashes them as the access log and /top do: under the
+	// secret of --key-hash-secret-file, so that a trace backend, which
+	// more people read than the gateway's logs, cannot undo a hash of a
+	// short value by hashing every likely one (KeyHasher).
+	Hasher *KeyHasher
 }
 
 // ObserveRequest implements Observer; requests without a recording span
@@ -58,7 +64,7 @@ func (t *Traces) ObserveRequest(o *Outcome) {
 		if t.RawKeys {
 			attrs = append(attrs, attribute.String(tracing.AttrKey+kv.Part.String(), kv.Value))
 		} else {
-			attrs = append(attrs, attribute.String(tracing.AttrKeyHash+kv.Part.String(), KeyHash(kv.Value)))
+			attrs = append(attrs, attribute.String(tracing.AttrKeyHash+kv.Part.String(), t.Hasher.Hash(kv.Value)))
 		}
 	}
 	s.SetAttributes(attrs...)

@@ -264,7 +264,7 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 		closers = append(closers, tr.Close)
 		s.tracer = tr
 		tr.Register(reg)
-		observers = append(observers, &Traces{RawValues: cfg.AccessLogKeys})
+		observers = append(observers, &Traces{RawValues: cfg.AccessLogKeys, Hasher: hasher})
 		grpcOpts = append(grpcOpts, grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(tr.Provider()), otelgrpc.WithPropagators(tr.Propagator()),
 			// The health checks are not calls worth a trace.

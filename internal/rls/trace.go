@@ -22,11 +22,14 @@ import (
 
 // Traces writes each traced call's domain, descriptors (values hashed
 // unless RawValues, as the access log writes them) and decision on its
-// server span, with an event per descriptor. The zero value hashes; it is
-// safe for concurrent use.
+// server span, with an event per descriptor. The zero value hashes
+// without a secret, as tests do; it is safe for concurrent use.
 type Traces struct {
 	// RawValues writes descriptor values as they are (--access-log-keys).
 	RawValues bool
+	// Hasher hashes them as the access log and /top do, under the
+	// secret of --key-hash-secret-file (observe.KeyHasher).
+	Hasher *observe.KeyHasher
 }
 
 // ObserveCall implements Observer.
@@ -55,7 +58,7 @@ func (t *Traces) ObserveCall(c *Call) {
 			if t.RawValues {
 				v = cut(v)
 			} else {
-				v = observe.KeyHash(v)
+				v = t.Hasher.Hash(v)
 			}
 			b.WriteString(cut(e.GetKey()))
 			b.WriteByte('=')

@@ -34,11 +34,13 @@ func TestTraces(t *testing.T) {
 	if err := os.WriteFile(path, []byte(extConfig), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	secretFile := filepath.Join(dir, "key")
 	srv, err := NewServer(ServerConfig{
 		ConfigPath: path, MaxConfigBytes: 1 << 20, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0",
 		Headers: ratelimitheader.Both, Store: stores.DefaultConfig(), ShutdownTimeout: 10 * time.Second,
-		Logger:  slog.New(slog.DiscardHandler),
-		Tracing: tracing.Config{Enabled: true, Protocol: tracing.ProtocolHTTP, Endpoint: rcv.URL, Sampler: "parentbased_always_on", BatchDelay: 10 * time.Millisecond},
+		Logger:            slog.New(slog.DiscardHandler),
+		KeyHashSecretFile: secretFile,
+		Tracing:           tracing.Config{Enabled: true, Protocol: tracing.ProtocolHTTP, Endpoint: rcv.URL, Sampler: "parentbased_always_on", BatchDelay: 10 * time.Millisecond},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +107,16 @@ func TestTraces(t *testing.T) {
 	if got := call.Attrs[tracing.AttrDecision]; got != "OVER_LIMIT" {
 		t.Errorf("%s: got %v, want OVER_LIMIT", tracing.AttrDecision, got)
 	}
-	wantDesc := "sliding=" + observe.KeyHash("secret-user")
+	// Hashed under the secret the access log and /top use, not plainly:
+	// a plain hash of a user ID is undone by hashing every likely one.
+	secret, _, err := observe.LoadKeyHashSecret(secretFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDesc := "sliding=" + observe.NewKeyHasher(secret).Hash("secret-user")
+	if wantDesc == "sliding="+observe.KeyHash("secret-user") {
+		t.Fatal("the secret's hash equals the plain one")
+	}
 	if got, _ := call.Attrs[tracing.AttrDescriptors].([]any); len(got) != 1 || got[0] != wantDesc {
 		t.Errorf("%s: got %v, want [%s]", tracing.AttrDescriptors, call.Attrs[tracing.AttrDescriptors], wantDesc)
 	}

@@ -143,7 +143,7 @@ func New(cfg Config) (_ *Server, err error) {
 	top := observe.NewTop(observe.TopConfig{Hasher: hasher, RawKeys: cfg.TopKeys})
 	observers := []observe.Observer{s.metrics, top}
 	if tr != nil {
-		observers = append(observers, &observe.Traces{RawKeys: cfg.AccessLogKeys})
+		observers = append(observers, &observe.Traces{RawKeys: cfg.AccessLogKeys, Hasher: hasher})
 	}
 	notifier, err := s.alerts(cfg, reg, log)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/failmode"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 	"github.com/ratelimit-gateway/gateway/internal/stores"
 	"github.com/ratelimit-gateway/gateway/internal/tracing"
@@ -228,6 +229,8 @@ func TestTracesAdmittedAndRefused(t *testing.T) {
 			key := tracing.AttrKeyHash + "header:X-User-Id"
 			if h, _ := srv.Attrs[key].(string); len(h) != 16 || strings.Contains(fmt.Sprint(srv.Attrs), "alice") {
 				t.Errorf("keyed server span: got %s %q in %v, want a 16-digit hash and no raw value", key, h, srv.Attrs)
+			} else if h == observe.KeyHash("alice") {
+				t.Errorf("keyed server span: %s %q is alice's plain sha256, which hashing likely values undoes; want it under the key-hash secret", key, h)
 			}
 
 			// The exemplars of the requests' durations: a bucket keeps the

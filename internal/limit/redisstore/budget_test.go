@@ -581,7 +581,7 @@ func TestRedisBudgetInOneBatch(t *testing.T) {
 	p := &limit.Params{Algorithm: "sliding_window", Limit: 10, Window: time.Minute, Precision: 10}
 	key := func(i int) string { return fmt.Sprintf("app|/|caller-%d", i) }
 	// run sends callers from..to-1 in one script call, spelling the usual
-	// call both ways ("" and "?", redis.lua), and returns how many of
+	// call both ways ("" and "?", redis_short.lua), and returns how many of
 	// each were counted on the overflow counter.
 	run := func(from, to int) []int64 {
 		t.Helper()

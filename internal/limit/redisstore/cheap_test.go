@@ -14,7 +14,7 @@ import (
 )
 
 // Tests of the cheaper decisions of the Redis store: what a usual call
-// reads and writes (usual, the field layout, redis.lua), the copy of a
+// reads and writes (usual, the field layout, redis_short.lua), the copy of a
 // new key in a batch (copied), a batch's replies as strings (many),
 // sliding_window's shortcuts for a total of 1 (sliding_window.lua) and
 // the lease that is asked for only past one request per leaseAhead
@@ -180,7 +180,7 @@ func sameDecision(t *testing.T, mem *limit.Memory, red *Store, clock *fixedClock
 }
 
 // TestRedisUsualCallLockouts checks the usual call of one limit (usual,
-// redis.lua, which decides only on a counter without a lockout of a rule
+// redis_short.lua, which decides only on a counter without a lockout of a rule
 // without one) against the memory store where a lockout is in play: a
 // rule that locks out, its lockout lifted by a reload that drops it, and
 // the rule locking out again.
@@ -315,7 +315,7 @@ func rawCallBatch(t *testing.T, red *Store, q limit.Request) *batchCall {
 }
 
 // TestRedisBatchRepliesAsAlone checks that a batch in one script call
-// (many, redis.lua) answers each call with the numbers it answers the
+// (many, redis_entry.lua) answers each call with the numbers it answers the
 // call alone with: a usual call of one limit admitted on a counter that
 // exists (usual's string) or denied (its table, joined), a limit that
 // counts nothing (Remaining -1) or blocks, a new key, a lease, every
@@ -425,7 +425,7 @@ func TestRedisBatchRepliesAsAlone(t *testing.T) {
 }
 
 // TestRedisCopiedCommands checks the copy of a new key in a batch on
-// Redis's clock (copied, redis.lua): the batch's first new key is asked
+// Redis's clock (copied, redis_short.lua): the batch's first new key is asked
 // about (EXISTS) and written, the next are copies of it; a key that
 // exists, which the copy finds there, is read and counted as it stands,
 // and neither copied again nor asked about. With an ACL that refuses
@@ -488,7 +488,7 @@ func TestRedisCopiedCommands(t *testing.T) {
 }
 
 // TestRedisCopiedBudget checks that a batch's copies of new keys keep to
-// the key budget (copied, redis.lua): once its set holds the budget, new
+// the key budget (copied, redis_short.lua): once its set holds the budget, new
 // keys go to their overflow counter.
 func TestRedisCopiedBudget(t *testing.T) {
 	t.Parallel()
@@ -514,7 +514,7 @@ func TestRedisCopiedBudget(t *testing.T) {
 // TestRedisLeaseOnlyPastOnePerLeaseAhead checks that a call asks for a
 // lease only at a rate that leases more than the request's own token:
 // above one request per leaseAhead (scriptArgs). Below, the script would
-// lease the request's token alone (redis.lua), which the gateway keeps
+// lease the request's token alone (lease, redis_acts.lua), which the gateway keeps
 // none of (tokenLeases.grant): the lease call and the usual call decide,
 // write and answer alike. Above, the script leases more.
 func TestRedisLeaseOnlyPastOnePerLeaseAhead(t *testing.T) {

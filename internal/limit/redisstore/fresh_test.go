@@ -15,7 +15,7 @@ import (
 )
 
 // TestRedisNewKeysAsAnyOther checks the decision's short way for the
-// usual call on a new key (freshFor in redis.lua: made once per settings
+// usual call on a new key (freshFor in redis_short.lua: made once per settings
 // and instant, then reused by every new key of the batch): for every
 // algorithm, with random settings used again at later instants, a batch
 // of new keys gets the answers, the fields and the expiry that one such
@@ -152,7 +152,7 @@ func TestRedisNewKeysAsAnyOther(t *testing.T) {
 }
 
 // TestRedisNewKeysCopied checks the new keys of a batch that the script
-// makes by copying the batch's first (COPY, redis.lua): a key the batch
+// makes by copying the batch's first (COPY, redis_short.lua): a key the batch
 // then decides the long way (a second request on it) is no longer copied
 // from, and a copy has the fields and expiry of a new key decided alone.
 // With COPY and EXISTS refused (an ACL), the same batch is decided alike.

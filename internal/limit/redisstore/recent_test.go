@@ -40,7 +40,7 @@ func TestRecentKeys(t *testing.T) {
 
 // TestRedisProbesNewKeys checks that the usual call on a key the store
 // has not asked about lately is spelled "?", and "" within its window
-// (redis.lua: the script asks whether a "?" key exists first).
+// (redis_short.lua: the script asks whether a "?" key exists first).
 func TestRedisProbesNewKeys(t *testing.T) {
 	t.Parallel()
 	red := newTestRedis(t, Config{URL: "redis://127.0.0.1:1/0"})

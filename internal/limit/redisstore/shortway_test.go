@@ -16,7 +16,7 @@ import (
 )
 
 // Tests of the short way for new keys (quick, COPY, the
-// "?" spelling, redis.lua) and of the key budget's per-script-call
+// "?" spelling, redis_short.lua) and of the key budget's per-script-call
 // bookkeeping (budget.lua).
 
 // shortWayStore returns a store on url that decides on Redis's clock (a

@@ -115,7 +115,7 @@ func (c *call) cachedDenial() bool {
 	if r.deny == nil || c.mustAsk || !r.deny.lookup(c.keys, c.reqs, c.start, c.res) {
 		return false
 	}
-	r.decisions.Add(1)
+	r.stats.decisions.Add(1)
 	return true
 }
 
@@ -130,8 +130,8 @@ func (c *call) decide(ctx context.Context) (scriptAnswer, error) {
 	if err != nil {
 		return d, c.late(err)
 	}
-	r.decisions.Add(1)
-	r.overflowed.Add(d.overflowed)
+	r.stats.decisions.Add(1)
+	r.stats.overflowed.Add(d.overflowed)
 	return c.waitForTokens(ctx, d, args)
 }
 
@@ -229,7 +229,7 @@ func (r *Store) scriptArgs(now time.Time, reqs []limit.Request, tag string, ask 
 	// left unspent; the script leases each only what it lacks of that.
 	var rate, fleet int64
 	if ask != nil {
-		rate, fleet = slices.Min(ask.rates), max(r.fleetSize.Load(), 1)
+		rate, fleet = slices.Min(ask.rates), max(r.fleet.size.Load(), 1)
 		if ask.refill {
 			rate = -rate
 		} else if rate*int64(leaseAhead) <= int64(time.Second) {
@@ -307,12 +307,12 @@ func (r *Store) decide(ctx context.Context, keys []string, reqs []limit.Request,
 }
 
 // nodeOf returns the breaker of key's node: on one Redis, its one node;
-// in a cluster, the master of key's slot, looked up within callTimeout.
+// in a cluster, the master of key's slot, looked up within wait.call.
 func (r *Store) nodeOf(ctx context.Context, key string) (*breaker, error) {
 	if b := r.nodes.single; b != nil {
 		return b, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.callTimeout)
+	ctx, cancel := context.WithTimeout(ctx, r.wait.call)
 	defer cancel()
 	return r.breakerFor(ctx, key)
 }
@@ -330,9 +330,9 @@ func (r *Store) decideOnce(ctx context.Context, keys []string, reqs []limit.Requ
 	}
 	// The wait for the answer needs no deadline of its own: await bounds
 	// it by Timeout in the queue and Timeout in flight, within
-	// callTimeout.
+	// wait.call.
 	var cr callResult
-	if r.maxBatch > 1 {
+	if r.batch.max > 1 {
 		cr, err = r.batcherFor(b).do(ctx, r, keys, args)
 	} else {
 		cr, err = r.alone(ctx, keys, args)

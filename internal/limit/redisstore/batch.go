@@ -11,6 +11,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// batching is how a store batches its calls: max is Config.MaxBatch;
+// batchers the batcher of each node, by its *breaker, when max is above
+// 1; onBatch is Config.OnBatch.
+type batching struct {
+	max      int
+	batchers sync.Map
+	onBatch  func(int)
+}
+
 // DefaultBatch is the most script calls one round trip to a Redis
 // node carries (Config.MaxBatch).
 const DefaultBatch = 64
@@ -117,10 +126,10 @@ func (c *batchCall) finish() {
 
 // batcherFor returns the batcher of b's node.
 func (r *Store) batcherFor(b *breaker) *batcher {
-	if q, ok := r.batchers.Load(b); ok {
+	if q, ok := r.batch.batchers.Load(b); ok {
 		return q.(*batcher)
 	}
-	q, _ := r.batchers.LoadOrStore(b, &batcher{max: r.maxBatch})
+	q, _ := r.batch.batchers.LoadOrStore(b, &batcher{max: r.batch.max})
 	return q.(*batcher)
 }
 
@@ -158,7 +167,7 @@ func (q *batcher) do(ctx context.Context, r *Store, keys []string, args []any) (
 // is not to hear of the failure: another caller told it of the same
 // round trip's wait, or the caller went away.
 func (r *Store) await(ctx context.Context, c *batchCall) (callResult, error) {
-	timeout := r.rtt.wait()
+	timeout := r.wait.rtt.wait()
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	for {
@@ -196,7 +205,7 @@ func (r *Store) await(ctx context.Context, c *batchCall) (callResult, error) {
 			return callResult{v: c.v, shared: c.shared}, c.err
 		}
 		c.late = &lateCall{r: r}
-		r.lateWaiting.Add(1)
+		r.wb.lateWaiting.Add(1)
 		late := c.late
 		c.mu.Unlock()
 		shared := true
@@ -220,8 +229,8 @@ func (r *Store) observe(start int64, err error) {
 		return
 	}
 	d := time.Duration(r.clock() - start)
-	r.rtt.observe(d)
-	if b := r.nodes.single; b != nil && r.rtt.adapts() && d <= r.rtt.ceiling {
+	r.wait.rtt.observe(d)
+	if b := r.nodes.single; b != nil && r.wait.rtt.adapts() && d <= r.wait.rtt.ceiling {
 		b.success()
 	}
 }
@@ -254,14 +263,14 @@ func (callTimeoutError) Temporary() bool { return true }
 // did.
 func (q *batcher) send(r *Store, batch []*batchCall) {
 	for first := true; len(batch) > 0; first = false {
-		ctx, cancel := context.WithTimeout(context.Background(), r.callTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), r.wait.call)
 		start := r.clock()
 		r.runBatch(ctx, batch)
 		r.observe(start, batch[0].err)
 		cancel()
-		r.roundTrips.Add(1)
-		if r.onBatch != nil && !first {
-			r.onBatch(len(batch))
+		r.stats.roundTrips.Add(1)
+		if r.batch.onBatch != nil && !first {
+			r.batch.onBatch(len(batch))
 		}
 		for _, c := range batch {
 			c.finish()
@@ -301,12 +310,12 @@ func (r *Store) alone(ctx context.Context, keys []string, args []any) (callResul
 	c.state.Store(callTaken)
 	c.rt.Store(&roundTrip{sent: r.clock()})
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), r.callTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), r.wait.call)
 		start := r.clock()
 		c.v, c.err = r.run(ctx, keys, args)
 		r.observe(start, c.err)
 		cancel()
-		r.roundTrips.Add(1)
+		r.stats.roundTrips.Add(1)
 		c.finish()
 	}()
 	return r.await(ctx, c)
@@ -374,7 +383,7 @@ func (r *Store) runBatch(ctx context.Context, batch []*batchCall) {
 // pipeline sends one command per call of batch, made by cmd, in one
 // round trip, and returns them with their answers or errors.
 func (r *Store) pipeline(ctx context.Context, batch []*batchCall, cmd func(redis.Pipeliner, *batchCall) *redis.Cmd) []*redis.Cmd {
-	r.calls.Add(int64(len(batch)))
+	r.stats.calls.Add(int64(len(batch)))
 	cmds := make([]*redis.Cmd, len(batch))
 	// The error of Exec is the first command's; each command has its own.
 	_, _ = r.client.Pipelined(ctx, func(p redis.Pipeliner) error {

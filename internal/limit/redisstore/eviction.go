@@ -18,7 +18,7 @@ import (
 // fail mode to decide, never as an admission. A node that refuses CONFIG
 // GET (a managed Redis) is left out.
 func (r *Store) EvictionPolicy(ctx context.Context) (map[string]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.dialTimeout)
+	ctx, cancel := context.WithTimeout(ctx, r.wait.dial)
 	defer cancel()
 	var mu sync.Mutex
 	out := map[string]string{}

@@ -321,10 +321,10 @@ func TestRedisWriteBackDroppedOnlyWhenWindowEnded(t *testing.T) {
 	// Both wait for the breaker, their flush done (a flush that checked
 	// the window before the clock moved on would send it after).
 	eventually.True(t, 30*time.Second, func() bool {
-		red.wbMu.Lock()
-		n := len(red.writeBacks)
-		red.wbMu.Unlock()
-		return n == 2 && !red.wbBusy.Load()
+		red.wb.mu.Lock()
+		n := len(red.wb.queue)
+		red.wb.mu.Unlock()
+		return n == 2 && !red.wb.busy.Load()
 	}, "the two local admissions do not wait for the breaker: %+v", red.Stats())
 	mu.Lock()
 	clock = clock.Add(2 * time.Minute)

@@ -7,10 +7,21 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
+
+// fleetState is the store's part in the fleet's membership: its id, how
+// often it beats, the fleet's size as the last heartbeat saw it, and the
+// heartbeats that succeeded.
+type fleetState struct {
+	id        string
+	heartbeat time.Duration
+	size      atomic.Int64
+	beats     atomic.Int64
+}
 
 // DefaultFleetHeartbeat is the default Config.FleetHeartbeat.
 const DefaultFleetHeartbeat = 2 * time.Second
@@ -47,32 +58,32 @@ func newFleetID() string {
 }
 
 // FleetID returns the ID this gateway registers under.
-func (r *Store) FleetID() string { return r.fleetID }
+func (r *Store) FleetID() string { return r.fleet.id }
 
 // FleetSize returns the number of gateways that used this Redis at the
 // last heartbeat, this one included; 0 before any heartbeat succeeded.
 // Through an outage it stays what it was last seen.
-func (r *Store) FleetSize() int { return int(r.fleetSize.Load()) }
+func (r *Store) FleetSize() int { return int(r.fleet.size.Load()) }
 
 // FleetSeen reports whether this gateway has seen the whole fleet: its
 // second heartbeat succeeded, so that every gateway that registered
 // before its first one was counted. At the first, the gateways that
 // start at the same moment have not all registered yet, and each may
 // find itself alone.
-func (r *Store) FleetSeen() bool { return r.fleetBeats.Load() >= 2 }
+func (r *Store) FleetSeen() bool { return r.fleet.beats.Load() >= 2 }
 
 // Heartbeat registers this gateway as a member of the fleet for three
 // heartbeats and counts the members. It returns the fleet size.
 func (r *Store) Heartbeat(ctx context.Context) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.callTimeout)
+	ctx, cancel := context.WithTimeout(ctx, r.wait.call)
 	defer cancel()
-	ttl := 3 * r.heartbeat
-	n, err := fleetScript.Run(ctx, r.client, []string{fleetKey}, r.fleetID, ttl.Milliseconds()).Int64()
+	ttl := 3 * r.fleet.heartbeat
+	n, err := fleetScript.Run(ctx, r.client, []string{fleetKey}, r.fleet.id, ttl.Milliseconds()).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("redis fleet heartbeat: %w", err)
 	}
-	r.fleetSize.Store(n)
-	r.fleetBeats.Add(1)
+	r.fleet.size.Store(n)
+	r.fleet.beats.Add(1)
 	return int(n), nil
 }
 
@@ -81,7 +92,7 @@ func (r *Store) Heartbeat(ctx context.Context) (int, error) {
 // not nil, is called with the fleet size after every heartbeat that
 // changed it.
 func (r *Store) RunFleet(ctx context.Context, onSize func(n int)) {
-	t := time.NewTicker(r.heartbeat)
+	t := time.NewTicker(r.fleet.heartbeat)
 	defer t.Stop()
 	last := -1
 	for {
@@ -93,8 +104,8 @@ func (r *Store) RunFleet(ctx context.Context, onSize func(n int)) {
 		}
 		select {
 		case <-ctx.Done():
-			lctx, cancel := context.WithTimeout(context.Background(), r.callTimeout)
-			r.client.ZRem(lctx, fleetKey, r.fleetID)
+			lctx, cancel := context.WithTimeout(context.Background(), r.wait.call)
+			r.client.ZRem(lctx, fleetKey, r.fleet.id)
 			cancel()
 			return
 		case <-t.C:

@@ -5,10 +5,30 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 )
+
+// writeBacks are the local admissions waiting to be counted in Redis
+// (lateCall), at most maxWriteBacks, in queue; busy is set while a flush
+// runs, in group. written and dropped count them. retry is the breaker's
+// backoff: a flush it refused runs again after it (timer set
+// meanwhile). lateWaiting counts the calls in flight whose callers
+// stopped waiting (lateCall) and whose answers are not in yet.
+type writeBacks struct {
+	mu          sync.Mutex
+	queue       []pendingWrite
+	busy, again atomic.Bool
+	closed      bool // guarded by mu
+	group       sync.WaitGroup
+	written     atomic.Int64
+	dropped     atomic.Int64
+	retry       time.Duration
+	timer       atomic.Bool
+	lateWaiting atomic.Int64
+}
 
 // maxWriteBacks is the most local admissions a Redis store keeps to write
 // back while Redis does not answer.
@@ -96,7 +116,7 @@ func (lc *lateCall) answered(v []int64, err error) {
 	lc.mu.Unlock()
 	lc.settle()
 	lc.giveBackLeased()
-	lc.r.lateWaiting.Add(-1) // last: what the answer says is under way
+	lc.r.wb.lateWaiting.Add(-1) // last: what the answer says is under way
 }
 
 // leasedLate notes that the call of err, if Redis did not answer it in
@@ -305,33 +325,33 @@ func (lc *lateCall) Follow(now time.Time, reqs []limit.Request) { lc.follow(now,
 // when its node's breaker closes, unless the shortest bucket of one has
 // ended meanwhile (its count would fall in another).
 func (r *Store) writeBack(ws []pendingWrite) {
-	r.wbMu.Lock()
+	r.wb.mu.Lock()
 	for _, w := range ws {
-		if len(r.writeBacks) < maxWriteBacks {
-			r.writeBacks = append(r.writeBacks, w)
+		if len(r.wb.queue) < maxWriteBacks {
+			r.wb.queue = append(r.wb.queue, w)
 		} else {
-			r.writeBacksDropped.Add(1)
+			r.wb.dropped.Add(1)
 		}
 	}
-	r.wbMu.Unlock()
+	r.wb.mu.Unlock()
 	r.flushWriteBacks()
 }
 
 // flushWriteBacks sends the pending write-backs in the background, one
 // flush at a time; a flush asked for while one runs runs after it.
 func (r *Store) flushWriteBacks() {
-	r.wbAgain.Store(true)
-	r.wbMu.Lock()
-	defer r.wbMu.Unlock()
-	if r.wbClosed || !r.wbBusy.CompareAndSwap(false, true) {
+	r.wb.again.Store(true)
+	r.wb.mu.Lock()
+	defer r.wb.mu.Unlock()
+	if r.wb.closed || !r.wb.busy.CompareAndSwap(false, true) {
 		return
 	}
-	r.wbGroup.Go(func() {
-		for r.wbAgain.Swap(false) {
+	r.wb.group.Go(func() {
+		for r.wb.again.Swap(false) {
 			r.flushOnce(false)
 		}
-		r.wbBusy.Store(false)
-		if r.wbAgain.Load() {
+		r.wb.busy.Store(false)
+		if r.wb.again.Load() {
 			r.flushWriteBacks() // asked for between the last flush and now
 		}
 	})
@@ -342,14 +362,14 @@ func (r *Store) flushWriteBacks() {
 // is the last flush (Close): a flush that runs while the store closes
 // keeps them for that one.
 func (r *Store) flushOnce(last bool) {
-	r.wbMu.Lock()
-	pending := r.writeBacks
-	r.writeBacks = nil
-	r.wbMu.Unlock()
+	r.wb.mu.Lock()
+	pending := r.wb.queue
+	r.wb.queue = nil
+	r.wb.mu.Unlock()
 	var again []pendingWrite
 	for _, w := range pending {
 		if r.clock()-w.at > int64(shortestBucket(w.reqs)) {
-			r.writeBacksDropped.Add(1)
+			r.wb.dropped.Add(1)
 			continue
 		}
 		// One counter named twice is counted twice, in one request
@@ -360,13 +380,13 @@ func (r *Store) flushOnce(last bool) {
 			continue
 		}
 		args := r.scriptArgs(w.now, reqs, tag, nil)
-		ctx, cancel := context.WithTimeout(context.Background(), r.callTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), r.wait.call)
 		_, err = r.decide(ctx, keys, reqs, args, make([]limit.Result, len(reqs)))
 		cancel()
 		var le *lateError
 		switch {
 		case err == nil:
-			r.writtenBack.Add(1)
+			r.wb.written.Add(1)
 		case errors.As(err, &le) && le.call.notCounted() && !last:
 			// Not sent: again when the breaker closes, or in the last
 			// flush.
@@ -374,19 +394,19 @@ func (r *Store) flushOnce(last bool) {
 		default:
 			// Sent, but its fate is unknown: never twice. Or refused
 			// in the last flush.
-			r.writeBacksDropped.Add(1)
+			r.wb.dropped.Add(1)
 		}
 	}
 	if len(again) > 0 {
-		r.wbMu.Lock()
-		r.writeBacks = append(again, r.writeBacks...)
-		r.wbMu.Unlock()
+		r.wb.mu.Lock()
+		r.wb.queue = append(again, r.wb.queue...)
+		r.wb.mu.Unlock()
 		// The breaker closes only when a call gets through: with no
 		// request to probe Redis, the write-backs try again after its
 		// backoff, themselves the probe.
-		if r.wbTimer.CompareAndSwap(false, true) {
-			time.AfterFunc(r.wbRetry, func() {
-				r.wbTimer.Store(false)
+		if r.wb.timer.CompareAndSwap(false, true) {
+			time.AfterFunc(r.wb.retry, func() {
+				r.wb.timer.Store(false)
 				r.flushWriteBacks()
 			})
 		}
@@ -397,9 +417,9 @@ func (r *Store) flushOnce(last bool) {
 // their last chance: the first goes as a probe even during the
 // breaker's backoff.
 func (r *Store) lastFlush() {
-	r.wbMu.Lock()
-	pending := len(r.writeBacks) > 0
-	r.wbMu.Unlock()
+	r.wb.mu.Lock()
+	pending := len(r.wb.queue) > 0
+	r.wb.mu.Unlock()
 	if pending {
 		r.nodes.probeNow()
 	}

@@ -71,8 +71,8 @@ func TestRedisSlowCostsOnce(t *testing.T) {
 				}
 				// The answers to the calls in flight during the stall are
 				// in, and what they say is done (written back, given back).
-				eventually.True(t, 30*time.Second, func() bool { return red.lateWaiting.Load() == 0 },
-					"%d calls still without an answer 30s after Redis's return", red.lateWaiting.Load())
+				eventually.True(t, 30*time.Second, func() bool { return red.wb.lateWaiting.Load() == 0 },
+					"%d calls still without an answer 30s after Redis's return", red.wb.lateWaiting.Load())
 				if red.leases == nil || red.leases.late.Load() > 0 || stalls == 5 {
 					break
 				}
@@ -198,8 +198,8 @@ func stalledBeforeClose(t *testing.T, key string) (*redistest.Server, *Store, *f
 		g.allow()
 	}
 	g.stall(srv)
-	eventually.True(t, 30*time.Second, func() bool { return red.lateWaiting.Load() == 0 },
-		"%d calls still without an answer 30s after Redis's return", red.lateWaiting.Load())
+	eventually.True(t, 30*time.Second, func() bool { return red.wb.lateWaiting.Load() == 0 },
+		"%d calls still without an answer 30s after Redis's return", red.wb.lateWaiting.Load())
 	if !red.CircuitOpen() {
 		t.Fatalf("the breaker closed before Close: the test closes nothing while it is open")
 	}
@@ -218,7 +218,7 @@ func TestRedisCloseKeepsRefusedWriteBacks(t *testing.T) {
 	red.closed.Store(true)
 	red.flushOnce(false)
 	red.closed.Store(false)
-	if n := red.writeBacksDropped.Load(); n != 0 {
+	if n := red.wb.dropped.Load(); n != 0 {
 		t.Errorf("a flush while closing dropped %d write-backs the breaker refused, want them kept", n)
 	}
 	if err := red.Close(); err != nil {
@@ -297,15 +297,15 @@ func TestRedisWriteBackKeepsBudget(t *testing.T) {
 			t.Fatalf("caller %s: got %v %v, want admitted", ip, ok, err)
 		}
 	}
-	red.wbMu.Lock()
+	red.wb.mu.Lock()
 	for _, ip := range ips[perBucket:] {
-		red.writeBacks = append(red.writeBacks, pendingWrite{reqs: admission([]limit.Request{callerReq("/", ip, p)}), at: red.clock()})
+		red.wb.queue = append(red.wb.queue, pendingWrite{reqs: admission([]limit.Request{callerReq("/", ip, p)}), at: red.clock()})
 	}
-	red.wbMu.Unlock()
+	red.wb.mu.Unlock()
 	red.flushOnce(false)
 	c := srv.Client()
-	if got := red.writtenBack.Load(); got != late {
-		t.Fatalf("written back: %d, want %d (dropped %d)", got, late, red.writeBacksDropped.Load())
+	if got := red.wb.written.Load(); got != late {
+		t.Fatalf("written back: %d, want %d (dropped %d)", got, late, red.wb.dropped.Load())
 	}
 	for _, ip := range ips[perBucket:] {
 		if n, err := c.Exists(ctx, redisKey(tag, "*|/|"+ip)).Result(); err != nil || n != 0 {
@@ -481,9 +481,9 @@ func TestRedisActsDecidedAlone(t *testing.T) {
 // no late call without its answer, no write-back pending or in flight.
 func writtenBack(red *Store) func() bool {
 	return func() bool {
-		red.wbMu.Lock()
-		pending := len(red.writeBacks)
-		red.wbMu.Unlock()
-		return red.lateWaiting.Load() == 0 && pending == 0 && !red.wbBusy.Load()
+		red.wb.mu.Lock()
+		pending := len(red.wb.queue)
+		red.wb.mu.Unlock()
+		return red.wb.lateWaiting.Load() == 0 && pending == 0 && !red.wb.busy.Load()
 	}
 }

@@ -23,7 +23,7 @@ var leaseReturnScript = redis.NewScript(leaseReturnLua)
 // that fails loses its tokens to the fleet until their bucket ends, as
 // before there were returns; it is never sent twice.
 func (r *Store) giveBack(back []leaseReturn) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.callTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), r.wait.call)
 	defer cancel()
 	cmds := make([]*redis.Cmd, len(back))
 	run := func(p redis.Pipeliner, sha bool) {

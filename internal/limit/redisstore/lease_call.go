@@ -55,7 +55,7 @@ func (c *call) spendSome() bool {
 		return false
 	}
 	if len(rest) == 0 {
-		c.r.decisions.Add(1)
+		c.r.stats.decisions.Add(1)
 		return true
 	}
 	c.taken, c.rest, c.spentSome = taken, rest, true
@@ -160,7 +160,7 @@ func (r *Store) fromLeases(ctx context.Context, now time.Time, keys []string, re
 	}
 	ask.claim = claim
 	if ok {
-		r.decisions.Add(1)
+		r.stats.decisions.Add(1)
 		if claim != nil {
 			keys, reqs := slices.Clone(keys), slices.Clone(reqs)
 			if !r.leases.background(func() { r.refill(now, keys, reqs, tag, ask) }) {
@@ -181,7 +181,7 @@ func (r *Store) refill(now time.Time, keys []string, reqs []limit.Request, tag s
 	ask.refill = true
 	args := r.scriptArgs(now, reqs, tag, ask)
 	start := r.clock()
-	ctx, cancel := context.WithTimeout(context.Background(), r.callTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), r.wait.call)
 	defer cancel()
 	res := make([]limit.Result, len(reqs))
 	d, err := r.decide(ctx, keys, reqs, args, res)

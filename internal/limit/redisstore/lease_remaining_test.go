@@ -42,7 +42,7 @@ func TestRedisLeaseRemainingOracle(t *testing.T) {
 					}
 					// The fleet's size, as its heartbeats would find it:
 					// each lease is at most the room / (2 × it).
-					red.fleetSize.Store(int64(gateways))
+					red.fleet.size.Store(int64(gateways))
 					gws = append(gws, red)
 				}
 				mem := newTestMemory(t)

@@ -58,7 +58,7 @@ func (r *Store) runAsOne(ctx context.Context, batch []*batchCall) {
 	var v []any
 	var err error
 	for try := 0; try < closedConnTries; try++ {
-		r.calls.Add(int64(len(batch)))
+		r.stats.calls.Add(int64(len(batch)))
 		v, err = r.client.FCall(ctx, r.fn.name, keys, args...).Slice()
 		if try > 0 {
 			// The first send may have run: a refusal now does not tell

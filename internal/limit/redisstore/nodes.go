@@ -186,7 +186,7 @@ func (r *Store) reloadSlots() {
 	}
 	r.nodes.reloads.Add(1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), r.dialTimeout+r.timeout)
+		ctx, cancel := context.WithTimeout(context.Background(), r.wait.dial+r.wait.timeout)
 		defer cancel()
 		var mu sync.Mutex
 		masters := map[string]bool{}
@@ -238,7 +238,7 @@ func (ns *nodes) retire(masters map[string]bool) {
 // the store again in the background after a failover or restart (a lost
 // script, a breaker that closes). It is safe to call at any time.
 func (r *Store) Ready(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, r.dialTimeout)
+	ctx, cancel := context.WithTimeout(ctx, r.wait.dial)
 	defer cancel()
 	for {
 		err := r.warm(ctx)

@@ -76,9 +76,9 @@ func TestRedisWaitAdapts(t *testing.T) {
 			failed++
 		}
 		return err == nil
-	}, "Redis never decided within the adapted wait (%v)", red.rtt.wait())
-	if w := red.rtt.wait(); w < delay {
+	}, "Redis never decided within the adapted wait (%v)", red.wait.rtt.wait())
+	if w := red.wait.rtt.wait(); w < delay {
 		t.Errorf("the wait is %v, shorter than Redis's %v round trip", w, delay)
 	}
-	t.Logf("%d calls failed before the wait adapted to %v", failed, red.rtt.wait())
+	t.Logf("%d calls failed before the wait adapted to %v", failed, red.wait.rtt.wait())
 }

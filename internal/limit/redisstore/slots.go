@@ -80,7 +80,7 @@ func NewSlots(r *Store, cfg SlotsConfig) (*Slots, error) {
 		return nil, fmt.Errorf("redis slot renewal %s is not in (0, ttl %s)", renew, ttl)
 	}
 	s := &Slots{
-		r: r, ttl: micros(ttl), renew: renew, prefix: r.fleetID + ":", onErr: cfg.OnError,
+		r: r, ttl: micros(ttl), renew: renew, prefix: r.fleet.id + ":", onErr: cfg.OnError,
 		live: map[*slotPermit]struct{}{}, stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	go s.run()
@@ -206,7 +206,7 @@ func (s *Slots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Pe
 		l.keys[i] = SlotKey(tag, q.Key)
 		args = append(args, q.Limit)
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.r.callTimeout)
+	cctx, cancel := context.WithTimeout(ctx, s.r.wait.call)
 	defer cancel()
 	b, err := s.r.breakerFor(cctx, l.keys[0])
 	if err != nil {
@@ -216,7 +216,7 @@ func (s *Slots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Pe
 	if !ok {
 		return nil, -1, limit.ErrCircuitOpen
 	}
-	s.r.calls.Add(1)
+	s.r.stats.calls.Add(1)
 	v, err := slotAcquireScript.Run(cctx, s.r.short, l.keys[:n], args...).Int64()
 	if err != nil {
 		switch {
@@ -262,7 +262,7 @@ func (l *slotPermit) Release() {
 	s.mu.Lock()
 	delete(s.live, l)
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), s.r.callTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), s.r.wait.call)
 	defer cancel()
 	b, err := s.r.breakerFor(ctx, l.keys[0])
 	if err != nil {
@@ -272,7 +272,7 @@ func (l *slotPermit) Release() {
 	if !ok {
 		return
 	}
-	s.r.calls.Add(1)
+	s.r.stats.calls.Add(1)
 	if err := slotReleaseScript.Run(ctx, s.r.short, l.keys[:l.n], l.member).Err(); err != nil {
 		if errors.Is(err, redis.ErrPoolTimeout) || isRedirect(err) {
 			b.abandon(probe)
@@ -327,7 +327,7 @@ func (s *Slots) RenewNow(ctx context.Context) error {
 		return nil
 	}
 	now := s.nowArg()
-	ctx, cancel := context.WithTimeout(ctx, s.r.callTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.r.wait.call)
 	defer cancel()
 	_, err := s.r.short.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, args := range byKey {

@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -170,35 +169,25 @@ type Config struct {
 // again whenever Redis comes back; Ready waits until the connections are
 // up and the script is loaded. A Redis is safe for concurrent use.
 type Store struct {
-	client      redis.UniversalClient
-	src         string // the script
-	sha         string // its SHA1, for EVALSHA
-	fn          *redisFunctions
-	timeout     time.Duration
-	rtt         *rtt // the wait for a decision, from timeout up
-	dialTimeout time.Duration
-	// callTimeout bounds a whole call: pool wait, dial and two commands
-	// (EVALSHA, and EVAL when the node lost the script).
-	callTimeout time.Duration
-	warmConns   int
-	nodes       nodes
-	deny        *denyCache
-	known       *known // what Redis last said of each key (known.go)
-	now         func() time.Time
-	fleetID     string
-	heartbeat   time.Duration
-	fleetSize   atomic.Int64
-	fleetBeats  atomic.Int64 // heartbeats that succeeded
-	// calls counts script calls sent to Redis, roundTrips the round
-	// trips that carried them, decisions the calls of Allow that decided,
-	// overflowed the requests Redis counted against their Overflow key
-	// (see Stats).
-	calls, roundTrips, decisions, overflowed atomic.Int64
-	// maxBatch is Config.MaxBatch; batchers the batcher of each
-	// node, by its *breaker, when it is above 1.
-	maxBatch int
-	batchers sync.Map
-	onBatch  func(int)
+	client redis.UniversalClient
+	// short is a client on the same servers whose commands time out
+	// after Timeout, for the concurrency slots; the decisions' client
+	// waits for late answers (lateCall) and bounds its callers itself.
+	short redis.UniversalClient
+	src   string // the script
+	sha   string // its SHA1, for EVALSHA
+	fn    *redisFunctions
+	wait  waits
+	nodes nodes
+	// warmConns is how many connections rewarm opens to each node;
+	// lastWarm is when it last started, since epoch.
+	warmConns int
+	lastWarm  atomic.Int64
+	batch     batching // batch.go
+	deny      *denyCache
+	known     *known // what Redis last said of each key (known.go)
+	fleet     fleetState
+	stats     storeStats
 	// leases are the store's leases; nil when off. leaseWait is
 	// LeaseWait, or a test's.
 	leases    *tokenLeases
@@ -206,35 +195,33 @@ type Store struct {
 	// maxKeys is the key budget (Config.MaxKeys); -1 for none.
 	maxKeys int64
 	recent  *recent
-	// writeBacks are the local admissions waiting to be counted in Redis
-	// (lateCall), at most maxWriteBacks; wbBusy is set while a flush
-	// runs, in wbGroup. writtenBack and writeBacksDropped count them.
-	wbMu                           sync.Mutex
-	writeBacks                     []pendingWrite
-	wbBusy, wbAgain                atomic.Bool
-	wbClosed                       bool // guarded by wbMu
-	wbGroup                        sync.WaitGroup
-	writtenBack, writeBacksDropped atomic.Int64
-	// wbRetry is the breaker's backoff: a flush it refused runs again
-	// after it (wbTimer set meanwhile).
-	wbRetry time.Duration
-	wbTimer atomic.Bool
-	// lateWaiting counts the calls in flight whose callers stopped
-	// waiting (lateCall) and whose answers are not in yet.
-	lateWaiting atomic.Int64
-	// short is a client on the same servers whose commands time out
-	// after Timeout, for the concurrency slots; the decisions' client
-	// waits for late answers (lateCall) and bounds its callers itself.
-	short redis.UniversalClient
-	// lastWarm is when rewarm last started, since epoch.
-	lastWarm atomic.Int64
-	closed   atomic.Bool
+	wb      writeBacks // late.go
+	closed  atomic.Bool
+	now     func() time.Time
 	// epoch is now at creation: the deny cache counts from it, on the
 	// monotonic clock, so that a step of the wall clock moves no denial.
 	epoch time.Time
 	// fixedNow, when not nil, gives the instant (µs since the Unix epoch)
 	// the script decides at instead of Redis's TIME. Tests only.
 	fixedNow func() int64
+}
+
+// waits are how long the store waits for Redis.
+type waits struct {
+	timeout time.Duration
+	rtt     *rtt // the wait for a decision, from timeout up
+	dial    time.Duration
+	// call bounds a whole call: pool wait, dial and two commands
+	// (EVALSHA, and EVAL when the node lost the script).
+	call time.Duration
+}
+
+// storeStats are the store's counts (see Stats): calls counts script
+// calls sent to Redis, roundTrips the round trips that carried them,
+// decisions the calls of Allow that decided, overflowed the requests
+// Redis counted against their Overflow key.
+type storeStats struct {
+	calls, roundTrips, decisions, overflowed atomic.Int64
 }
 
 var _ limit.Store = (*Store)(nil)
@@ -336,26 +323,21 @@ func New(cfg Config) (*Store, error) {
 	r := &Store{
 		client: redis.NewUniversalClient(opts),
 
-		src:         src,
-		sha:         redis.NewScript(src).Hash(),
-		fn:          fn,
-		timeout:     timeout,
-		rtt:         newRTT(timeout, maxTimeout),
-		dialTimeout: dialTimeout,
-		callTimeout: callTimeout,
-		warmConns:   max(warm, 1),
-		now:         now,
-		epoch:       now(),
-		fleetID:     cmp.Or(cfg.FleetID, newFleetID()),
-		heartbeat:   cmp.Or(cfg.FleetHeartbeat, DefaultFleetHeartbeat),
-		maxBatch:    cmp.Or(cfg.MaxBatch, DefaultBatch),
-		onBatch:     cfg.OnBatch,
-		maxKeys:     int64(cmp.Or(cfg.MaxKeys, DefaultMaxKeys)),
-		recent:      newRecent(),
+		src:       src,
+		sha:       redis.NewScript(src).Hash(),
+		fn:        fn,
+		wait:      waits{timeout: timeout, rtt: newRTT(timeout, maxTimeout), dial: dialTimeout, call: callTimeout},
+		warmConns: max(warm, 1),
+		now:       now,
+		epoch:     now(),
+		fleet:     fleetState{id: cmp.Or(cfg.FleetID, newFleetID()), heartbeat: cmp.Or(cfg.FleetHeartbeat, DefaultFleetHeartbeat)},
+		batch:     batching{max: cmp.Or(cfg.MaxBatch, DefaultBatch), onBatch: cfg.OnBatch},
+		maxKeys:   int64(cmp.Or(cfg.MaxKeys, DefaultMaxKeys)),
+		recent:    newRecent(),
 	}
 	threshold := cmp.Or(cfg.BreakerThreshold, DefaultBreakerThreshold)
 	backoff := cmp.Or(cfg.BreakerBackoff, DefaultBreakerBackoff)
-	r.wbRetry = backoff
+	r.wb.retry = backoff
 	maxBackoff := cmp.Or(cfg.BreakerMaxBackoff, DefaultBreakerMaxBackoff)
 	r.nodes.newBreaker = func(node string) *breaker {
 		return newBreaker(threshold, backoff, maxBackoff, now, func(open bool) {
@@ -481,10 +463,10 @@ func (r *Store) Close() error {
 		}
 		ls.bg.Wait()
 	}
-	r.wbMu.Lock()
-	r.wbClosed = true // no flush starts after this (flushWriteBacks)
-	r.wbMu.Unlock()
-	r.wbGroup.Wait()
+	r.wb.mu.Lock()
+	r.wb.closed = true // no flush starts after this (flushWriteBacks)
+	r.wb.mu.Unlock()
+	r.wb.group.Wait()
 	r.lastFlush()
 	err := r.client.Close()
 	if r.short != r.client {
@@ -500,7 +482,7 @@ func (r *Store) CircuitOpen() bool { return r.nodes.open.Load() > 0 }
 // Ping asks Redis whether it is up, within the time to dial and send one
 // command. It does not move the circuit breakers.
 func (r *Store) Ping(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, r.dialTimeout+r.timeout)
+	ctx, cancel := context.WithTimeout(ctx, r.wait.dial+r.wait.timeout)
 	defer cancel()
 	if err := r.client.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis ping: %w", err)
@@ -536,8 +518,8 @@ type Stats struct {
 
 // Stats returns the store's counts.
 func (r *Store) Stats() Stats {
-	s := Stats{Decisions: r.decisions.Load(), Calls: r.calls.Load(), RoundTrips: r.roundTrips.Load(),
-		Overflowed: r.overflowed.Load(), WrittenBack: r.writtenBack.Load(), WriteBacksDropped: r.writeBacksDropped.Load()}
+	s := Stats{Decisions: r.stats.decisions.Load(), Calls: r.stats.calls.Load(), RoundTrips: r.stats.roundTrips.Load(),
+		Overflowed: r.stats.overflowed.Load(), WrittenBack: r.wb.written.Load(), WriteBacksDropped: r.wb.dropped.Load()}
 	if ls := r.leases; ls != nil {
 		s.LeaseGranted, s.LeaseSpent, s.LeaseExpired = ls.granted.Load(), ls.spent.Load(), ls.expired.Load()
 		s.LeaseReturned = ls.returned.Load()
@@ -551,17 +533,17 @@ func (r *Store) Stats() Stats {
 // SCRIPT FLUSH, FUNCTION FLUSH), after which the node is warmed up again
 // in the background.
 func (r *Store) run(ctx context.Context, keys []string, args []any) ([]int64, error) {
-	r.calls.Add(1)
+	r.stats.calls.Add(1)
 	v, err := r.scriptCmd(ctx, r.client, keys, args).Int64Slice()
 	for try := 1; err != nil && isClosedConn(err) && try < closedConnTries && ctx.Err() == nil; try++ {
-		r.calls.Add(1)
+		r.stats.calls.Add(1)
 		v, err = r.scriptCmd(ctx, r.client, keys, args).Int64Slice()
 		err = resent(err)
 	}
 	if err != nil && isNoScript(err) {
 		r.fn.lost(err)
 		r.rewarm()
-		r.calls.Add(1)
+		r.stats.calls.Add(1)
 		v, err = r.client.Eval(ctx, r.src, keys, args...).Int64Slice()
 	}
 	return v, err

@@ -62,28 +62,6 @@ func compare(ref, gw answer, headers bool) []string {
 	return out
 }
 
-// lowerRemaining reports whether gw's answer to a call of one descriptor
-// differs from ref's only in a lower limit_remaining, both admitting it.
-// Calls of several descriptors are left out, so that this never hides
-// how their counters interact (a repeated descriptor).
-func lowerRemaining(ref, gw answer) bool {
-	if ref.err != nil || gw.err != nil || len(ref.resp.GetStatuses()) != 1 || len(gw.resp.GetStatuses()) != 1 {
-		return false
-	}
-	a, b := ref.resp, gw.resp
-	if a.GetOverallCode() != b.GetOverallCode() || !proto.Equal(spaced(a.GetDynamicMetadata()), spaced(b.GetDynamicMetadata())) {
-		return false
-	}
-	for i, sa := range a.GetStatuses() {
-		sb := b.GetStatuses()[i]
-		if sa.GetCode() != rlsv3.RateLimitResponse_OK || sb.GetCode() != rlsv3.RateLimitResponse_OK ||
-			sb.GetLimitRemaining() > sa.GetLimitRemaining() || !proto.Equal(sa.GetDurationUntilReset(), sb.GetDurationUntilReset()) {
-			return false
-		}
-	}
-	return true
-}
-
 // spaced returns m with every run of spaces in its strings made one:
 // envoyproxy/ratelimit writes a limit override in protobuf's text format,
 // whose Go implementation varies the spacing on purpose, so that no one

@@ -115,17 +115,13 @@ var modes = []struct {
 	svc  int
 	name string
 	what string
-	// leases reports whether the gateway holds leases of tokens
-	// (docs/fleet.md, "Leases"): a call whose only difference is a lower
-	// limit_remaining, admitted by both, is then declared as theirs.
-	leases bool
 	// headers reports whether the response headers are compared: from
 	// the environment both add envoyproxy/ratelimit's
 	// (LIMIT_RESPONSE_HEADERS_ENABLED); the defaults add none.
 	headers bool
 }{
-	{svcCompat, "compat", "from envoyproxy/ratelimit's environment (reference counting)", false, true},
-	{svcDefault, "default", "with the gateway's defaults, on fixed_window copies of the configs", true, false},
+	{svcCompat, "compat", "from envoyproxy/ratelimit's environment (reference counting)", true},
+	{svcDefault, "default", "with the gateway's defaults, on fixed_window copies of the configs", false},
 }
 
 type run struct {
@@ -351,7 +347,6 @@ func (r *run) runAll(verbose bool, refVersion string) (string, int, error) {
 	type result struct {
 		requests int
 		diffs    [][]string // per request, its differences
-		leased   []bool     // per request, whether they are leases' alone
 	}
 	results := make([][]result, len(r.cases)) // [case][mode]
 	var retries, withHeaders int
@@ -384,7 +379,6 @@ func (r *run) runAll(verbose bool, refVersion string) (string, int, error) {
 						res[mi].requests++
 						d := compare(answers[svcRef], answers[m.svc], m.headers)
 						res[mi].diffs = append(res[mi].diffs, d)
-						res[mi].leased = append(res[mi].leased, len(d) > 0 && m.leases && lowerRemaining(answers[svcRef], answers[m.svc]))
 					}
 				}
 			}
@@ -411,20 +405,14 @@ func (r *run) runAll(verbose bool, refVersion string) (string, int, error) {
 		for ci, c := range r.cases {
 			res := results[ci][mi]
 			calls += res.requests
-			n, leased := 0, 0
-			for i, d := range res.diffs {
+			n := 0
+			for _, d := range res.diffs {
 				if len(d) > 0 {
 					n++
-				}
-				if res.leased[i] {
-					leased++
 				}
 			}
 			differ += n
 			decl := c.declared[m.name]
-			if decl == "" && n > 0 && n == leased {
-				decl = "leases"
-			}
 			switch {
 			case n > 0 && decl == "":
 				und++

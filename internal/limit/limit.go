@@ -420,9 +420,9 @@ type Algorithm interface {
 
 // RedisAlgorithm is an Algorithm that the Redis store can run. Lua
 // returns a Lua chunk that evaluates to a table of functions — fields,
-// decide and commit — that do in Redis what State's Decide and Commit do
-// in memory (decide's result also carries what State's UncountedReset
-// gives), on the fields of one Redis hash, in microseconds;
+// decide, commit and over — that do in Redis what State's Decide, Commit
+// and Over do in memory (decide's result also carries what State's
+// UncountedReset gives), on the fields of one Redis hash, in microseconds;
 // redisstore/redis.lua documents the contract and the helpers the chunk may use. The Redis
 // store assembles one script from the chunks of every registered
 // RedisAlgorithm, so that adding an algorithm to both stores still touches

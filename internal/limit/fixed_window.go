@@ -102,6 +102,14 @@ func (s *fwState) Commit(now int64, p *Params, n int64) {
 	s.win, s.count = win, uint32(min(count+n, math.MaxUint32))
 }
 
+func (s *fwState) Over(now int64, p *Params) int64 {
+	if p.Limit <= 0 {
+		return 0
+	}
+	_, _, count := s.view(now, p)
+	return max(count-p.Limit, 0)
+}
+
 func (s *fwState) Idle(now int64, p *Params) bool {
 	win, _ := span(now, p)
 	return s.count == 0 || win > s.win

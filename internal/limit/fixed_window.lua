@@ -34,6 +34,13 @@ function M.decide(key, p, now, v)
   return { ok = false, remaining = 0, reset = e, retry = e, win = win, stop = stop, count = count }
 end
 
+-- over returns what the window that now falls in counted past the limit
+-- (limit.Result's Over), from the fields v as decide gets them.
+function M.over(key, p, now, v)
+  local r = M.decide(key, p, now, v)
+  return max(r.count - p.limit, 0)
+end
+
 function M.commit(key, p, now, r, set)
   put(set, 'w', r.win)
   put(set, 'c', r.count + p.cost)

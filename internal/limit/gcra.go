@@ -163,6 +163,16 @@ func untilDue(due rat, fresh bool, now int64) time.Duration {
 	return time.Duration(due.ceil() - now)
 }
 
+// bucketOver returns how far a bucket whose debt runs until due is past
+// full (or empty) at now beyond its capacity, in requests rounded up as
+// Remaining is: the units charges took past the limit (Result.Over).
+func bucketOver(due rat, fresh bool, now int64, p *Params) int64 {
+	if fresh || due.cmp(rat{now, 0}) <= 0 {
+		return 0
+	}
+	return max(spans(due.sub(rat{now, 0}, p.Limit), p)-capacity(p), 0)
+}
+
 // validateBucket checks what token_bucket and leaky_bucket share: a
 // capacity that fits in a counter and refills (or drains) in a time that
 // fits next to an instant.

@@ -98,3 +98,14 @@ local function gcracheck(dn, df, now, p)
   local rn, rf = rsub(dn, df, tn, tf, p.limit)
   return false, { ok = false, remaining = 0, reset = rceil(dn, df) - now, retry = rceil(rn, rf) - now }
 end
+
+-- gcraover returns how far a used bucket whose debt runs until due = dn +
+-- df/limit is past full (or empty) at now beyond its capacity, in
+-- requests rounded up: the units charges took past the limit.
+local function gcraover(dn, df, now, p)
+  if rcmp(dn, df, now, 0) <= 0 then
+    return 0
+  end
+  local d, f = rsub(dn, df, now, 0, p.limit)
+  return max(spans(d, f, p) - capacity(p), 0)
+end

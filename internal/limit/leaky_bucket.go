@@ -95,6 +95,15 @@ func (s *lbState) Commit(now int64, p *Params, n int64) {
 	s.due, s.dueF, s.den = due.ns, uint32(due.frac), uint32(p.Limit)
 }
 
+// Over returns the level above a full bucket.
+func (s *lbState) Over(now int64, p *Params) int64 {
+	if p.Limit <= 0 {
+		return 0
+	}
+	due, fresh := s.empty(p)
+	return bucketOver(due, fresh, now, p)
+}
+
 func (s *lbState) Idle(now int64, _ *Params) bool {
 	return s.den == 0 || s.due < now || s.due == now && s.dueF == 0
 }

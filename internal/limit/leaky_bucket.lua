@@ -41,6 +41,17 @@ function M.decide(key, p, now, v)
   return { ok = true, remaining = capacity(p) - spans(d, f, p), reset = rceil(d, f), retry = 0, uncounted = u, dn = dn, df = df }
 end
 
+-- over returns the level above a full bucket at now (limit.Result's
+-- Over), from the fields v as decide gets them.
+function M.over(key, p, now, v)
+  local den = tonumber(v.n)
+  if den == nil then
+    return 0
+  end
+  local dn, df = rescale(tonumber(v.d), tonumber(v.f), den, p.limit)
+  return gcraover(dn, df, now, p)
+end
+
 -- commit counts p.cost units, which decide may have decided for another
 -- cost (a charge), from the bucket as decide found it.
 function M.commit(key, p, now, r, set)

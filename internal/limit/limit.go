@@ -352,6 +352,19 @@ type Result struct {
 	// at, which the caller is to wait out; 0 otherwise. Remaining and
 	// Reset are the limit's as of that instant.
 	Delay time.Duration
+	// Over is, for a Read, the units consumed past the limit that its
+	// state holds at the instant read: what charges (Charge) counted
+	// beyond the limit and has not drained yet, 0 when none (Remaining is
+	// 0 then). Capacity - Remaining + Over is what the limit holds. It is
+	// 0 for every other act, and for a limit of 0 or -1. Per algorithm:
+	// fixed_window (and calendar units) the window's count less Limit;
+	// sliding_window the count of its Precision+1 buckets less Limit;
+	// token_bucket the tokens owed below an empty bucket and leaky_bucket
+	// the level above a full one, rounded up as Remaining is (both are
+	// GCRA: how far the bucket's due instant is past now plus its
+	// tolerance, in intervals of Window/Limit); sliding_log the
+	// admissions in the window beyond Limit (see slState).
+	Over int64
 }
 
 // Store keeps counter state and decides requests.
@@ -407,9 +420,9 @@ type Algorithm interface {
 
 // RedisAlgorithm is an Algorithm that the Redis store can run. Lua
 // returns a Lua chunk that evaluates to a table of functions — fields,
-// decide and commit — that do in Redis what State's Decide and Commit do
-// in memory (decide's result also carries what State's UncountedReset
-// gives), on the fields of one Redis hash, in microseconds;
+// decide, commit and over — that do in Redis what State's Decide, Commit
+// and Over do in memory (decide's result also carries what State's
+// UncountedReset gives), on the fields of one Redis hash, in microseconds;
 // redisstore/redis.lua documents the contract and the helpers the chunk may use. The Redis
 // store assembles one script from the chunks of every registered
 // RedisAlgorithm, so that adding an algorithm to both stores still touches
@@ -446,6 +459,10 @@ type State interface {
 	// Idle reports whether the state at now is indistinguishable from a
 	// fresh one, so that the store may evict it.
 	Idle(now int64, p *Params) bool
+	// Over returns the units counted past the limit that the state holds
+	// at now (Result.Over), 0 when none. Only charges (Commit past the
+	// limit) leave any.
+	Over(now int64, p *Params) int64
 }
 
 // fixed returns the Result of a limit that needs no state, and whether p

@@ -279,6 +279,10 @@ func (m *Memory) allow(_ context.Context, now time.Time, reqs []Request, res []R
 				t = max(at, e.ahead)
 			}
 			e.settle(t, r, &res[i], allowed, i < 64 && heldOnly&(1<<i) != 0)
+			if r.Act == Read && r.Params.Limit > 0 {
+				// At the instant it was decided at, as its Remaining.
+				res[i].Over = e.state.Over(max(t, e.ahead), r.Params)
+			}
 			if allowed && at > ns {
 				res[i].Delay = time.Duration(at - ns)
 				if r.Counts() {

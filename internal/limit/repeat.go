@@ -59,6 +59,8 @@ func AllowMerged(ctx context.Context, now time.Time, reqs []Request, res []Resul
 			// Told in reqs[i]'s own limit: what is counted is the same.
 			r.Limit = p.Limit
 			r.Remaining += p.Capacity() - q.Capacity()
+			// q's capacity is the least: p's own holds the same count.
+			r.Over = max(r.Over+q.Capacity()-p.Capacity(), 0)
 		}
 		res[i] = r
 	}

@@ -2,6 +2,7 @@ package limit
 
 import (
 	_ "embed"
+	"math"
 	"time"
 )
 
@@ -49,10 +50,21 @@ func (slidingLog) NewState(p *Params) State {
 // of the last len(ts) admissions, oldest first from head, n of them used.
 // Instants are nondecreasing: a request decided at an instant before the
 // newest one (a clock that stepped back) is counted at the newest.
+//
+// Decisions need only the last Limit admissions, but what a charge
+// counts past the limit (Over) needs the older ones that still lie in
+// the window: spill counts the admissions that fell out of a full ring
+// while in the window, and spillAt is the instant of the newest of them.
+// They are kept as one group that stops counting when its newest ages
+// out, so that a key's state stays O(limit): exact when they share one
+// instant (a charge on a full log), else counted a little longer than
+// the oldest of them would be.
 type slState struct {
-	ts   []int64
-	head uint32
-	n    uint32
+	ts      []int64
+	head    uint32
+	n       uint32
+	spill   uint32
+	spillAt int64
 }
 
 // at returns the i-th instant from the oldest.
@@ -132,10 +144,12 @@ func (s *slState) Commit(now int64, p *Params, n int64) {
 	if p.Limit < 0 {
 		return
 	}
-	at, _ := s.view(now, p.Limit, window(p))
+	w := window(p)
+	at, _ := s.view(now, p.Limit, w)
 	if int64(len(s.ts)) < p.Limit {
 		s.grow(int(min(p.Limit, MaxLogLimit)))
 	}
+	s.spillOut(at, w, n)
 	for range min(n, int64(len(s.ts))) {
 		if int(s.n) < len(s.ts) {
 			s.n++
@@ -151,6 +165,61 @@ func (s *slState) Commit(now int64, p *Params, n int64) {
 		}
 		s.ts[j] = at
 	}
+}
+
+// spillOut adds to the spill (see slState) what counting n admissions
+// at at pushes out of the ring while still in the window: its oldest
+// admissions, and those of the n beyond the ring's size.
+func (s *slState) spillOut(at, w, n int64) {
+	if s.spill > 0 && s.spillAt < at-w {
+		s.spill = 0 // aged out
+	}
+	size := int64(len(s.ts))
+	drop := max(int64(s.n)+n-size, 0)
+	if drop == 0 {
+		return
+	}
+	old := min(drop, int64(s.n)) // the ring's oldest, 0..old-1
+	first := s.first(0, int(old), at-w)
+	in := old - int64(first) + (drop - old)
+	if in == 0 {
+		return
+	}
+	s.spill = uint32(min(int64(s.spill)+in, math.MaxUint32))
+	if drop > old {
+		s.spillAt = at
+	} else {
+		s.spillAt = s.at(int(old) - 1)
+	}
+}
+
+// first returns the index of the first admission in lo..hi-1 (from the
+// oldest) at or after since, or hi when there is none.
+func (s *slState) first(lo, hi int, since int64) int {
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if s.at(mid) >= since {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
+
+// Over returns the admissions in the window of a request at now beyond
+// the limit: those the ring holds there, and the spill while it counts.
+func (s *slState) Over(now int64, p *Params) int64 {
+	if p.Limit <= 0 || s.n == 0 {
+		return 0
+	}
+	w := window(p)
+	at := max(now, s.at(int(s.n)-1))
+	count := int64(int(s.n) - s.first(0, int(s.n), at-w))
+	if s.spill > 0 && s.spillAt >= at-w {
+		count += int64(s.spill)
+	}
+	return max(count-p.Limit, 0)
 }
 
 // grow resizes the ring to size, keeping the admissions in order. It runs

@@ -1,7 +1,9 @@
 -- sliding_log for the Redis store (redis.lua), as slState in
 -- sliding_log.go: a ring of the instants of the last z admissions in fields
--- 0..z-1, oldest first from h, n of them used. A decision reads
--- O(log limit) fields (a binary search), a commit writes one.
+-- 0..z-1, oldest first from h, n of them used; and the spill, the
+-- admissions that fell out of a full ring while in the window: xn of
+-- them, the newest at xt. A decision reads O(log limit) fields (a binary
+-- search), a commit writes one.
 local M = {}
 
 -- FIELDS is what fields returns: one table, which the store reads and
@@ -60,6 +62,65 @@ function M.decide(key, p, now, v)
   return { ok = false, remaining = 0, reset = newest + w + 1 - now, retry = at(key, st, oldest) + w + 1 - now, st = st, t = t }
 end
 
+-- first returns the index of the first admission in lo..hi-1 (from the
+-- oldest) at or after since, or hi when there is none.
+local function first(key, st, lo, hi, since)
+  while lo < hi do
+    local mid = fdiv(lo + hi, 2)
+    if at(key, st, mid) >= since then
+      hi = mid
+    else
+      lo = mid + 1
+    end
+  end
+  return lo
+end
+
+-- spill returns the spill once counting cost admissions at t pushed out
+-- of the ring, of size admissions once grown, what it cannot keep while
+-- in the window (spillOut in sliding_log.go); nil when it did not change.
+local function spill(key, st, size, t, w, cost)
+  local drop = max(st.n + cost - size, 0)
+  if drop == 0 then
+    return nil
+  end
+  local x = rcall('HMGET', key, 'xn', 'xt')
+  local xn, xt = tonumber(x[1]) or 0, tonumber(x[2]) or 0
+  if xn > 0 and xt < t - w then
+    xn = 0
+  end
+  local old = min(drop, st.n)
+  local inw = old - first(key, st, 0, old, t - w) + (drop - old)
+  if inw == 0 then
+    return nil
+  end
+  if drop > old then
+    xt = t
+  else
+    xt = at(key, st, old - 1)
+  end
+  return xn + inw, xt
+end
+
+-- over returns the admissions in the window of a request at now beyond
+-- the limit (limit.Result's Over): those the ring holds there, and the
+-- spill while it counts.
+function M.over(key, p, now, v)
+  local st = { h = tonumber(v.h) or 0, n = tonumber(v.n) or 0, z = tonumber(v.z) or p.limit }
+  if st.n == 0 then
+    return 0
+  end
+  local w = p.window
+  local t = max(now, at(key, st, st.n - 1))
+  local count = st.n - first(key, st, 0, st.n, t - w)
+  local x = rcall('HMGET', key, 'xn', 'xt')
+  local xn, xt = tonumber(x[1]) or 0, tonumber(x[2]) or 0
+  if xn > 0 and xt >= t - w then
+    count = count + xn
+  end
+  return max(count - p.limit, 0)
+end
+
 -- grow resizes the ring to size, keeping the admissions in order, in set.
 -- It runs only after a reload raised the limit.
 local function grow(key, st, size, set)
@@ -78,8 +139,14 @@ end
 
 function M.commit(key, p, now, r, set)
   local st = r.st
+  -- The spill first: it reads the ring as Redis holds it.
+  local xn, xt = spill(key, st, max(st.z, p.limit), r.t, p.window, p.cost)
   if st.z < p.limit then
     grow(key, st, p.limit, set)
+  end
+  if xn then
+    put(set, 'xn', xn)
+    put(set, 'xt', xt)
   end
   -- The ring keeps the last z of the cost admissions, all at r.t.
   for _ = 1, min(p.cost, st.z) do

@@ -218,6 +218,16 @@ func (s *swState) Commit(now int64, p *Params, cost int64) {
 	*total += add
 }
 
+// Over returns what the buckets a request at now is decided on hold
+// beyond the limit: the count Decide compares with it.
+func (s *swState) Over(now int64, p *Params) int64 {
+	if p.Limit <= 0 {
+		return 0
+	}
+	_, sum := s.view(now, swWidth(p))
+	return max(int64(sum)-p.Limit, 0)
+}
+
 func (s *swState) Idle(now int64, p *Params) bool {
 	return s.counts[swTotal] == 0 || floorDiv(now, swWidth(p))-s.head > int64(len(s.older()))
 }

@@ -135,6 +135,26 @@ function M.decide(key, p, now, v)
   return r
 end
 
+-- over returns what the buckets a request at now is decided on hold
+-- past the limit (limit.Result's Over), from the fields v as decide gets
+-- them.
+function M.over(key, p, now, v)
+  local width, n = geometry(p)
+  local head, total = v.h and num(v.h) or 0, v.t and num(v.t) or 0
+  local b = fdiv(now, width)
+  if total == 0 or b - head >= n then
+    return 0
+  end
+  local sum = total
+  if b > head then
+    local c = counts(key, head + 1, b, n)
+    for j = head + 1, b do
+      sum = sum - c[j]
+    end
+  end
+  return max(sum - p.limit, 0)
+end
+
 function M.commit(key, p, now, r, set)
   local width, n = geometry(p)
   local head, total, b = r.head, r.total, r.b

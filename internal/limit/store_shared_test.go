@@ -104,3 +104,11 @@ func TestReserve(t *testing.T) {
 		return newMemory(t, limit.MemoryConfig{}), func(time.Time) {}
 	})
 }
+
+// TestOver runs limittest.Over on the memory store.
+func TestOver(t *testing.T) {
+	t.Parallel()
+	limittest.Over(t, func(t *testing.T, _ time.Time) (limit.Store, func(time.Time)) {
+		return newMemory(t, limit.MemoryConfig{}), func(time.Time) {}
+	})
+}

@@ -204,6 +204,17 @@ func (s *tbState) Commit(now int64, p *Params, n int64) {
 	s.den = uint32(p.Limit)
 }
 
+// Over returns the tokens owed below an empty bucket: how far due is
+// past now, in intervals rounded up as Remaining is, beyond the
+// capacity.
+func (s *tbState) Over(now int64, p *Params) int64 {
+	if p.Limit <= 0 {
+		return 0
+	}
+	due, _, fresh := s.view(p)
+	return bucketOver(due, fresh, now, p)
+}
+
 // Idle reports whether the bucket is full and, with a warm-up, fully cold.
 func (s *tbState) Idle(now int64, p *Params) bool {
 	if s.den == 0 {

@@ -116,6 +116,16 @@ function M.decide(key, p, now, v)
   return { ok = true, remaining = remaining, reset = rceil(d, f), retry = 0, uncounted = u, st = st }
 end
 
+-- over returns the tokens owed below an empty bucket at now (limit.Result's
+-- Over), from the fields v as decide gets them.
+function M.over(key, p, now, v)
+  local st = view(v, p)
+  if st == nil then
+    return 0
+  end
+  return gcraover(st.dn, st.df, now, p)
+end
+
 -- commit counts p.cost units, which decide may have decided for another
 -- cost (a charge), from the bucket as decide found it.
 function M.commit(key, p, now, r, set)

@@ -33,6 +33,8 @@ type UsageLine struct {
 	// Used, Remaining and Reset (seconds until the limit is full again)
 	// are read from the store; nil when the counter is not known, for a
 	// limit counted per client or per header value read without key=.
+	// Used counts what charges took past the limit too, with Remaining
+	// 0: 1200 of a limit of 1000.
 	Used      *int64   `json:"used,omitempty"`
 	Remaining *int64   `json:"remaining,omitempty"`
 	Reset     *float64 `json:"reset,omitempty"`
@@ -111,8 +113,9 @@ func (rs *Set) usageTargets(app, key string) ([]usageTarget, error) {
 var ErrStore = errors.New("the store failed")
 
 // Usage returns what the counters of app's limits hold in store at now,
-// counting nothing: each is read as a shadow request that counts
-// nothing (limit.Request Shadow and Defer), which starts no lockout.
+// counting nothing: each is read with limit.Read, which starts no
+// lockout. A line's used is the limit's capacity less what remains, plus
+// what charges took past the limit (limit.Result's Over).
 func (rs *Set) Usage(ctx context.Context, store limit.Store, now time.Time, app, key string) ([]UsageLine, error) {
 	targets, err := rs.usageTargets(app, key)
 	if err != nil {
@@ -136,8 +139,10 @@ func (rs *Set) Usage(ctx context.Context, store limit.Store, now time.Time, app,
 			if _, err := store.Allow(ctx, now, reqs, res); err != nil {
 				return nil, fmt.Errorf("reading %s: %w: %w", t.key, ErrStore, err)
 			}
+			// What charges took past the limit (a cost read from the
+			// response) is used too: Remaining stays 0 then.
 			rem := res[0].Remaining
-			used := max(cl.Params.Capacity()-rem, 0)
+			used := max(cl.Params.Capacity()-rem, 0) + res[0].Over
 			if cl.Params.Limit == 0 {
 				used = 0
 			}

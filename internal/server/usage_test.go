@@ -2,10 +2,12 @@ package server
 
 import (
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,12 +40,19 @@ configs:
 // usageGW is a gateway on store with the admin port's usage API.
 func usageGW(t *testing.T, store limit.Store, reset limit.Resetter) (*gw, http.Handler) {
 	t.Helper()
-	g := newGW(t, usageRules)
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
-	t.Cleanup(up.Close)
-	u, _ := url.Parse(up.URL)
+	return usageGWOf(t, usageRules, func(http.ResponseWriter, *http.Request) {}, store, reset)
+}
+
+// usageGWOf is a gateway of the rule file text on store in front of an
+// upstream that answers with up, with the admin port's usage API.
+func usageGWOf(t *testing.T, text string, up http.HandlerFunc, store limit.Store, reset limit.Resetter) (*gw, http.Handler) {
+	t.Helper()
+	g := newGW(t, text)
+	srv := httptest.NewServer(up)
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
 	rp, _ := proxy.NewUpstream(proxy.UpstreamConfig{URL: u})
-	parsed, err := config.Parse("rules.yaml", []byte(usageRules))
+	parsed, err := config.Parse("rules.yaml", []byte(text))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,5 +213,81 @@ func TestUsageStoreDown(t *testing.T) {
 	}
 	if code, b := adminDo(t, admin, "POST", "/usage/reset?app=acme&api=/v1/chat", "tok"); code != 503 || b["error"] != "store_unavailable" {
 		t.Errorf("POST /usage/reset with Redis down: %d %v, want 503 store_unavailable", code, b)
+	}
+}
+
+// TestUsageOverLimit reads the usage of a token budget that one
+// response's cost took past its limit, on both stores: 1,200 tokens of
+// 1,000 are used, none remain, and a priced limit's money says the same.
+// On Redis the request refused after it leaves a denial in the deny
+// cache, which the read must not answer from.
+func TestUsageOverLimit(t *testing.T) {
+	t.Parallel()
+	const rules = `
+configs:
+  - appId: acme
+    limits:
+      - {api: /v1/chat, limit: 1000, unit: 3600, cost: {header: X-Tokens, max: 5000}}
+      - {api: /v1/priced, limit: 1000, unit: 3600, cost: {price: {m: {input: 1, output: 1}}, max: 5000}}
+`
+	up := func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/priced" {
+			// 1,200 tokens at a dollar per million: 1,200 micro-dollars.
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"model":"m","usage":{"prompt_tokens":200,"completion_tokens":1000}}`)
+			return
+		}
+		w.Header().Set("X-Tokens", "1200")
+	}
+	for _, kind := range []string{"memory", "redis"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			var store limit.Store
+			clock := gwtest.NewClock(t0)
+			if kind == "redis" {
+				red, err := redisstore.New(redisstoretest.WithDecisionClock(redisstore.Config{URL: redistest.Start(t).URL(), Timeout: 5 * time.Second}, clock.Now))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { red.Close() })
+				store = red
+			} else {
+				store, _ = limit.NewMemory(limit.MemoryConfig{})
+			}
+			g, admin := usageGWOf(t, rules, up, store, nil)
+			g.clock = clock
+			do := func(api string) int {
+				r := httptest.NewRequest("POST", api, strings.NewReader(`{"model":"m"}`))
+				r.Header.Set("X-App-Id", "acme")
+				w := httptest.NewRecorder()
+				g.h.ServeHTTP(w, r)
+				return w.Code
+			}
+			for _, api := range []string{"/v1/chat", "/v1/priced"} {
+				if code := do(api); code != 200 {
+					t.Fatalf("the first request to %s: %d, want 200", api, code)
+				}
+				if code := do(api); code != 429 {
+					t.Fatalf("a request to %s after 1200 of 1000: %d, want 429", api, code)
+				}
+			}
+			code, body := adminDo(t, admin, "GET", "/usage?app=acme", "tok")
+			if code != 200 {
+				t.Fatalf("GET /usage: %d %v", code, body)
+			}
+			for _, l := range body["limits"].([]any) {
+				line := l.(map[string]any)
+				if line["used"] != 1200.0 || line["remaining"] != 0.0 {
+					t.Errorf("%s, 1200 charged of 1000: used %v, remaining %v; want 1200, 0", line["api"], line["used"], line["remaining"])
+				}
+				if line["api"] != "/v1/priced" {
+					continue
+				}
+				money, _ := line["money"].(map[string]any)
+				if money["used"] != "0.0012" || money["remaining"] != "0.00" {
+					t.Errorf("the priced limit's money: %v, want used 0.0012, remaining 0.00", money)
+				}
+			}
+		})
 	}
 }

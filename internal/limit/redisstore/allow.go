@@ -96,7 +96,7 @@ type call struct {
 	fullReqs []limit.Request
 	full     []limit.Result
 	tag      string
-	mustAsk  bool  // a charge, a release or a wait is among reqs: it must reach Redis
+	mustAsk  bool  // a charge, a release, a wait or a read is among reqs: it must reach Redis
 	start    int64 // the store's clock when the call began (or last waited)
 	// The call's leases (lease_call.go): what it asks of them (nil:
 	// nothing), and the tokens it took from some.
@@ -183,7 +183,8 @@ func (r *Store) late(err error, now time.Time, reqs []limit.Request) error {
 func (r *Store) clock() int64 { return int64(r.now().Sub(r.epoch)) }
 
 // redisKeys checks reqs and returns their Redis keys and tag, and whether
-// one of them is a charge.
+// one of them must reach Redis: a charge, a release, a wait, or a read
+// (of what Redis holds, which a cached denial does not say).
 func redisKeys(reqs []limit.Request) (keys []string, tag string, mustAsk bool, err error) {
 	keys = make([]string, len(reqs))
 	for i := range reqs {
@@ -209,7 +210,7 @@ func redisKeys(reqs []limit.Request) (keys []string, tag string, mustAsk bool, e
 			return nil, "", false, fmt.Errorf("limit: keys %q and %q of one call have different tags %q and %q", reqs[0].Key, q.Key, tag, t)
 		}
 		keys[i] = redisKey(t, q.Key)
-		mustAsk = mustAsk || q.Follows() || q.Wait > 0
+		mustAsk = mustAsk || q.Follows() || q.Wait > 0 || q.Act == limit.Read
 	}
 	return keys, tag, mustAsk, nil
 }
@@ -385,6 +386,11 @@ func (r *Store) decideOnce(ctx context.Context, keys []string, reqs []limit.Requ
 			res[i].Delay, res[i].RetryAfter = res[i].RetryAfter, 0
 		}
 		d.grants[i] = leaseGrant{n: w[4], span: time.Duration(w[5]) * time.Microsecond, bucket: w[6]}
+		if reqs[i].Act == limit.Read {
+			// A read leases nothing: its slot of tokens leased holds the
+			// units past the limit (redis.lua).
+			res[i].Over, d.grants[i] = w[4], leaseGrant{}
+		}
 		d.ages[i] = -1
 		if w[7] >= 0 {
 			d.ages[i] = time.Duration(w[7]) * time.Microsecond
@@ -395,7 +401,8 @@ func (r *Store) decideOnce(ctx context.Context, keys []string, reqs []limit.Requ
 
 // scriptMode returns the script's mode letter for q's act (redis.lua) and
 // whether the script is to take it as a shadow: a read is decided as a
-// deferred shadow request is, which counts nothing and starts no lockout.
+// deferred shadow request is, which counts nothing and starts no lockout,
+// and answers what the key holds past the limit too.
 func scriptMode(q *limit.Request) (mode byte, shadow bool) {
 	switch q.Act {
 	case limit.Charge:
@@ -407,7 +414,7 @@ func scriptMode(q *limit.Request) (mode byte, shadow bool) {
 	case limit.Defer:
 		return 'd', q.Shadow
 	case limit.Read:
-		return 'd', true
+		return 'g', true
 	}
 	return '-', q.Shadow
 }

@@ -44,3 +44,15 @@ func TestReserve(t *testing.T) {
 		return r, func(at time.Time) { c.us.Store(at.UnixMicro()) }
 	})
 }
+
+// TestOver runs limittest.Over on the Redis store, deciding on a fixed
+// clock that the check moves.
+func TestOver(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	limittest.Over(t, func(t *testing.T, now time.Time) (limit.Store, func(time.Time)) {
+		r, c := newFixedRedis(t, srv)
+		c.us.Store(now.UnixMicro())
+		return r, func(at time.Time) { c.us.Store(at.UnixMicro()) }
+	})
+}

@@ -48,7 +48,9 @@
 --     fleet have": the cost in units; the mode: "-" to decide and count, "d" to decide and count
 --     nothing (limit.Defer), "c" to count without deciding
 --     (limit.Charge), "h" to hold (limit.Hold), "r" to release
---     (limit.Release); "1" for a shadow limit, else "0"; and for a lease
+--     (limit.Release), "g" to read (limit.Read: decided as "d", and its
+--     reply says what the key holds past the limit); "1" for a shadow
+--     limit, else "0"; and for a lease
 --     the rate at which the gateway sees the key's requests (per second;
 --     negative for a call that only asks for the next lease, whose every
 --     token is leased), the fleet's size and the tokens the gateway still
@@ -63,7 +65,8 @@
 -- (functions.go).
 --
 -- The reply is {allowed, then for each limit: allowed, remaining, reset
--- (µs), retry after (µs), tokens leased, the time their bucket ends
+-- (µs), retry after (µs), tokens leased (for a read, which leases none,
+-- the units past the limit: limit.Result's Over), the time their bucket ends
 -- (µs), the bucket's number (left and bucket below), and the time since
 -- the key's last lease of a token beyond its request (µs; -1 for none:
 -- no gateway may hold tokens of it to give back); then the number of limits
@@ -257,6 +260,9 @@ end
 --     which the script writes with its own in one HSET, and returns the
 --     instant from which the state is as good as fresh, so that the key
 --     can expire then.
+--   over(key, p, now, v) returns the units counted past the limit that
+--     the state holds at now (limit.Result's Over, State.Over), 0 when
+--     none, from the fields v as decide gets them; for a read;
 --   left(p, now, r), for the window algorithms only, returns the time from
 --     now until the bucket or window that decide's r counts in ends: the
 --     script may then count more than the one request (a lease, below);
@@ -365,7 +371,7 @@ local function settings(arg)
 end
 
 -- MODES maps the mode of a call argument to the flag of p it sets.
-local MODES = { d = 'defer', c = 'charge', h = 'hold', r = 'release' }
+local MODES = { d = 'defer', c = 'charge', h = 'hold', r = 'release', g = 'read' }
 
 -- NOFIELDS are the fields of a limit that decides nothing (limit ≤ 0):
 -- none of the algorithm's, and the store's (names, see decide).

@@ -145,6 +145,11 @@ local function act(n, now, at, allowed)
       out[no + 4] = at - now
     end
     out[no + 5] = r.span and p.cost or 0
+    if p.read and p.limit > 0 then
+      -- A read leases nothing: the slot says what the key holds past
+      -- the limit, at the instant it was decided at.
+      out[no + 5] = p.a.over(K[i], p, max(now, AH[i]), ST[i])
+    end
     out[no + 6] = r.span or 0
     out[no + 7] = r.span and p.a.bucket(p, r) or 0
     out[no + 8] = LT[i] and now - LT[i] or -1

@@ -39,7 +39,7 @@ local function callOf(s, call)
     alg = s.alg, id = s.id, limit = s.limit, window = s.window, precision = s.precision,
     burst = s.burst, warmup = s.warmup, lock = s.lock,
     cost = 1, rate = 0, fleet = 0, have = 0, units = 1, shadow = false,
-    defer = false, charge = false, hold = false, release = false, wait = 0,
+    defer = false, charge = false, hold = false, release = false, read = false, wait = 0,
     cal = false, a = s.a, gw = s.gw, gn = s.gn, gj = s.gj, gf = s.gf, gt = s.gt, span = false,
   }
   if call ~= '' then
@@ -53,6 +53,8 @@ local function callOf(s, call)
     if MODES[mode] then
       p[MODES[mode]] = true
     end
+    -- A read is decided as a request that counts nothing.
+    p.defer = p.defer or p.read
   end
   return p
 end

@@ -156,10 +156,26 @@ end
 -- the call's own arguments (a call, or a batch: many); its memo's key is
 -- the last of KEYS, in the slot of the call's keys ("gw:{tag}#done:" and
 -- the call's ID, memo.go). When the call counts something (counted), its
--- reply is kept there (SET PX, packed by cmsgpack: one C call, whatever
--- the reply). A call sent again answers the reply kept, if there is one,
--- and decides nothing; only it reads the memo. A batch keeps one memo:
--- it runs whole or not at all.
+-- reply is kept there (SET PX), as its spaced numbers when it has them
+-- already, else packed by cmsgpack (one C call, whatever the reply). A
+-- call sent again answers the reply kept, if there is one, and decides
+-- nothing; only it reads the memo. A batch keeps one memo: it runs whole
+-- or not at all.
+
+-- replay returns the reply that a memo kept: packed, or the spaced
+-- numbers of a call of one limit (its reply's s, see freshFor), which a
+-- packed reply never starts with.
+local function replay(kept)
+  local b = string.byte(kept, 1)
+  if b ~= 45 and (b < 48 or b > 57) then
+    return cmsgpack.unpack(kept)
+  end
+  local out = {}
+  for f in string.gmatch(kept, '[^ ]+') do
+    out[#out + 1] = tonumber(f)
+  end
+  return out
+end
 
 -- once runs the call (or batch) of ARGV after its memo's arguments, as
 -- described above, at most once.
@@ -168,7 +184,7 @@ local function once(KEYS, ARGV)
   if ARGV[1] == '!!' then
     local kept = rcall('GET', key)
     if kept then
-      return cmsgpack.unpack(kept)
+      return replay(kept)
     end
   end
   local r, wrote
@@ -179,7 +195,7 @@ local function once(KEYS, ARGV)
     wrote = counted(r, #KEYS - 1)
   end
   if wrote then
-    rcall('SET', key, cmsgpack.pack(r), 'PX', ARGV[2])
+    rcall('SET', key, r.s or cmsgpack.pack(r), 'PX', ARGV[2])
   end
   return r
 end

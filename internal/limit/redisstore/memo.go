@@ -18,8 +18,12 @@ import (
 // whose fate is unknown goes again in a later flush (flushOnce). Each
 // such call carries an ID, the same on every send: Redis keeps the reply
 // of a call that counted something under the ID for the memo's life, and
-// answers a call whose ID it has kept with that reply, without deciding
-// again (redis_entry.lua, once). A call that only reads carries none.
+// answers a call sent again whose ID it has kept with that reply, without
+// deciding again (redis_entry.lua, once). A first send does not look: a
+// call goes again only once the connection of its last send has closed,
+// or, for a write-back, once the round trip of its last send has ended
+// (flushOnce waits for one in flight). A call that only reads carries
+// none.
 //
 // The ID is a random prefix per process and a sequence number: unique
 // across a fleet without drawing random bits per call. In a batch sent as

@@ -298,9 +298,16 @@ type scriptAnswer struct {
 // decide runs the script for keys and args on their node, through its
 // breaker and batcher, and writes each limit's Result into res. When
 // Redis does not decide, the error is a lateError if what became of the
-// call is known or may become known (see lateCall).
+// call is known or may become known (see lateCall). Each decide is a
+// call of its own, with an ID of its own (memo.go).
 func (r *Store) decide(ctx context.Context, keys []string, reqs []limit.Request, args []any, res []limit.Result) (scriptAnswer, error) {
-	d, late, err := r.decideOnce(ctx, keys, reqs, args, res)
+	return r.decideMemo(ctx, memoFor(reqs, r.memoLife()), keys, reqs, args, res)
+}
+
+// decideMemo is decide for a call with m, which Redis runs once however
+// often it is sent.
+func (r *Store) decideMemo(ctx context.Context, m memo, keys []string, reqs []limit.Request, args []any, res []limit.Result) (scriptAnswer, error) {
+	d, late, err := r.decideOnce(ctx, m, keys, reqs, args, res)
 	if err != nil && late != nil {
 		err = &lateError{err: err, call: late}
 	}
@@ -318,7 +325,7 @@ func (r *Store) nodeOf(ctx context.Context, key string) (*breaker, error) {
 	return r.breakerFor(ctx, key)
 }
 
-func (r *Store) decideOnce(ctx context.Context, keys []string, reqs []limit.Request, args []any, res []limit.Result) (scriptAnswer, *lateCall, error) {
+func (r *Store) decideOnce(ctx context.Context, m memo, keys []string, reqs []limit.Request, args []any, res []limit.Result) (scriptAnswer, *lateCall, error) {
 	n := len(reqs)
 	b, err := r.nodeOf(ctx, keys[0])
 	if err != nil {
@@ -334,9 +341,9 @@ func (r *Store) decideOnce(ctx context.Context, keys []string, reqs []limit.Requ
 	// wait.call.
 	var cr callResult
 	if r.batch.max > 1 {
-		cr, err = r.batcherFor(b).do(ctx, r, keys, args)
+		cr, err = r.batcherFor(b).do(ctx, r, keys, args, m)
 	} else {
-		cr, err = r.alone(ctx, keys, args)
+		cr, err = r.alone(ctx, keys, args, m)
 	}
 	v, shared, late := cr.v, cr.shared, cr.late
 	if err != nil {

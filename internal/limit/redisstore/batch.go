@@ -51,6 +51,9 @@ type batcher struct {
 type batchCall struct {
 	keys []string
 	args []any
+	// memo makes Redis run the call once, however often it is sent
+	// (memo.go).
+	memo memo
 	// state is waiting until either the call's caller stops waiting
 	// (left: its bound passed or its context ended; the call is never
 	// sent) or a batch takes it (taken: it will be sent and answered).
@@ -140,8 +143,8 @@ func (r *Store) batcherFor(b *breaker) *batcher {
 // Timeout once it is sent (await). shared reports that err was a batch's
 // failure already reported by another of its calls, so that the node's
 // breaker counts one failure per round trip, not one per call.
-func (q *batcher) do(ctx context.Context, r *Store, keys []string, args []any) (callResult, error) {
-	c := &batchCall{keys: keys, args: args, done: make(chan struct{}, 1), q: q}
+func (q *batcher) do(ctx context.Context, r *Store, keys []string, args []any, m memo) (callResult, error) {
+	c := &batchCall{keys: keys, args: args, memo: m, done: make(chan struct{}, 1), q: q}
 	q.mu.Lock()
 	if !q.busy {
 		q.busy = true
@@ -305,14 +308,14 @@ func (q *batcher) next(r *Store) []*batchCall {
 
 // alone runs the script for keys and args in a round trip of its own
 // (Config.MaxBatch 1), waiting for it as do does.
-func (r *Store) alone(ctx context.Context, keys []string, args []any) (callResult, error) {
-	c := &batchCall{keys: keys, args: args, done: make(chan struct{}, 1)}
+func (r *Store) alone(ctx context.Context, keys []string, args []any, m memo) (callResult, error) {
+	c := &batchCall{keys: keys, args: args, memo: m, done: make(chan struct{}, 1)}
 	c.state.Store(callTaken)
 	c.rt.Store(&roundTrip{sent: r.clock()})
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), r.wait.call)
 		start := r.clock()
-		c.v, c.err = r.run(ctx, keys, args)
+		c.v, c.err = r.runOnce(ctx, keys, args, m)
 		r.observe(start, c.err)
 		cancel()
 		r.stats.roundTrips.Add(1)
@@ -325,11 +328,12 @@ func (r *Store) alone(ctx context.Context, keys []string, args []any) (callResul
 // in one script call when it can (asOne), else in a pipeline of one per
 // call; and again with EVAL for those whose node lost the script. A failure of the
 // whole round trip (a connection error, a timeout) is every call's, and
-// reported by the first only.
+// reported by the first only. A call sent again carries its memo, marked
+// (memo.go).
 func (r *Store) runBatch(ctx context.Context, batch []*batchCall) {
 	if len(batch) == 1 {
 		c := batch[0]
-		c.v, c.err = r.run(ctx, c.keys, c.args)
+		c.v, c.err = r.runOnce(ctx, c.keys, c.args, c.memo)
 		return
 	}
 	pending := batch
@@ -341,7 +345,8 @@ func (r *Store) runBatch(ctx context.Context, batch []*batchCall) {
 	// another, a few times (isClosedConn).
 	for try := 0; len(pending) > 0 && try < closedConnTries && ctx.Err() == nil; try++ {
 		cmds := r.pipeline(ctx, pending, func(p redis.Pipeliner, c *batchCall) *redis.Cmd {
-			return r.scriptCmd(ctx, p, c.keys, c.args)
+			keys, args := c.memo.with(c.keys, c.args)
+			return r.scriptCmd(ctx, p, keys, args)
 		})
 		again := pending[:0:0]
 		for i, c := range pending {
@@ -350,6 +355,7 @@ func (r *Store) runBatch(ctx context.Context, batch []*batchCall) {
 				c.err = resent(c.err)
 			}
 			if c.err != nil && isClosedConn(c.err) {
+				c.memo.again = true
 				again = append(again, c)
 			}
 		}
@@ -365,7 +371,8 @@ func (r *Store) runBatch(ctx context.Context, batch []*batchCall) {
 		r.fn.lost(lost[0].err)
 		r.rewarm()
 		cmds := r.pipeline(ctx, lost, func(p redis.Pipeliner, c *batchCall) *redis.Cmd {
-			return p.Eval(ctx, r.src, c.keys, c.args...)
+			keys, args := c.memo.with(c.keys, c.args)
+			return p.Eval(ctx, r.src, keys, args...)
 		})
 		for i, c := range lost {
 			c.v, c.err = cmds[i].Int64Slice()

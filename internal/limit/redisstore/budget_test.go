@@ -103,7 +103,7 @@ func TestRedisBudgetFlood(t *testing.T) {
 	t.Logf("%d callers in %s", callers, time.Since(start).Round(time.Millisecond))
 
 	c := srv.Client()
-	size, err := c.DBSize(ctx).Result()
+	size, err := dbSize(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestRedisBudgetOff(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n, err := srv.Client().DBSize(ctx).Result(); err != nil || n != callers {
+	if n, err := dbSize(ctx, srv.Client()); err != nil || n != callers {
 		t.Errorf("DBSIZE without a budget: got %d %v, want one key per caller, %d", n, err, callers)
 	}
 	if got := red.Stats().Overflowed; got != 0 {
@@ -321,7 +321,7 @@ func TestRedisBudgetCluster(t *testing.T) {
 	var size int64
 	spread := 0
 	for _, n := range cl.Nodes {
-		s, err := n.Client().DBSize(ctx).Result()
+		s, err := dbSize(ctx, n.Client())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -294,11 +294,37 @@ func followed(reqs []limit.Request, held, charged bool) []limit.Request {
 
 // pendingWrite is what Redis has still to count of acts a gateway decided
 // alone: reqs (charges and releases), at the store's clock at (ns) and
-// the gateway's clock now.
+// the gateway's clock now. Once sent, it keeps its memo, so that Redis
+// counts it once however often it goes (memo.go), and when it was first
+// sent (sent, ns; 0 before); call is its last send while in flight, whose
+// answer comes after the flush stopped waiting for it.
 type pendingWrite struct {
 	at   int64
 	now  time.Time
 	reqs []limit.Request
+	memo memo
+	sent int64
+	call *lateCall
+}
+
+// maxWriteBackMemo is the longest Redis keeps the memo of a write-back
+// beyond memoLife, and so the longest after its first send that a
+// write-back whose fate is unknown goes again: its limits' shortest
+// bucket, at most this.
+const maxWriteBackMemo = time.Hour
+
+// writeBackLife returns how long Redis keeps the memo of a write-back of
+// reqs: as long as it may go again (maxWriteBackMemo), and the bound of
+// a call more.
+func (r *Store) writeBackLife(reqs []limit.Request) time.Duration {
+	return min(shortestBucket(reqs), maxWriteBackMemo) + r.memoLife()
+}
+
+// outcomeOf returns what Redis did with lc, as far as is known.
+func (lc *lateCall) outcomeOf() lateOutcome {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	return lc.outcome
 }
 
 // lateError is an error of Allow for a call Redis did not decide in time,
@@ -360,7 +386,10 @@ func (r *Store) flushWriteBacks() {
 // flushOnce sends the pending write-backs. Those its node's breaker
 // refuses, or that could not connect, wait for it to close, unless this
 // is the last flush (Close): a flush that runs while the store closes
-// keeps them for that one.
+// keeps them for that one. One whose fate is unknown (its connection
+// closed, or its round trip failed, after it was sent) goes again with
+// its memo, which Redis counts once (memo.go), while Redis keeps that; one
+// still in flight waits for its answer.
 func (r *Store) flushOnce(last bool) {
 	r.wb.mu.Lock()
 	pending := r.wb.queue
@@ -372,6 +401,26 @@ func (r *Store) flushOnce(last bool) {
 			r.wb.dropped.Add(1)
 			continue
 		}
+		if w.call != nil {
+			// Its last send is in flight, or was: what Redis did with it
+			// tells whether it goes again. A send after one that may
+			// still run could run before it.
+			switch w.call.outcomeOf() {
+			case latePending:
+				if last {
+					r.wb.dropped.Add(1)
+				} else {
+					again = append(again, w)
+				}
+				continue
+			case lateCounted:
+				r.wb.written.Add(1)
+				continue
+			case lateUnknown:
+				w.memo.again = true
+			}
+			w.call = nil
+		}
 		// One counter named twice is counted twice, in one request
 		// (limit.Merge), as the decision counted it.
 		reqs := limit.Merge(w.reqs).Reqs
@@ -379,22 +428,41 @@ func (r *Store) flushOnce(last bool) {
 		if err != nil {
 			continue
 		}
+		if w.memo.key == "" {
+			w.memo = memoFor(reqs, r.writeBackLife(w.reqs))
+		}
+		if w.sent == 0 {
+			w.sent = r.clock()
+		}
 		args := r.scriptArgs(w.now, reqs, tag, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), r.wait.call)
-		_, err = r.decide(ctx, keys, reqs, args, make([]limit.Result, len(reqs)))
+		_, err = r.decideMemo(ctx, w.memo, keys, reqs, args, make([]limit.Result, len(reqs)))
 		cancel()
 		var le *lateError
+		lateErr := errors.As(err, &le)
 		switch {
 		case err == nil:
 			r.wb.written.Add(1)
-		case errors.As(err, &le) && le.call.notCounted() && !last:
+		case last:
+			// Refused, or its fate unknown, in the last flush.
+			r.wb.dropped.Add(1)
+		case lateErr && le.call.notCounted():
 			// Not sent: again when the breaker closes, or in the last
 			// flush.
 			again = append(again, w)
-		default:
-			// Sent, but its fate is unknown: never twice. Or refused
-			// in the last flush.
+		case r.clock()-w.sent >= int64(min(shortestBucket(w.reqs), maxWriteBackMemo)):
+			// Its fate is unknown, and Redis may have forgotten its memo:
+			// never twice.
 			r.wb.dropped.Add(1)
+		case lateErr:
+			// In flight still (its answer comes to le.call), or its fate
+			// unknown: again, with its memo.
+			w.call = le.call
+			again = append(again, w)
+		default:
+			// Its fate is unknown: again, with its memo.
+			w.memo.again = true
+			again = append(again, w)
 		}
 	}
 	if len(again) > 0 {

@@ -30,17 +30,29 @@ func (r *Store) asOne(batch []*batchCall) bool {
 // as a whole (a connection error, a timeout, a refusal such as OOM or a
 // lost library) is every call's. As run does, it is sent again on
 // another connection, a few times, if Redis had closed the one it took
-// (isClosedConn).
+// (isClosedConn), and with EVAL if the node lost the library. The batch
+// runs once however often it is sent: it carries the memo of its first
+// call that has one (memo.go), kept as long as the longest of theirs.
 func (r *Store) runAsOne(ctx context.Context, batch []*batchCall) {
 	nk, na := 0, 2+2*len(batch)
 	same := true
+	var m memo
 	for _, c := range batch {
 		nk += len(c.keys)
 		na += len(c.args)
 		same = same && len(c.keys) == len(batch[0].keys) && len(c.args) == len(batch[0].args)
+		if c.memo.key != "" {
+			if m.key == "" {
+				m.key = c.memo.key
+			}
+			m.life = max(m.life, c.memo.life)
+		}
 	}
-	keys := make([]string, 0, nk)
-	args := make([]any, 0, na)
+	keys := make([]string, 0, nk+1)
+	args := make([]any, 0, na+2)
+	if m.key != "" {
+		args = append(args, m.mark(), strconv.FormatInt(m.life, 10))
+	}
 	if same {
 		args = append(args, sameMark, len(batch), len(batch[0].keys), len(batch[0].args))
 	} else {
@@ -55,9 +67,15 @@ func (r *Store) runAsOne(ctx context.Context, batch []*batchCall) {
 	for _, c := range batch {
 		args = append(args, c.args...)
 	}
+	if m.key != "" {
+		keys = append(keys, m.key)
+	}
 	var v []any
 	var err error
 	for try := 0; try < closedConnTries; try++ {
+		if try > 0 && m.key != "" {
+			args[0] = memoAgain
+		}
 		r.stats.calls.Add(int64(len(batch)))
 		v, err = r.client.FCall(ctx, r.fn.name, keys, args...).Slice()
 		if try > 0 {
@@ -68,6 +86,14 @@ func (r *Store) runAsOne(ctx context.Context, batch []*batchCall) {
 		if err == nil || !isClosedConn(err) || ctx.Err() != nil {
 			break
 		}
+	}
+	if err != nil && isNoScript(err) {
+		// The script decides a batch as the library does, and finds the
+		// memo of a send that ran before the library was lost.
+		r.fn.lost(err)
+		r.rewarm()
+		r.stats.calls.Add(int64(len(batch)))
+		v, err = r.client.Eval(ctx, r.src, keys, args...).Slice()
 	}
 	if err == nil && len(v) != len(batch) {
 		err = fmt.Errorf("script answered %d calls for %d", len(v), len(batch))

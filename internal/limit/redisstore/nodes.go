@@ -327,10 +327,9 @@ const closedConnTries = 5
 // isClosedConn reports whether err says that Redis closed the connection
 // the call was sent on (CLIENT KILL, a timeout of idle clients, a
 // restart): the call may go again on another, up to closedConnTries in
-// all. If Redis had run the script before it closed the connection, the
-// request is counted twice, which makes the fleet admit less, never more;
-// a call that timed out is never sent again (see docs/fleet.md, "When Redis
-// fails").
+// all, with its memo: if Redis had run it before it closed the
+// connection, Redis answers what it answered then (memo.go). A call that
+// timed out is never sent again (see docs/fleet.md, "When Redis fails").
 func isClosedConn(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)

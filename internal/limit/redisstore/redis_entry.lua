@@ -52,17 +52,40 @@ local function failed(r)
   return r
 end
 
--- decide is one call: KEYS and ARGV as described at the top.
-local function decide(KEYS, ARGV)
-  bind()
+-- one is one call: its n keys are the first of KEYS, its arguments those
+-- of ARGV after the first a0 (as described at the top of redis.lua).
+local function one(KEYS, ARGV, a0, n)
   begin()
   TMPL = {}
-  local ok, r = pcall(decideAt, KEYS, ARGV, nil, 0, 0, #KEYS, #ARGV)
+  local ok, r = pcall(decideAt, KEYS, ARGV, nil, 0, a0, n, #ARGV)
   flushall()
   if not ok then
     return failed(r)
   end
   return r
+end
+
+-- counted reports whether r, the reply of a call of n limits, tells that
+-- the call may have written something that running it again would write
+-- again: an admission, or a charge or a release, which count whatever
+-- the decision (P holds the call's limits once its acts have run). A
+-- denial answered before them (the usual call's) and an error write
+-- nothing worth keeping; a lockout that began is not begun again.
+local function counted(r, n)
+  if type(r) == 'string' then
+    return string.byte(r, 1) == 49
+  elseif r.err ~= nil then
+    return false
+  elseif r[1] == 1 then
+    return true
+  end
+  for i = 1, n do
+    local p = P[i]
+    if p and (p.charge or p.release) then
+      return true
+    end
+  end
+  return false
 end
 
 -- many is several calls in one (a batch of calls to one node, batch.go):
@@ -77,21 +100,24 @@ end
 -- numbers separated by spaces (Redis turns a table of numbers into its
 -- reply at several times the cost of a string), of several limits as a
 -- table of numbers. A batch in one script is atomic, which is at least
--- what one script per call gives.
-local function many(KEYS, ARGV)
+-- what one script per call gives. The batch's arguments follow the first
+-- b of ARGV (its memo's, see once); wrote tells whether a call of it
+-- counted something (counted), when b > 0.
+local function many(KEYS, ARGV, b)
   begin()
   TMPL = {}
-  local m = num(ARGV[2])
+  local m = num(ARGV[b + 2])
   local out = {}
-  local same = ARGV[1] == '='
-  local k, a, nk, na = 0, 2 + 2 * m, nil, nil
+  local same = ARGV[b + 1] == '='
+  local k, a, nk, na = 0, b + 2 + 2 * m, nil, nil
   if same then
-    a, nk, na = 4, num(ARGV[3]), num(ARGV[4])
+    a, nk, na = b + 4, num(ARGV[b + 3]), num(ARGV[b + 4])
   end
+  local wrote = false
   local now = clock()
   for c = 1, m do
     if not same then
-      nk, na = num(ARGV[1 + 2 * c]), num(ARGV[2 + 2 * c])
+      nk, na = num(ARGV[b + 1 + 2 * c]), num(ARGV[b + 2 + 2 * c])
     end
     local r, tried, known
     if nk == 1 then
@@ -103,7 +129,10 @@ local function many(KEYS, ARGV)
     end
     if not ok then
       r = failed(r)
-    elseif type(r) == 'string' then
+    elseif b > 0 and not wrote then
+      wrote = counted(r, nk)
+    end
+    if type(r) == 'string' then
       -- One limit's reply, as a string already.
     elseif r.s then
       r = r.s
@@ -116,17 +145,73 @@ local function many(KEYS, ARGV)
     k, a = k + nk, a + na
   end
   flushall()
+  return out, wrote
+end
+
+-- A call that counts runs once, however often the gateway sends it
+-- (docs/fleet.md, "A call Redis ran runs once"): when its connection
+-- closes before the reply comes, the gateway cannot tell whether Redis
+-- ran it, and sends it again on another. Such a call comes with ARGV[1]
+-- "!" (or "!!" when sent again), ARGV[2] the life of its memo (ms), then
+-- the call's own arguments (a call, or a batch: many); its memo's key is
+-- the last of KEYS, in the slot of the call's keys ("gw:{tag}#done:" and
+-- the call's ID, memo.go). When the call counts something (counted), its
+-- reply is kept there (SET PX), as its spaced numbers when it has them
+-- already, else packed by cmsgpack (one C call, whatever the reply). A
+-- call sent again answers the reply kept, if there is one, and decides
+-- nothing; only it reads the memo. A batch keeps one memo: it runs whole
+-- or not at all.
+
+-- replay returns the reply that a memo kept: packed, or the spaced
+-- numbers of a call of one limit (its reply's s, see freshFor), which a
+-- packed reply never starts with.
+local function replay(kept)
+  local b = string.byte(kept, 1)
+  if b ~= 45 and (b < 48 or b > 57) then
+    return cmsgpack.unpack(kept)
+  end
+  local out = {}
+  for f in string.gmatch(kept, '[^ ]+') do
+    out[#out + 1] = tonumber(f)
+  end
   return out
 end
 
--- entry is the function of the library (functions.go): many calls when
--- ARGV[1] is "*" or "=", else one (decide).
-local function entry(KEYS, ARGV)
+-- once runs the call (or batch) of ARGV after its memo's arguments, as
+-- described above, at most once.
+local function once(KEYS, ARGV)
+  local key = KEYS[#KEYS]
+  if ARGV[1] == '!!' then
+    local kept = rcall('GET', key)
+    if kept then
+      return replay(kept)
+    end
+  end
+  local r, wrote
+  if ARGV[3] == '*' or ARGV[3] == '=' then
+    r, wrote = many(KEYS, ARGV, 2)
+  else
+    r = one(KEYS, ARGV, 2, #KEYS - 1)
+    wrote = counted(r, #KEYS - 1)
+  end
+  if wrote then
+    rcall('SET', key, r.s or cmsgpack.pack(r), 'PX', ARGV[2])
+  end
+  return r
+end
+
+-- decide is the script's entry, and entry the library's function
+-- (functions.go): many calls when ARGV[1] is "*" or "=", a call kept
+-- once when it is "!" or "!!" (once), else one call.
+local function decide(KEYS, ARGV)
   bind()
   local mark = ARGV[1]
   if mark == '*' or mark == '=' then
-    return many(KEYS, ARGV)
+    return many(KEYS, ARGV, 0)
+  elseif mark == '!' or mark == '!!' then
+    return once(KEYS, ARGV)
   end
-  return decide(KEYS, ARGV)
+  return one(KEYS, ARGV, 0, #KEYS)
 end
+local entry = decide
 --ENTRY--

@@ -277,11 +277,12 @@ func New(cfg Config) (*Store, error) {
 
 	opts.PoolSize = poolSize
 	// One attempt per call: a retry would only add latency that the fail
-	// mode avoids, and a retry of a call that timed out may count the
-	// request twice. The cluster client would retry a timeout on the same
-	// node and then on another up to MaxRedirects times: none either. A
-	// MOVED answer (a slot moved: resharding, failover) then fails the call
-	// and reloads the slot map for the next.
+	// mode avoids. The store itself sends a call again only when Redis
+	// closed its connection (run), with the call's ID (memo.go), which a
+	// retry of go-redis would not know of. The cluster client would retry
+	// a timeout on the same node and then on another up to MaxRedirects
+	// times: none either. A MOVED answer (a slot moved: resharding,
+	// failover) then fails the call and reloads the slot map for the next.
 	opts.MaxRetries = -1
 	opts.MaxRedirects = -1
 	// Each stage of a call has its own bound: the command's reads and
@@ -533,18 +534,27 @@ func (r *Store) Stats() Stats {
 // SCRIPT FLUSH, FUNCTION FLUSH), after which the node is warmed up again
 // in the background.
 func (r *Store) run(ctx context.Context, keys []string, args []any) ([]int64, error) {
+	return r.runOnce(ctx, keys, args, memo{})
+}
+
+// runOnce is run for a call with m: every send after the first is marked
+// as sent again, and Redis runs the call at most once (memo.go).
+func (r *Store) runOnce(ctx context.Context, keys []string, args []any, m memo) ([]int64, error) {
+	k, a := m.with(keys, args)
 	r.stats.calls.Add(1)
-	v, err := r.scriptCmd(ctx, r.client, keys, args).Int64Slice()
+	v, err := r.scriptCmd(ctx, r.client, k, a).Int64Slice()
 	for try := 1; err != nil && isClosedConn(err) && try < closedConnTries && ctx.Err() == nil; try++ {
+		m.again = true
+		k, a = m.with(keys, args)
 		r.stats.calls.Add(1)
-		v, err = r.scriptCmd(ctx, r.client, keys, args).Int64Slice()
+		v, err = r.scriptCmd(ctx, r.client, k, a).Int64Slice()
 		err = resent(err)
 	}
 	if err != nil && isNoScript(err) {
 		r.fn.lost(err)
 		r.rewarm()
 		r.stats.calls.Add(1)
-		v, err = r.client.Eval(ctx, r.src, keys, args...).Int64Slice()
+		v, err = r.client.Eval(ctx, r.src, k, a...).Int64Slice()
 	}
 	return v, err
 }

@@ -6,27 +6,29 @@
 // Its rooms, in the order one call meets them, from Store.Allow to Redis
 // and back:
 //
-//   - The store: store.go (Config, New, Close, Stats; run, which sends
-//     one script call).
-//   - The call, in named steps: allow.go (Allow: the keys; then the
-//     leases, a layer under the call: withLeases takes from them and
-//     asks only for what they lack; ask: the deny cache, else Redis;
-//     settle: what the answer leaves behind).
-//   - Leases: lease_call.go (a call's leases: taken before Redis,
-//     granted after, and a denial while tokens are leased out),
-//     lease.go (the tokens counted in Redis ahead of requests),
+//   - The store: store.go (Config, New, Close, Stats).
+//   - The call: allow.go (Allow: the keys; then the leases, a layer
+//     under the call, when its limits may lease; else ask).
+//   - Leases: lease_call.go (withLeases: a call takes from the leases
+//     of its limits and asks only for what they lack; the tokens Redis
+//     grants; a denial while tokens are leased out, which waits for
+//     them), lease.go (the tokens counted in Redis ahead of requests),
 //     lease_wait.go (a request that waits for another's call for the
 //     lease it needs), lease_once.go (no lease for a key's first
-//     request). Then denycache.go (denials remembered until they end).
-//   - The script's arguments: allow.go (scriptArgs), functions.go
-//     (scriptSettings, a rule's settings), calendar.go (a calendar
-//     unit's windows), recent.go (a key not asked about lately is sent
-//     as "?"), budget.go (the key budget's argument).
+//     request).
+//   - What leases did not decide: ask.go (ask: the deny cache,
+//     denycache.go, else Redis; the script's arguments, scriptArgs, with
+//     functions.go's scriptSettings, calendar.go's windows, recent.go's
+//     "?" for a key not asked about lately and budget.go's key budget;
+//     decideOnce, which sends the call and reads the reply into the
+//     Results; settle, what the answer leaves behind).
 //   - Transport: nodes.go (the nodes of a cluster, slot moves, warm-up),
 //     breaker.go (a circuit breaker per node), batch.go (calls to one
 //     node batched into one round trip), many.go (a batch as one script
-//     call), functions.go (FCALL of the script as a function library,
-//     else EVALSHA), log.go (go-redis's log lines).
+//     call), store.go (run: one script call), memo.go (a call sent again
+//     after a closed connection runs once), functions.go (FCALL of the
+//     script as a function library, else EVALSHA), log.go (go-redis's
+//     log lines).
 //   - The script, assembled by script.go in this order (the algorithms'
 //     Lua chunks, which live beside each algorithm in package limit, go
 //     into redis.lua): budget.lua (the key budget, and the locals every
@@ -38,12 +40,10 @@
 //     (what each key is written: count and lease, hold, release, charge,
 //     lockout; and the reply); redis_entry.lua (one call, a batch, and
 //     the library's entry).
-//   - Back from Redis: allow.go (decideOnce reads the reply into the
-//     Results; a denial waits for leased tokens to come back, then
-//     settle), known.go (what Redis last said of each key, for a gateway
-//     that decides alone), late.go (an answer that comes too late, and
-//     local admissions written back), lease_back.go and lease_return.lua
-//     (leased tokens given back unspent).
+//   - Back from Redis: known.go (what Redis last said of each key, for
+//     a gateway that decides alone), late.go (an answer that comes too
+//     late, and local admissions written back), lease_back.go and
+//     lease_return.lua (leased tokens given back unspent).
 //   - Beside the call: fleet.go (fleet membership, for each gateway's
 //     local share), slots.go (Slots, concurrency limits: requests in
 //     flight), reset.go, eviction.go.

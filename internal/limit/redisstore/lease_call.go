@@ -129,6 +129,15 @@ func (c *call) mayComeBack(d scriptAnswer, hold time.Duration) bool {
 	return !c.mustAsk && d.tokensMayComeBack(c.reqs, c.res, hold)
 }
 
+// pick returns the elements of s at idx.
+func pick[T any](s []T, idx []int) []T {
+	out := make([]T, len(idx))
+	for j, i := range idx {
+		out[j] = s[i]
+	}
+	return out
+}
+
 // pick returns what ask asks for the limits at idx.
 func (ask *leaseAsk) pick(idx []int) *leaseAsk {
 	return &leaseAsk{rates: pick(ask.rates, idx), have: pick(ask.have, idx), claim: ask.claim}

@@ -353,9 +353,12 @@ func TestKeyedValuesNeverCollide(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				// The key budget's sets of callers' counters are not
-				// counters.
-				keys = slices.DeleteFunc(keys, func(k string) bool { return strings.HasSuffix(k, "}#callers") })
+				// The key budget's sets of callers' counters, and the
+				// replies Redis keeps of calls for a while, so that a call
+				// sent again runs once, are not counters.
+				keys = slices.DeleteFunc(keys, func(k string) bool {
+					return strings.HasSuffix(k, "}#callers") || strings.Contains(k, "}#done:")
+				})
 				for _, k := range keys {
 					tag := k[strings.IndexByte(k, '{')+1 : strings.IndexByte(k, '}')]
 					if (tag != "app-1" && tag != "app-2" && tag != limit.CallerTag("203.0.113.1")) || strings.Count(k, "{") != 1 || strings.Count(k, "}") != 1 {

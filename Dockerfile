@@ -34,6 +34,8 @@
 FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
+# A patched dependency that go.mod replaces (third_party/go-zookeeper/zk/PATCHES.md).
+COPY third_party ./third_party
 RUN go mod download
 COPY cmd ./cmd
 COPY internal ./internal

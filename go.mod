@@ -77,3 +77,5 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260928230214-8a89bd6388cc // indirect
 )
+
+replace github.com/go-zookeeper/zk => ./third_party/go-zookeeper/zk

@@ -6,6 +6,10 @@
 -- search), a commit writes one.
 local M = {}
 
+-- log says that the store keeps this state as a hash (redis_state.lua):
+-- a call reads a few of its up to limit instants.
+M.log = true
+
 -- FIELDS is what fields returns: one table, which the store reads and
 -- hangs the names it reads on (redis.lua).
 local FIELDS = { 'h', 'n', 'z' }

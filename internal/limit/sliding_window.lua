@@ -2,9 +2,8 @@
 -- sliding_window.go: a ring of precision+1 bucket counts in fields 0..P,
 -- h the newest bucket counted into and t the total. Buckets are
 -- ⌈window/precision⌉ µs wide and aligned to the Unix epoch. An admission
--- in the newest bucket reads and writes three fields; one that moves on
--- from it also reads the buckets it moves past, and empties those that
--- are not.
+-- in the newest bucket changes three fields; one that moves on from it
+-- also reads the buckets it moves past, and empties those that are not.
 local M = {}
 
 -- geometry returns the width of p's buckets and their number, and keeps
@@ -23,26 +22,18 @@ local function slot(b, n)
   return fmod(b, n)
 end
 
--- counts returns the counts of buckets from..to (at most n of them),
--- indexed by bucket.
-local function counts(key, from, to, n)
-  local f = {}
+-- counts returns the counts of buckets from..to (at most n of them)
+-- that the fields v hold, indexed by bucket.
+local function counts(v, from, to, n)
+  local out = {}
   local s = slot(from, n)
   for j = from, to do
-    f[#f + 1] = s
+    local c = v[s]
+    out[j] = c and num(c) or 0
     s = s + 1
     if s == n then
       s = 0
     end
-  end
-  local out = {}
-  if #f == 0 then
-    return out
-  end
-  local v = rcall('HMGET', key, unpack(f))
-  for i = 1, #f do
-    local c = v[i]
-    out[from + i - 1] = c and num(c) or 0
   end
   return out
 end
@@ -79,9 +70,6 @@ function M.decide(key, p, now, v)
       -- which may have aged out: one (the head bucket holds the 1, and
       -- no other slot holds anything) is known only from its slot.
       local c = v[slot(head, n)]
-      if c == nil then
-        c = rcall('HGET', key, slot(head, n))
-      end
       r.one = c and num(c) == 1 or false
     end
     if b <= head then
@@ -89,10 +77,7 @@ function M.decide(key, p, now, v)
       b = head
       r.b = b
       local c = v[slot(b, n)]
-      r.cb = c and num(c)
-      if not r.cb then
-        r.cb = tonumber(rcall('HGET', key, slot(b, n))) or 0
-      end
+      r.cb = c and num(c) or 0
     end
     if b - head < n then
       sum = total
@@ -100,7 +85,7 @@ function M.decide(key, p, now, v)
       -- (r.one), nothing else is to read.
       if b > head and not r.one then
         -- Bucket j shares its slot with bucket j-n, which has aged out.
-        r.c = counts(key, head + 1, b, n)
+        r.c = counts(v, head + 1, b, n)
         for j = head + 1, b do
           sum = sum - r.c[j]
         end
@@ -119,7 +104,7 @@ function M.decide(key, p, now, v)
   end
   -- Denied: walk forward bucket by bucket until enough old buckets have
   -- aged out for one more request to fit.
-  local all = counts(key, head - n + 1, head, n)
+  local all = counts(v, head - n + 1, head, n)
   r.ok, r.remaining, r.reset, r.retry = false, 0, (head + n) * width - now, 0
   local left = sum
   for k = 1, n do
@@ -147,7 +132,7 @@ function M.over(key, p, now, v)
   end
   local sum = total
   if b > head then
-    local c = counts(key, head + 1, b, n)
+    local c = counts(v, head + 1, b, n)
     for j = head + 1, b do
       sum = sum - c[j]
     end

@@ -58,6 +58,10 @@ type Config struct {
 	// (redisstore.Config.Leases); -1 turns leases off. Default
 	// redisstore.DefaultLeases.
 	RedisLeases int
+	// RedisLayout is how counters are kept in Redis
+	// (redisstore.Config.Layout): "string", or "hash" during a rolling
+	// upgrade from a release that kept hashes. Default "string".
+	RedisLayout string
 	// RedisMaxKeys is the fleet's budget of callers' counters in Redis
 	// (redisstore.Config.MaxKeys); -1 for none. Default
 	// redisstore.DefaultMaxKeys.
@@ -89,6 +93,7 @@ func DefaultConfig() Config {
 		RedisPoolTimeout: redisstore.DefaultPoolTimeout,
 		RedisBatch:       redisstore.DefaultBatch,
 		RedisLeases:      redisstore.DefaultLeases,
+		RedisLayout:      redisstore.LayoutString,
 		RedisMaxKeys:     redisstore.DefaultMaxKeys,
 		FailMode:         failmode.Local,
 	}
@@ -114,6 +119,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--redis-batch %d is below 1", c.RedisBatch)
 	case c.RedisLeases < -1 || c.RedisLeases == 0:
 		return fmt.Errorf("--redis-leases %d: want a number of keys, or -1 for no leases", c.RedisLeases)
+	case c.RedisLayout != redisstore.LayoutString && c.RedisLayout != redisstore.LayoutHash:
+		return fmt.Errorf("--redis-layout %q: want %s, or %s during a rolling upgrade from a release that kept hashes (docs/fleet.md, Upgrading)", c.RedisLayout, redisstore.LayoutString, redisstore.LayoutHash)
 	case c.RedisMaxKeys == 0 || c.RedisMaxKeys < -1:
 		return fmt.Errorf("--redis-max-keys %d is not positive (-1 for no budget)", c.RedisMaxKeys)
 	}

@@ -49,7 +49,7 @@ func newStore(cfg Config, onCircuit func(open bool)) (*stores, error) {
 			Buckets: prometheus.ExponentialBuckets(2, 2, 10),
 		})
 		red, err := redisstore.New(redisstore.Config{
-			MaxBatch: cfg.RedisBatch, Leases: cfg.RedisLeases, OnBatch: func(n int) { st.batches.Observe(float64(n)) },
+			MaxBatch: cfg.RedisBatch, Leases: cfg.RedisLeases, Layout: cfg.RedisLayout, OnBatch: func(n int) { st.batches.Observe(float64(n)) },
 			URL: cfg.RedisURL, Addrs: cfg.RedisAddrs, Cluster: cfg.RedisCluster,
 			SentinelMaster: cfg.RedisSentinelMaster, Username: cfg.RedisUsername,
 			Password: cfg.RedisPassword, TLS: cfg.RedisTLS, Timeout: cfg.RedisTimeout,

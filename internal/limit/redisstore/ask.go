@@ -140,17 +140,13 @@ func (r *Store) scriptArgs(now time.Time, reqs []limit.Request, tag string, ask 
 		if rate != 0 {
 			have = ask.have[i]
 		}
-		args = append(args, scriptSettings(p))
+		if r.hashes {
+			args = append(args, scriptSettings(p)+" h")
+		} else {
+			args = append(args, scriptSettings(p))
+		}
 		if units := q.Units(); units == 1 && mode == '-' && !shadow && rate == 0 && q.Wait <= 0 {
-			// A key the store has not asked about lately is probably new
-			// to Redis too, which the script then tells at less cost
-			// ("?", redis.lua). A key lives a window after its last count,
-			// and up to a second more (expiry, redis.lua).
-			if n == 1 && !r.recent.asked(q.Key, now, p.Window+min(p.Window, time.Second)) {
-				args = append(args, "?")
-			} else {
-				args = append(args, "")
-			}
+			args = append(args, "")
 		} else {
 			b := make([]byte, 0, 48)
 			b = strconv.AppendInt(b, units, 10)

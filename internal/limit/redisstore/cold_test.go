@@ -51,14 +51,15 @@ func BenchmarkRedisCold(b *testing.B) {
 	// "redis" has the key budget and leases, as the gateway does; the
 	// others show what the budget's bookkeeping and the leases' cost, and
 	// what the decision costs as a script (EVALSHA) rather than a
-	// function (FCALL).
+	// function (FCALL), and each call sent alone (no batches: what a
+	// decision costs Redis when the gateway is not busy).
 	for _, tt := range []struct {
-		name            string
-		maxKeys, leases int
-		evalsha         bool
-	}{{"redis", 0, 0, false}, {"redis/no-budget", -1, 0, false}, {"redis/no-leases", 0, -1, false}, {"redis/evalsha", 0, 0, true}} {
+		name                   string
+		maxKeys, leases, batch int
+		evalsha                bool
+	}{{"redis", 0, 0, 0, false}, {"redis/alone", 0, 0, 1, false}, {"redis/no-budget", -1, 0, 0, false}, {"redis/no-leases", 0, -1, 0, false}, {"redis/evalsha", 0, 0, 0, true}} {
 		b.Run(tt.name, func(b *testing.B) {
-			red := newTestRedis(b, Config{URL: srv.URL(), Timeout: time.Second, MaxKeys: tt.maxKeys, Leases: tt.leases})
+			red := newTestRedis(b, Config{URL: srv.URL(), Timeout: time.Second, MaxKeys: tt.maxKeys, Leases: tt.leases, MaxBatch: tt.batch})
 			red.fn.off = tt.evalsha
 			if err := red.Ready(context.Background()); err != nil {
 				b.Fatal(err)

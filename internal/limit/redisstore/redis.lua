@@ -159,7 +159,7 @@ end
 -- put appends a field and its value to the list set.
 local function put(set, field, value)
   local n = #set
-  set[n + 1] = arg(field)
+  set[n + 1] = field
   set[n + 2] = arg(value)
 end
 
@@ -296,23 +296,6 @@ local function expiry(at, p)
   return at + min(p.window, 1000000)
 end
 
--- write writes the fields of set to key, moving its expiry to cover upto
--- if it does not; it returns the key's new time to live (ms), or nil when
--- its expiry did not move.
-local function write(key, p, set, upto, x, now)
-  if upto > x then
-    x = expiry(upto, p)
-    put(set, '_x', x)
-    rcall('HSET', key, unpack(set))
-    local t = ttl(x, now)
-    rcall('PEXPIRE', key, arg(t))
-    return t
-  elseif #set > 0 then
-    rcall('HSET', key, unpack(set))
-  end
-  return nil
-end
-
 -- JOIN and JOINMS hold, for each limit i of the call being decided, the
 -- key budget's set that its new counter joins once written, or false, and
 -- the instant (ms) from which its expiry counts (newcaller, budget.lua).
@@ -341,16 +324,17 @@ local HELD_RETRY = 1000000
 local SETTINGS, nsettings = {}, 0
 
 -- settings returns the settings argument arg parsed: the counter's shape
--- (id), limit, window, precision, burst, warmup, lock, and whether a
--- calendar argument follows (cal); nil when arg is malformed. gw and gn
+-- (id), limit, window, precision, burst, warmup, lock, whether a
+-- calendar argument follows (cal, " c") and whether its keys are hashes
+-- (hashed, " h": redis_state.lua); nil when arg is malformed. gw and gn
 -- are for the algorithm to keep what it derives from them.
 local function settings(arg)
   local s = SETTINGS[arg]
   if s then
     return s
   end
-  local alg, window, precision, limit, burst, warmup, lock, cal =
-    string.match(arg, '^([%w_]+)/(%d+)/(%d+) (%-?%d+) (%d+) (%d+) (%d+)( ?c?)$')
+  local alg, window, precision, limit, burst, warmup, lock, cal, hash =
+    string.match(arg, '^([%w_]+)/(%d+)/(%d+) (%-?%d+) (%d+) (%d+) (%d+)( ?c?)( ?h?)$')
   if alg == nil then
     return nil
   end
@@ -360,10 +344,10 @@ local function settings(arg)
   s = {
     alg = alg, id = alg .. '/' .. window .. '/' .. precision,
     limit = tonumber(limit), window = tonumber(window), precision = tonumber(precision),
-    burst = tonumber(burst), warmup = tonumber(warmup), lock = tonumber(lock), cal = cal ~= '',
+    burst = tonumber(burst), warmup = tonumber(warmup), lock = tonumber(lock), cal = cal ~= '', hashed = hash ~= '',
     cost = 1, rate = 0, fleet = 0, have = 0, units = 1, shadow = false,
     defer = false, charge = false, hold = false, release = false, wait = 0, a = false,
-    gw = false, gn = false, gj = false, gf = false, gt = false, fresh = false,
+    gw = false, gn = false, gj = false, gf = false, gt = false, first = false,
   }
   if nsettings >= 4096 then
     SETTINGS, nsettings = {}, 0
@@ -380,36 +364,16 @@ local MODES = { d = 'defer', c = 'charge', h = 'hold', r = 'release', g = 'read'
 -- none of the algorithm's, and the store's (names, see decide).
 local NOFIELDS = { names = { '_id', '_lk', '_x', '_lt', '_h', '_hx', '_a' } }
 
--- view returns the algorithm's fields own, whose values are v[4] on (as
--- HMGET gives them, see decide), keyed by name: for up to five, a table
--- made at its size.
-local function view(own, v)
-  local n = #own
-  if n == 2 then
-    return { [own[1]] = v[4], [own[2]] = v[5] }
-  elseif n == 3 then
-    return { [own[1]] = v[4], [own[2]] = v[5], [own[3]] = v[6] }
-  elseif n == 5 then
-    return { [own[1]] = v[4], [own[2]] = v[5], [own[3]] = v[6], [own[4]] = v[7], [own[5]] = v[8] }
-  end
-  local st = {}
-  for j = 1, n do
-    st[own[j]] = v[3 + j]
-  end
-  return st
-end
-
--- P, R, L, X, LT, H, FRESH and OWNS hold, for each limit i of the call
--- being decided, its p, its result, the end of its lockout, its expiry,
--- the time of its last lease (nil for none), its units held, whether it
--- is new, and the algorithm's fields read (own, with the names of every
--- field read in own.names; see decide); ST, AH, U and HO its state as
--- read (view), the end of its queue ("_a": the latest instant room was
--- reserved at, 0 for none), its units, and whether it denied only for
--- units held or for its queue (no lockout then). They are made once: a
--- library's calls (FCALL) fill them afresh, for limits 1..n.
-local P, R, L, X, LT, H, FRESH, OWNS = {}, {}, {}, {}, {}, {}, {}, {}
-local ST, AH, U, HO = {}, {}, {}, {}
+-- P, R, L, X, LT and H hold, for each limit i of the call being
+-- decided, its p, its result, the end of its lockout, its expiry, the
+-- time of its last lease (nil for none) and its units held; AH, U and HO
+-- the end of its queue ("_a": the latest instant room was reserved at, 0
+-- for none), its units, and whether it denied only for units held or for
+-- its queue (no lockout then). Its key's fields are V[i]
+-- (redis_state.lua). They are made once: a library's calls (FCALL) fill
+-- them afresh, for limits 1..n.
+local P, R, L, X, LT, H = {}, {}, {}, {}, {}, {}
+local AH, U, HO = {}, {}, {}
 
 -- K holds the keys of the call being decided (decideAt), made once.
 local K = {}

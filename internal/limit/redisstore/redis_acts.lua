@@ -1,8 +1,7 @@
 -- The acts that follow the decision (after redis_decide.lua; see
 -- redis.lua for the script's contract and its files): once every limit of
 -- a call is decided (P, R and the rest of each limit i), act writes each
--- limit's key what its act and outcome ask, in one HSET (and PEXPIRE when
--- its expiry moves): a charge counted whatever it costs (charge), units
+-- limit's key what its act and outcome ask (save, redis_state.lua): a charge counted whatever it costs (charge), units
 -- held given back (release), a lockout begun (lockKey), units held
 -- (hold), the request counted, with a lease (count, lease), or nothing
 -- (uncounted); and it makes the call's reply.
@@ -17,13 +16,9 @@ local function charge(KEYS, i, now)
     p.cost = p.units
     local idle = p.a.commit(key, p, now, r, set)
     p.cost = 1
-    if FRESH[i] then
-      put(set, '_id', p.id)
-    end
-    join(i, key, write(key, p, set, max(idle, L[i]), X[i], now))
+    join(i, key, save(i, p, set, max(idle, L[i]), now))
     -- Decide afresh on what was written.
-    local own = OWNS[i]
-    r = p.a.decide(key, p, now, view(own, rcall('HMGET', key, unpack(own.names))))
+    r = p.a.decide(key, p, now, V[i])
   end
   if L[i] > now then
     r = lockout(r, L[i] - now)
@@ -37,9 +32,9 @@ end
 
 -- release gives back limit i's units held (limit.Release), as many as
 -- its call asks for.
-local function release(i)
+local function release(i, now)
   if H[i] > 0 then
-    rcall('HSET', K[i], '_h', max(H[i] - P[i].units, 0))
+    save(i, P[i], { '_h', max(H[i] - P[i].units, 0) }, 0, now)
   end
 end
 
@@ -51,7 +46,7 @@ local function lockKey(i, now, r)
   local p = P[i]
   if p.lock > 0 and not p.shadow and L[i] <= now and not HO[i] then
     local lk = now + p.lock
-    join(i, K[i], write(K[i], p, { '_id', p.id, '_lk', lk }, lk, X[i], now))
+    join(i, K[i], save(i, p, { '_lk', lk }, lk, now))
     r = lockout(r, p.lock)
   end
   return r
@@ -62,11 +57,7 @@ end
 local function hold(i, now)
   local p, r = P[i], R[i]
   local hx = now + HOLD_TTL
-  local set = { '_h', H[i] + p.cost, '_hx', hx }
-  if FRESH[i] then
-    put(set, '_id', p.id)
-  end
-  join(i, K[i], write(K[i], p, set, hx, X[i], now))
+  join(i, K[i], save(i, p, { '_h', H[i] + p.cost, '_hx', hx }, hx, now))
   r.reset = r.uncounted
 end
 
@@ -106,10 +97,7 @@ local function count(i, now, at)
       put(set, '_lt', now)
       LT[i] = now
     end
-    if FRESH[i] then
-      put(set, '_id', p.id)
-    end
-    join(i, key, write(key, p, set, max(idle, L[i]), X[i], now))
+    join(i, key, save(i, p, set, max(idle, L[i]), now))
   end
 end
 
@@ -124,7 +112,7 @@ local function act(n, now, at, allowed)
     if p.charge then
       r = charge(K, i, now)
     elseif p.release then
-      release(i)
+      release(i, now)
     elseif not r.ok then
       r = lockKey(i, now, r)
     elseif allowed and p.hold and p.limit > 0 then
@@ -148,7 +136,7 @@ local function act(n, now, at, allowed)
     if p.read and p.limit > 0 then
       -- A read leases nothing: the slot says what the key holds past
       -- the limit, at the instant it was decided at.
-      out[no + 5] = p.a.over(K[i], p, max(now, AH[i]), ST[i])
+      out[no + 5] = p.a.over(K[i], p, max(now, AH[i]), V[i])
     end
     out[no + 6] = r.span or 0
     out[no + 7] = r.span and p.a.bucket(p, r) or 0
@@ -156,5 +144,8 @@ local function act(n, now, at, allowed)
     no = no + 8
   end
   out[no + 1] = overflowed
+  if newcomer and allowed then
+    remember(newcomer, K[1], now, out)
+  end
   return out
 end

@@ -1,14 +1,13 @@
--- The decision (after redis_short.lua; see redis.lua for the script's
+-- The decision (after redis_state.lua; see redis.lua for the script's
 -- contract and its files): each limit of a call, one after the other, has
--- its arguments parsed (limitOf), its key read (readFields, keyBudget,
+-- its arguments parsed (limitOf), its key read (load, keyBudget,
 -- keyState) and decided (decideRead, decideKey), which decideLimit does
 -- in that order; then, when a limit denied or a queue is ahead, the
 -- earliest instant every enforced limit admits the call within its wait
 -- (settle, reserve). Nothing here counts a request: the acts that follow
--- (redis_acts.lua) write what was decided. The exceptions are the short
--- ways a call of one limit may take (usual, freshFor: redis_short.lua),
--- and what a key needs before it can be decided (a counter that changed
--- shape, a lockout lifted, a queue ended).
+-- (redis_acts.lua) write what was decided. The exception is what a key
+-- needs before it can be decided (a counter that changed shape, a
+-- lockout lifted, a queue ended).
 
 -- instant returns the instant of the call whose arguments follow ARGV[a0]:
 -- its fixed instant (a test's), else at, Redis's clock when the caller
@@ -37,7 +36,7 @@ end
 local function callOf(s, call)
   local p = {
     alg = s.alg, id = s.id, limit = s.limit, window = s.window, precision = s.precision,
-    burst = s.burst, warmup = s.warmup, lock = s.lock,
+    burst = s.burst, warmup = s.warmup, lock = s.lock, hashed = s.hashed,
     cost = 1, rate = 0, fleet = 0, have = 0, units = 1, shadow = false,
     defer = false, charge = false, hold = false, release = false, read = false, wait = 0,
     cal = false, a = s.a, gw = s.gw, gn = s.gn, gj = s.gj, gf = s.gf, gt = s.gt, span = false,
@@ -61,19 +60,15 @@ end
 
 -- limitOf parses the arguments of a limit, which start at ARGV[a0 + o],
 -- at now: it returns its settings s, its p (s itself for the usual call
--- without a calendar unit), the units its call asks for, whether the call
--- is spelled "?", and the offset of the next limit's arguments; or nil
--- and an error reply when the arguments are malformed.
+-- without a calendar unit), the units its call asks for and the offset
+-- of the next limit's arguments; or nil and an error reply when the
+-- arguments are malformed.
 local function limitOf(ARGV, a0, o, now)
   local s = settings(ARGV[a0 + o])
   if s == nil then
     return nil, redis.error_reply('ERR gateway script: bad settings ' .. tostring(ARGV[a0 + o]))
   end
   local call = ARGV[a0 + o + 1]
-  local probe = call == '?'
-  if probe then
-    call = ''
-  end
   local p = s
   if call ~= '' or s.cal then
     p = callOf(s, call)
@@ -96,7 +91,7 @@ local function limitOf(ARGV, a0, o, now)
     end
     p.id = p.id .. '/' .. p.cal.id
   end
-  return s, p, units, probe, o
+  return s, p, units, o
 end
 
 -- algorithmOf returns the algorithm of p, of settings s, the first time
@@ -116,46 +111,29 @@ local function algorithmOf(p, s)
   return a
 end
 
--- namesOf returns the algorithm's fields (own) of limit p at now, and the
--- names of the fields read: the store's first, the shape, the end of a
--- lockout and the instant the key expires; then the algorithm's (own, m
--- of them); then the store's that only some calls use (a usual call,
--- p == s, reads up to the algorithm's, the first 3 + m): when a token
+-- namesOf returns the names of the fields a hash key of limit p (of
+-- algorithm a) is read with at now (load, redis_state.lua): the store's,
+-- the shape, the end of a lockout and the instant the key expires; then
+-- the algorithm's (a.fields); then the rest of the store's: when a token
 -- beyond its request was last leased (µs), the units held and until when
--- they are, and the end of its queue. own is a table of the algorithm's,
--- made once; so are the names read (own.names), which nothing changes
--- either.
+-- they are, and the end of its queue. They are made once for each table
+-- the algorithm's fields returns (own.names), which nothing changes.
 local function namesOf(p, a, now)
   if p.limit <= 0 then
-    return NOFIELDS, NOFIELDS.names
+    return NOFIELDS.names
   end
   local own = a.fields(p, now)
   local names = own.names
   if not names then
-    names = { '_id', '_lk', '_x', unpack(own) }
-    for j = 4, #names do
-      names[j] = tostring(names[j])
+    names = { '_id', '_lk', '_x' }
+    for j = 1, #own do
+      names[3 + j] = own[j]
     end
     local m = #names
     names[m + 1], names[m + 2], names[m + 3], names[m + 4] = '_lt', '_h', '_hx', '_a'
     own.names = names
   end
-  return own, names
-end
-
--- readFields returns the fields names of key that limit p (of settings
--- s, with m fields of its algorithm's) reads, as HMGET gives them: for
--- the usual call, up to the algorithm's. A probe (a call of one limit
--- spelled "?") reads nothing from a key that does not exist: exists says
--- whether it does when quick or copied asked (nil: not known), else it
--- asks.
-local function readFields(key, p, s, names, m, probe, exists)
-  if probe and p == s and p.limit > 0 and exists ~= true and (exists == false or present(key) == false) then
-    return NOSTATE
-  elseif p == s then
-    return rcall('HMGET', key, unpack(names, 1, 3 + m))
-  end
-  return rcall('HMGET', key, unpack(names))
+  return names
 end
 
 -- keyBudget applies the key budget (budget.lua) to limit i of the call
@@ -163,18 +141,14 @@ end
 -- that does not exist yet: a new caller's (every counter has "_id"). It
 -- returns nil when the counter may be created, which then joins the
 -- budget's set once written (JOIN); else the overflow counter to count on
--- instead. qover is the overflow counter quick found for key already.
-local function keyBudget(ARGV, a0, top, i, key, now, qover)
+-- instead.
+local function keyBudget(ARGV, a0, top, i, key, now)
   local bset, bcap, bover = budget(ARGV, top, i)
   if not bset then
     return nil
   end
   local over, ms
-  if qover then
-    over, pruned = qover, true
-  else
-    over, pruned, ms = newcaller(bset, bcap, bover, pruned, key, now, ARGV[a0 + 1] ~= '', joining)
-  end
+  over, pruned, ms = newcaller(bset, bcap, bover, pruned, key, now, ARGV[a0 + 1] ~= '', joining)
   if not over then
     JOIN[i], JOINMS[i] = bset, ms
     joining = joining + 1
@@ -182,26 +156,98 @@ local function keyBudget(ARGV, a0, top, i, key, now, qover)
   return over
 end
 
--- keyState returns what limit i's fields v (m of them its algorithm's,
--- p of settings s) say of key beyond the algorithm's state: the end of
--- its lockout, its expiry, its units held and the end of its queue
--- ("_a"); it sets LT[i], when its tokens were last leased.
-local function keyState(i, key, p, s, v, m, now)
+-- A new key's usual call (cost 1, decide and count, no lease) gets at
+-- one instant what every other new key of its settings gets then: the
+-- same fields, time to live and reply. So the first such call of a batch
+-- (one instant, many) is decided, and its key kept as the template of
+-- its settings (remember); the next new keys are copies of it (COPY, which
+-- makes nothing when the key exists), at the cost of one command and no
+-- decision: the one decision made once, not another way to decide. A
+-- template written again is dropped (save, redis_state.lua). newcomer is
+-- the settings of the call being decided when it is a new key's usual
+-- call, else false (decideLimit).
+local newcomer = false
+
+-- remember keeps key, a newcomer's of settings s (limit 1) counted at now
+-- with the reply out, as the template of s.
+local function remember(s, key, now, out)
+  local spaced = arg(out[1])
+  for j = 2, 9 do
+    spaced = spaced .. ' ' .. arg(out[j])
+  end
+  local f = { now = now, slack = slack, key = key, ttl = ttl(X[1], now), out = out, spaced = spaced .. ' ' }
+  s.first, TEMPLATE[key] = f, f
+end
+
+-- again makes limit i's key (of settings s, whose call's arguments follow
+-- ARGV[a0] and end at ARGV[top]) a copy of the template of s at now, if
+-- there is one, the key does not exist and the key budget has room for
+-- it as this script call knows; and returns the reply, as the string many
+-- answers with when spaced. Otherwise it returns nil, and the call is
+-- decided.
+local function again(ARGV, a0, top, i, key, s, now, spaced)
+  local f = s.first
+  if not f or TEMPLATE[f.key] ~= f or f.now ~= now or f.slack ~= slack then
+    return nil
+  end
+  local bset, bcap = budget(ARGV, top, i)
+  if bset and not (CARD[bset] and CARD[bset] + joining < bcap) then
+    return nil
+  end
+  local made = redis.pcall('COPY', f.key, key)
+  if made ~= 1 then
+    if made ~= 0 then
+      -- COPY refused (an ACL, or Redis before 6.2).
+      TEMPLATE[f.key] = nil
+    end
+    return nil
+  end
+  JOIN[i] = false
+  keyBudget(ARGV, a0, top, i, key, now)
+  join(i, key, f.ttl)
+  if spaced then
+    return f.spaced .. arg(overflowed)
+  end
+  local o = f.out
+  return { o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], overflowed }
+end
+
+-- newcomerAt is again for a call of one limit of a batch (many) whose
+-- key is key and whose arguments follow ARGV[a0] and end at ARGV[top],
+-- at now, Redis's clock, before anything else is done for it: when the
+-- call is the usual one ("") and its settings have a template at now, it
+-- returns the reply (again); otherwise nil.
+local function newcomerAt(key, ARGV, a0, top, now)
+  if ARGV[a0 + 1] ~= '' or ARGV[a0 + 3] ~= '' then
+    return nil
+  end
+  local s = SETTINGS[ARGV[a0 + 2]]
+  if not s or not s.first or s.cal then
+    return nil
+  end
+  overflowed, pruned, joining = 0, false, 0
+  K[1] = key
+  return again(ARGV, a0, top, 1, key, s, now, true)
+end
+
+-- keyState returns what limit i's key (p of settings s) holds beyond
+-- the algorithm's state, at now: the end of its lockout, its expiry, its
+-- units held and the end of its queue ("_a"); it sets LT[i], when its
+-- tokens were last leased, for a call other than the usual one (decideRead
+-- sets it for a usual call denied).
+local function keyState(i, p, s, now)
+  local v = V[i]
   local lk, x, held, ahead = 0, 0, 0, 0
   LT[i] = nil
-  if v[1] then
-    lk, x = v[2] and num(v[2]) or 0, v[3] and num(v[3]) or 0
+  if VK[i] then
+    lk, x = v._lk and num(v._lk) or 0, v._x and num(v._x) or 0
     if p ~= s then
-      LT[i] = tonumber(v[4 + m])
-      if (tonumber(v[6 + m]) or 0) > now then
-        held = tonumber(v[5 + m]) or 0
-      end
-      ahead = tonumber(v[7 + m]) or 0
-    elseif v[2] then
-      -- A key with a queue has "_lk" (0 without a lockout), so that
-      -- the usual call, which does not read "_a", leaves it here.
-      ahead = tonumber(rcall('HGET', key, '_a')) or 0
+      LT[i] = tonumber(v._lt)
     end
+    if (tonumber(v._hx) or 0) > now then
+      held = tonumber(v._h) or 0
+    end
+    ahead = tonumber(v._a) or 0
   end
   return lk, x, held, ahead
 end
@@ -209,34 +255,30 @@ end
 -- reshape starts limit i's key afresh, a counter that changed shape (a
 -- reload changed its algorithm, window or precision), keeping its
 -- lockout lk (in progress, or ended but in force again if the clock
--- steps back, as in memory). It returns the state, expiry, units held
--- and end of the queue left.
+-- steps back, as in memory). It returns the expiry, units held and end of
+-- the queue left.
 local function reshape(i, key, p, lk, now)
   rcall('DEL', key)
-  local x = 0
-  LT[i] = nil
+  V[i], VK[i], X[i], LT[i] = {}, false, 0, nil
   if p.lock > 0 and lk > 0 then
-    x = expiry(max(lk, now), p)
-    rcall('HSET', key, '_id', p.id, '_lk', lk, '_x', x)
-    rcall('PEXPIRE', key, ttl(x, now))
-    FRESH[i] = false
+    save(i, p, { '_lk', lk }, max(lk, now), now)
   end
-  return {}, x, 0, 0
+  return X[i], 0, 0
 end
 
--- lift ends what no longer holds on key, of limit p whose fields read are
--- v: a lockout the rule no longer has, and a queue that has ended, so
--- that the usual call may decide the key again. It returns the end of
+-- lift ends what no longer holds on limit i's key, of p: a lockout the
+-- rule no longer has, and a queue that has ended. It returns the end of
 -- the lockout and of the queue left.
-local function lift(key, p, v, lk, ahead, now)
+local function lift(i, p, lk, ahead, now)
   if p.lock == 0 and lk > 0 then
-    rcall('HDEL', key, '_lk')
+    unset(i, p, '_lk')
     lk = 0
   end
   if ahead > 0 and ahead <= now then
-    rcall('HDEL', key, '_a')
-    if lk == 0 and v[2] then
-      rcall('HDEL', key, '_lk')
+    if lk == 0 and V[i]._lk then
+      unset(i, p, '_a', '_lk')
+    else
+      unset(i, p, '_a')
     end
     ahead = 0
   end
@@ -278,45 +320,39 @@ local function decideKey(key, p, a, st, held, lk, units, x)
 end
 
 -- decideRead decides limit i (p of settings s, algorithm a) on key,
--- whose fields read are v (own and m: the algorithm's, namesOf), for
--- units units at now, or at the end of its queue, and keeps what the
--- acts that follow need (P, R, L, X, H, ST, AH, U, HO, FRESH and LT of
--- i). It writes only what the key needs before it can be decided
--- (reshape, lift).
-local function decideRead(i, key, p, s, a, own, v, m, units, now)
-  local lk, x, held, ahead = keyState(i, key, p, s, v, m, now)
-  local st = view(own, v)
-  FRESH[i] = v[1] ~= p.id
-  if v[1] and v[1] ~= p.id then
-    st, x, held, ahead = reshape(i, key, p, lk, now)
+-- whose fields are read (V[i]), for units units at now, or at the end of
+-- its queue, and keeps what the acts that follow need (P, R, L, X, H,
+-- AH, U, HO and LT of i). It writes only what the key needs before it
+-- can be decided (reshape, lift).
+local function decideRead(i, key, p, s, a, units, now)
+  local lk, x, held, ahead = keyState(i, p, s, now)
+  local id = V[i]._id
+  if id and id ~= p.id then
+    x, held, ahead = reshape(i, key, p, lk, now)
   end
-  lk, ahead = lift(key, p, v, lk, ahead, now)
-  local r, ho = decideKey(key, p, a, st, held, lk, units, max(now, ahead))
-  if p == s and not r.ok and v[1] then
-    -- When the key's tokens were last leased, which a usual call did
-    -- not read: the gateway may wait for them to come back.
-    LT[i] = leasedAt(key)
+  lk, ahead = lift(i, p, lk, ahead, now)
+  local r, ho = decideKey(key, p, a, V[i], held, lk, units, max(now, ahead))
+  if p == s and not r.ok and VK[i] then
+    -- When the key's tokens were last leased: the gateway may wait for
+    -- them to come back.
+    LT[i] = tonumber(V[i]._lt)
   end
   if p ~= s then
     p.units = units
   end
   P[i], R[i], L[i], X[i], H[i] = p, r, lk, x, held
-  ST[i], AH[i], U[i], HO[i] = st, ahead, units, ho
+  AH[i], U[i], HO[i] = ahead, units, ho
 end
 
 -- decideLimit reads and decides limit i of a call of n limits (decideAt),
 -- whose arguments follow ARGV[a0] and end at ARGV[top], at now; the
 -- limit's own start at ARGV[a0 + o]. It returns the offset of the next
--- limit's arguments; and, for a call of one limit that a short way
--- decides (usual, freshFor), its reply as a second result: at, when not
--- nil, is Redis's clock read by many, which gets the reply of usual as
--- the string it answers with. exists and qover are what quick or copied
--- learned of the key of a call of one limit: whether it exists, and its
--- overflow counter. A malformed argument's error reply is returned as
--- a reply.
-local function decideLimit(ARGV, a0, top, n, i, o, now, at, exists, qover)
-  local s, p, units, probe
-  s, p, units, probe, o = limitOf(ARGV, a0, o, now)
+-- limit's arguments; and as a second result a malformed argument's error
+-- reply, or the reply of a newcomer's call (again), as the string many
+-- answers with when spaced.
+local function decideLimit(ARGV, a0, top, n, i, o, now, spaced)
+  local s, p, units
+  s, p, units, o = limitOf(ARGV, a0, o, now)
   if not s then
     return o, p
   end
@@ -328,35 +364,28 @@ local function decideLimit(ARGV, a0, top, n, i, o, now, at, exists, qover)
     end
   end
   local key = K[i]
-  TMPL[key] = nil
-  local own, names = namesOf(p, a, now)
-  OWNS[i] = own
-  local m = #own
-  local v = readFields(key, p, s, names, m, probe and n == 1, exists)
-  if n == 1 and p == s and v[1] == s.id and not v[2] and s.lock == 0 and s.limit > 0 then
-    return o, usual(key, s, a, own, v, now, at ~= nil)
+  if n == 1 and p == s then
+    local r = again(ARGV, a0, top, i, key, s, now, spaced)
+    if r then
+      return o, r
+    end
   end
+  local names = hashed(p) and namesOf(p, a, now)
+  load(i, key, p, names)
   JOIN[i] = false
-  if not v[1] then
-    local over = keyBudget(ARGV, a0, top, i, key, now, qover)
+  if not VK[i] then
+    local over = keyBudget(ARGV, a0, top, i, key, now)
     if over then
       key = over
-      TMPL[key] = nil
       K[i] = key
       overflowed = overflowed + 1
-      v = readFields(key, p, s, names, m, false)
+      load(i, key, p, names)
     end
   end
-  if n == 1 and p == s and not v[1] and p.limit > 0 then
-    -- The usual call on a new key, alone: what it writes and answers
-    -- is the same for every new key of its settings at this instant.
-    local f = freshFor(key, s, a, now)
-    if f then
-      create(f, key, JOIN[i], JOINMS[i], false)
-      return o, f[overflowed + 1]
-    end
+  if n == 1 and p == s and not VK[i] and p.limit > 0 and not hashed(p) then
+    newcomer = s
   end
-  decideRead(i, key, p, s, a, own, v, m, units, now)
+  decideRead(i, key, p, s, a, units, now)
   return o
 end
 
@@ -418,7 +447,7 @@ local function reserve(n, now, at)
         if enforced(p) then
           tat = max(tat, x)
         end
-        TRY[i], TRYHO[i] = decideKey(K[i], p, p.a, ST[i], H[i], L[i], U[i], x)
+        TRY[i], TRYHO[i] = decideKey(K[i], p, p.a, V[i], H[i], L[i], U[i], x)
         if not TRY[i].ok and enforced(p) then
           ok = false
         end

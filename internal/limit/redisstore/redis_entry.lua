@@ -1,6 +1,6 @@
 -- The entry points (after redis_acts.lua; see redis.lua for the script's
--- contract and its files): one call (decideAt: the short way of quick, or
--- each limit decided, the reservation and the acts), run alone (decide,
+-- contract and its files): one call (decideAt: each limit decided, the
+-- reservation and the acts), run alone (decide,
 -- a script's entry) or in a batch (many); and entry, the library's one
 -- function, which picks between them. The last line is replaced by the
 -- script's entry (script.go) or the library's registration
@@ -9,32 +9,17 @@
 -- decideAt is one call: its n keys are those of KEYS after the first k0,
 -- and its arguments (as described at the top of redis.lua) those of ARGV
 -- after the first a0, up to ARGV[top]. at, when not nil, is Redis's clock
--- already read for it (many, below), which may then get the reply of a
--- call of one limit as the string many answers with. tried says that
--- copied tried to copy the key of a call of one limit, and known whether
--- it exists then (nil: not known).
-local function decideAt(KEYS, ARGV, at, k0, a0, n, top, tried, known)
+-- already read for it (many, below).
+local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
   local now = instant(ARGV, a0, at)
-  -- exists is whether the key of a call of one limit exists, when quick
-  -- or copied asked.
-  local exists, qover
-  if tried then
-    exists = known
-  elseif n == 1 then
-    local r
-    r, exists, qover = quick(KEYS[k0 + 1], ARGV, a0, top, now)
-    if r then
-      return r
-    end
-  end
-  overflowed, pruned, joining = 0, false, 0
+  overflowed, pruned, joining, newcomer = 0, false, 0, false
   for i = 1, n do
     K[i] = KEYS[k0 + i]
   end
   local o = 2
   for i = 1, n do
     local r
-    o, r = decideLimit(ARGV, a0, top, n, i, o, now, at, exists, qover)
+    o, r = decideLimit(ARGV, a0, top, n, i, o, now, at ~= nil)
     if r then
       return r
     end
@@ -56,7 +41,7 @@ end
 -- of ARGV after the first a0 (as described at the top of redis.lua).
 local function one(KEYS, ARGV, a0, n)
   begin()
-  TMPL = {}
+  TEMPLATE = {}
   local ok, r = pcall(decideAt, KEYS, ARGV, nil, 0, a0, n, #ARGV)
   flushall()
   if not ok then
@@ -105,7 +90,7 @@ end
 -- counted something (counted), when b > 0.
 local function many(KEYS, ARGV, b)
   begin()
-  TMPL = {}
+  TEMPLATE = {}
   local m = num(ARGV[b + 2])
   local out = {}
   local same = ARGV[b + 1] == '='
@@ -119,13 +104,12 @@ local function many(KEYS, ARGV, b)
     if not same then
       nk, na = num(ARGV[b + 1 + 2 * c]), num(ARGV[b + 2 + 2 * c])
     end
-    local r, tried, known
+    local ok, r = true, nil
     if nk == 1 then
-      r, tried, known = copied(KEYS[k + 1], ARGV, a, a + na, now)
+      r = newcomerAt(KEYS[k + 1], ARGV, a, a + na, now)
     end
-    local ok = true
     if not r then
-      ok, r = pcall(decideAt, KEYS, ARGV, now, k, a, nk, a + na, tried, known)
+      ok, r = pcall(decideAt, KEYS, ARGV, now, k, a, nk, a + na)
     end
     if not ok then
       r = failed(r)
@@ -133,9 +117,7 @@ local function many(KEYS, ARGV, b)
       wrote = counted(r, nk)
     end
     if type(r) == 'string' then
-      -- One limit's reply, as a string already.
-    elseif r.s then
-      r = r.s
+      -- A newcomer's reply, as a string already (again).
     elseif r.err == nil and #r == 10 then
       -- One limit's reply, as a string too.
       r = arg(r[1]) .. ' ' .. arg(r[2]) .. ' ' .. arg(r[3]) .. ' ' .. arg(r[4]) .. ' ' .. arg(r[5]) .. ' ' ..
@@ -156,26 +138,11 @@ end
 -- the call's own arguments (a call, or a batch: many); its memo's key is
 -- the last of KEYS, in the slot of the call's keys ("gw:{tag}#done:" and
 -- the call's ID, memo.go). When the call counts something (counted), its
--- reply is kept there (SET PX), as its spaced numbers when it has them
--- already, else packed by cmsgpack (one C call, whatever the reply). A
+-- reply is kept there (SET PX), packed by cmsgpack (one C call, whatever
+-- the reply). A
 -- call sent again answers the reply kept, if there is one, and decides
 -- nothing; only it reads the memo. A batch keeps one memo: it runs whole
 -- or not at all.
-
--- replay returns the reply that a memo kept: packed, or the spaced
--- numbers of a call of one limit (its reply's s, see freshFor), which a
--- packed reply never starts with.
-local function replay(kept)
-  local b = string.byte(kept, 1)
-  if b ~= 45 and (b < 48 or b > 57) then
-    return cmsgpack.unpack(kept)
-  end
-  local out = {}
-  for f in string.gmatch(kept, '[^ ]+') do
-    out[#out + 1] = tonumber(f)
-  end
-  return out
-end
 
 -- once runs the call (or batch) of ARGV after its memo's arguments, as
 -- described above, at most once.
@@ -184,7 +151,7 @@ local function once(KEYS, ARGV)
   if ARGV[1] == '!!' then
     local kept = rcall('GET', key)
     if kept then
-      return replay(kept)
+      return cmsgpack.unpack(kept)
     end
   end
   local r, wrote
@@ -195,7 +162,7 @@ local function once(KEYS, ARGV)
     wrote = counted(r, #KEYS - 1)
   end
   if wrote then
-    rcall('SET', key, r.s or cmsgpack.pack(r), 'PX', ARGV[2])
+    rcall('SET', key, cmsgpack.pack(r), 'PX', ARGV[2])
   end
   return r
 end

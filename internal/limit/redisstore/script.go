@@ -14,9 +14,9 @@ import (
 // before it define (Lua's locals are seen only below their definition).
 // redis.lua holds the script's contract, and the placeholder line where
 // the algorithms' Lua goes; redis_entry.lua ends with luaEntry.
-var redisLuaFiles = []string{"redis.lua", "redis_short.lua", "redis_decide.lua", "redis_acts.lua", "redis_entry.lua"}
+var redisLuaFiles = []string{"redis.lua", "redis_state.lua", "redis_decide.lua", "redis_acts.lua", "redis_entry.lua"}
 
-//go:embed redis.lua redis_short.lua redis_decide.lua redis_acts.lua redis_entry.lua
+//go:embed redis.lua redis_state.lua redis_decide.lua redis_acts.lua redis_entry.lua
 var redisLuaFS embed.FS
 
 // luaPlaceholder is the line of the script that redisScript replaces with

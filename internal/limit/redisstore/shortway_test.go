@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"slices"
 	"strconv"
 	"strings"
@@ -351,36 +350,6 @@ func TestRedisShortWayProbedAtALaterInstant(t *testing.T) {
 	got, want := c.HGetAll(ctx, later[0].keys[0]).Val(), c.HGetAll(ctx, alone.keys[0]).Val()
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("fields %v, want %v", got, want)
-	}
-}
-
-// TestRedisShortWayRecentKeysCollideAndWrap checks that two keys of one
-// slot of the table of recent keys each replace the other (a fingerprint
-// tells them apart: the second is not taken for the first); and a second
-// of 2106, when the seconds kept wrap around, still follows the one before
-// it.
-func TestRedisShortWayRecentKeysCollideAndWrap(t *testing.T) {
-	t.Parallel()
-	r := newRecent()
-	slot := func(k string) uint64 { return maphash.String(r.seed, k) & (recentSlots - 1) }
-	a, b := "app|/|a", ""
-	for i := 0; b == ""; i++ {
-		if k := fmt.Sprintf("app|/|b%d", i); slot(k) == slot(a) {
-			b = k
-		}
-	}
-	at := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
-	for i, s := range []struct {
-		key  string
-		want bool
-	}{{a, false}, {a, true}, {b, false}, {b, true}, {a, false}} {
-		if got := r.asked(s.key, at, time.Minute); got != s.want {
-			t.Errorf("step %d: %s asked lately %v, want %v", i, s.key, got, s.want)
-		}
-	}
-	wrap := time.Unix(1<<32-1, 0)
-	if r.asked("app|/|w", wrap, time.Minute) || !r.asked("app|/|w", wrap.Add(time.Second), time.Minute) {
-		t.Errorf("a key asked about at %v is not recent a second later", wrap)
 	}
 }
 

@@ -32,6 +32,12 @@ const (
 	DefaultDenyCacheSize     = 1 << 16
 )
 
+// The layouts of a counter in Redis (Config.Layout).
+const (
+	LayoutString = "string"
+	LayoutHash   = "hash"
+)
+
 // Config configures a Redis store. Name the server with URL, Addrs,
 // or both; the other fields have defaults.
 type Config struct {
@@ -128,6 +134,13 @@ type Config struct {
 	// DefaultLeases (65536); -1 turns leases off: every request is a
 	// call.
 	Leases int
+	// Layout is how the store keeps a counter in Redis: "string" (or
+	// "") for one string per counter, read and written whole; "hash" for
+	// a hash of its fields, as releases before the string layout kept
+	// it, which gateways of both releases on one Redis share during a
+	// rolling upgrade (docs/fleet.md, "Upgrading"). Either reads the
+	// other's counters; each writes its own.
+	Layout string
 	// MaxBatch is the most script calls one round trip to a node
 	// carries: while a call to a node is in flight, the next ones queue
 	// and go together when it returns (see batcher). 0 means
@@ -194,7 +207,8 @@ type Store struct {
 	leaseWait time.Duration
 	// maxKeys is the key budget (Config.MaxKeys); -1 for none.
 	maxKeys int64
-	recent  *recent
+	// hashes reports that counters are kept as hashes (Config.Layout).
+	hashes bool
 	wb      writeBacks // late.go
 	closed  atomic.Bool
 	now     func() time.Time
@@ -252,6 +266,8 @@ func New(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("redis warm connections %d is below -1", cfg.WarmConns)
 	case cfg.Leases < -1:
 		return nil, fmt.Errorf("redis leases %d is below -1", cfg.Leases)
+	case cfg.Layout != "" && cfg.Layout != LayoutString && cfg.Layout != LayoutHash:
+		return nil, fmt.Errorf("redis layout %q: want %q or %q", cfg.Layout, LayoutString, LayoutHash)
 	case cfg.MaxBatch < 0:
 		return nil, fmt.Errorf("redis batch size %d is negative", cfg.MaxBatch)
 	case cfg.MaxKeys < -1:
@@ -334,7 +350,7 @@ func New(cfg Config) (*Store, error) {
 		fleet:     fleetState{id: cmp.Or(cfg.FleetID, newFleetID()), heartbeat: cmp.Or(cfg.FleetHeartbeat, DefaultFleetHeartbeat)},
 		batch:     batching{max: cmp.Or(cfg.MaxBatch, DefaultBatch), onBatch: cfg.OnBatch},
 		maxKeys:   int64(cmp.Or(cfg.MaxKeys, DefaultMaxKeys)),
-		recent:    newRecent(),
+		hashes:    cfg.Layout == LayoutHash,
 	}
 	threshold := cmp.Or(cfg.BreakerThreshold, DefaultBreakerThreshold)
 	backoff := cmp.Or(cfg.BreakerBackoff, DefaultBreakerBackoff)

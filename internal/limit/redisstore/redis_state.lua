@@ -1,0 +1,193 @@
+-- A counter's state (after redis.lua; see its top for the script's
+-- contract and its files): how a limit's key is read (load) and written
+-- (save). A key holds the store's fields and the algorithm's as one
+-- string of names and values separated by spaces ("_id
+-- sliding_window/1000000/10 _x 1732890001000000 h 1732890000 t 1 7 1"),
+-- read with GET and written whole with SET … PX: two commands for a
+-- call, whatever it does. A ring's slots are the fields named by
+-- numbers, and an empty one is left out. Two kinds of key are hashes of
+-- those fields instead, read a field at a time: the sliding log's, whose
+-- log of up to limit instants a call reads a few of (sliding_log.lua);
+-- and every key of settings spelled with " h", the layout of releases
+-- before the string one, which gateways of both share during a rolling
+-- upgrade (docs/fleet.md, "Upgrading"). A key found in the other layout
+-- than its settings' is read whole and written in its settings' layout.
+
+-- V holds, for each limit i of the call being decided, the fields of its
+-- key as read and as written since (names are strings, a ring's slots
+-- numbers), and VK how it is kept in Redis: false when it does not exist,
+-- else "string" or "hash". A hash read a field at a time gets the fields
+-- not read yet when they are looked up (lazy).
+local V, VK = {}, {}
+
+-- TEMPLATE maps the keys of this script call that newcomers may be copied
+-- from (redis_decide.lua, again) to what they hold; a key written again
+-- is taken out. Each script call starts it afresh (one, many).
+local TEMPLATE = {}
+
+-- parse returns the fields of a counter's string.
+local function parse(s)
+  local v = {}
+  for name, value in string.gmatch(s, '(%S+) (%S+)') do
+    local b = string.byte(name, 1)
+    if b >= 48 and b <= 57 then
+      v[num(name)] = value
+    else
+      v[name] = value
+    end
+  end
+  return v
+end
+
+-- whole returns the fields of a hash (HGETALL's pairs).
+local function whole(h)
+  local v = {}
+  for j = 1, #h, 2 do
+    local name = h[j]
+    local b = string.byte(name, 1)
+    if b >= 48 and b <= 57 then
+      name = num(name)
+    end
+    v[name] = h[j + 1]
+  end
+  return v
+end
+
+-- lazy makes v, the fields read of the hash key, look up those not read
+-- yet in Redis (HGET) the first time they are asked for; false when
+-- absent.
+local function lazy(v, key)
+  return setmetatable(v, { __index = function(t, name)
+    local x = rcall('HGET', key, name) or false
+    rawset(t, name, x)
+    return x
+  end })
+end
+
+-- hashed reports whether the key of p is kept as a hash.
+local function hashed(p)
+  return p.hashed or p.a.log
+end
+
+-- load reads limit i's key, of p, into V[i] and VK[i]: a string whole;
+-- a hash in its settings' layout, the fields names (namesOf,
+-- redis_decide.lua) and the rest when asked (lazy); a key in the other
+-- layout whole. A key named by an earlier limit of the call shares its
+-- fields.
+local function load(i, key, p, names)
+  for j = 1, i - 1 do
+    if K[j] == key then
+      -- One key named twice in a call: one state, which each limit's
+      -- acts write in turn.
+      V[i], VK[i] = V[j], VK[j]
+      return
+    end
+  end
+  local h = hashed(p)
+  local r
+  if h then
+    r = redis.pcall('HMGET', key, unpack(names))
+  else
+    r = redis.pcall('GET', key)
+  end
+  if type(r) == 'table' and r.err then
+    -- The other layout (WRONGTYPE).
+    if h then
+      V[i], VK[i] = parse(rcall('GET', key)), 'string'
+    else
+      V[i], VK[i] = whole(rcall('HGETALL', key)), 'hash'
+    end
+  elseif h and r[1] then
+    local v = {}
+    for j = 1, #names do
+      if r[j] then
+        v[names[j]] = r[j]
+      end
+    end
+    V[i], VK[i] = lazy(v, key), 'hash'
+  elseif r and not h then
+    V[i], VK[i] = parse(r), 'string'
+  else
+    V[i], VK[i] = {}, false
+  end
+end
+
+-- flat returns the fields v as one string, leaving out empty slots.
+local function flat(v)
+  local out, n = {}, 0
+  for name, value in pairs(v) do
+    if type(name) ~= 'number' or (value ~= 0 and value ~= '0') then
+      out[n + 1], out[n + 2] = arg(name), arg(value)
+      n = n + 2
+    end
+  end
+  return table.concat(out, ' ')
+end
+
+-- save writes the fields of set (name, value, ...) to limit i's key, of
+-- p, at now, with its shape, moving its expiry to cover upto if it does
+-- not (expiry, redis.lua): the string whole, or a hash's fields set. It
+-- returns the key's new time to live (ms) when its expiry moved, else
+-- nil.
+local function save(i, p, set, upto, now)
+  local v, key = V[i], K[i]
+  local x = max(X[i], v._x and num(v._x) or 0)
+  if TEMPLATE[key] then
+    TEMPLATE[key] = nil
+  end
+  for j = 1, #set, 2 do
+    v[set[j]] = set[j + 1]
+  end
+  v._id = p.id
+  local t = nil
+  if upto > x then
+    x = expiry(upto, p)
+    X[i], v._x = x, x
+    t = ttl(x, now)
+  end
+  if not hashed(p) then
+    rcall('SET', key, flat(v), 'PX', arg(t or ttl(x, now)))
+    VK[i] = 'string'
+    return t
+  elseif VK[i] == 'hash' then
+    set[#set + 1], set[#set + 2] = '_id', p.id
+    if t then
+      set[#set + 1], set[#set + 2] = '_x', x
+    end
+    for j = 1, #set do
+      set[j] = arg(set[j])
+    end
+    rcall('HSET', key, unpack(set))
+    if t then
+      rcall('PEXPIRE', key, arg(t))
+    end
+  else
+    -- A new hash, or one that was a string: every field.
+    if VK[i] then
+      rcall('DEL', key)
+    end
+    local all = {}
+    for name, value in pairs(v) do
+      if value ~= false then
+        all[#all + 1], all[#all + 2] = arg(name), arg(value)
+      end
+    end
+    rcall('HSET', key, unpack(all))
+    rcall('PEXPIRE', key, arg(t or ttl(x, now)))
+  end
+  VK[i] = 'hash'
+  return t
+end
+
+-- unset takes the fields names out of limit i's key, of p: at once in a
+-- hash, in the next save of a string (a field that no longer holds is
+-- ignored until then).
+local function unset(i, p, ...)
+  local v = V[i]
+  for _, name in ipairs({ ... }) do
+    rawset(v, name, nil)
+  end
+  if VK[i] == 'hash' then
+    rcall('HDEL', K[i], ...)
+  end
+end

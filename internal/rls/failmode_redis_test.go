@@ -104,7 +104,7 @@ descriptors:
 	if len(keys) != 1 {
 		t.Fatalf("Redis holds counters %q, want one", keys)
 	}
-	counted, err := srv.Client().HGet(ctx, keys[0], "c").Int()
+	counted, err := redistest.FieldInt(ctx, srv.Client(), keys[0], "c")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -632,7 +632,7 @@ func TestRedisBudgetInOneBatch(t *testing.T) {
 			t.Errorf("caller %d: counter exists %v, want %v", i, n == 1, i < budget)
 		}
 	}
-	if n, _ := c.HGet(ctx, redisKey("app", "app|/|overflow"), "t").Int(); n != 3 {
+	if n, _ := redistest.FieldInt(ctx, c, redisKey("app", "app|/|overflow"), "t"); n != 3 {
 		t.Errorf("the overflow counter counted %d, want 3", n)
 	}
 

@@ -60,7 +60,7 @@ func refillAndReturn(t *testing.T, red *Store, clock *fixedClock, q limit.Reques
 // sum of its buckets, and returns the counter's fields.
 func checkRing(t *testing.T, srv *redistest.Server, key string, where string) map[string]string {
 	t.Helper()
-	h := srv.Client().HGetAll(context.Background(), key).Val()
+	h := counterFields(t, srv.Client(), key)
 	total, _ := strconv.ParseInt(h["t"], 10, 64)
 	sum := int64(0)
 	for f, v := range h {
@@ -468,7 +468,7 @@ func TestRedisCopiedCommands(t *testing.T) {
 			}
 			for i, n := range names {
 				want := []string{"1", "1", "3", "1"}[i]
-				if got := c.HGet(ctx, redisKey("app", "app|/|"+n), "t").Val(); got != want {
+				if got := counterFields(t, c, redisKey("app", "app|/|"+n))["t"]; got != want {
 					t.Errorf("%s counted %q, want %s", n, got, want)
 				}
 			}
@@ -570,7 +570,7 @@ func TestRedisLeaseOnlyPastOnePerLeaseAhead(t *testing.T) {
 				if fmt.Sprint(lv[:5]) != fmt.Sprint(uv[:5]) {
 					t.Errorf("%s, call %d: the lease call answered %v, the usual call %v", name, i, lv, uv)
 				}
-				lh, uh := cl.HGetAll(ctx, lk[0]).Val(), cl.HGetAll(ctx, uk[0]).Val()
+				lh, uh := counterFields(t, cl, lk[0]), counterFields(t, cl, uk[0])
 				if fmt.Sprint(lh) != fmt.Sprint(uh) {
 					t.Errorf("%s, call %d: the lease call wrote %v, the usual call %v", name, i, lh, uh)
 				}

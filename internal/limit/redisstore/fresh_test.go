@@ -57,13 +57,13 @@ func TestRedisNewKeysAsAnyOther(t *testing.T) {
 		if long.err != nil {
 			t.Fatalf("%s: the long way: %v", name, long.err)
 		}
-		want := cl.HGetAll(ctx, counter(long)).Val()
+		want := counterFields(t, cl, counter(long))
 		wantTTL := cl.PTTL(ctx, counter(long)).Val()
 		for i, c := range batch {
 			if c.err != nil || !slices.Equal(c.v, long.v) {
 				t.Errorf("%s, new key %d: got %v %v, want %v", name, i, c.v, c.err, long.v)
 			}
-			if got := cl.HGetAll(ctx, counter(c)).Val(); fmt.Sprint(got) != fmt.Sprint(want) {
+			if got := counterFields(t, cl, counter(c)); fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Errorf("%s, new key %d: fields %v, want %v", name, i, got, want)
 			}
 			// Both expire at one instant; the real clock moved a little
@@ -209,7 +209,7 @@ func testRedisNewKeysCopied(t *testing.T, acl bool) {
 		}
 	}
 	for n, want := range map[string]string{"a": "2", "b": "2", "c": "1"} {
-		if got := cl.HGet(ctx, batch[0].keys[0][:len(batch[0].keys[0])-1]+n, "t").Val(); got != want {
+		if got := counterFields(t, cl, batch[0].keys[0][:len(batch[0].keys[0])-1]+n)["t"]; got != want {
 			t.Errorf("key %s counted %q, want %s", n, got, want)
 		}
 	}
@@ -218,7 +218,7 @@ func testRedisNewKeysCopied(t *testing.T, acl bool) {
 	if alone.v, alone.err = red.run(ctx, alone.keys, alone.args); alone.err != nil {
 		t.Fatal(alone.err)
 	}
-	if got, want := cl.HGetAll(ctx, batch[3].keys[0]).Val(), cl.HGetAll(ctx, alone.keys[0]).Val(); fmt.Sprint(got) != fmt.Sprint(want) {
+	if got, want := counterFields(t, cl, batch[3].keys[0]), counterFields(t, cl, alone.keys[0]); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("copied key: fields %v, want %v", got, want)
 	}
 	if got, want := cl.PTTL(ctx, batch[3].keys[0]).Val(), cl.PTTL(ctx, alone.keys[0]).Val(); got <= 0 || (got-want).Abs() > time.Second {

@@ -81,7 +81,7 @@ func TestRedisSlowCostsOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 			st := red.Stats()
-			counted, err := srv.Client().HGet(ctx, "gw:{slow-"+id+"}:/", "c").Int()
+			counted, err := redistest.FieldInt(ctx, srv.Client(), "gw:{slow-"+id+"}:/", "c")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -137,7 +137,7 @@ func TestRedisWriteBackWhileIdle(t *testing.T) {
 		return writtenBack(red)() && st.LeaseGranted == st.LeaseSpent+st.LeaseReturned+st.LeaseExpired
 	}
 	eventually.True(t, 30*time.Second, settled, "30s after Redis's return, local admissions still wait to be written back or tokens to go back: %+v", red.Stats())
-	counted, err := srv.Client().HGet(ctx, "gw:{idle}:/", "c").Int()
+	counted, err := redistest.FieldInt(ctx, srv.Client(), "gw:{idle}:/", "c")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestRedisCloseWritesBack(t *testing.T) {
 	if err := red.Close(); err != nil {
 		t.Fatal(err)
 	}
-	counted, err := srv.Client().HGet(context.Background(), "gw:{closing}:/", "c").Int()
+	counted, err := redistest.FieldInt(context.Background(), srv.Client(), "gw:{closing}:/", "c")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestRedisCloseKeepsRefusedWriteBacks(t *testing.T) {
 	if err := red.Close(); err != nil {
 		t.Fatal(err)
 	}
-	counted, err := srv.Client().HGet(context.Background(), "gw:{keeping}:/", "c").Int()
+	counted, err := redistest.FieldInt(context.Background(), srv.Client(), "gw:{keeping}:/", "c")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +315,7 @@ func TestRedisWriteBackKeepsBudget(t *testing.T) {
 	if n, err := c.ZCard(ctx, budgetSet(tag)).Result(); err != nil || n != perBucket {
 		t.Errorf("the bucket's set: %d members (%v), want its budget %d", n, err, perBucket)
 	}
-	if got, err := c.HGet(ctx, redisKey(tag, "*|/|overflow"), "c").Int(); err != nil || got != late {
+	if got, err := redistest.FieldInt(ctx, c, redisKey(tag, "*|/|overflow"), "c"); err != nil || got != late {
 		t.Errorf("the overflow counter: %d (%v), want the %d written back", got, err, late)
 	}
 }
@@ -364,7 +364,7 @@ func TestRedisRefusedWritesBack(t *testing.T) {
 			path.Restore()
 			settled := writtenBack(red)
 			eventually.True(t, 30*time.Second, settled, "30s after the path's return, local admissions still wait to be written back: %+v", red.Stats())
-			counted, err := srv.Client().HGet(ctx, "gw:{refused-"+strconv.Itoa(batch)+"}:/", "c").Int()
+			counted, err := redistest.FieldInt(ctx, srv.Client(), "gw:{refused-"+strconv.Itoa(batch)+"}:/", "c")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -461,7 +461,7 @@ func TestRedisActsDecidedAlone(t *testing.T) {
 			alone.Follow(time.Now(), tc.then(key))
 			settled := writtenBack(red)
 			eventually.True(t, 30*time.Second, settled, "30s after the fault, acts still wait to reach Redis: %+v", red.Stats())
-			h, err := srv.Client().HMGet(ctx, "gw:{alone}:/x", "c", "_h").Result()
+			h, err := redistest.Fields(ctx, srv.Client(), "gw:{alone}:/x")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -470,7 +470,7 @@ func TestRedisActsDecidedAlone(t *testing.T) {
 				n, _ := strconv.ParseInt(s, 10, 64)
 				return n
 			}
-			if c, held := num(h[0]), num(h[1]); c != tc.wantC || held != 0 {
+			if c, held := num(h["c"]), num(h["_h"]); c != tc.wantC || held != 0 {
 				t.Errorf("Redis holds c=%d, _h=%d; want c=%d, _h=0 (%+v)", c, held, tc.wantC, red.Stats())
 			}
 		})

@@ -137,7 +137,7 @@ func TestRedisBatchAsOneLostLibrary(t *testing.T) {
 			t.Errorf("call %d: allowed: got %v, want %v (reply %v)", i, got, want, c.v)
 		}
 	}
-	if got, err := srv.Client().HGet(ctx, redisKey("lost", "lost|/"), "c").Int(); err != nil || got != 2 {
+	if got, err := redistest.FieldInt(ctx, srv.Client(), redisKey("lost", "lost|/"), "c"); err != nil || got != 2 {
 		t.Errorf("count: got %v %v, want 2", got, err)
 	}
 }

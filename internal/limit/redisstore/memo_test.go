@@ -164,7 +164,7 @@ func newMemoRig(t *testing.T, batch int, evalsha bool) *memoRig {
 // count returns field c of key in Redis (0 when absent).
 func (m *memoRig) count(t *testing.T, key string) int64 {
 	t.Helper()
-	v, err := m.srv.Client().HGet(context.Background(), key, "c").Result()
+	v, err := redistest.Field(context.Background(), m.srv.Client(), key, "c")
 	if err != nil && err != redis.Nil {
 		t.Fatal(err)
 	}

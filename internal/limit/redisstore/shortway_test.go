@@ -95,11 +95,11 @@ func TestRedisShortWayOverflowCounterNotCopied(t *testing.T) {
 	if got := batch[2].v[2]; got != 9 {
 		t.Errorf("the returning caller: %d remaining, want 9", got)
 	}
-	if got := c.HGet(ctx, redisKey("app", over), "t").Val(); got != "2" {
+	if got := counterFields(t, c, redisKey("app", over))["t"]; got != "2" {
 		t.Errorf("the overflow counter counted %q, want 2", got)
 	}
-	if got := c.HGet(ctx, back, "t").Val(); got != "1" {
-		t.Errorf("the returning caller's counter counted %q, want 1 (%v)", got, c.HGetAll(ctx, back).Val())
+	if got := counterFields(t, c, back)["t"]; got != "1" {
+		t.Errorf("the returning caller's counter counted %q, want 1 (%v)", got, counterFields(t, c, back))
 	}
 }
 
@@ -121,7 +121,7 @@ func TestRedisShortWayProbedCallerBudgetAsUsual(t *testing.T) {
 		set := budgetSet(tag)
 		for i := range budget - 1 {
 			k := redisKey(tag, fmt.Sprintf("%s|/|alive-%02d", tag, i))
-			c.HSet(ctx, k, "_id", "x")
+			setCounterFields(t, c, k, "_id", "x")
 			c.Expire(ctx, k, time.Hour)
 			c.ZAdd(ctx, set, redis.Z{Score: 0, Member: k})
 		}
@@ -180,7 +180,7 @@ func TestRedisShortWayProbedOverflowCost(t *testing.T) {
 		set := budgetSet(tag)
 		for i := range budget {
 			k := redisKey(tag, fmt.Sprintf("%s|/|alive-%02d", tag, i))
-			c.HSet(ctx, k, "_id", "x")
+			setCounterFields(t, c, k, "_id", "x")
 			c.Expire(ctx, k, time.Hour)
 			c.ZAdd(ctx, set, redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: k})
 		}
@@ -239,7 +239,7 @@ func TestRedisShortWayProbedExistingKeys(t *testing.T) {
 		if b.err != nil || len(b.v) != 10 || b.v[0] != 1 || b.v[2] != 7 {
 			t.Errorf("%s: %v %v, want admitted with 7 remaining", name, b.v, b.err)
 		}
-		if got := c.HGet(ctx, redisKey("app", last), "t").Val(); got != "3" {
+		if got := counterFields(t, c, redisKey("app", last))["t"]; got != "3" {
 			t.Errorf("%s: counted %q, want 3", name, got)
 		}
 	}
@@ -290,11 +290,11 @@ func TestRedisShortWayOtherDatabase(t *testing.T) {
 	// Database 1: a key of the template's name, counted 5 times, and a
 	// full set.
 	tmpl := redisKey("app", "app|/|t")
-	c1.HSet(ctx, tmpl, "_id", "sliding_window/60000000/10", "t", 5)
+	setCounterFields(t, c1, tmpl, "_id", "sliding_window/60000000/10", "t", "5")
 	c1.Expire(ctx, tmpl, time.Hour)
 	for i := range 2 {
 		k := redisKey("app", fmt.Sprintf("app|/|alive-%d", i))
-		c1.HSet(ctx, k, "_id", "x")
+		setCounterFields(t, c1, k, "_id", "x")
 		c1.Expire(ctx, k, time.Hour)
 		c1.ZAdd(ctx, budgetSet("app"), redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: k})
 	}
@@ -317,7 +317,7 @@ func TestRedisShortWayOtherDatabase(t *testing.T) {
 	if n := c1.ZCard(ctx, budgetSet("app")).Val(); n != 2 {
 		t.Errorf("database 1: the set holds %d, want its budget, 2", n)
 	}
-	if got := c1.HGet(ctx, redisKey("app", "app|/|n"), "t").Val(); got != "1" {
+	if got := counterFields(t, c1, redisKey("app", "app|/|n"))["t"]; got != "1" {
 		t.Errorf("database 1: n counted %q, want 1", got)
 	}
 }
@@ -347,7 +347,7 @@ func TestRedisShortWayProbedAtALaterInstant(t *testing.T) {
 	if !slices.Equal(later[0].v, alone.v) {
 		t.Errorf("reply %v, want %v", later[0].v, alone.v)
 	}
-	got, want := c.HGetAll(ctx, later[0].keys[0]).Val(), c.HGetAll(ctx, alone.keys[0]).Val()
+	got, want := counterFields(t, c, later[0].keys[0]), counterFields(t, c, alone.keys[0])
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("fields %v, want %v", got, want)
 	}
@@ -374,7 +374,7 @@ func TestRedisShortWayExistingKeyNoBudget(t *testing.T) {
 	c.ZRem(ctx, budgetSet("app"), y.keys[0])
 	for i := range budget {
 		k := redisKey("app", fmt.Sprintf("app|/|alive-%d", i))
-		c.HSet(ctx, k, "_id", "x")
+		setCounterFields(t, c, k, "_id", "x")
 		c.Expire(ctx, k, time.Hour)
 		c.ZAdd(ctx, budgetSet("app"), redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: k})
 	}

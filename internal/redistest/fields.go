@@ -13,7 +13,7 @@ import (
 // NewCounterType is the Redis type SetFields gives a counter key that does
 // not exist yet: "hash" (one hash field per field) or "string" (the fields
 // as space-separated alternating names and values, "_id x t 5").
-const NewCounterType = "hash"
+const NewCounterType = "string"
 
 // Fields returns the fields of the counter at key, whichever type it is: a
 // hash's fields, or a string's space-separated alternating names and

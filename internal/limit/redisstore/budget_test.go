@@ -580,9 +580,8 @@ func TestRedisBudgetInOneBatch(t *testing.T) {
 	c := srv.Client()
 	p := &limit.Params{Algorithm: "sliding_window", Limit: 10, Window: time.Minute, Precision: 10}
 	key := func(i int) string { return fmt.Sprintf("app|/|caller-%d", i) }
-	// run sends callers from..to-1 in one script call, spelling the usual
-	// call both ways ("" and "?", redis_short.lua), and returns how many of
-	// each were counted on the overflow counter.
+	// run sends callers from..to-1 in one script call, and returns how
+	// many of each were counted on the overflow counter.
 	run := func(from, to int) []int64 {
 		t.Helper()
 		var batch []*batchCall
@@ -593,7 +592,6 @@ func TestRedisBudgetInOneBatch(t *testing.T) {
 				t.Fatal(err)
 			}
 			args := red.scriptArgs(time.Now(), reqs, tag, nil)
-			args[2] = []string{"", "?"}[i%2]
 			batch = append(batch, &batchCall{keys: keys, args: args})
 		}
 		red.runAsOne(ctx, batch)

@@ -14,8 +14,8 @@ import (
 )
 
 // Tests of the cheaper decisions of the Redis store: what a usual call
-// reads and writes (usual, the field layout, redis_short.lua), the copy of a
-// new key in a batch (copied), a batch's replies as strings (many),
+// reads and writes (the string layout, redis_state.lua), the copy of a
+// new key in a batch (again, redis_decide.lua), a batch's replies as strings (many),
 // sliding_window's shortcuts for a total of 1 (sliding_window.lua) and
 // the lease that is asked for only past one request per leaseAhead
 // (scriptArgs).
@@ -179,9 +179,8 @@ func sameDecision(t *testing.T, mem *limit.Memory, red *Store, clock *fixedClock
 	}
 }
 
-// TestRedisUsualCallLockouts checks the usual call of one limit (usual,
-// redis_short.lua, which decides only on a counter without a lockout of a rule
-// without one) against the memory store where a lockout is in play: a
+// TestRedisUsualCallLockouts checks the usual call of one limit against
+// the memory store where a lockout is in play: a
 // rule that locks out, its lockout lifted by a reload that drops it, and
 // the rule locking out again.
 func TestRedisUsualCallLockouts(t *testing.T) {
@@ -369,8 +368,8 @@ func TestRedisBatchRepliesAsAlone(t *testing.T) {
 				func(app string) call { return one(app, "tb", tb, "") },
 				func(app string) call { return one(app, "free", free, "") },
 				func(app string) call { return one(app, "blocked", blocked, "") },
-				func(app string) call { return one(app, "new", sw, "?") },
-				func(app string) call { return one(app, "new2", sw, "?") },
+				func(app string) call { return one(app, "new", sw, "") },
+				func(app string) call { return one(app, "new2", sw, "") },
 				func(app string) call { return one(app, "lease", sw, "1 - 0 100000 1 0") },
 				func(app string) call { return one(app, "sw", sw, "") },
 				func(app string) call { return one(app, "sw", sw, "") },
@@ -425,11 +424,11 @@ func TestRedisBatchRepliesAsAlone(t *testing.T) {
 }
 
 // TestRedisCopiedCommands checks the copy of a new key in a batch on
-// Redis's clock (copied, redis_short.lua): the batch's first new key is asked
-// about (EXISTS) and written, the next are copies of it; a key that
-// exists, which the copy finds there, is read and counted as it stands,
-// and neither copied again nor asked about. With an ACL that refuses
-// COPY, every key is counted all the same.
+// Redis's clock (again, redis_decide.lua): the batch's first new key is
+// read (GET) and written, the next are copies of it; a key that exists,
+// which the copy finds there, is read and counted as it stands, and not
+// copied again. With an ACL that refuses COPY, every key is counted all
+// the same, and COPY is not tried again in the batch.
 func TestRedisCopiedCommands(t *testing.T) {
 	t.Parallel()
 	for _, acl := range []bool{false, true} {
@@ -445,7 +444,7 @@ func TestRedisCopiedCommands(t *testing.T) {
 			c := srv.Client()
 			p := &limit.Params{Algorithm: "sliding_window", Limit: 10, Window: time.Minute, Precision: 10}
 			for range 2 {
-				b := shortWayCall(t, red, "app|/|z", "", p, "")
+				b := shortWayCall(t, red, "app|/|z", "", p)
 				if _, err := red.run(ctx, b.keys, b.args); err != nil {
 					t.Fatal(err)
 				}
@@ -456,7 +455,7 @@ func TestRedisCopiedCommands(t *testing.T) {
 			names := []string{"x", "a", "z", "b"}
 			var batch []*batchCall
 			for _, n := range names {
-				batch = append(batch, shortWayCall(t, red, "app|/|"+n, "", p, "?"))
+				batch = append(batch, shortWayCall(t, red, "app|/|"+n, "", p))
 			}
 			red.runAsOne(ctx, batch)
 			calls, _ := commandCalls(t, srv)
@@ -472,11 +471,13 @@ func TestRedisCopiedCommands(t *testing.T) {
 					t.Errorf("%s counted %q, want %s", n, got, want)
 				}
 			}
-			// x is asked about; a, z and b copied onto (z fails), and z read.
-			want := map[string]int{"exists": 1, "copy": 3, "hmget": 1}
+			// x is read and written; a, z and b copied onto (z fails),
+			// and z read and written.
+			want := map[string]int{"get": 2, "set": 2, "copy": 3}
 			if acl {
-				// COPY refused (not counted as a call), every key is asked about.
-				want = map[string]int{"exists": 4, "copy": 0, "hmget": 1}
+				// COPY refused (not counted as a call): every key is read
+				// and written.
+				want = map[string]int{"get": 4, "set": 4, "copy": 0}
 			}
 			for cmd, n := range want {
 				if calls[cmd] != n {
@@ -488,7 +489,7 @@ func TestRedisCopiedCommands(t *testing.T) {
 }
 
 // TestRedisCopiedBudget checks that a batch's copies of new keys keep to
-// the key budget (copied, redis_short.lua): once its set holds the budget, new
+// the key budget (again, redis_decide.lua): once its set holds the budget, new
 // keys go to their overflow counter.
 func TestRedisCopiedBudget(t *testing.T) {
 	t.Parallel()
@@ -500,7 +501,7 @@ func TestRedisCopiedBudget(t *testing.T) {
 	const over = "app|/|overflow"
 	var batch []*batchCall
 	for i := range 6 {
-		batch = append(batch, shortWayCall(t, red, fmt.Sprintf("app|/|n%d", i), over, p, "?"))
+		batch = append(batch, shortWayCall(t, red, fmt.Sprintf("app|/|n%d", i), over, p))
 	}
 	red.runAsOne(ctx, batch)
 	if got, want := overflowed(t, batch), []int64{0, 0, 0, 1, 1, 1}; fmt.Sprint(got) != fmt.Sprint(want) {
@@ -540,7 +541,7 @@ func TestRedisLeaseOnlyPastOnePerLeaseAhead(t *testing.T) {
 			}
 			args := red.scriptArgs(time.Time{}, reqs, tag, &leaseAsk{rates: []int64{rate}, have: []int64{0}})
 			lease := fmt.Sprintf("1 - 0 %d 1 0", rate)
-			if got := args[2]; (rate <= most) != (got == "" || got == "?") || (rate > most && got != lease) {
+			if got := args[2]; (rate <= most) != (got == "") || (rate > most && got != lease) {
 				t.Errorf("%s: the call argument is %q, want the usual one up to %d a second, else %q", name, got, most, lease)
 			}
 			// The script, asked for a lease at this rate and for the
@@ -616,8 +617,7 @@ func TestRedisUsualCallOverflowCounter(t *testing.T) {
 }
 
 // TestRedisUsualCallWrites checks what a usual call on a counter that
-// exists sends Redis: one read and one write, and no new expiry while the
-// key's expiry covers it.
+// exists sends Redis: one read and one write of its string.
 func TestRedisUsualCallWrites(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -641,7 +641,7 @@ func TestRedisUsualCallWrites(t *testing.T) {
 		call()
 	}
 	calls, _ := commandCalls(t, srv)
-	for cmd, n := range map[string]int{"hmget": 5, "hset": 5, "pexpire": 0, "hget": 0} {
+	for cmd, n := range map[string]int{"get": 5, "set": 5, "pexpire": 0, "hget": 0, "hmget": 0, "hset": 0} {
 		if calls[cmd] != n {
 			t.Errorf("%s: %d calls, want %d (%v)", cmd, calls[cmd], n, calls)
 		}

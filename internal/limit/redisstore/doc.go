@@ -18,8 +18,8 @@
 //     request).
 //   - What leases did not decide: ask.go (ask: the deny cache,
 //     denycache.go, else Redis; the script's arguments, scriptArgs, with
-//     functions.go's scriptSettings, calendar.go's windows, recent.go's
-//     "?" for a key not asked about lately and budget.go's key budget;
+//     functions.go's scriptSettings, calendar.go's windows and
+//     budget.go's key budget;
 //     decideOnce, which sends the call and reads the reply into the
 //     Results; settle, what the answer leaves behind).
 //   - Transport: nodes.go (the nodes of a cluster, slot moves, warm-up),
@@ -34,9 +34,10 @@
 //     into redis.lua): budget.lua (the key budget, and the locals every
 //     piece uses); redis.lua (the script's contract: its arguments and
 //     reply; the helpers, the settings and the state of the call being
-//     decided); redis_short.lua (the short ways: a usual call on a new
-//     or unlocked key decided with less work); redis_decide.lua (each
-//     limit's key read and decided, then the reservation); redis_acts.lua
+//     decided); redis_state.lua (a counter read and written: one string
+//     of its fields, or a hash); redis_decide.lua (each limit's key read
+//     and decided, then the reservation; a batch's new keys made copies
+//     of its first); redis_acts.lua
 //     (what each key is written: count and lease, hold, release, charge,
 //     lockout; and the reply); redis_entry.lua (one call, a batch, and
 //     the library's entry).

@@ -14,9 +14,9 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 )
 
-// TestRedisNewKeysAsAnyOther checks the decision's short way for the
-// usual call on a new key (freshFor in redis_short.lua: made once per settings
-// and instant, then reused by every new key of the batch): for every
+// TestRedisNewKeysAsAnyOther checks the usual call on a new key, whose
+// key the batch's next new keys of its settings are copies of (again in
+// redis_decide.lua): for every
 // algorithm, with random settings used again at later instants, a batch
 // of new keys gets the answers, the fields and the expiry that one such
 // key gets the long way (the same request spelled as a call with its
@@ -30,23 +30,22 @@ func TestRedisNewKeysAsAnyOther(t *testing.T) {
 	ctx := context.Background()
 	cl := srv.Client()
 	// call spells reqs, one usual request, as a call: as the usual call
-	// ("" or "?": the same but probably new, which the script asks
-	// Redis first) or the long way (longWay).
+	// ("") or the long way (longWay).
 	call := func(reqs []limit.Request, usual string) *batchCall {
 		keys, tag, _, err := redisKeys(reqs)
 		if err != nil {
 			t.Fatal(err)
 		}
 		args := red.scriptArgs(time.Time{}, reqs, tag, nil)
-		if args[2] != "" && args[2] != "?" {
-			t.Fatalf("the usual call's argument is %q, want \"\" or \"?\"", args[2])
+		if args[2] != "" {
+			t.Fatalf("the usual call's argument is %q, want \"\"", args[2])
 		}
 		args[2] = usual
 		return &batchCall{keys: keys, args: args}
 	}
 	const longWay = "1 - 0 0 0 0"
-	// usual alternates between the two spellings of the usual call.
-	usual := func(i int) string { return []string{"", "?"}[i%2] }
+	// usual is the usual call's spelling, the same for every call.
+	usual := func(int) string { return "" }
 	one := func(key string, p *limit.Params) []limit.Request {
 		return []limit.Request{{Key: key, Params: p}}
 	}
@@ -128,7 +127,7 @@ func TestRedisNewKeysAsAnyOther(t *testing.T) {
 		overflows[redisKey("budget", key)] = redisKey("budget", overflow)
 		return []limit.Request{{Key: key, Overflow: overflow, Tag: "budget", Params: p}}
 	}
-	first := call(over("budget|first", "budget|o-first"), "?")
+	first := call(over("budget|first", "budget|o-first"), "")
 	if first.v, first.err = red.run(ctx, first.keys, first.args); first.err != nil || first.v[len(first.v)-1] != 0 {
 		t.Fatalf("the first caller: %v %v, want its own counter", first.v, first.err)
 	}
@@ -152,7 +151,7 @@ func TestRedisNewKeysAsAnyOther(t *testing.T) {
 }
 
 // TestRedisNewKeysCopied checks the new keys of a batch that the script
-// makes by copying the batch's first (COPY, redis_short.lua): a key the batch
+// makes by copying the batch's first (COPY, again in redis_decide.lua): a key the batch
 // then decides the long way (a second request on it) is no longer copied
 // from, and a copy has the fields and expiry of a new key decided alone.
 // With COPY and EXISTS refused (an ACL), the same batch is decided alike.
@@ -198,8 +197,8 @@ func testRedisNewKeysCopied(t *testing.T, acl bool) {
 	}
 	names := []string{"a", "a", "b", "c", "b"}
 	var batch []*batchCall
-	for i, n := range names {
-		batch = append(batch, call(n, []string{"", "?"}[min(i, 1)]))
+	for _, n := range names {
+		batch = append(batch, call(n, ""))
 	}
 	red.runAsOne(ctx, batch)
 	for i, want := range []int64{4, 3, 4, 4, 3} {

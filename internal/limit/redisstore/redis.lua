@@ -8,10 +8,11 @@
 --   redis.lua         this contract, the helpers, the settings, the
 --                     state of the call being decided, and the
 --                     algorithms' chunks (A);
---   redis_short.lua   the short ways: a usual call decided with less
---                     work (quick, copied, freshFor, usual);
+--   redis_state.lua   a counter's state: its key read (load) and
+--                     written (save), one string or a hash;
 --   redis_decide.lua  the decision: each limit's key read and decided
---                     (decideLimit), and the reservation (reserve);
+--                     (decideLimit), the reservation (reserve), and a
+--                     batch's new keys made copies of its first (again);
 --   redis_acts.lua    the acts that follow: what each limit's key is
 --                     written (count, hold, release, charge, lockout)
 --                     and the reply (act);
@@ -25,9 +26,12 @@
 -- to 2^53 µs, about 285 years, which is why the store does not count in
 -- nanoseconds as the memory store does.
 --
--- KEYS[i] is the hash of limit i. Its fields "_id" (the counter's shape:
--- algorithm/window/precision), "_lk" (the end of a lockout) and "_x" (when
--- the key expires) are the store's; the other fields belong to the
+-- KEYS[i] is the counter of limit i: its fields as one string, or a hash
+-- of them (redis_state.lua). Its fields "_id" (the counter's shape:
+-- algorithm/window/precision), "_lk" (the end of a lockout), "_x" (when
+-- the key expires), "_lt" (when a token beyond its request was last
+-- leased), "_h" and "_hx" (units held, and until when) and "_a" (the end
+-- of its queue) are the store's; the other fields belong to the
 -- algorithm. The algorithms' chunks (A below) may use the helpers fdiv,
 -- fmod, muldiv and put defined here, and the locals that budget.lua
 -- binds at the start of every call (rcall for redis.call, floor, ceil,
@@ -37,15 +41,12 @@
 -- limit two values, and a third for a calendar unit:
 --   the settings (settings below): "algorithm/window/precision limit
 --     burst warmup lock", durations in µs, with " c" at the end for a
---     calendar unit; a rule's settings are the same string on every call,
---     parsed once by a function library;
+--     calendar unit and then " h" for counters kept as hashes
+--     (--redis-layout hash); a rule's settings are the same string on
+--     every call, parsed once by a function library;
 --   the call: "" for the usual call (cost 1, decide and count, enforced,
---     no lease); "?" for the same on a key the gateway has not asked
---     about lately, so probably a new one: the script first asks whether
---     it exists (EXISTS), or copies the batch's first new key of the
---     same settings to it (COPY, see quick), which costs Redis less than
---     reading its fields and writing them; else "cost mode shadow rate
---     fleet have": the cost in units; the mode: "-" to decide and count, "d" to decide and count
+--     no lease); else "cost mode shadow rate fleet have": the cost in
+--     units; the mode: "-" to decide and count, "d" to decide and count
 --     nothing (limit.Defer), "c" to count without deciding
 --     (limit.Charge), "h" to hold (limit.Hold), "r" to release
 --     (limit.Release), "g" to read (limit.Read: decided as "d", and its
@@ -243,24 +244,26 @@ end
 
 -- A maps each algorithm's name to a function that returns its functions
 -- (and, once called, to them):
---   fields(p, now) returns the names of the fields decide needs first; the
---     script reads them with its own in one HMGET. It returns one table
---     for every call with the same names (they depend on p and now
---     only), which the script does not change but keeps what it derives
---     from the names in (names);
+--   fields(p, now) returns the names of the fields decide needs first,
+--     which the script reads with its own in one HMGET from a counter
+--     kept as a hash (redis_state.lua). It returns one table for every
+--     call with the same names (they depend on p and now only), which the
+--     script does not change but keeps what it derives from the names in
+--     (names);
 --   decide(key, p, now, v) returns a result {ok, remaining, reset, retry}
 --     for a request of p.cost units (1 ≤ cost ≤ capacity), and whatever
 --     else commit needs, also when not ok, without writing anything; v maps
---     the names of fields to their values (false when absent, as HMGET
---     gives them to Lua), and decide may read more fields itself; when
---     ok, the result also holds uncounted, the reset if the request is
+--     the names of fields to their values (a ring's slots are numbers),
+--     nil or false when absent: a hash's fields not read yet are read when
+--     looked up (redis_state.lua). When ok, the result also holds
+--     uncounted, the reset if the request is
 --     not counted (State.UncountedReset): the time until the limit is
 --     fully replenished as it stands, 0 when it is;
 --   commit(key, p, now, r, set) counts p.cost units, after decide gave
 --     r for the same state (for a charge, with another cost; for a lease,
 --     with a cost of 1, which the lease raises): it appends the fields to
---     write to the list set (name, value, ...),
---     which the script writes with its own in one HSET, and returns the
+--     write to the list set (name, value, ...), which the script writes
+--     with its own (save, redis_state.lua), and returns the
 --     instant from which the state is as good as fresh, so that the key
 --     can expire then.
 --   over(key, p, now, v) returns the units counted past the limit that
@@ -272,6 +275,8 @@ end
 --     bucket(p, r) returns that bucket's number, which names it among the
 --     buckets of the key's shape (a gateway that holds a lease of it
 --     tells a later lease of the same bucket by it).
+--   log, when true, says that the state is kept as a hash whatever the
+--     layout: a log the algorithm reads a few fields of with HGET.
 -- p holds limit, window, precision, burst and warmup (µs); the functions
 -- are called only for limit ≥ 1. p.cal is the calendar window (see
 -- calendar) of a limit with a calendar unit, nil otherwise.
@@ -323,6 +328,10 @@ local HELD_RETRY = 1000000
 -- settings are parsed once; a script (EVAL) starts with it empty.
 local SETTINGS, nsettings = {}, 0
 
+-- FLAGS maps the ends of a settings argument to whether a calendar
+-- argument follows.
+local FLAGS = { [''] = false, [' c'] = true, [' h'] = false, [' c h'] = true }
+
 -- settings returns the settings argument arg parsed: the counter's shape
 -- (id), limit, window, precision, burst, warmup, lock, whether a
 -- calendar argument follows (cal, " c") and whether its keys are hashes
@@ -333,9 +342,10 @@ local function settings(arg)
   if s then
     return s
   end
-  local alg, window, precision, limit, burst, warmup, lock, cal, hash =
-    string.match(arg, '^([%w_]+)/(%d+)/(%d+) (%-?%d+) (%d+) (%d+) (%d+)( ?c?)( ?h?)$')
-  if alg == nil then
+  local alg, window, precision, limit, burst, warmup, lock, flags =
+    string.match(arg, '^([%w_]+)/(%d+)/(%d+) (%-?%d+) (%d+) (%d+) (%d+)(.*)$')
+  local cal, hash = FLAGS[flags], flags == ' h' or flags == ' c h'
+  if alg == nil or cal == nil then
     return nil
   end
   -- s is also the p (see decide) of every usual call (call "") without
@@ -344,7 +354,7 @@ local function settings(arg)
   s = {
     alg = alg, id = alg .. '/' .. window .. '/' .. precision,
     limit = tonumber(limit), window = tonumber(window), precision = tonumber(precision),
-    burst = tonumber(burst), warmup = tonumber(warmup), lock = tonumber(lock), cal = cal ~= '', hashed = hash ~= '',
+    burst = tonumber(burst), warmup = tonumber(warmup), lock = tonumber(lock), cal = cal, hashed = hash,
     cost = 1, rate = 0, fleet = 0, have = 0, units = 1, shadow = false,
     defer = false, charge = false, hold = false, release = false, wait = 0, a = false,
     gw = false, gn = false, gj = false, gf = false, gt = false, first = false,

@@ -184,7 +184,7 @@ end
 -- there is one, the key does not exist and the key budget has room for
 -- it as this script call knows; and returns the reply, as the string many
 -- answers with when spaced. Otherwise it returns nil, and the call is
--- decided.
+-- decided (decideAt).
 local function again(ARGV, a0, top, i, key, s, now, spaced)
   local f = s.first
   if not f or TEMPLATE[f.key] ~= f or f.now ~= now or f.slack ~= slack then
@@ -212,13 +212,14 @@ local function again(ARGV, a0, top, i, key, s, now, spaced)
   return { o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], overflowed }
 end
 
--- newcomerAt is again for a call of one limit of a batch (many) whose
--- key is key and whose arguments follow ARGV[a0] and end at ARGV[top],
--- at now, Redis's clock, before anything else is done for it: when the
--- call is the usual one ("") and its settings have a template at now, it
--- returns the reply (again); otherwise nil.
-local function newcomerAt(key, ARGV, a0, top, now)
-  if ARGV[a0 + 1] ~= '' or ARGV[a0 + 3] ~= '' then
+-- newcomerAt is again for a call of one limit of a batch (many), the
+-- only script call with more than one call to copy a template to, whose
+-- key is key and whose arguments follow ARGV[a0] and end at ARGV[top], at
+-- at, Redis's clock, before anything else is done for it: when the call
+-- is the usual one ("") and its settings have a template, it returns the
+-- reply (again); otherwise nil.
+local function newcomerAt(key, ARGV, a0, top, at)
+  if ARGV[a0 + 3] ~= '' then
     return nil
   end
   local s = SETTINGS[ARGV[a0 + 2]]
@@ -227,7 +228,7 @@ local function newcomerAt(key, ARGV, a0, top, now)
   end
   overflowed, pruned, joining = 0, false, 0
   K[1] = key
-  return again(ARGV, a0, top, 1, key, s, now, true)
+  return again(ARGV, a0, top, 1, key, s, instant(ARGV, a0, at), true)
 end
 
 -- keyState returns what limit i's key (p of settings s) holds beyond
@@ -347,10 +348,9 @@ end
 -- decideLimit reads and decides limit i of a call of n limits (decideAt),
 -- whose arguments follow ARGV[a0] and end at ARGV[top], at now; the
 -- limit's own start at ARGV[a0 + o]. It returns the offset of the next
--- limit's arguments; and as a second result a malformed argument's error
--- reply, or the reply of a newcomer's call (again), as the string many
--- answers with when spaced.
-local function decideLimit(ARGV, a0, top, n, i, o, now, spaced)
+-- limit's arguments, and a malformed argument's error reply as a second
+-- result.
+local function decideLimit(ARGV, a0, top, n, i, o, now)
   local s, p, units
   s, p, units, o = limitOf(ARGV, a0, o, now)
   if not s then
@@ -364,12 +364,6 @@ local function decideLimit(ARGV, a0, top, n, i, o, now, spaced)
     end
   end
   local key = K[i]
-  if n == 1 and p == s then
-    local r = again(ARGV, a0, top, i, key, s, now, spaced)
-    if r then
-      return o, r
-    end
-  end
   local names = hashed(p) and namesOf(p, a, now)
   load(i, key, p, names)
   JOIN[i] = false

@@ -19,7 +19,7 @@ local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
   local o = 2
   for i = 1, n do
     local r
-    o, r = decideLimit(ARGV, a0, top, n, i, o, now, at ~= nil)
+    o, r = decideLimit(ARGV, a0, top, n, i, o, now)
     if r then
       return r
     end

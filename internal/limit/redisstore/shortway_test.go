@@ -14,9 +14,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Tests of the short way for new keys (quick, COPY, the
-// "?" spelling, redis_short.lua) and of the key budget's per-script-call
-// bookkeeping (budget.lua).
+// Tests of a batch's new keys made copies of its first (again,
+// redis_decide.lua) and of the key budget's per-script-call bookkeeping
+// (budget.lua).
 
 // shortWayStore returns a store on url that decides on Redis's clock (a
 // batch's calls share one instant) with the function library loaded.
@@ -30,8 +30,8 @@ func shortWayStore(t *testing.T, url string, maxKeys int) *Store {
 }
 
 // shortWayCall returns the usual call of one limit p on key (with the
-// overflow counter over when not ""), spelled spelling ("" or "?").
-func shortWayCall(t *testing.T, red *Store, key, over string, p *limit.Params, spelling string) *batchCall {
+// overflow counter over when not "").
+func shortWayCall(t *testing.T, red *Store, key, over string, p *limit.Params) *batchCall {
 	t.Helper()
 	tag, _, _ := strings.Cut(key, "|")
 	reqs := []limit.Request{{Key: key, Overflow: over, Tag: tag, Params: p}}
@@ -40,11 +40,18 @@ func shortWayCall(t *testing.T, red *Store, key, over string, p *limit.Params, s
 		t.Fatal(err)
 	}
 	args := red.scriptArgs(time.Now(), reqs, tag, nil)
-	if args[2] != "" && args[2] != "?" {
+	if args[2] != "" {
 		t.Fatalf("the usual call's argument is %q", args[2])
 	}
-	args[2] = spelling
 	return &batchCall{keys: keys, args: args}
+}
+
+// respelled returns b with its call spelled spelling (redis.lua): the
+// same request, which the script decides as the usual call when it is
+// "1 - 0 0 0 0".
+func respelled(b *batchCall, spelling string) *batchCall {
+	b.args[2] = spelling
+	return b
 }
 
 // overflowed returns, for each call of batch, whether it was counted on
@@ -62,7 +69,7 @@ func overflowed(t *testing.T, batch []*batchCall) []int64 {
 }
 
 // TestRedisShortWayOverflowCounterNotCopied checks that an overflow
-// counter that the short way created is a batch's template (TMPL); once a
+// counter that was made new in a batch is its template (again); once a
 // later call of the batch counts on it again, a new key must not be made a
 // copy of it. Here the third call is a returning caller (its member is
 // still in the full set, its counter gone), which the budget lets in: its
@@ -76,7 +83,7 @@ func TestRedisShortWayOverflowCounterNotCopied(t *testing.T) {
 	p := &limit.Params{Algorithm: "sliding_window", Limit: 10, Window: time.Minute, Precision: 10}
 	const over = "app|/|overflow"
 
-	kept := shortWayCall(t, red, "app|/|kept", over, p, "")
+	kept := shortWayCall(t, red, "app|/|kept", over, p)
 	if kept.v, kept.err = red.run(ctx, kept.keys, kept.args); kept.err != nil || kept.v[9] != 0 {
 		t.Fatalf("the first caller: %v %v, want its own counter", kept.v, kept.err)
 	}
@@ -84,9 +91,9 @@ func TestRedisShortWayOverflowCounterNotCopied(t *testing.T) {
 	c.ZAdd(ctx, budgetSet("app"), redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: back})
 
 	batch := []*batchCall{
-		shortWayCall(t, red, "app|/|a", over, p, ""),
-		shortWayCall(t, red, "app|/|b", over, p, "?"),
-		shortWayCall(t, red, "app|/|back", over, p, "?"),
+		shortWayCall(t, red, "app|/|a", over, p),
+		shortWayCall(t, red, "app|/|b", over, p),
+		shortWayCall(t, red, "app|/|back", over, p),
 	}
 	red.runAsOne(ctx, batch)
 	if got, want := overflowed(t, batch), []int64{1, 1, 0}; !slices.Equal(got, want) {
@@ -101,159 +108,6 @@ func TestRedisShortWayOverflowCounterNotCopied(t *testing.T) {
 	if got := counterFields(t, c, back)["t"]; got != "1" {
 		t.Errorf("the returning caller's counter counted %q, want 1 (%v)", got, counterFields(t, c, back))
 	}
-}
-
-// TestRedisShortWayProbedCallerBudgetAsUsual checks that the key budget
-// decides a caller spelled "?" as it decides the same caller spelled ""
-// (one prune per call). The set is full: 96 members due whose counters are
-// alive, then one due whose counter is gone. A prune looks at 32, so
-// spelled "", the fourth new caller of a batch is the first to find the
-// dead member.
-func TestRedisShortWayProbedCallerBudgetAsUsual(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	const budget = 97
-	red := shortWayStore(t, srv.URL(), budget)
-	ctx := context.Background()
-	c := srv.Client()
-	p := &limit.Params{Algorithm: "sliding_window", Limit: 10, Window: time.Minute, Precision: 10}
-	run := func(tag string, spell func(i int) string) []int64 {
-		set := budgetSet(tag)
-		for i := range budget - 1 {
-			k := redisKey(tag, fmt.Sprintf("%s|/|alive-%02d", tag, i))
-			setCounterFields(t, c, k, "_id", "x")
-			c.Expire(ctx, k, time.Hour)
-			c.ZAdd(ctx, set, redis.Z{Score: 0, Member: k})
-		}
-		c.ZAdd(ctx, set, redis.Z{Score: 1, Member: redisKey(tag, tag+"|/|dead")})
-		var batch []*batchCall
-		for i := range 5 {
-			batch = append(batch, shortWayCall(t, red, fmt.Sprintf("%s|/|new-%d", tag, i), tag+"|/|overflow", p, spell(i)))
-		}
-		red.runAsOne(ctx, batch)
-		return overflowed(t, batch)
-	}
-	usual := run("u", func(int) string { return "" })
-	probed := run("q", func(i int) string { return []string{"", "?"}[min(i, 1)] })
-	if !slices.Equal(probed, usual) {
-		t.Errorf("overflowed spelled \"?\": %v; spelled \"\": %v", probed, usual)
-	}
-}
-
-// commandCalls returns the calls of each command that srv counted since
-// its statistics were reset, without the test's own, and the time Redis
-// spent in them (µs).
-func commandCalls(t *testing.T, srv *redistest.Server) (map[string]int, int) {
-	t.Helper()
-	out, usec := map[string]int{}, 0
-	for name, v := range srv.Info("commandstats") {
-		name = strings.TrimPrefix(name, "cmdstat_")
-		if name == "info" || name == "config|resetstat" || name == "config" {
-			continue
-		}
-		for _, f := range strings.Split(v, ",") {
-			k, n, _ := strings.Cut(f, "=")
-			x, _ := strconv.Atoi(n)
-			switch {
-			case k == "calls":
-				out[name] = x
-			case k == "usec" && name == "fcall":
-				usec = x
-			}
-		}
-	}
-	return out, usec
-}
-
-// TestRedisShortWayProbedOverflowCost checks that with the key budget full
-// of live counters (the flood it is for), a batch of new callers spelled
-// "?" must not cost Redis more commands than the same batch spelled "".
-func TestRedisShortWayProbedOverflowCost(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	const budget, callers = 10, 20
-	red := shortWayStore(t, srv.URL(), budget)
-	ctx := context.Background()
-	c := srv.Client()
-	p := &limit.Params{Algorithm: "sliding_window", Limit: 100, Window: time.Minute, Precision: 10}
-	run := func(tag string, spelling string) (map[string]int, int, int) {
-		set := budgetSet(tag)
-		for i := range budget {
-			k := redisKey(tag, fmt.Sprintf("%s|/|alive-%02d", tag, i))
-			setCounterFields(t, c, k, "_id", "x")
-			c.Expire(ctx, k, time.Hour)
-			c.ZAdd(ctx, set, redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: k})
-		}
-		var batch []*batchCall
-		for i := range callers {
-			batch = append(batch, shortWayCall(t, red, fmt.Sprintf("%s|/|new-%d", tag, i), tag+"|/|overflow", p, spelling))
-		}
-		c.ConfigResetStat(ctx)
-		red.runAsOne(ctx, batch)
-		calls, usec := commandCalls(t, srv)
-		for i, o := range overflowed(t, batch) {
-			if o != 1 {
-				t.Fatalf("%s: caller %d not sent to the overflow counter", tag, i)
-			}
-		}
-		n := 0
-		for name, k := range calls {
-			if name != "fcall" {
-				n += k
-			}
-		}
-		return calls, n, usec
-	}
-	usualCalls, usual, usualUsec := run("u", "")
-	probedCalls, probed, probedUsec := run("q", "?")
-	t.Logf("spelled \"\": %d commands, FCALL %dµs: %v", usual, usualUsec, usualCalls)
-	t.Logf("spelled \"?\": %d commands, FCALL %dµs: %v", probed, probedUsec, probedCalls)
-	if probed > usual {
-		t.Errorf("%d new callers past the budget: %d commands spelled \"?\", %d spelled \"\"", callers, probed, usual)
-	}
-}
-
-// TestRedisShortWayProbedExistingKeys checks that a key spelled "?" that
-// exists is decided on its fields, both when the batch has no key to copy
-// (quick asks EXISTS) and when it has one (COPY onto a key that exists
-// does nothing).
-func TestRedisShortWayProbedExistingKeys(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	red := shortWayStore(t, srv.URL(), -1)
-	ctx := context.Background()
-	c := srv.Client()
-	p := &limit.Params{Algorithm: "sliding_window", Limit: 10, Window: time.Minute, Precision: 10}
-	for _, k := range []string{"app|/|y", "app|/|z"} {
-		for range 2 {
-			b := shortWayCall(t, red, k, "", p, "")
-			if _, err := red.run(ctx, b.keys, b.args); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	check := func(name string, batch []*batchCall, last string) {
-		t.Helper()
-		red.runAsOne(ctx, batch)
-		b := batch[len(batch)-1]
-		if b.err != nil || len(b.v) != 10 || b.v[0] != 1 || b.v[2] != 7 {
-			t.Errorf("%s: %v %v, want admitted with 7 remaining", name, b.v, b.err)
-		}
-		if got := counterFields(t, c, redisKey("app", last))["t"]; got != "3" {
-			t.Errorf("%s: counted %q, want 3", name, got)
-		}
-	}
-	// x1's second call takes it out of the templates: y is asked about.
-	check("no template", []*batchCall{
-		shortWayCall(t, red, "app|/|x1", "", p, ""),
-		shortWayCall(t, red, "app|/|x1", "", p, ""),
-		shortWayCall(t, red, "app|/|y", "", p, "?"),
-	}, "app|/|y")
-	// x2 is the template: z is copied onto, which fails.
-	check("template", []*batchCall{
-		shortWayCall(t, red, "app|/|x2", "", p, ""),
-		shortWayCall(t, red, "app|/|z", "", p, "?"),
-	}, "app|/|z")
 }
 
 // TestRedisShortWayOtherDatabase checks that one library serves every
@@ -279,7 +133,7 @@ func TestRedisShortWayOtherDatabase(t *testing.T) {
 	// Database 0: one new caller, the batch's template; its set then
 	// holds 1 of 2.
 	red0, red1 := stores[0], stores[1]
-	b0 := []*batchCall{shortWayCall(t, red0, "app|/|t", "app|/|overflow", p, "")}
+	b0 := []*batchCall{shortWayCall(t, red0, "app|/|t", "app|/|overflow", p)}
 	red0.runAsOne(ctx, b0)
 	if got := overflowed(t, b0); !slices.Equal(got, []int64{0}) {
 		t.Fatalf("database 0: overflowed %v", got)
@@ -299,7 +153,7 @@ func TestRedisShortWayOtherDatabase(t *testing.T) {
 		c1.ZAdd(ctx, budgetSet("app"), redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: k})
 	}
 	// A call alone (decide) and a batch (many) each read the set afresh.
-	alone := shortWayCall(t, red1, "app|/|alone", "app|/|overflow", p, "")
+	alone := shortWayCall(t, red1, "app|/|alone", "app|/|overflow", p)
 	var err error
 	if alone.v, err = red1.run(ctx, alone.keys, alone.args); err != nil || alone.v[9] != 1 {
 		t.Errorf("database 1: a new caller alone past a full set: %v %v, want sent to the overflow counter", alone.v, err)
@@ -307,8 +161,8 @@ func TestRedisShortWayOtherDatabase(t *testing.T) {
 	// n has no budget, m has: n is made afresh (not a copy of database
 	// 1's t), m is sent to the overflow counter.
 	b1 := []*batchCall{
-		shortWayCall(t, red1, "app|/|n", "", p, "?"),
-		shortWayCall(t, red1, "app|/|m", "app|/|overflow", p, "?"),
+		shortWayCall(t, red1, "app|/|n", "", p),
+		shortWayCall(t, red1, "app|/|m", "app|/|overflow", p),
 	}
 	red1.runAsOne(ctx, b1)
 	if got := overflowed(t, b1); !slices.Equal(got, []int64{0, 1}) {
@@ -322,9 +176,9 @@ func TestRedisShortWayOtherDatabase(t *testing.T) {
 	}
 }
 
-// TestRedisShortWayProbedAtALaterInstant checks that what the short way
-// worked out for a rule at one instant (freshFor) must not make a new key
-// spelled "?" at a later one, even as the first call of a batch.
+// TestRedisShortWayProbedAtALaterInstant checks that the template of a
+// rule's new keys at one instant (again) must not make a new key at a
+// later one, even as the first call of a batch.
 func TestRedisShortWayProbedAtALaterInstant(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -332,14 +186,14 @@ func TestRedisShortWayProbedAtALaterInstant(t *testing.T) {
 	ctx := context.Background()
 	c := srv.Client()
 	p := &limit.Params{Algorithm: "sliding_window", Limit: 10, Window: time.Minute, Precision: 10}
-	first := []*batchCall{shortWayCall(t, red, "app|/|a", "", p, "")}
+	first := []*batchCall{shortWayCall(t, red, "app|/|a", "", p)}
 	red.runAsOne(ctx, first)
 	overflowed(t, first)
 	clock.us.Add(7_000_000) // the next bucket
-	later := []*batchCall{shortWayCall(t, red, "app|/|b", "", p, "?")}
+	later := []*batchCall{shortWayCall(t, red, "app|/|b", "", p)}
 	red.runAsOne(ctx, later)
 	overflowed(t, later)
-	alone := shortWayCall(t, red, "app|/|c", "", p, "1 - 0 0 0 0")
+	alone := respelled(shortWayCall(t, red, "app|/|c", "", p), "1 - 0 0 0 0")
 	var err error
 	if alone.v, err = red.run(ctx, alone.keys, alone.args); err != nil {
 		t.Fatal(err)
@@ -354,8 +208,8 @@ func TestRedisShortWayProbedAtALaterInstant(t *testing.T) {
 }
 
 // TestRedisShortWayExistingKeyNoBudget checks that the key budget costs
-// nothing for a counter that exists (budget.lua), also when the call is
-// spelled "?" and the batch has a key to copy: here the set is full and
+// nothing for a counter that exists (budget.lua), also when the batch has
+// a key to copy: here the set is full and
 // the counter is not among its members, which would make the budget prune
 // it.
 func TestRedisShortWayExistingKeyNoBudget(t *testing.T) {
@@ -367,7 +221,7 @@ func TestRedisShortWayExistingKeyNoBudget(t *testing.T) {
 	c := srv.Client()
 	p := &limit.Params{Algorithm: "sliding_window", Limit: 10, Window: time.Minute, Precision: 10}
 	const over = "app|/|overflow"
-	y := shortWayCall(t, red, "app|/|y", over, p, "")
+	y := shortWayCall(t, red, "app|/|y", over, p)
 	if _, err := red.run(ctx, y.keys, y.args); err != nil {
 		t.Fatal(err)
 	}
@@ -379,8 +233,8 @@ func TestRedisShortWayExistingKeyNoBudget(t *testing.T) {
 		c.ZAdd(ctx, budgetSet("app"), redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: k})
 	}
 	batch := []*batchCall{
-		shortWayCall(t, red, "app|/|x", "", p, ""), // new, no budget: the key to copy
-		shortWayCall(t, red, "app|/|y", over, p, "?"),
+		shortWayCall(t, red, "app|/|x", "", p), // new, no budget: the key to copy
+		shortWayCall(t, red, "app|/|y", over, p),
 	}
 	c.ConfigResetStat(ctx)
 	red.runAsOne(ctx, batch)
@@ -396,4 +250,29 @@ func TestRedisShortWayExistingKeyNoBudget(t *testing.T) {
 			break
 		}
 	}
+}
+
+// commandCalls returns the calls of each command Redis ran since its
+// statistics were reset (INFO commandstats), but INFO's and CONFIG's, and
+// the microseconds FCALL took.
+func commandCalls(t *testing.T, srv *redistest.Server) (map[string]int, int) {
+	t.Helper()
+	out, usec := map[string]int{}, 0
+	for name, v := range srv.Info("commandstats") {
+		name = strings.TrimPrefix(name, "cmdstat_")
+		if name == "info" || name == "config|resetstat" || name == "config" {
+			continue
+		}
+		for _, f := range strings.Split(v, ",") {
+			k, n, _ := strings.Cut(f, "=")
+			x, _ := strconv.Atoi(n)
+			switch {
+			case k == "calls":
+				out[name] = x
+			case k == "usec" && name == "fcall":
+				usec = x
+			}
+		}
+	}
+	return out, usec
 }

@@ -209,9 +209,9 @@ type Store struct {
 	maxKeys int64
 	// hashes reports that counters are kept as hashes (Config.Layout).
 	hashes bool
-	wb      writeBacks // late.go
-	closed  atomic.Bool
-	now     func() time.Time
+	wb     writeBacks // late.go
+	closed atomic.Bool
+	now    func() time.Time
 	// epoch is now at creation: the deny cache counts from it, on the
 	// monotonic clock, so that a step of the wall clock moves no denial.
 	epoch time.Time

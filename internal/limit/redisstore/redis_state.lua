@@ -31,10 +31,9 @@ local function parse(s)
   for name, value in string.gmatch(s, '(%S+) (%S+)') do
     local b = string.byte(name, 1)
     if b >= 48 and b <= 57 then
-      v[num(name)] = value
-    else
-      v[name] = value
+      name = num(name) or name
     end
+    v[name] = value
   end
   return v
 end
@@ -46,7 +45,7 @@ local function whole(h)
     local name = h[j]
     local b = string.byte(name, 1)
     if b >= 48 and b <= 57 then
-      name = num(name)
+      name = num(name) or name
     end
     v[name] = h[j + 1]
   end

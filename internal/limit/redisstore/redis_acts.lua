@@ -144,7 +144,7 @@ local function act(n, now, at, allowed)
     no = no + 8
   end
   out[no + 1] = overflowed
-  if newcomer and allowed then
+  if newcomer and allowed and batching then
     remember(newcomer, K[1], now, out)
   end
   return out

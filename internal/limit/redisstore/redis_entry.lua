@@ -41,7 +41,7 @@ end
 -- of ARGV after the first a0 (as described at the top of redis.lua).
 local function one(KEYS, ARGV, a0, n)
   begin()
-  TEMPLATE = {}
+  TEMPLATE, batching = {}, false
   local ok, r = pcall(decideAt, KEYS, ARGV, nil, 0, a0, n, #ARGV)
   flushall()
   if not ok then
@@ -90,7 +90,7 @@ end
 -- counted something (counted), when b > 0.
 local function many(KEYS, ARGV, b)
   begin()
-  TEMPLATE = {}
+  TEMPLATE, batching = {}, true
   local m = num(ARGV[b + 2])
   local out = {}
   local same = ARGV[b + 1] == '='

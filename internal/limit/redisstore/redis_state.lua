@@ -22,8 +22,9 @@ local V, VK = {}, {}
 
 -- TEMPLATE maps the keys of this script call that newcomers may be copied
 -- from (redis_decide.lua, again) to what they hold; a key written again
--- is taken out. Each script call starts it afresh (one, many).
-local TEMPLATE = {}
+-- is taken out. Each script call starts it afresh (one, many); only a
+-- batch (many, batching) has calls to copy them to.
+local TEMPLATE, batching = {}, false
 
 -- parse returns the fields of a counter's string.
 local function parse(s)

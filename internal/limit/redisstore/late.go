@@ -44,6 +44,16 @@ const maxWriteBacks = 4096
 // Redis as a charge of its cost on every limit that would have counted
 // it (a new caller's past the key budget on its overflow counter).
 //
+// When its round trip failed after it was sent (its fate unknown: Redis
+// may have run it), the write-back goes under the memo the call went
+// with, marked as sent again (memo.go): Redis answers the reply it kept
+// if the call ran and counted, and counts the charge only if it did not.
+// That is exact while Redis keeps the memo: every send of the write-back
+// begins within its life less the bound of a call after the call's round
+// trip began (until), else it is dropped. A call that went in one script
+// call with others has no memo of its own (the batch's, which another's
+// write-back would find): its local admission is dropped too.
+//
 // The call's own charges and releases (limit.Request's Charge and
 // Release: the acts after a request, sent once its response is known)
 // are journaled whatever the fail mode, and whoever decided the request
@@ -76,6 +86,10 @@ type lateCall struct {
 	// the call asked leases for (leasedLate).
 	v     []int64
 	lease *lateLease
+	// memo is the memo the call went under, if its own (sentUnder);
+	// first when its round trip began, ns since the epoch.
+	memo  memo
+	first int64
 }
 
 // lateLease is what a late call asked of leases: the tokens of keys
@@ -175,6 +189,14 @@ func (lc *lateCall) giveBackLeased() {
 	ls.async(back)
 }
 
+// sentUnder records the memo m the call went under (none if not its
+// own), in a round trip begun at first.
+func (lc *lateCall) sentUnder(m memo, first int64) {
+	lc.mu.Lock()
+	lc.memo, lc.first = m, first
+	lc.mu.Unlock()
+}
+
 // notCounted reports whether Redis is known not to have counted the call.
 func (lc *lateCall) notCounted() bool {
 	lc.mu.Lock()
@@ -228,9 +250,18 @@ func (lc *lateCall) settle() {
 	}
 	if !lc.done {
 		lc.done = true
-		if lc.outcome == lateNotCounted {
-			if q := admission(lc.reqs); len(q) > 0 {
+		if q := admission(lc.reqs); len(q) > 0 {
+			switch {
+			case lc.outcome == lateNotCounted:
 				out = append(out, pendingWrite{at: lc.at, now: lc.now, reqs: q})
+			case lc.outcome == lateUnknown && lc.memo.key != "":
+				// Under the call's memo, marked again: counted only if
+				// the call did not count.
+				out = append(out, pendingWrite{at: lc.at, now: lc.now, reqs: q,
+					memo:  memo{key: lc.memo.key, life: max(lc.r.writeBackLife(q).Milliseconds(), 1), again: true},
+					until: lc.first + lc.memo.life*int64(time.Millisecond) - int64(lc.r.wait.call)})
+			case lc.outcome == lateUnknown:
+				lc.r.wb.dropped.Add(1)
 			}
 		}
 	}
@@ -297,14 +328,18 @@ func followed(reqs []limit.Request, held, charged bool) []limit.Request {
 // the gateway's clock now. Once sent, it keeps its memo, so that Redis
 // counts it once however often it goes (memo.go), and when it was first
 // sent (sent, ns; 0 before); call is its last send while in flight, whose
-// answer comes after the flush stopped waiting for it.
+// answer comes after the flush stopped waiting for it. One that goes
+// under the memo of the call it follows (lateCall) has that memo from
+// the start, and until, the last instant (ns) a send of it may begin; 0
+// for others.
 type pendingWrite struct {
-	at   int64
-	now  time.Time
-	reqs []limit.Request
-	memo memo
-	sent int64
-	call *lateCall
+	at    int64
+	now   time.Time
+	reqs  []limit.Request
+	memo  memo
+	sent  int64
+	call  *lateCall
+	until int64
 }
 
 // maxWriteBackMemo is the longest Redis keeps the memo of a write-back
@@ -421,6 +456,12 @@ func (r *Store) flushOnce(last bool) {
 			}
 			w.call = nil
 		}
+		if w.until != 0 && r.clock() > w.until {
+			// Redis may have forgotten the memo of the call it follows:
+			// never twice.
+			r.wb.dropped.Add(1)
+			continue
+		}
 		// One counter named twice is counted twice, in one request
 		// (limit.Merge), as the decision counted it.
 		reqs := limit.Merge(w.reqs).Reqs
@@ -441,7 +482,9 @@ func (r *Store) flushOnce(last bool) {
 		var le *lateError
 		lateErr := errors.As(err, &le)
 		switch {
-		case err == nil:
+		case err == nil, w.until != 0 && errors.As(err, new(replyShapeError)):
+			// Counted; or, sent under the memo of the call it follows,
+			// answered with that call's reply: the call counted.
 			r.wb.written.Add(1)
 		case last:
 			// Refused, or its fate unknown, in the last flush.

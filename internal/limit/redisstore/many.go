@@ -38,6 +38,7 @@ func (r *Store) runAsOne(ctx context.Context, batch []*batchCall) {
 	same := true
 	var m memo
 	for _, c := range batch {
+		c.together = true
 		nk += len(c.keys)
 		na += len(c.args)
 		same = same && len(c.keys) == len(batch[0].keys) && len(c.args) == len(batch[0].args)

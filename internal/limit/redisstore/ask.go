@@ -245,7 +245,7 @@ func (r *Store) decideOnce(ctx context.Context, m memo, keys []string, reqs []li
 		if late == nil {
 			// Sent, and its round trip failed: it may have run, under
 			// the memo it went with.
-			late = &lateCall{r: r, outcome: lateUnknown}
+			late = &lateCall{r: r, outcome: lateUnknown, closed: closedFate(err)}
 			late.sentUnder(cr.memo, cr.first)
 		}
 		switch {

@@ -50,9 +50,11 @@ const maxWriteBacks = 4096
 // if the call ran and counted, and counts the charge only if it did not.
 // That is exact while Redis keeps the memo: every send of the write-back
 // begins within its life less the bound of a call after the call's round
-// trip began (until), else it is dropped. A call that went in one script
-// call with others has no memo of its own (the batch's, which another's
-// write-back would find): its local admission is dropped too.
+// trip began (until), else it is dropped. It is dropped too when the
+// round trip timed out (a call that timed out is never sent again: it
+// may still wait in Redis's socket buffer, and run after the write-back),
+// and when the call went in one script call with others: it has no memo
+// of its own (the batch's, which another's write-back would find).
 //
 // The call's own charges and releases (limit.Request's Charge and
 // Release: the acts after a request, sent once its response is known)
@@ -87,9 +89,12 @@ type lateCall struct {
 	v     []int64
 	lease *lateLease
 	// memo is the memo the call went under, if its own (sentUnder);
-	// first when its round trip began, ns since the epoch.
-	memo  memo
-	first int64
+	// first when its round trip began, ns since the epoch; closed, for
+	// a fate unknown, that its round trip ended with its connection
+	// closed, not a timeout (closedFate).
+	memo   memo
+	first  int64
+	closed bool
 }
 
 // lateLease is what a late call asked of leases: the tokens of keys
@@ -123,7 +128,7 @@ func (lc *lateCall) answered(v []int64, err error) {
 		o = lateNotCounted
 	}
 	lc.mu.Lock()
-	lc.outcome, lc.ran = o, err == nil
+	lc.outcome, lc.ran, lc.closed = o, err == nil, closedFate(err)
 	if o == lateCounted {
 		lc.v = v
 	}
@@ -187,6 +192,16 @@ func (lc *lateCall) giveBackLeased() {
 		back = append(back, leaseReturn{key: k, params: l.params[i], bucket: w[6], n: n})
 	}
 	ls.async(back)
+}
+
+// closedFate reports whether err, the failure of a call's round trip
+// after it was sent, says that no send of it may still run in Redis: the
+// connection of each was closed (isClosedConn), and a send again was
+// refused (resentError). A call that timed out may still wait in
+// Redis's socket buffer.
+func closedFate(err error) bool {
+	var re resentError
+	return isClosedConn(err) || errors.As(err, &re)
 }
 
 // sentUnder records the memo m the call went under (none if not its
@@ -254,7 +269,7 @@ func (lc *lateCall) settle() {
 			switch {
 			case lc.outcome == lateNotCounted:
 				out = append(out, pendingWrite{at: lc.at, now: lc.now, reqs: q})
-			case lc.outcome == lateUnknown && lc.memo.key != "":
+			case lc.outcome == lateUnknown && lc.memo.key != "" && lc.closed:
 				// Under the call's memo, marked again: counted only if
 				// the call did not count.
 				out = append(out, pendingWrite{at: lc.at, now: lc.now, reqs: q,

@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -408,5 +412,51 @@ func TestRedisUnknownFateInOneScriptCall(t *testing.T) {
 	}
 	if st := u.red.Stats(); st.WrittenBack != 0 || st.WriteBacksDropped != 2 {
 		t.Errorf("written back %d, dropped %d; want 0 and 2", st.WrittenBack, st.WriteBacksDropped)
+	}
+}
+
+// TestRedisUnknownFateTimedOut gives a late call, admitted locally, the
+// failure its round trip ended with: a connection closed after the call
+// was sent (Redis did not run it here), or a timeout. The first is
+// written back under the call's memo and counted; the second is not,
+// and is counted dropped: a call that timed out may still wait in
+// Redis's socket buffer, and run after its write-back (a call that timed
+// out is never sent again).
+func TestRedisUnknownFateTimedOut(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		name    string
+		err     error
+		written bool
+	}{
+		{"connection closed", io.EOF, true},
+		{"refused when sent again", resent(&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}), true},
+		{"deadline", context.DeadlineExceeded, false},
+		{"read timeout", &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			red := newTestRedis(t, Config{URL: srv.URL(), Timeout: 10 * time.Second, Leases: -1, DenyCacheSize: -1})
+			p := &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: 1000 * time.Hour}
+			key := "timedout|/" + strings.ReplaceAll(tc.name, " ", "-")
+			reqs := []limit.Request{{Key: key, Params: p}}
+			lc := &lateCall{r: red}
+			red.wb.lateWaiting.Add(1) // as await does for a call in flight
+			lc.sentUnder(memoFor(reqs, red.memoLife()), red.clock())
+			limit.AdmittedLocally(red.lateFor(errCallTimeout, lc, time.Now(), reqs))
+			lc.answered(nil, tc.err)
+			eventually.True(t, 60*time.Second, writtenBack(red), "60s on, the write-back still waits: %+v", red.Stats())
+			want, st := int64(0), red.Stats()
+			if tc.written {
+				want = 1
+			}
+			if got := num(srv.Client().HGet(context.Background(), redisKey("timedout", key), "c").Val()); got != want {
+				t.Errorf("Redis counted %d, want %d", got, want)
+			}
+			if st.WrittenBack != want || st.WriteBacksDropped != 1-want {
+				t.Errorf("written back %d, dropped %d; want %d and %d", st.WrittenBack, st.WriteBacksDropped, want, 1-want)
+			}
+		})
 	}
 }

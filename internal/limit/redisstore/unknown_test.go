@@ -460,3 +460,35 @@ func TestRedisUnknownFateTimedOut(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisResendNotInOneScriptCall sends a call again (marked, under
+// its memo, as a write-back of unknown fate or one under the memo of the
+// call it follows goes) in a batch with another call, after Redis ran
+// its first send: the batch goes as a pipeline, not as one script call
+// (which carries one memo, its first call's, as a first send), and
+// Redis answers the call sent again from its memo, counting it once.
+func TestRedisResendNotInOneScriptCall(t *testing.T) {
+	t.Parallel()
+	m := newMemoRig(t, 0, false)
+	ctx := context.Background()
+	first := m.call(t, "again|/a", limit.Take, false)
+	if _, err := m.red.runOnce(ctx, first.keys, first.args, first.memo); err != nil {
+		t.Fatal(err)
+	}
+	again := m.call(t, "again|/a", limit.Take, false)
+	again.memo = first.memo
+	again.memo.again = true
+	batch := []*batchCall{again, m.call(t, "again|/b", limit.Take, false)}
+	m.red.runBatch(ctx, batch)
+	for i, c := range batch {
+		if c.err != nil || len(c.v) != 2+resultsPerLimit || c.v[0] != 1 {
+			t.Errorf("call %d: %v %v, want admitted", i, c.v, c.err)
+		}
+	}
+	if got := m.count(t, "gw:{again}:/a"); got != 1 {
+		t.Errorf("the call sent again: Redis counted %d, want 1 (its first send's)", got)
+	}
+	if got := m.count(t, "gw:{again}:/b"); got != 1 {
+		t.Errorf("the other call: Redis counted %d, want 1", got)
+	}
+}

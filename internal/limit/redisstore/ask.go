@@ -246,7 +246,7 @@ func (r *Store) decideOnce(ctx context.Context, m memo, keys []string, reqs []li
 			// Sent, and its round trip failed: it may have run, under
 			// the memo it went with.
 			late = &lateCall{r: r, outcome: lateUnknown, closed: closedFate(err)}
-			late.sentUnder(cr.memo, cr.first)
+			late.sentUnder(cr.memo, cr.first, cr.together)
 		}
 		switch {
 		case shared:

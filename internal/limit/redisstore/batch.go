@@ -52,10 +52,10 @@ type batchCall struct {
 	keys []string
 	args []any
 	// memo makes Redis run the call once, however often it is sent
-	// (memo.go); together reports that the call went in one script call
-	// with others (runAsOne), under the batch's memo, not its own.
+	// (memo.go); together is the memo of the one script call it went in
+	// with others (runAsOne), if it did: the batch's, not its own.
 	memo     memo
-	together bool
+	together memo
 	// state is waiting until either the call's caller stops waiting
 	// (left: its bound passed or its context ended; the call is never
 	// sent) or a batch takes it (taken: it will be sent and answered).
@@ -131,24 +131,22 @@ func (c *batchCall) finish() {
 }
 
 // sentAs returns the memo c went under, once its round trip ended: its
-// own, or none when it went in one script call with others (their
-// batch's memo, which a send of c alone must not find); and when that
-// round trip began (ns since the epoch).
-func (c *batchCall) sentAs() (memo, int64) {
-	var first int64
+// own, or, when it went in one script call with others, their batch's
+// (together); and when that round trip began (ns since the epoch).
+func (c *batchCall) sentAs() (m memo, first int64, together bool) {
 	if rt := c.rt.Load(); rt != nil {
 		first = rt.sent
 	}
-	if c.together {
-		return memo{}, first
+	if c.together.key != "" {
+		return c.together, first, true
 	}
-	return memo{key: c.memo.key, life: c.memo.life}, first
+	return memo{key: c.memo.key, life: c.memo.life}, first, false
 }
 
 // result returns what c's caller learns of it, once answered.
 func (c *batchCall) result() callResult {
-	m, first := c.sentAs()
-	return callResult{v: c.v, shared: c.shared, memo: m, first: first}
+	m, first, together := c.sentAs()
+	return callResult{v: c.v, shared: c.shared, memo: m, first: first, together: together}
 }
 
 // batcherFor returns the batcher of b's node.
@@ -265,14 +263,16 @@ func (r *Store) observe(start int64, err error) {
 // callResult is what a caller learns of its call: Redis's answer v;
 // shared, for a failure, that the node's breaker is not to hear of it
 // from this caller (see await); late, when the caller stopped waiting, what
-// becomes of the call; memo and first, for an answered call, the memo it
-// went under and when its round trip began (batchCall.sentAs).
+// becomes of the call; memo, first and together, for an answered call,
+// the memo it went under, when its round trip began, and whether it went
+// in one script call with others (batchCall.sentAs).
 type callResult struct {
-	v      []int64
-	shared bool
-	late   *lateCall
-	memo   memo
-	first  int64
+	v        []int64
+	shared   bool
+	late     *lateCall
+	memo     memo
+	first    int64
+	together bool
 }
 
 // errCallTimeout is the error of a call that Redis did not answer within

@@ -52,9 +52,12 @@ const maxWriteBacks = 4096
 // begins within its life less the bound of a call after the call's round
 // trip began (until), else it is dropped. It is dropped too when the
 // round trip timed out (a call that timed out is never sent again: it
-// may still wait in Redis's socket buffer, and run after the write-back),
-// and when the call went in one script call with others: it has no memo
-// of its own (the batch's, which another's write-back would find).
+// may still wait in Redis's socket buffer, and run after the write-back).
+// A call that went in one script call with others has no memo of its
+// own: the batch's, which another's write-back would find. Its
+// write-back first looks whether Redis keeps the batch's memo (probe):
+// if so, the batch ran and counted, the call too; else it goes as a
+// write-back of its own, as if Redis had not counted the call.
 //
 // The call's own charges and releases (limit.Request's Charge and
 // Release: the acts after a request, sent once its response is known)
@@ -88,13 +91,15 @@ type lateCall struct {
 	// the call asked leases for (leasedLate).
 	v     []int64
 	lease *lateLease
-	// memo is the memo the call went under, if its own (sentUnder);
-	// first when its round trip began, ns since the epoch; closed, for
-	// a fate unknown, that its round trip ended with its connection
-	// closed, not a timeout (closedFate).
-	memo   memo
-	first  int64
-	closed bool
+	// memo is the memo the call went under (sentUnder), together
+	// whether that is its batch's, in one script call with others; first
+	// when its round trip began, ns since the epoch; closed, for a fate
+	// unknown, that its round trip ended with its connection closed, not
+	// a timeout (closedFate).
+	memo     memo
+	together bool
+	first    int64
+	closed   bool
 }
 
 // lateLease is what a late call asked of leases: the tokens of keys
@@ -204,11 +209,11 @@ func closedFate(err error) bool {
 	return isClosedConn(err) || errors.As(err, &re)
 }
 
-// sentUnder records the memo m the call went under (none if not its
-// own), in a round trip begun at first.
-func (lc *lateCall) sentUnder(m memo, first int64) {
+// sentUnder records the memo m the call went under (together: its
+// batch's), in a round trip begun at first.
+func (lc *lateCall) sentUnder(m memo, first int64, together bool) {
 	lc.mu.Lock()
-	lc.memo, lc.first = m, first
+	lc.memo, lc.first, lc.together = m, first, together
 	lc.mu.Unlock()
 }
 
@@ -270,11 +275,17 @@ func (lc *lateCall) settle() {
 			case lc.outcome == lateNotCounted:
 				out = append(out, pendingWrite{at: lc.at, now: lc.now, reqs: q})
 			case lc.outcome == lateUnknown && lc.memo.key != "" && lc.closed:
+				until := lc.first + lc.memo.life*int64(time.Millisecond) - int64(lc.r.wait.call)
+				if lc.together {
+					// Counted if Redis keeps its batch's memo.
+					out = append(out, pendingWrite{at: lc.at, now: lc.now, reqs: q, probe: lc.memo.key, until: until})
+					break
+				}
 				// Under the call's memo, marked again: counted only if
 				// the call did not count.
 				out = append(out, pendingWrite{at: lc.at, now: lc.now, reqs: q,
 					memo:  memo{key: lc.memo.key, life: max(lc.r.writeBackLife(q).Milliseconds(), 1), again: true},
-					until: lc.first + lc.memo.life*int64(time.Millisecond) - int64(lc.r.wait.call)})
+					until: until})
 			case lc.outcome == lateUnknown:
 				lc.r.wb.dropped.Add(1)
 			}
@@ -346,7 +357,9 @@ func followed(reqs []limit.Request, held, charged bool) []limit.Request {
 // answer comes after the flush stopped waiting for it. One that goes
 // under the memo of the call it follows (lateCall) has that memo from
 // the start, and until, the last instant (ns) a send of it may begin; 0
-// for others.
+// for others. One whose call went in one script call with others has
+// probe, the key of that batch's memo, until Redis says whether it
+// keeps it, and until.
 type pendingWrite struct {
 	at    int64
 	now   time.Time
@@ -355,6 +368,7 @@ type pendingWrite struct {
 	sent  int64
 	call  *lateCall
 	until int64
+	probe string
 }
 
 // maxWriteBackMemo is the longest Redis keeps the memo of a write-back
@@ -476,6 +490,26 @@ func (r *Store) flushOnce(last bool) {
 			// never twice.
 			r.wb.dropped.Add(1)
 			continue
+		}
+		if w.probe != "" {
+			ctx, cancel := context.WithTimeout(context.Background(), r.wait.call)
+			n, err := r.client.Exists(ctx, w.probe).Result()
+			cancel()
+			switch {
+			case err != nil && last:
+				r.wb.dropped.Add(1)
+			case err != nil:
+				again = append(again, w)
+			case n > 0:
+				// The batch ran, and counted.
+				r.wb.written.Add(1)
+			}
+			if err != nil || n > 0 {
+				continue
+			}
+			// The batch did not run, or counted nothing: a write-back of
+			// its own, with a memo of its own.
+			w.probe, w.until = "", 0
 		}
 		// One counter named twice is counted twice, in one request
 		// (limit.Merge), as the decision counted it.

@@ -44,7 +44,6 @@ func (r *Store) runAsOne(ctx context.Context, batch []*batchCall) {
 	same := true
 	var m memo
 	for _, c := range batch {
-		c.together = true
 		nk += len(c.keys)
 		na += len(c.args)
 		same = same && len(c.keys) == len(batch[0].keys) && len(c.args) == len(batch[0].args)
@@ -54,6 +53,9 @@ func (r *Store) runAsOne(ctx context.Context, batch []*batchCall) {
 			}
 			m.life = max(m.life, c.memo.life)
 		}
+	}
+	for _, c := range batch {
+		c.together = m
 	}
 	keys := make([]string, 0, nk+1)
 	args := make([]any, 0, na+2)

@@ -349,69 +349,85 @@ func TestRedisUnknownFateDroppedPastMemo(t *testing.T) {
 
 // TestRedisUnknownFateInOneScriptCall admits locally two requests whose
 // calls went to Redis in one script call (a batch, redis_entry.lua many)
-// that ran, and whose reply was lost with every connection after it. The
-// batch has one memo for all its calls, which the write-back of one
-// would find for the other: neither is written back, and both are
-// counted dropped. Redis counted each once, when the batch ran; never
-// twice.
+// whose fate is then unknown: Redis ran it and its reply was lost, or it
+// never saw it; every connection after is cut until the path is
+// restored. The batch has one memo for all its calls, which the
+// write-back of one would find for the other: each write-back looks
+// whether Redis keeps it, and goes (with a memo of its own) only if not.
+// Redis counts each request exactly once. (Not written back, the second
+// case counts none; written back under the batch's memo, the second
+// request's write-back finds the first's reply and counts none.)
 func TestRedisUnknownFateInOneScriptCall(t *testing.T) {
 	t.Parallel()
-	// The queued calls wait in the queue up to the timeout: long enough
-	// for the test to see them there and let the first call through.
-	u := newUnknownRig(t, 0, 10*time.Second)
-	ctx := context.Background()
-	// The first call is held in flight, so that the next two queue
-	// behind it and go together.
-	u.path.arm("{first}")
-	firstDone := make(chan struct{})
-	go func() {
-		defer close(firstDone)
-		u.red.Allow(ctx, time.Now(), []limit.Request{{Key: "first|/", Params: u.p}}, make([]limit.Result, 1))
-	}()
-	select {
-	case <-u.path.held:
-	case <-time.After(60 * time.Second):
-		t.Fatal("60s on, the first call did not come")
-	}
-	q := u.red.batcherFor(u.red.nodes.single)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for i, key := range []string{"both|/a", "both|/b"} {
-		wg.Go(func() {
-			_, errs[i] = u.red.Allow(ctx, time.Now(), []limit.Request{{Key: key, Params: u.p}}, make([]limit.Result, 1))
-			limit.AdmittedLocally(errs[i])
+	for _, tc := range []struct {
+		name string
+		fate fate
+	}{{"ran", fateRan}, {"never ran", fateNeverRan}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			// The queued calls wait in the queue up to the timeout: long
+			// enough for the test to see them there and let the first call
+			// through.
+			u := newUnknownRig(t, 0, 10*time.Second)
+			ctx := context.Background()
+			// The first call is held in flight, so that the next two queue
+			// behind it and go together.
+			u.path.arm("{first}")
+			firstDone := make(chan struct{})
+			go func() {
+				defer close(firstDone)
+				u.red.Allow(ctx, time.Now(), []limit.Request{{Key: "first|/", Params: u.p}}, make([]limit.Result, 1))
+			}()
+			select {
+			case <-u.path.held:
+			case <-time.After(60 * time.Second):
+				t.Fatal("60s on, the first call did not come")
+			}
+			q := u.red.batcherFor(u.red.nodes.single)
+			errs := make([]error, 2)
+			var wg sync.WaitGroup
+			for i, key := range []string{"both|/a", "both|/b"} {
+				wg.Go(func() {
+					_, errs[i] = u.red.Allow(ctx, time.Now(), []limit.Request{{Key: key, Params: u.p}}, make([]limit.Result, 1))
+					limit.AdmittedLocally(errs[i])
+				})
+			}
+			eventually.True(t, 60*time.Second, func() bool {
+				q.mu.Lock()
+				defer q.mu.Unlock()
+				return len(q.queue) == 2
+			}, "the two calls did not queue")
+			u.path.arm("{both}")
+			u.path.fates <- fateForward
+			<-firstDone
+			select {
+			case <-u.path.held:
+			case <-time.After(60 * time.Second):
+				t.Fatal("60s on, the batch did not come")
+			}
+			wg.Wait()
+			u.path.fates <- tc.fate
+			for i, err := range errs {
+				if !errors.Is(err, errCallTimeout) {
+					t.Fatalf("call %d: %v, want its caller to stop waiting", i, err)
+				}
+				u.unknownFate(t, err)
+				var le *lateError
+				if errors.As(err, &le) && !le.call.together {
+					t.Fatalf("call %d did not go in one script call with the other", i)
+				}
+			}
+			u.path.restore()
+			eventually.True(t, 60*time.Second, writtenBack(u.red), "60s on, write-backs still wait: %+v", u.red.Stats())
+			for _, key := range []string{"gw:{both}:/a", "gw:{both}:/b"} {
+				if got := u.count(t, key); got != 1 {
+					t.Errorf("%s: Redis counted %d, want 1", key, got)
+				}
+			}
+			if st := u.red.Stats(); st.WrittenBack != 2 || st.WriteBacksDropped != 0 {
+				t.Errorf("written back %d, dropped %d; want 2 and 0", st.WrittenBack, st.WriteBacksDropped)
+			}
 		})
-	}
-	eventually.True(t, 60*time.Second, func() bool {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		return len(q.queue) == 2
-	}, "the two calls did not queue")
-	u.path.arm("{both}")
-	u.path.fates <- fateForward
-	<-firstDone
-	select {
-	case <-u.path.held:
-	case <-time.After(60 * time.Second):
-		t.Fatal("60s on, the batch did not come")
-	}
-	wg.Wait()
-	u.path.fates <- fateRan
-	for i, err := range errs {
-		if !errors.Is(err, errCallTimeout) {
-			t.Fatalf("call %d: %v, want its caller to stop waiting", i, err)
-		}
-		u.unknownFate(t, err)
-	}
-	u.path.restore()
-	eventually.True(t, 60*time.Second, writtenBack(u.red), "60s on, write-backs still wait: %+v", u.red.Stats())
-	for _, key := range []string{"gw:{both}:/a", "gw:{both}:/b"} {
-		if got := u.count(t, key); got != 1 {
-			t.Errorf("%s: Redis counted %d, want 1 (the batch that ran)", key, got)
-		}
-	}
-	if st := u.red.Stats(); st.WrittenBack != 0 || st.WriteBacksDropped != 2 {
-		t.Errorf("written back %d, dropped %d; want 0 and 2", st.WrittenBack, st.WriteBacksDropped)
 	}
 }
 
@@ -443,7 +459,7 @@ func TestRedisUnknownFateTimedOut(t *testing.T) {
 			reqs := []limit.Request{{Key: key, Params: p}}
 			lc := &lateCall{r: red}
 			red.wb.lateWaiting.Add(1) // as await does for a call in flight
-			lc.sentUnder(memoFor(reqs, red.memoLife()), red.clock())
+			lc.sentUnder(memoFor(reqs, red.memoLife()), red.clock(), false)
 			limit.AdmittedLocally(red.lateFor(errCallTimeout, lc, time.Now(), reqs))
 			lc.answered(nil, tc.err)
 			eventually.True(t, 60*time.Second, writtenBack(red), "60s on, the write-back still waits: %+v", red.Stats())

@@ -453,13 +453,20 @@ func (r *Store) flushWriteBacks() {
 // keeps them for that one. One whose fate is unknown (its connection
 // closed, or its round trip failed, after it was sent) goes again with
 // its memo, which Redis counts once (memo.go), while Redis keeps that; one
-// still in flight waits for its answer.
+// still in flight waits for its answer. One that follows a call of
+// unknown fate (lateCall) goes only while Redis keeps that call's memo
+// (until); if the call went in one script call with others, once Redis
+// said whether it keeps their batch's memo (probe: one look per batch
+// and flush, and none after one failed, so that a Redis that does not
+// answer holds the flush up once).
 func (r *Store) flushOnce(last bool) {
 	r.wb.mu.Lock()
 	pending := r.wb.queue
 	r.wb.queue = nil
 	r.wb.mu.Unlock()
 	var again []pendingWrite
+	probed := map[string]bool{}
+	var probeErr error
 	for _, w := range pending {
 		if r.clock()-w.at > int64(shortestBucket(w.reqs)) {
 			r.wb.dropped.Add(1)
@@ -492,19 +499,28 @@ func (r *Store) flushOnce(last bool) {
 			continue
 		}
 		if w.probe != "" {
-			ctx, cancel := context.WithTimeout(context.Background(), r.wait.call)
-			n, err := r.client.Exists(ctx, w.probe).Result()
-			cancel()
+			// One look per batch and flush; none after one failed.
+			kept, ok := probed[w.probe]
+			if !ok && probeErr == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), r.wait.call)
+				var n int64
+				n, probeErr = r.client.Exists(ctx, w.probe).Result()
+				cancel()
+				kept, ok = n > 0, probeErr == nil
+				if ok {
+					probed[w.probe] = kept
+				}
+			}
 			switch {
-			case err != nil && last:
+			case !ok && last:
 				r.wb.dropped.Add(1)
-			case err != nil:
+			case !ok:
 				again = append(again, w)
-			case n > 0:
+			case kept:
 				// The batch ran, and counted.
 				r.wb.written.Add(1)
 			}
-			if err != nil || n > 0 {
+			if !ok || kept {
 				continue
 			}
 			// The batch did not run, or counted nothing: a write-back of

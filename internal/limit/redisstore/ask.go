@@ -238,6 +238,12 @@ func (r *Store) decideOnce(ctx context.Context, m memo, keys []string, reqs []li
 			// Redis refused the call, or it was never sent.
 			late = &lateCall{r: r, outcome: lateNotCounted}
 		}
+		if late == nil {
+			// Sent, and its round trip failed: it may have run, under
+			// the memo it went with.
+			late = &lateCall{r: r, outcome: lateUnknown, closed: closedFate(err)}
+			late.sentUnder(cr.memo, cr.first, cr.together)
+		}
 		switch {
 		case shared:
 			// Another call of the same round trip told the breaker.
@@ -261,7 +267,7 @@ func (r *Store) decideOnce(ctx context.Context, m memo, keys []string, reqs []li
 	}
 	b.success()
 	if len(v) != 2+resultsPerLimit*n {
-		return scriptAnswer{}, nil, fmt.Errorf("redis: script answered %d values for %d limits", len(v), n)
+		return scriptAnswer{}, nil, replyShapeError{got: len(v), n: n}
 	}
 	d := scriptAnswer{allowed: v[0] == 1, overflowed: v[len(v)-1],
 		grants: make([]leaseGrant, n), ages: make([]time.Duration, n)}
@@ -291,6 +297,16 @@ func (r *Store) decideOnce(ctx context.Context, m memo, keys []string, reqs []li
 		}
 	}
 	return d, nil, nil
+}
+
+// replyShapeError is the error of a reply of got values to a call of n
+// limits, which fit no reply of such a call: a reply Redis kept of
+// another call (memo.go), as a write-back sent under the memo of the call
+// it follows may get (lateCall.settle).
+type replyShapeError struct{ got, n int }
+
+func (e replyShapeError) Error() string {
+	return fmt.Sprintf("redis: script answered %d values for %d limits", e.got, e.n)
 }
 
 // scriptMode returns the script's mode letter for q's act (redis.lua) and

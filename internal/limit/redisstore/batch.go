@@ -52,8 +52,10 @@ type batchCall struct {
 	keys []string
 	args []any
 	// memo makes Redis run the call once, however often it is sent
-	// (memo.go).
-	memo memo
+	// (memo.go); together is the memo of the one script call it went in
+	// with others (runAsOne), if it did: the batch's, not its own.
+	memo     memo
+	together memo
 	// state is waiting until either the call's caller stops waiting
 	// (left: its bound passed or its context ended; the call is never
 	// sent) or a batch takes it (taken: it will be sent and answered).
@@ -121,10 +123,30 @@ func (c *batchCall) finish() {
 	late := c.late
 	c.mu.Unlock()
 	if late != nil {
+		late.sentUnder(c.sentAs())
 		late.answered(c.v, c.err)
 		return
 	}
 	c.done <- struct{}{}
+}
+
+// sentAs returns the memo c went under, once its round trip ended: its
+// own, or, when it went in one script call with others, their batch's
+// (together); and when that round trip began (ns since the epoch).
+func (c *batchCall) sentAs() (m memo, first int64, together bool) {
+	if rt := c.rt.Load(); rt != nil {
+		first = rt.sent
+	}
+	if c.together.key != "" {
+		return c.together, first, true
+	}
+	return memo{key: c.memo.key, life: c.memo.life}, first, false
+}
+
+// result returns what c's caller learns of it, once answered.
+func (c *batchCall) result() callResult {
+	m, first, together := c.sentAs()
+	return callResult{v: c.v, shared: c.shared, memo: m, first: first, together: together}
 }
 
 // batcherFor returns the batcher of b's node.
@@ -177,7 +199,7 @@ func (r *Store) await(ctx context.Context, c *batchCall) (callResult, error) {
 		var err error
 		select {
 		case <-c.done:
-			return callResult{v: c.v, shared: c.shared}, c.err
+			return c.result(), c.err
 		case <-ctx.Done():
 			err = ctx.Err()
 		case <-t.C:
@@ -205,7 +227,7 @@ func (r *Store) await(ctx context.Context, c *batchCall) (callResult, error) {
 		if c.answered {
 			c.mu.Unlock()
 			<-c.done
-			return callResult{v: c.v, shared: c.shared}, c.err
+			return c.result(), c.err
 		}
 		c.late = &lateCall{r: r}
 		r.wb.lateWaiting.Add(1)
@@ -241,11 +263,16 @@ func (r *Store) observe(start int64, err error) {
 // callResult is what a caller learns of its call: Redis's answer v;
 // shared, for a failure, that the node's breaker is not to hear of it
 // from this caller (see await); late, when the caller stopped waiting, what
-// becomes of the call.
+// becomes of the call; memo, first and together, for an answered call,
+// the memo it went under, when its round trip began, and whether it went
+// in one script call with others (batchCall.sentAs).
 type callResult struct {
-	v      []int64
-	shared bool
-	late   *lateCall
+	v        []int64
+	shared   bool
+	late     *lateCall
+	memo     memo
+	first    int64
+	together bool
 }
 
 // errCallTimeout is the error of a call that Redis did not answer within

@@ -44,6 +44,21 @@ const maxWriteBacks = 4096
 // Redis as a charge of its cost on every limit that would have counted
 // it (a new caller's past the key budget on its overflow counter).
 //
+// When its round trip failed after it was sent (its fate unknown: Redis
+// may have run it), the write-back goes under the memo the call went
+// with, marked as sent again (memo.go): Redis answers the reply it kept
+// if the call ran and counted, and counts the charge only if it did not.
+// That is exact while Redis keeps the memo: every send of the write-back
+// begins within its life less the bound of a call after the call's round
+// trip began (until), else it is dropped. It is dropped too when the
+// round trip timed out (a call that timed out is never sent again: it
+// may still wait in Redis's socket buffer, and run after the write-back).
+// A call that went in one script call with others has no memo of its
+// own: the batch's, which another's write-back would find. Its
+// write-back first looks whether Redis keeps the batch's memo (probe):
+// if so, the batch ran and counted, the call too; else it goes as a
+// write-back of its own, as if Redis had not counted the call.
+//
 // The call's own charges and releases (limit.Request's Charge and
 // Release: the acts after a request, sent once its response is known)
 // are journaled whatever the fail mode, and whoever decided the request
@@ -76,6 +91,15 @@ type lateCall struct {
 	// the call asked leases for (leasedLate).
 	v     []int64
 	lease *lateLease
+	// memo is the memo the call went under (sentUnder), together
+	// whether that is its batch's, in one script call with others; first
+	// when its round trip began, ns since the epoch; closed, for a fate
+	// unknown, that its round trip ended with its connection closed, not
+	// a timeout (closedFate).
+	memo     memo
+	together bool
+	first    int64
+	closed   bool
 }
 
 // lateLease is what a late call asked of leases: the tokens of keys
@@ -109,7 +133,7 @@ func (lc *lateCall) answered(v []int64, err error) {
 		o = lateNotCounted
 	}
 	lc.mu.Lock()
-	lc.outcome, lc.ran = o, err == nil
+	lc.outcome, lc.ran, lc.closed = o, err == nil, closedFate(err)
 	if o == lateCounted {
 		lc.v = v
 	}
@@ -175,6 +199,24 @@ func (lc *lateCall) giveBackLeased() {
 	ls.async(back)
 }
 
+// closedFate reports whether err, the failure of a call's round trip
+// after it was sent, says that no send of it may still run in Redis: the
+// connection of each was closed (isClosedConn), and a send again was
+// refused (resentError). A call that timed out may still wait in
+// Redis's socket buffer.
+func closedFate(err error) bool {
+	var re resentError
+	return isClosedConn(err) || errors.As(err, &re)
+}
+
+// sentUnder records the memo m the call went under (together: its
+// batch's), in a round trip begun at first.
+func (lc *lateCall) sentUnder(m memo, first int64, together bool) {
+	lc.mu.Lock()
+	lc.memo, lc.first, lc.together = m, first, together
+	lc.mu.Unlock()
+}
+
 // notCounted reports whether Redis is known not to have counted the call.
 func (lc *lateCall) notCounted() bool {
 	lc.mu.Lock()
@@ -228,9 +270,24 @@ func (lc *lateCall) settle() {
 	}
 	if !lc.done {
 		lc.done = true
-		if lc.outcome == lateNotCounted {
-			if q := admission(lc.reqs); len(q) > 0 {
+		if q := admission(lc.reqs); len(q) > 0 {
+			switch {
+			case lc.outcome == lateNotCounted:
 				out = append(out, pendingWrite{at: lc.at, now: lc.now, reqs: q})
+			case lc.outcome == lateUnknown && lc.memo.key != "" && lc.closed:
+				until := lc.first + lc.memo.life*int64(time.Millisecond) - int64(lc.r.wait.call)
+				if lc.together {
+					// Counted if Redis keeps its batch's memo.
+					out = append(out, pendingWrite{at: lc.at, now: lc.now, reqs: q, probe: lc.memo.key, until: until})
+					break
+				}
+				// Under the call's memo, marked again: counted only if
+				// the call did not count.
+				out = append(out, pendingWrite{at: lc.at, now: lc.now, reqs: q,
+					memo:  memo{key: lc.memo.key, life: max(lc.r.writeBackLife(q).Milliseconds(), 1), again: true},
+					until: until})
+			case lc.outcome == lateUnknown:
+				lc.r.wb.dropped.Add(1)
 			}
 		}
 	}
@@ -297,14 +354,21 @@ func followed(reqs []limit.Request, held, charged bool) []limit.Request {
 // the gateway's clock now. Once sent, it keeps its memo, so that Redis
 // counts it once however often it goes (memo.go), and when it was first
 // sent (sent, ns; 0 before); call is its last send while in flight, whose
-// answer comes after the flush stopped waiting for it.
+// answer comes after the flush stopped waiting for it. One that goes
+// under the memo of the call it follows (lateCall) has that memo from
+// the start, and until, the last instant (ns) a send of it may begin; 0
+// for others. One whose call went in one script call with others has
+// probe, the key of that batch's memo, until Redis says whether it
+// keeps it, and until.
 type pendingWrite struct {
-	at   int64
-	now  time.Time
-	reqs []limit.Request
-	memo memo
-	sent int64
-	call *lateCall
+	at    int64
+	now   time.Time
+	reqs  []limit.Request
+	memo  memo
+	sent  int64
+	call  *lateCall
+	until int64
+	probe string
 }
 
 // maxWriteBackMemo is the longest Redis keeps the memo of a write-back
@@ -389,13 +453,20 @@ func (r *Store) flushWriteBacks() {
 // keeps them for that one. One whose fate is unknown (its connection
 // closed, or its round trip failed, after it was sent) goes again with
 // its memo, which Redis counts once (memo.go), while Redis keeps that; one
-// still in flight waits for its answer.
+// still in flight waits for its answer. One that follows a call of
+// unknown fate (lateCall) goes only while Redis keeps that call's memo
+// (until); if the call went in one script call with others, once Redis
+// said whether it keeps their batch's memo (probe: one look per batch
+// and flush, and none after one failed, so that a Redis that does not
+// answer holds the flush up once).
 func (r *Store) flushOnce(last bool) {
 	r.wb.mu.Lock()
 	pending := r.wb.queue
 	r.wb.queue = nil
 	r.wb.mu.Unlock()
 	var again []pendingWrite
+	probed := map[string]bool{}
+	var probeErr error
 	for _, w := range pending {
 		if r.clock()-w.at > int64(shortestBucket(w.reqs)) {
 			r.wb.dropped.Add(1)
@@ -421,6 +492,41 @@ func (r *Store) flushOnce(last bool) {
 			}
 			w.call = nil
 		}
+		if w.until != 0 && r.clock() > w.until {
+			// Redis may have forgotten the memo of the call it follows:
+			// never twice.
+			r.wb.dropped.Add(1)
+			continue
+		}
+		if w.probe != "" {
+			// One look per batch and flush; none after one failed.
+			kept, ok := probed[w.probe]
+			if !ok && probeErr == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), r.wait.call)
+				var n int64
+				n, probeErr = r.client.Exists(ctx, w.probe).Result()
+				cancel()
+				kept, ok = n > 0, probeErr == nil
+				if ok {
+					probed[w.probe] = kept
+				}
+			}
+			switch {
+			case !ok && last:
+				r.wb.dropped.Add(1)
+			case !ok:
+				again = append(again, w)
+			case kept:
+				// The batch ran, and counted.
+				r.wb.written.Add(1)
+			}
+			if !ok || kept {
+				continue
+			}
+			// The batch did not run, or counted nothing: a write-back of
+			// its own, with a memo of its own.
+			w.probe, w.until = "", 0
+		}
 		// One counter named twice is counted twice, in one request
 		// (limit.Merge), as the decision counted it.
 		reqs := limit.Merge(w.reqs).Reqs
@@ -441,7 +547,9 @@ func (r *Store) flushOnce(last bool) {
 		var le *lateError
 		lateErr := errors.As(err, &le)
 		switch {
-		case err == nil:
+		case err == nil, w.until != 0 && errors.As(err, new(replyShapeError)):
+			// Counted; or, sent under the memo of the call it follows,
+			// answered with that call's reply: the call counted.
 			r.wb.written.Add(1)
 		case last:
 			// Refused, or its fate unknown, in the last flush.

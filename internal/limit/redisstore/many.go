@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -18,10 +19,15 @@ const (
 // asOne reports whether batch goes to Redis as one script call that
 // carries all its calls (docs/fleet.md, "Batching"): on one Redis, not a
 // cluster, where the keys of one script call must share a slot; and by
-// FCALL, whose library runs one call no slower than many. Otherwise each
-// call is a script call of its own in the batch's pipeline.
+// FCALL, whose library runs one call no slower than many; and when no
+// call of it is sent again (a write-back whose fate is unknown, or one
+// under the memo of the call it follows, late.go): one script call goes
+// under one memo, its first call's, and as a first send, which would
+// count such a call again. Otherwise each call is a script call of its
+// own in the batch's pipeline, with its own memo and mark.
 func (r *Store) asOne(batch []*batchCall) bool {
-	return len(batch) > 1 && r.nodes.single != nil && r.fn.on.Load()
+	return len(batch) > 1 && r.nodes.single != nil && r.fn.on.Load() &&
+		!slices.ContainsFunc(batch, func(c *batchCall) bool { return c.memo.again })
 }
 
 // runAsOne runs the calls of batch in one script call, which decides each
@@ -47,6 +53,9 @@ func (r *Store) runAsOne(ctx context.Context, batch []*batchCall) {
 			}
 			m.life = max(m.life, c.memo.life)
 		}
+	}
+	for _, c := range batch {
+		c.together = m
 	}
 	keys := make([]string, 0, nk+1)
 	args := make([]any, 0, na+2)

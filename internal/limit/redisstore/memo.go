@@ -29,7 +29,10 @@ import (
 // across a fleet without drawing random bits per call. In a batch sent as
 // one script call (runAsOne), the batch keeps one memo, under the ID of
 // its first call that has one: it runs whole or not at all, and is only
-// ever sent again whole.
+// ever sent again whole. A call sent again in a later round trip (a
+// write-back) never goes in one (asOne), and the write-back of a call of
+// such a batch whose fate is unknown first asks whether Redis keeps the
+// batch's memo (lateCall).
 
 // memo is what a script call carries so that Redis runs it once: the key
 // of its reply in Redis ("gw:{tag}#done:ID", in the slot of the call's

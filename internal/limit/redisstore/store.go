@@ -525,7 +525,9 @@ type Stats struct {
 	LeaseGranted, LeaseSpent, LeaseExpired, LeaseReturned int64
 	// WrittenBack is the number of local admissions counted in Redis
 	// after a call it did not answer in time (AdmittedLocally), and
-	// WriteBacksDropped those dropped because their bucket had ended.
+	// WriteBacksDropped those dropped because their bucket had ended,
+	// or, for a call whose fate is unknown, because Redis may have
+	// forgotten its memo or it had none of its own (late.go).
 	WrittenBack, WriteBacksDropped int64
 	// Overflowed is the number of requests of new callers that Redis
 	// counted against their Overflow key because the key budget was used

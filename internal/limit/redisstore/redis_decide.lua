@@ -175,22 +175,22 @@ local function remember(s, key, now, out)
   for j = 2, 9 do
     spaced = spaced .. ' ' .. arg(out[j])
   end
-  local f = { now = now, slack = slack, key = key, ttl = ttl(X[1], now), out = out, spaced = spaced .. ' ' }
+  local f = { now = now, slack = slack, key = key, ttl = ttl(X[1], now), spaced = spaced .. ' 0' }
   s.first, TEMPLATE[key] = f, f
 end
 
--- again makes limit i's key (of settings s, whose call's arguments follow
+-- again makes key, of a call of one limit (of settings s, whose arguments follow
 -- ARGV[a0] and end at ARGV[top]) a copy of the template of s at now, if
 -- there is one, the key does not exist and the key budget has room for
 -- it as this script call knows; and returns the reply, as the string many
--- answers with when spaced. Otherwise it returns nil, and the call is
--- decided (decideAt).
-local function again(ARGV, a0, top, i, key, s, now, spaced)
+-- answers with (the template's, on its own counter). Otherwise it returns
+-- nil, and the call is decided (decideAt).
+local function again(ARGV, a0, top, key, s, now)
   local f = s.first
   if not f or TEMPLATE[f.key] ~= f or f.now ~= now or f.slack ~= slack then
     return nil
   end
-  local bset, bcap = budget(ARGV, top, i)
+  local bset, bcap = budget(ARGV, top, 1)
   if bset and not (CARD[bset] and CARD[bset] + joining < bcap) then
     return nil
   end
@@ -202,14 +202,13 @@ local function again(ARGV, a0, top, i, key, s, now, spaced)
     end
     return nil
   end
-  JOIN[i] = false
-  keyBudget(ARGV, a0, top, i, key, now)
-  join(i, key, f.ttl)
-  if spaced then
-    return f.spaced .. arg(overflowed)
+  if bset then
+    -- Room as newcaller (budget.lua) finds it first; its expiry counts
+    -- from Redis's clock.
+    local ms = ARGV[a0 + 1] == '' and floor(now / 1000) or floor(clock() / 1000)
+    joined(bset, key, arg(ms + f.ttl))
   end
-  local o = f.out
-  return { o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], overflowed }
+  return f.spaced
 end
 
 -- newcomerAt is again for a call of one limit of a batch (many), the
@@ -226,9 +225,7 @@ local function newcomerAt(key, ARGV, a0, top, at)
   if not s or not s.first or s.cal then
     return nil
   end
-  overflowed, pruned, joining = 0, false, 0
-  K[1] = key
-  return again(ARGV, a0, top, 1, key, s, instant(ARGV, a0, at), true)
+  return again(ARGV, a0, top, key, s, instant(ARGV, a0, at))
 end
 
 -- keyState returns what limit i's key (p of settings s) holds beyond

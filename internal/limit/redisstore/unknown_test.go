@@ -225,11 +225,7 @@ func newUnknownRig(t *testing.T, batch int, timeout time.Duration) *unknownRig {
 // count returns the count of key in Redis (0 when absent).
 func (u *unknownRig) count(t *testing.T, key string) int64 {
 	t.Helper()
-	h, err := u.srv.Client().HMGet(context.Background(), key, "c").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return num(h[0])
+	return num(counterFields(t, u.srv.Client(), key)["c"])
 }
 
 // late sends a request for reqs that the path holds until its caller
@@ -467,7 +463,7 @@ func TestRedisUnknownFateTimedOut(t *testing.T) {
 			if tc.written {
 				want = 1
 			}
-			if got := num(srv.Client().HGet(context.Background(), redisKey("timedout", key), "c").Val()); got != want {
+			if got := num(counterFields(t, srv.Client(), redisKey("timedout", key))["c"]); got != want {
 				t.Errorf("Redis counted %d, want %d", got, want)
 			}
 			if st.WrittenBack != want || st.WriteBacksDropped != 1-want {

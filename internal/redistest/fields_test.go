@@ -30,7 +30,7 @@ func TestFields(t *testing.T) {
 		{
 			name: "string",
 			setup: func(k string) error {
-				return c.Set(ctx, k, "_id sliding_window/1000000/10 _x 1732890000000000 h 1732890000 t 1 7 1", 0).Err()
+				return c.Set(ctx, k, mp("_id", "sliding_window/1000000/10", "_x", "1732890000000000", "h", "1732890000", "t", "1", "7", "1"), 0).Err()
 			},
 			want: map[string]string{"_id": "sliding_window/1000000/10", "_x": "1732890000000000", "h": "1732890000", "t": "1", "7": "1"},
 		},
@@ -45,18 +45,18 @@ func TestFields(t *testing.T) {
 			want:  map[string]string{},
 		},
 		{
-			name:    "odd pair count",
-			setup:   func(k string) error { return c.Set(ctx, k, "_id x t", 0).Err() },
-			wantErr: "want name and value pairs",
+			name:    "a map cut short",
+			setup:   func(k string) error { s := mp("_id", "x", "t", "5"); return c.Set(ctx, k, s[:len(s)-1], 0).Err() },
+			wantErr: "ends early",
 		},
 		{
-			name:    "two spaces",
-			setup:   func(k string) error { return c.Set(ctx, k, "_id  x t", 0).Err() },
-			wantErr: "an empty name or value",
+			name:    "text",
+			setup:   func(k string) error { return c.Set(ctx, k, "_id x t 5", 0).Err() },
+			wantErr: "not a MessagePack map",
 		},
 		{
 			name:    "a field twice",
-			setup:   func(k string) error { return c.Set(ctx, k, "t 1 t 2", 0).Err() },
+			setup:   func(k string) error { return c.Set(ctx, k, mp("t", "1", "t", "2"), 0).Err() },
 			wantErr: "field t twice",
 		},
 		{
@@ -91,7 +91,7 @@ func TestField(t *testing.T) {
 	srv := Start(t)
 	c := srv.Client()
 	ctx := context.Background()
-	if err := c.Set(ctx, "s", "c 7 n x", 0).Err(); err != nil {
+	if err := c.Set(ctx, "s", mp("c", "7", "n", "x"), 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.HSet(ctx, "h", "c", "8").Err(); err != nil {
@@ -155,7 +155,7 @@ func TestSetFields(t *testing.T) {
 		},
 		{
 			name:    "string",
-			setup:   func(k string) error { return c.Set(ctx, k, "_id x t 5", 0).Err() },
+			setup:   func(k string) error { return c.Set(ctx, k, mp("_id", "x", "t", "5"), 0).Err() },
 			pairs:   []string{"t", "6", "c", "1"},
 			want:    map[string]string{"_id": "x", "t": "6", "c": "1"},
 			wantTyp: "string", wantTTL: true,
@@ -185,13 +185,13 @@ func TestSetFields(t *testing.T) {
 		},
 		{
 			name:    "odd pair count",
-			setup:   func(k string) error { return c.Set(ctx, k, "_id x", 0).Err() },
+			setup:   func(k string) error { return c.Set(ctx, k, mp("_id", "x"), 0).Err() },
 			pairs:   []string{"t", "6", "c"},
 			wantErr: "want pairs",
 		},
 		{
 			name:    "a value with a space",
-			setup:   func(k string) error { return c.Set(ctx, k, "_id x", 0).Err() },
+			setup:   func(k string) error { return c.Set(ctx, k, mp("_id", "x"), 0).Err() },
 			pairs:   []string{"t", "6 7"},
 			wantErr: "without spaces",
 		},
@@ -199,7 +199,7 @@ func TestSetFields(t *testing.T) {
 			name:    "a malformed string",
 			setup:   func(k string) error { return c.Set(ctx, k, "_id x t", 0).Err() },
 			pairs:   []string{"t", "6"},
-			wantErr: "want name and value pairs",
+			wantErr: "not a MessagePack map",
 		},
 		{
 			name:    "list",
@@ -255,4 +255,14 @@ func TestSetFields(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mp returns the names and values of kv, in turn, as a string counter
+// holds them (packPairs).
+func mp(kv ...string) string {
+	var names, values []string
+	for i := 0; i+1 < len(kv); i += 2 {
+		names, values = append(names, kv[i]), append(values, kv[i+1])
+	}
+	return packPairs(names, values)
 }

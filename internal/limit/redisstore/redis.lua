@@ -161,7 +161,7 @@ end
 local function put(set, field, value)
   local n = #set
   set[n + 1] = field
-  set[n + 2] = arg(value)
+  set[n + 2] = value
 end
 
 -- capacity returns the largest cost a request can be admitted with

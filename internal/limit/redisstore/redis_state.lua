@@ -1,10 +1,10 @@
 -- A counter's state (after redis.lua; see its top for the script's
 -- contract and its files): how a limit's key is read (load) and written
 -- (save). A key holds the store's fields and the algorithm's as one
--- string of names and values separated by spaces ("_id
--- sliding_window/1000000/10 _x 1732890001000000 h 1732890000 t 1 7 1"),
--- read with GET and written whole with SET … PX: two commands for a
--- call, whatever it does. A ring's slots are the fields named by
+-- string, a MessagePack map of names to values ({_id =
+-- "sliding_window/1000000/10", _x = 1732890001000000, h = 1732890000,
+-- t = 1, [7] = 1}), read with GET and written whole with SET … PX: two
+-- commands for a call, whatever it does. A ring's slots are the fields named by
 -- numbers, and an empty one is left out. Two kinds of key are hashes of
 -- those fields instead, read a field at a time: the sliding log's, whose
 -- log of up to limit instants a call reads a few of (sliding_log.lua);
@@ -26,17 +26,15 @@ local V, VK = {}, {}
 -- batch (many, batching) has calls to copy them to.
 local TEMPLATE, batching = {}, false
 
--- parse returns the fields of a counter's string.
+-- parse returns the fields of a counter's string, a MessagePack map
+-- (cmsgpack: one C call, at a fraction of the cost of reading them from
+-- text); a string that is not one, as no fields.
 local function parse(s)
-  local v = {}
-  for name, value in string.gmatch(s, '(%S+) (%S+)') do
-    local b = string.byte(name, 1)
-    if b >= 48 and b <= 57 then
-      name = num(name) or name
-    end
-    v[name] = value
+  local ok, v = pcall(cmsgpack.unpack, s)
+  if ok and type(v) == 'table' then
+    return v
   end
-  return v
+  return {}
 end
 
 -- whole returns the fields of a hash (HGETALL's pairs).
@@ -112,16 +110,15 @@ local function load(i, key, p, names)
   end
 end
 
--- flat returns the fields v as one string, leaving out empty slots.
+-- flat returns the fields v as one string (parse), leaving out empty
+-- slots.
 local function flat(v)
-  local out, n = {}, 0
   for name, value in pairs(v) do
-    if type(name) ~= 'number' or (value ~= 0 and value ~= '0') then
-      out[n + 1], out[n + 2] = arg(name), arg(value)
-      n = n + 2
+    if type(name) == 'number' and (value == 0 or value == '0') then
+      v[name] = nil
     end
   end
-  return table.concat(out, ' ')
+  return cmsgpack.pack(v)
 end
 
 -- save writes the fields of set (name, value, ...) to limit i's key, of

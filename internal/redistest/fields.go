@@ -94,7 +94,7 @@ func FieldInt(ctx context.Context, c redis.Cmdable, key, name string) (int, erro
 // live: a hash gets HSET, a string is read, merged and written back with
 // SET … KEEPTTL. A key that does not exist is made as NewCounterType says,
 // without a time to live. Names and values must be non-empty and hold no
-// space (a string counter separates them with spaces).
+// space, as the store's never do.
 //
 // A string is read and written in two commands, not atomically: a test
 // must not set fields of a key the store is writing.

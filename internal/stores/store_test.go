@@ -183,3 +183,24 @@ gateway_redis_round_trips_total 5
 		t.Error(err)
 	}
 }
+
+// TestRedisLayoutFlag checks --redis-layout: string by default, hash
+// accepted, anything else refused with the values it takes.
+func TestRedisLayoutFlag(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	if cfg.RedisLayout != redisstore.LayoutString {
+		t.Errorf("default --redis-layout %q, want %q", cfg.RedisLayout, redisstore.LayoutString)
+	}
+	for _, tt := range []struct {
+		layout string
+		bad    bool
+	}{{"string", false}, {"hash", false}, {"list", true}, {"", true}} {
+		cfg := DefaultConfig()
+		cfg.RedisLayout = tt.layout
+		err := cfg.Validate()
+		if (err != nil) != tt.bad || (tt.bad && !strings.Contains(err.Error(), "--redis-layout")) {
+			t.Errorf("--redis-layout %q: %v, want an error %v", tt.layout, err, tt.bad)
+		}
+	}
+}

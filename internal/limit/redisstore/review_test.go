@@ -491,3 +491,48 @@ func TestReviewCalendarAcrossLayouts(t *testing.T) {
 		t.Errorf("admitted %d, want 9", admitted)
 	}
 }
+
+// TestReviewHoldsAcrossLayouts checks holds, releases and counts on one
+// key by gateways of both layouts in turn against the memory store: the
+// same decisions for every hold and count (a release's own result is
+// not compared, only what it leaves for the next request).
+func TestReviewHoldsAcrossLayouts(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	for _, alg := range []string{"sliding_window", "fixed_window", "token_bucket", "leaky_bucket", "sliding_log"} {
+		t.Run(alg, func(t *testing.T) {
+			t.Parallel()
+			mem := newTestMemory(t)
+			clock := &fixedClock{}
+			clock.us.Store(us0)
+			var stores []*Store
+			for _, layout := range []string{LayoutString, LayoutHash} {
+				r := newTestRedis(t, Config{URL: srv.URL(), DenyCacheSize: -1, Leases: -1, Timeout: 10 * time.Second, Layout: layout})
+				r.fixedNow = clock.us.Load
+				stores = append(stores, r)
+			}
+			rule := reviewParams(alg, 4, 3*time.Second)
+			key := "holds|/" + alg
+			now := us0
+			acts := []limit.Act{limit.Hold, limit.Take, limit.Hold, limit.Release, limit.Take, limit.Hold, limit.Take, limit.Take, limit.Release}
+			for i := range 60 {
+				q := limit.Request{Key: key, Params: rule, Act: acts[i%len(acts)]}
+				red := stores[(i*3/2)%2]
+				mres, rres := make([]limit.Result, 1), make([]limit.Result, 1)
+				if _, err := mem.Allow(ctx, time.Unix(0, now*1000), []limit.Request{q}, mres); err != nil {
+					t.Fatal(err)
+				}
+				clock.us.Store(now)
+				if _, err := red.Allow(ctx, time.Time{}, []limit.Request{q}, rres); err != nil {
+					t.Fatalf("request %d: %v", i, err)
+				}
+				m, r := mres[0], rres[0]
+				if q.Act != limit.Release && (m.Allowed != r.Allowed || m.Remaining != r.Remaining || !nearUp(m.RetryAfter, r.RetryAfter, 0) || !nearUp(m.Reset, r.Reset, 0)) {
+					t.Fatalf("request %d (%v, store %d) at +%dµs: got %+v in redis, want %+v as in memory", i, q.Act, (i*3/2)%2, now-us0, r, m)
+				}
+				now += 300_000
+			}
+		})
+	}
+}

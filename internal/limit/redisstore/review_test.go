@@ -536,3 +536,61 @@ func TestReviewHoldsAcrossLayouts(t *testing.T) {
 		})
 	}
 }
+
+// TestReviewLeaseReturnBothLayouts checks lease_return.lua on a counter
+// kept as a string and as a hash: the tokens go back to the bucket they
+// were counted in while the counter has that shape, the counter keeps
+// its Redis type and its time to live, and a bucket that no longer
+// counts, or another shape, gets nothing back.
+func TestReviewLeaseReturnBothLayouts(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := srv.Client()
+	ctx := context.Background()
+	const id = "sliding_window/10000000/10"
+	for _, kind := range []string{"string", "hash"} {
+		t.Run(kind, func(t *testing.T) {
+			key := "gw:{lr}:" + kind
+			if kind == "hash" {
+				c.HSet(ctx, key, "_id", id, "h", "100", "t", "5", "9", "2", "1", "3")
+			} else {
+				setCounterFields(t, c, key, "_id", id, "h", "100", "t", "5", "9", "2", "1", "3")
+			}
+			c.PExpire(ctx, key, time.Hour)
+			run := func(id string, bucket, n int64) int64 {
+				t.Helper()
+				v, err := leaseReturnScript.Run(ctx, c, []string{key}, id, bucket, n).Int64()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return v
+			}
+			// Bucket 100 is in slot 1 (a ring of 11), bucket 97 in slot 9.
+			if got := run("fixed_window/10000000/0", 100, 1); got != 0 {
+				t.Errorf("another shape: %d given back, want 0", got)
+			}
+			if got := run(id, 101, 1); got != 0 {
+				t.Errorf("a bucket past the head: %d given back, want 0", got)
+			}
+			if got := run(id, 89, 1); got != 0 {
+				t.Errorf("a bucket out of the ring: %d given back, want 0", got)
+			}
+			if got := run(id, 100, 5); got != 3 {
+				t.Errorf("the head bucket: %d given back, want its 3", got)
+			}
+			if got := run(id, 97, 1); got != 1 {
+				t.Errorf("bucket 97: %d given back, want 1", got)
+			}
+			f := counterFields(t, c, key)
+			if f["t"] != "1" || f["9"] != "1" || (f["1"] != "" && f["1"] != "0") || f["_id"] != id || f["h"] != "100" {
+				t.Errorf("the counter holds %v, want t 1, slot 9 1, slot 1 empty", f)
+			}
+			if typ := c.Type(ctx, key).Val(); typ != kind {
+				t.Errorf("the counter is a %s, want a %s", typ, kind)
+			}
+			if ttl := c.PTTL(ctx, key).Val(); ttl <= 59*time.Minute {
+				t.Errorf("time to live %v, want the hour it had", ttl)
+			}
+		})
+	}
+}

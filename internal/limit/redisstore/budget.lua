@@ -42,6 +42,9 @@ local NUMOF, nnumof = {}, 0
 -- spells (tonumber). It is here, ahead of the decision's script
 -- (redis.lua) and the algorithms', which use it too.
 local function num(s)
+  if s ~= s then
+    return nil -- NaN, which no table can be indexed by
+  end
   local x = NUMOF[s]
   if x then
     return x

@@ -28,10 +28,11 @@ local TEMPLATE, batching = {}, false
 
 -- parse returns the fields of a counter's string, a MessagePack map
 -- (cmsgpack: one C call, at a fraction of the cost of reading them from
--- text); a string that is not one, as no fields.
+-- text); a string that is not a counter's map (its shape, "_id", a
+-- string), as no fields.
 local function parse(s)
   local ok, v = pcall(cmsgpack.unpack, s)
-  if ok and type(v) == 'table' then
+  if ok and type(v) == 'table' and type(v._id) == 'string' then
     return v
   end
   return {}
@@ -43,7 +44,7 @@ local function whole(h)
   for j = 1, #h, 2 do
     local name = h[j]
     local b = string.byte(name, 1)
-    if b >= 48 and b <= 57 then
+    if b and b >= 48 and b <= 57 then
       name = num(name) or name
     end
     v[name] = h[j + 1]
@@ -154,37 +155,50 @@ local function save(i, p, set, upto, now)
     for j = 1, #set do
       set[j] = arg(set[j])
     end
-    rcall('HSET', key, unpack(set))
-    if t then
-      rcall('PEXPIRE', key, arg(t))
-    end
-  else
-    -- A new hash, or one that was a string: every field.
-    if VK[i] then
-      rcall('DEL', key)
-    end
-    local all = {}
-    for name, value in pairs(v) do
-      if value ~= false then
-        all[#all + 1], all[#all + 2] = arg(name), arg(value)
+    local r = redis.pcall('HSET', key, unpack(set))
+    if type(r) ~= 'table' or not r.err then
+      if t then
+        rcall('PEXPIRE', key, arg(t))
       end
+      return t
     end
-    rcall('HSET', key, unpack(all))
-    rcall('PEXPIRE', key, arg(t or ttl(x, now)))
+    -- Written as a string since it was read: by an earlier limit of the
+    -- call on the same key, under another shape.
   end
+  -- A new hash, or one that was a string: every field that a hash can
+  -- hold.
+  rcall('DEL', key)
+  local all = {}
+  for name, value in pairs(v) do
+    local k = type(value)
+    if k == 'string' or k == 'number' then
+      all[#all + 1], all[#all + 2] = arg(name), arg(value)
+    end
+  end
+  rcall('HSET', key, unpack(all))
+  rcall('PEXPIRE', key, arg(t or ttl(x, now)))
   VK[i] = 'hash'
   return t
 end
 
--- unset takes the fields names out of limit i's key, of p: at once in a
--- hash, in the next save of a string (a field that no longer holds is
--- ignored until then).
-local function unset(i, p, ...)
+-- unset takes the field name, and other if not nil, out of limit i's
+-- key, of p, at now: a
+-- hash's, or the string written again without them (a lockout lifted
+-- must stay lifted also when nothing else is written).
+local function unset(i, p, now, name, other)
   local v = V[i]
-  for _, name in ipairs({ ... }) do
-    rawset(v, name, nil)
+  rawset(v, name, nil)
+  if other then
+    rawset(v, other, nil)
   end
-  if VK[i] == 'hash' then
-    rcall('HDEL', K[i], ...)
+  if VK[i] == 'hash' and other then
+    rcall('HDEL', K[i], name, other)
+  elseif VK[i] == 'hash' then
+    rcall('HDEL', K[i], name)
+  elseif VK[i] == 'string' then
+    local x = v._x and num(v._x)
+    if x then
+      rcall('SET', K[i], flat(v), 'PX', arg(ttl(x, now)))
+    end
   end
 end

@@ -43,7 +43,8 @@
 //     the library's entry).
 //   - Back from Redis: known.go (what Redis last said of each key, for
 //     a gateway that decides alone), late.go (an answer that comes too
-//     late, and local admissions written back), lease_back.go and
+//     late, and the local admissions and acts it journals), writeback.go
+//     (those written back to Redis, each counted once), lease_back.go and
 //     lease_return.lua (leased tokens given back unspent).
 //   - Beside the call: fleet.go (fleet membership, for each gateway's
 //     local share), slots.go (Slots, concurrency limits: requests in

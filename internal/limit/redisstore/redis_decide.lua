@@ -269,14 +269,14 @@ end
 -- the lockout and of the queue left.
 local function lift(i, p, lk, ahead, now)
   if p.lock == 0 and lk > 0 then
-    unset(i, p, now, '_lk')
+    unset(i, now, '_lk')
     lk = 0
   end
   if ahead > 0 and ahead <= now then
     if lk == 0 and V[i]._lk then
-      unset(i, p, now, '_a', '_lk')
+      unset(i, now, '_a', '_lk')
     else
-      unset(i, p, now, '_a')
+      unset(i, now, '_a')
     end
     ahead = 0
   end

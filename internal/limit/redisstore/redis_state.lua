@@ -182,10 +182,9 @@ local function save(i, p, set, upto, now)
 end
 
 -- unset takes the field name, and other if not nil, out of limit i's
--- key, of p, at now: a
--- hash's, or the string written again without them (a lockout lifted
--- must stay lifted also when nothing else is written).
-local function unset(i, p, now, name, other)
+-- key at now: a hash's, or the string written again without them (a
+-- lockout lifted must stay lifted also when nothing else is written).
+local function unset(i, now, name, other)
   local v = V[i]
   rawset(v, name, nil)
   if other then

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -479,6 +480,20 @@ func TestRedisActsDecidedAlone(t *testing.T) {
 
 // writtenBack returns a check that red has nothing left to write back:
 // no late call without its answer, no write-back pending or in flight.
+// wbState prints what writtenBack waits for when it is printed, as a
+// failure message's argument: the store's Stats, the write-backs queued,
+// whether a flush runs, the calls whose answers are awaited, and whether
+// the breaker is open.
+type wbState struct{ red *Store }
+
+func (s wbState) String() string {
+	s.red.wb.mu.Lock()
+	pending := len(s.red.wb.queue)
+	s.red.wb.mu.Unlock()
+	return fmt.Sprintf("%+v; queued %d, flushing %v, answers awaited %d, breaker open %v", s.red.Stats(),
+		pending, s.red.wb.busy.Load(), s.red.wb.lateWaiting.Load(), s.red.CircuitOpen())
+}
+
 func writtenBack(red *Store) func() bool {
 	return func() bool {
 		red.wb.mu.Lock()

@@ -307,7 +307,7 @@ func TestRedisWriteBackResendCountsOnce(t *testing.T) {
 	m.drop.drops.Store(closedConnTries)
 	m.red.writeBack([]pendingWrite{{at: m.red.clock(), now: time.Now(),
 		reqs: []limit.Request{{Key: "wb|/v1", Params: m.p, Cost: 3, Act: limit.Charge}}}})
-	eventually.True(t, 60*time.Second, writtenBack(m.red), "60s on, the write-back still waits: %+v", m.red.Stats())
+	eventually.True(t, 60*time.Second, writtenBack(m.red), "60s on, the write-back still waits: %v", wbState{m.red})
 	if got := m.drop.dropped.Load(); got != closedConnTries {
 		t.Fatalf("%d replies dropped, want %d", got, closedConnTries)
 	}

@@ -296,7 +296,7 @@ func TestRedisUnknownFateWritesBackOnce(t *testing.T) {
 			u.path.await(t, tc.fate)
 			u.unknownFate(t, err)
 			u.path.restore()
-			eventually.True(t, 60*time.Second, writtenBack(u.red), "60s on, the write-back still waits: %+v", u.red.Stats())
+			eventually.True(t, 60*time.Second, writtenBack(u.red), "60s on, the write-back still waits: %v", wbState{u.red})
 			if got := u.count(t, "gw:{unknown}:/v1"); got != 2 {
 				t.Errorf("Redis counted %d, want 2: one admitted by Redis, one locally, each once", got)
 			}
@@ -334,7 +334,7 @@ func TestRedisUnknownFateDroppedPastMemo(t *testing.T) {
 	}
 	u.path.restore()
 	u.red.flushWriteBacks()
-	eventually.True(t, 60*time.Second, writtenBack(u.red), "60s on, the write-back still waits: %+v", u.red.Stats())
+	eventually.True(t, 60*time.Second, writtenBack(u.red), "60s on, the write-back still waits: %v", wbState{u.red})
 	if got := u.count(t, "gw:{past}:/v1"); got != 1 {
 		t.Errorf("Redis counted %d, want 1 (the call that ran, once)", got)
 	}
@@ -414,7 +414,7 @@ func TestRedisUnknownFateInOneScriptCall(t *testing.T) {
 				}
 			}
 			u.path.restore()
-			eventually.True(t, 60*time.Second, writtenBack(u.red), "60s on, write-backs still wait: %+v", u.red.Stats())
+			eventually.True(t, 60*time.Second, writtenBack(u.red), "60s on, write-backs still wait: %v", wbState{u.red})
 			for _, key := range []string{"gw:{both}:/a", "gw:{both}:/b"} {
 				if got := u.count(t, key); got != 1 {
 					t.Errorf("%s: Redis counted %d, want 1", key, got)
@@ -458,7 +458,7 @@ func TestRedisUnknownFateTimedOut(t *testing.T) {
 			lc.sentUnder(memoFor(reqs, red.memoLife()), red.clock(), false)
 			limit.AdmittedLocally(red.lateFor(errCallTimeout, lc, time.Now(), reqs))
 			lc.answered(nil, tc.err)
-			eventually.True(t, 60*time.Second, writtenBack(red), "60s on, the write-back still waits: %+v", red.Stats())
+			eventually.True(t, 60*time.Second, writtenBack(red), "60s on, the write-back still waits: %v", wbState{red})
 			want, st := int64(0), red.Stats()
 			if tc.written {
 				want = 1

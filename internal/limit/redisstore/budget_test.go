@@ -179,7 +179,7 @@ func TestRedisBudgetAppSlot(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	const budget, callers = 64, 200
-	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: time.Second, MaxKeys: budget})
+	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: 10 * time.Second, MaxKeys: budget})
 	ctx := context.Background()
 	p := &limit.Params{Algorithm: "sliding_window", Limit: 1000, Window: time.Hour, Precision: 10}
 	res := make([]limit.Result, 2)
@@ -220,7 +220,7 @@ func TestRedisBudgetExpiredKeysFreeRoom(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	const perBucket = 3
-	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: time.Second, MaxKeys: perBucket * limit.CallerBuckets, DenyCacheSize: -1})
+	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: 10 * time.Second, MaxKeys: perBucket * limit.CallerBuckets, DenyCacheSize: -1})
 	ctx := context.Background()
 	c := srv.Client()
 	// A key lives until its bucket is full again (5 s for the one token
@@ -264,7 +264,7 @@ func TestRedisBudgetExpiredKeysFreeRoom(t *testing.T) {
 func TestRedisBudgetOff(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: time.Second, MaxKeys: -1})
+	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: 10 * time.Second, MaxKeys: -1})
 	ctx := context.Background()
 	p := &limit.Params{Algorithm: "leaky_bucket", Limit: 10, Window: time.Hour}
 	res := make([]limit.Result, 1)
@@ -364,7 +364,7 @@ func TestRedisBudgetFull(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, "--maxmemory-policy", "noeviction")
 	ctx := context.Background()
-	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: time.Second, MaxKeys: 64, BreakerThreshold: 1000, DenyCacheSize: -1})
+	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: 10 * time.Second, MaxKeys: 64, BreakerThreshold: 1000, DenyCacheSize: -1})
 	p := &limit.Params{Algorithm: "sliding_window", Limit: 100, Window: time.Hour, Precision: 10}
 	res := make([]limit.Result, 1)
 	tag := callerTags[5]
@@ -414,7 +414,7 @@ func BenchmarkRedisBudget(b *testing.B) {
 			if err := srv.Client().FlushAll(ctx).Err(); err != nil {
 				b.Fatal(err)
 			}
-			red := newTestRedis(b, Config{URL: srv.URL(), Timeout: time.Second, MaxKeys: tt.budget, DenyCacheSize: -1})
+			red := newTestRedis(b, Config{URL: srv.URL(), Timeout: 10 * time.Second, MaxKeys: tt.budget, DenyCacheSize: -1})
 			run++
 			prefix := strconv.Itoa(run) + "."
 			res := make([]limit.Result, 1)

@@ -299,14 +299,16 @@ func TestMaxDelayStoreFailsDuringWait(t *testing.T) {
 	}
 }
 
-// TestMaxDelayFleetOnRedis: three gateways on one Redis, 2 requests a
-// second, 6s of wait; fourteen requests arrive one after the other,
-// spread over the gateways. Every one is admitted with one store call,
-// and none reaches the upstream before the instant its place in the
-// fleet's queue allows (two at once, then one every half second, the
-// fourteenth at 6s: at most 2 a second fleet-wide); a fifteenth, whose
-// room would come at 6.5s, is refused at once. Timers never fire early,
-// so the bound holds on a loaded machine; nothing asserts how late.
+// TestMaxDelayFleetOnRedis: three gateways on one Redis, a request every
+// 2s, 12s of wait; seven requests arrive one after the other, spread
+// over the gateways. Every one is admitted with one store call, and none
+// reaches the upstream before the instant its place in the fleet's queue
+// allows (one at once, then one every 2s, the seventh at 12s: one every
+// 2s fleet-wide); an eighth, whose room would come at 14s, is refused at
+// once. Timers never fire early, so the bound holds on a loaded machine;
+// nothing asserts how late. (The eighth finds the queue full only if
+// the seven took less than 2s to arrive: a loaded machine has 2s for
+// seven round trips.)
 func TestMaxDelayFleetOnRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -332,7 +334,7 @@ func TestMaxDelayFleetOnRedis(t *testing.T) {
 configs:
   - appId: app-1
     limits:
-      - {api: /v1/chat, limit: 2, unit: 1, algorithm: token_bucket, maxDelay: 6s}
+      - {api: /v1/chat, limit: 1, unit: 2, algorithm: token_bucket, maxDelay: 12s}
 `))
 		if err != nil {
 			t.Fatal(err)
@@ -365,16 +367,16 @@ configs:
 	}
 	start := time.Now()
 	var done []<-chan int
-	for i := range 14 {
+	for i := range 7 {
 		done = append(done, send(i))
 		// Decided before the next arrives: the order of arrival is the
 		// order of the requests.
 		eventually.True(t, 20*time.Second, func() bool { return decided() == int64(i+1) }, "request %d is not decided", i)
 	}
-	if code := <-send(14); code != 429 {
-		t.Errorf("the fifteenth, at 6.5s: %d, want 429", code)
+	if code := <-send(7); code != 429 {
+		t.Errorf("the eighth, at 14s: %d, want 429 (sent %v after the first)", code, time.Since(start))
 	}
-	for i := range 14 {
+	for i := range 7 {
 		if code := <-done[i]; code != 200 {
 			t.Errorf("request %d: %d, want 200", i, code)
 		}
@@ -385,17 +387,17 @@ configs:
 	for _, s := range stores {
 		trips, decisions = trips+s.Stats().RoundTrips, decisions+s.Stats().Decisions
 	}
-	if trips != 15 || decisions != 15 {
-		t.Errorf("store round trips %d and decisions %d, want 15 each (one per request)", trips, decisions)
+	if trips != 8 || decisions != 8 {
+		t.Errorf("store round trips %d and decisions %d, want 8 each (one per request)", trips, decisions)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	for i := range 14 {
+	for i := range 7 {
 		at, ok := arrived[fmt.Sprint(i)]
 		if !ok {
 			t.Fatalf("request %d never reached the upstream", i)
 		}
-		if earliest := start.Add(time.Duration(max(i-1, 0)) * 500 * time.Millisecond); at.Before(earliest.Add(-50 * time.Millisecond)) {
+		if earliest := start.Add(time.Duration(i) * 2 * time.Second); at.Before(earliest.Add(-50 * time.Millisecond)) {
 			t.Errorf("request %d reached the upstream at +%v, before its place in the queue (+%v)", i, at.Sub(start), earliest.Sub(start))
 		}
 	}

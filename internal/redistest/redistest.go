@@ -297,13 +297,13 @@ func Info(t testing.TB, c redis.Cmdable, section string) map[string]string {
 	return m
 }
 
-// ScriptCalls returns how many EVAL and EVALSHA calls c's server has run
+// ScriptCalls returns how many EVAL, EVALSHA and FCALL calls c's server has run
 // (INFO commandstats), failed ones included.
 func ScriptCalls(t testing.TB, c redis.Cmdable) int64 {
 	t.Helper()
 	stats := Info(t, c, "commandstats")
 	var n int64
-	for _, cmd := range []string{"cmdstat_eval", "cmdstat_evalsha"} {
+	for _, cmd := range []string{"cmdstat_eval", "cmdstat_evalsha", "cmdstat_fcall"} {
 		for _, f := range strings.Split(stats[cmd], ",") {
 			if v, ok := strings.CutPrefix(f, "calls="); ok {
 				c, _ := strconv.ParseInt(v, 10, 64)

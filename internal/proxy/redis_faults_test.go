@@ -150,7 +150,9 @@ func testRedisFault(t *testing.T, mode failmode.Mode, f redisFault, ip string) {
 	// A timeout far above a loaded machine's Redis latency, and far below
 	// DEBUG SLEEP's 2s.
 	g := newRedisGW(t, redisFaultRules, srv, mode, 500*time.Millisecond)
-	g.ready(t)
+	if err := g.red.Ready(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 
 	// The steady load.
 	var (

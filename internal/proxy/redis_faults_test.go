@@ -150,9 +150,7 @@ func testRedisFault(t *testing.T, mode failmode.Mode, f redisFault, ip string) {
 	// A timeout far above a loaded machine's Redis latency, and far below
 	// DEBUG SLEEP's 2s.
 	g := newRedisGW(t, redisFaultRules, srv, mode, 500*time.Millisecond)
-	if err := g.red.Ready(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	redistest.Ready(t, g.red)
 
 	// The steady load.
 	var (

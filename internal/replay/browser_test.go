@@ -78,8 +78,8 @@ func findChromium(t *testing.T) string {
 }
 
 // chromiumTimeout bounds one run of chromium: only a hang. A run takes
-// seconds on a quiet machine, and about 20s on a loaded one.
-const chromiumTimeout = 2 * time.Minute
+// seconds on a quiet machine, and up to a minute on a loaded one.
+const chromiumTimeout = 5 * time.Minute
 
 // runChromium runs headless chromium with args on page and returns its
 // stdout and stderr. It kills chromium and its children if it has not

@@ -25,9 +25,11 @@ func TestEndToEndRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.Stop()
 
+	// A generous --redis-timeout: fail closed, a call that misses the
+	// default 25ms on a loaded machine is answered 503.
 	env := []string{"GATEWAY_UPSTREAM=" + up.URL, "GATEWAY_STORE=redis", "GATEWAY_REDIS_URL=" + srv.URL()}
-	a := startGateway(t, env, "--fail-mode", "closed", "--config", "configs/demo-rules.yaml")
-	b := startGateway(t, env, "--fail-mode", "closed", "--redis-timeout", "50ms", "--config", "configs/demo-rules.yaml")
+	a := startGateway(t, env, "--fail-mode", "closed", "--redis-timeout", "5s", "--config", "configs/demo-rules.yaml")
+	b := startGateway(t, env, "--fail-mode", "closed", "--redis-timeout", "5s", "--config", "configs/demo-rules.yaml")
 
 	if code, body := send(t, "GET", a.proxy+"/v1/user/42/orders", "X-App-Id", "app-1"); code != 503 || !strings.Contains(body, `"error":"limiter_unavailable"`) {
 		t.Errorf("Redis down, fail closed: got %d %s, want 503 limiter_unavailable", code, body)

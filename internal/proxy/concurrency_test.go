@@ -58,7 +58,10 @@ func newConcGW(t *testing.T, store, rules string, upstream http.Handler, upTimeo
 		case "redis":
 			srv := redistest.Start(t)
 			c.rdb = srv.Client()
-			red, err := redisstore.New(redisstore.Config{URL: srv.URL(), Timeout: 5 * time.Second, PoolTimeout: 30 * time.Second})
+			// Test timeouts, not the product's: fail closed, a slot's
+			// call that times out is a 503 (the slow-body flood's 400
+			// calls got 197 under load with 5s and the default 1s dial).
+			red, err := redisstore.New(redisstore.Config{URL: srv.URL(), Timeout: 30 * time.Second, DialTimeout: 30 * time.Second, PoolTimeout: time.Minute})
 			if err != nil {
 				t.Fatal(err)
 			}

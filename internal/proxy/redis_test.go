@@ -230,9 +230,7 @@ func testOutage(t *testing.T, mode failmode.Mode, how string) {
 	// busy). The store is ready first: its first call must not also dial
 	// and load the script within the timeout.
 	g := newRedisGW(t, outageRules, srv, mode, time.Second)
-	if err := g.red.Ready(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	redistest.Ready(t, g.red)
 	for range 20 {
 		if rec := g.do("GET", "/v1/x", "app-1"); rec.Code != 200 {
 			t.Fatalf("with Redis up: got %d %s", rec.Code, rec.Body)

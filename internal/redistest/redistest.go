@@ -297,6 +297,26 @@ func Info(t testing.TB, c redis.Cmdable, section string) map[string]string {
 	return m
 }
 
+// Ready waits until store is ready: a Redis store's Ready dials its
+// connections and loads its script and function library. One try of
+// Ready is bounded by the store's DialTimeout, 1s by default, in which a
+// loaded machine may not load the function library: like the gateway
+// when Redis is not ready at its start, Ready tries again, and fails t
+// if store is not ready within a minute.
+func Ready(t testing.TB, store interface{ Ready(context.Context) error }) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := store.Ready(context.Background())
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: a minute on: %v", err)
+		}
+	}
+}
+
 // ScriptCalls returns how many EVAL, EVALSHA and FCALL calls c's server has run
 // (INFO commandstats), failed ones included.
 func ScriptCalls(t testing.TB, c redis.Cmdable) int64 {

@@ -77,12 +77,16 @@ func findChromium(t *testing.T) string {
 	return ""
 }
 
+// chromiumTimeout bounds one run of chromium: only a hang. A run takes
+// seconds on a quiet machine, and up to a minute on a loaded one.
+const chromiumTimeout = 5 * time.Minute
+
 // runChromium runs headless chromium with args on page and returns its
 // stdout and stderr. It kills chromium and its children if it has not
-// finished within the timeout.
+// finished within chromiumTimeout.
 func runChromium(t *testing.T, bin, page string, args ...string) (stdout, stderr string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), chromiumTimeout)
 	defer cancel()
 	base := []string{
 		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -101,7 +105,7 @@ func runChromium(t *testing.T, bin, page string, args ...string) (stdout, stderr
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // any child left behind
 	}
 	if ctx.Err() != nil {
-		t.Fatalf("chromium did not finish within 25s\n%s", errOut.String())
+		t.Fatalf("chromium did not finish within %s\n%s", chromiumTimeout, errOut.String())
 	}
 	if err != nil && !errors.Is(err, exec.ErrWaitDelay) {
 		t.Fatalf("chromium %v: %v\n%s", args, err, errOut.String())

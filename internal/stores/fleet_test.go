@@ -54,9 +54,7 @@ func startFleetWith(t testing.TB, srv *redistest.Server, paths []*redistest.Path
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := st.redis.Ready(ctx); err != nil {
-			t.Fatal(err)
-		}
+		redistest.Ready(t, st.redis)
 		st.runFleet(ctx, log)
 		eventually.True(t, 10*time.Second, func() bool { return st.redis.FleetSize() == i+1 }, "gateway %d did not register", i+1)
 		gws[i] = &fleetGW{st: st, fo: fo, path: path}

@@ -112,9 +112,7 @@ func TestLocalShareAuto(t *testing.T) {
 		t.Errorf("fleet of 3: admitted %d, want 30 / 3 = 10", got)
 	}
 	// A counter Redis last said had 12 of 30 left: a third of 12.
-	if err := st.redis.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
+	redistest.Ready(t, st.redis)
 	charge := func(key string, n int64) {
 		t.Helper()
 		if _, err := st.redis.Allow(ctx, t0, []limit.Request{{Key: key, Params: p, Cost: n, Act: limit.Charge}}, make([]limit.Result, 1)); err != nil {
@@ -139,9 +137,7 @@ func TestLocalShareAuto(t *testing.T) {
 	// Two charges above, and three calls below.
 	reg := prometheus.NewRegistry()
 	st.register(reg)
-	if err := st.redis.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
+	redistest.Ready(t, st.redis)
 	if _, err := st.redis.Allow(ctx, t0, []limit.Request{{Key: "m|/", Params: p}}, make([]limit.Result, 1)); err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,8 @@ package zktest
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"os"
@@ -95,7 +97,8 @@ func Start(t testing.TB) *Server {
 }
 
 // StartTLS starts a ZooKeeper that also serves clients over TLS on
-// TLSAddr, as tc says, and waits until it answers, as Start does.
+// TLSAddr, as tc says, and waits until it answers, as Start does, and
+// until a TLS handshake on TLSAddr completes.
 func StartTLS(t testing.TB, tc TLS) *Server {
 	t.Helper()
 	return start(t, &tc)
@@ -216,7 +219,7 @@ func (s *Server) start() error {
 		// ruok answers before the server serves; srvr tells.
 		reply, err := s.command("srvr")
 		if err == nil && strings.Contains(reply, "Zxid: ") {
-			return nil
+			return s.warmTLS(deadline)
 		}
 		if time.Now().After(deadline) {
 			s.Stop()
@@ -224,6 +227,51 @@ func (s *Server) start() error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// warmTLS, for a server with a TLS port, waits until a handshake on it
+// completes, by deadline: the port may open after the plain one answers,
+// and a JVM's first handshake is slow (about 2s on a loaded machine,
+// against 0.1s for the next ones), which would eat into the timeout a
+// test gives the handshake it tests. It presents the client certificate
+// the server requires, if any.
+func (s *Server) warmTLS(deadline time.Time) error {
+	if s.tls == nil {
+		return nil
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(s.tls.Cert.Cert)
+	host, _, _ := net.SplitHostPort(s.TLSAddr)
+	tc := &tls.Config{RootCAs: roots, ServerName: host}
+	if ca := s.tls.ClientCA; ca != nil {
+		cert, err := tls.X509KeyPair(ca.CertPEM, ca.KeyPEM)
+		if err != nil {
+			return err
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	for {
+		err := handshake(s.TLSAddr, tc, deadline)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			s.Stop()
+			return fmt.Errorf("zookeeper's TLS port %s did not complete a handshake within %s: %v", s.TLSAddr, readyTimeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// handshake dials addr and completes a TLS handshake by deadline.
+func handshake(addr string, tc *tls.Config, deadline time.Time) error {
+	c, err := net.DialTimeout("tcp", addr, time.Until(deadline))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(deadline)
+	return tls.Client(c, tc).Handshake()
 }
 
 // command sends one of ZooKeeper's four-letter commands and returns the

@@ -56,9 +56,7 @@ func TestRedisBatch(t *testing.T) {
 	// No leases: every call is a script call.
 	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: 10 * time.Second, DenyCacheSize: -1, Leases: -1,
 		OnBatch: func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() }})
-	if err := red.Ready(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	redistest.Ready(t, red)
 	p := &limit.Params{Algorithm: "fixed_window", Limit: 5, Window: time.Hour}
 	reqs := []limit.Request{{Key: "batch|/", Params: p}}
 	before := red.Stats()
@@ -104,9 +102,7 @@ func TestRedisBatchLeft(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: 10 * time.Second, DenyCacheSize: -1, Leases: -1})
-	if err := red.Ready(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	redistest.Ready(t, red)
 	p := &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: time.Hour}
 	reqs := []limit.Request{{Key: "left|/", Params: p}}
 	before := red.Stats()
@@ -153,9 +149,7 @@ func TestRedisBatchFailsOnce(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: 2 * time.Second, DenyCacheSize: -1, BreakerThreshold: 3, Leases: -1})
-	if err := red.Ready(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	redistest.Ready(t, red)
 	p := &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: time.Hour}
 	reqs := []limit.Request{{Key: "fails|/", Params: p}}
 	first := stalled(t, srv, red, reqs)

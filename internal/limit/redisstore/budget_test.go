@@ -574,8 +574,9 @@ func TestRedisBudgetInOneBatch(t *testing.T) {
 	const budget = 5
 	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: 10 * time.Second, MaxKeys: budget, DenyCacheSize: -1, Leases: -1})
 	ctx := context.Background()
-	if err := red.Ready(ctx); err != nil || !red.fn.on.Load() {
-		t.Fatalf("the function library is not loaded: %v", err)
+	redistest.Ready(t, red)
+	if !red.fn.on.Load() {
+		t.Fatal("the function library is not loaded")
 	}
 	c := srv.Client()
 	p := &limit.Params{Algorithm: "sliding_window", Limit: 10, Window: time.Minute, Precision: 10}

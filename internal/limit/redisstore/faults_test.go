@@ -47,6 +47,10 @@ func TestRedisFaultMatrix(t *testing.T) {
 		// alone reports that the acts during the fault are decided
 		// without Redis (else Redis decides them all).
 		alone bool
+		// timeout is the store's Timeout, if not newFaultRig's: a call
+		// Redis decides after the fault's resend waits for it, however
+		// long a loaded machine takes to resend it.
+		timeout time.Duration
 	}{
 		{name: "stalled", alone: true, fault: func(t *testing.T, f *faultRig) func() {
 			f.srv.Pause()
@@ -56,11 +60,11 @@ func TestRedisFaultMatrix(t *testing.T) {
 			f.path.Cut()
 			return f.path.Restore
 		}},
-		{name: "killed between calls", fault: func(t *testing.T, f *faultRig) func() {
+		{name: "killed between calls", timeout: time.Minute, fault: func(t *testing.T, f *faultRig) func() {
 			f.killClients(t)
 			return func() {}
 		}},
-		{name: "killed mid-call", batch: 1, fault: func(t *testing.T, f *faultRig) func() {
+		{name: "killed mid-call", batch: 1, timeout: time.Minute, fault: func(t *testing.T, f *faultRig) func() {
 			// Every call waits in Redis (CLIENT PAUSE WRITE) before it
 			// runs, and is killed there: it is sent again.
 			c := f.srv.Client()
@@ -103,7 +107,7 @@ func TestRedisFaultMatrix(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFaultRig(t, tc.args, tc.batch, tc.direct, tc.name == "breaker open")
+			f := newFaultRig(t, tc.args, tc.batch, tc.timeout, tc.direct, tc.name == "breaker open")
 			ctx := context.Background()
 			// Before the fault, Redis decides: an admission, a hold to be
 			// released during the fault, a request whose charge comes
@@ -232,9 +236,9 @@ func probeAgain(red *Store) {
 }
 
 // newFaultRig starts the server with args and the store on it, through a
-// path unless direct, with MaxBatch batch; held keeps its breaker open
-// for an hour once it opens.
-func newFaultRig(t *testing.T, args []string, batch int, direct, held bool) *faultRig {
+// path unless direct, with MaxBatch batch and Timeout timeout (500ms if
+// 0); held keeps its breaker open for an hour once it opens.
+func newFaultRig(t *testing.T, args []string, batch int, timeout time.Duration, direct, held bool) *faultRig {
 	t.Helper()
 	srv := redistest.Start(t, args...)
 	path := redistest.NewPath(t, srv)
@@ -248,7 +252,10 @@ func newFaultRig(t *testing.T, args []string, batch int, direct, held bool) *fau
 	}
 	// A test's timeout, long enough for a loaded machine outside the
 	// fault: a call that waits out a stall times out after it.
-	red, err := New(Config{URL: url, Timeout: 500 * time.Millisecond, DialTimeout: 10 * time.Second,
+	if timeout == 0 {
+		timeout = 500 * time.Millisecond
+	}
+	red, err := New(Config{URL: url, Timeout: timeout, DialTimeout: 10 * time.Second,
 		Leases: -1, MaxBatch: batch, BreakerBackoff: backoff, BreakerMaxBackoff: backoff})
 	if err != nil {
 		t.Fatal(err)

@@ -272,9 +272,7 @@ func TestRedisDenialsOutlastOutage(t *testing.T) {
 	srv := redistest.Start(t)
 	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: time.Second})
 	ctx := context.Background()
-	if err := red.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
+	redistest.Ready(t, red)
 	p := &limit.Params{Algorithm: "fixed_window", Limit: 1, Window: time.Hour}
 	denied := []limit.Request{{Key: "outage|/", Params: p}}
 	res := make([]limit.Result, 1)
@@ -306,9 +304,7 @@ func TestRedisFull(t *testing.T) {
 	srv := redistest.Start(t, "--maxmemory-policy", "noeviction")
 	ctx := context.Background()
 	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: time.Second})
-	if err := red.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
+	redistest.Ready(t, red)
 	if m, err := red.EvictionPolicy(ctx); err != nil || len(m) != 0 {
 		t.Errorf("EvictionPolicy with noeviction: got %v %v, want none", m, err)
 	}

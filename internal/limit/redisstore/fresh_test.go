@@ -180,8 +180,9 @@ func testRedisNewKeysCopied(t *testing.T, acl bool) {
 	clock := &fixedClock{}
 	clock.us.Store(us0)
 	red.fixedNow = clock.us.Load
-	if err := red.Ready(ctx); err != nil || !red.fn.on.Load() {
-		t.Fatalf("the function library is not loaded: %v", err)
+	redistest.Ready(t, red)
+	if !red.fn.on.Load() {
+		t.Fatal("the function library is not loaded")
 	}
 	cl := srv.Client()
 	p := &limit.Params{Algorithm: "sliding_window", Limit: 5, Window: time.Second, Precision: 10}

@@ -41,9 +41,7 @@ func testRedisFunctionsDenied(t *testing.T, acl bool) {
 		url = srv.URL()
 	}
 	red := newTestRedis(t, Config{URL: url, Timeout: time.Second})
-	if err := red.Ready(ctx); err != nil {
-		t.Fatalf("Ready with FUNCTION denied: %v", err)
-	}
+	redistest.Ready(t, red)
 	if red.fn.on.Load() || !red.fn.denied.Load() {
 		t.Fatalf("library: on %v, denied %v; want off and denied", red.fn.on.Load(), red.fn.denied.Load())
 	}
@@ -74,9 +72,7 @@ func TestRedisFunctionsLoaded(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
 	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: time.Second})
-	if err := red.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
+	redistest.Ready(t, red)
 	libs, err := srv.Client().FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: red.fn.name}).Result()
 	if err != nil {
 		t.Fatal(err)

@@ -91,9 +91,7 @@ func TestRedisBatchAsOne(t *testing.T) {
 func newFixedFunctions(t *testing.T, srv *redistest.Server) (*Store, *fixedClock) {
 	t.Helper()
 	red, clock := newFixedRedis(t, srv)
-	if err := red.Ready(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	redistest.Ready(t, red)
 	if !red.fn.on.Load() {
 		t.Fatal("the function library is not loaded")
 	}
@@ -108,9 +106,7 @@ func TestRedisBatchAsOneLostLibrary(t *testing.T) {
 	srv := redistest.Start(t)
 	red, _ := newFixedRedis(t, srv)
 	ctx := context.Background()
-	if err := red.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
+	redistest.Ready(t, red)
 	if err := srv.Client().FunctionFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}

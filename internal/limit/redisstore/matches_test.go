@@ -71,9 +71,7 @@ func TestRedisMatchesMemory(t *testing.T) {
 		t.Run(alg, func(t *testing.T) {
 			t.Parallel()
 			red, clock := newFixedRedis(t, srv)
-			if err := red.Ready(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			redistest.Ready(t, red)
 			if !red.fn.on.Load() {
 				t.Fatal("the store does not call the function library (FCALL)")
 			}

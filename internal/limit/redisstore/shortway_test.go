@@ -23,8 +23,9 @@ import (
 func shortWayStore(t *testing.T, url string, maxKeys int) *Store {
 	t.Helper()
 	red := newTestRedis(t, Config{URL: url, Timeout: 10 * time.Second, MaxKeys: maxKeys, DenyCacheSize: -1, Leases: -1})
-	if err := red.Ready(context.Background()); err != nil || !red.fn.on.Load() {
-		t.Fatalf("the function library is not loaded: %v", err)
+	redistest.Ready(t, red)
+	if !red.fn.on.Load() {
+		t.Fatal("the function library is not loaded")
 	}
 	return red
 }

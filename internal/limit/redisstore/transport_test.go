@@ -34,9 +34,7 @@ func testRedisNoScript(t *testing.T, functions bool) {
 	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: time.Second})
 	red.fn.off = !functions
 	ctx := context.Background()
-	if err := red.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
+	redistest.Ready(t, red)
 	if got := red.fn.on.Load(); got != functions {
 		t.Fatalf("FCALL in use after Ready: got %v, want %v", got, functions)
 	}

@@ -400,12 +400,7 @@ func TestReviewQueueAcrossLayouts(t *testing.T) {
 			mem := newTestMemory(t)
 			clock := &fixedClock{}
 			clock.us.Store(us0)
-			var stores []*Store
-			for _, layout := range []string{LayoutString, LayoutHash} {
-				r := newTestRedis(t, Config{URL: srv.URL(), DenyCacheSize: -1, Leases: -1, Timeout: 10 * time.Second, Layout: layout})
-				r.fixedNow = clock.us.Load
-				stores = append(stores, r)
-			}
+			stores := bothLayouts(t, srv, clock)
 			p := reviewParams(alg, 3, 3*time.Second)
 			key := "queue|/" + alg
 			now, delayed := us0, 0
@@ -458,12 +453,7 @@ func TestReviewCalendarAcrossLayouts(t *testing.T) {
 	}
 	mem := newTestMemory(t)
 	clock := &fixedClock{}
-	var stores []*Store
-	for _, layout := range []string{LayoutString, LayoutHash} {
-		r := newTestRedis(t, Config{URL: srv.URL(), DenyCacheSize: -1, Leases: -1, Timeout: 10 * time.Second, Layout: layout})
-		r.fixedNow = clock.us.Load
-		stores = append(stores, r)
-	}
+	stores := bothLayouts(t, srv, clock)
 	p := calParams(3, limit.CalendarDay, "Europe/Berlin")
 	start := local(ber, 2026, 3, 28, 20, 0, 0)
 	admitted := 0
@@ -506,12 +496,7 @@ func TestReviewHoldsAcrossLayouts(t *testing.T) {
 			mem := newTestMemory(t)
 			clock := &fixedClock{}
 			clock.us.Store(us0)
-			var stores []*Store
-			for _, layout := range []string{LayoutString, LayoutHash} {
-				r := newTestRedis(t, Config{URL: srv.URL(), DenyCacheSize: -1, Leases: -1, Timeout: 10 * time.Second, Layout: layout})
-				r.fixedNow = clock.us.Load
-				stores = append(stores, r)
-			}
+			stores := bothLayouts(t, srv, clock)
 			rule := reviewParams(alg, 4, 3*time.Second)
 			key := "holds|/" + alg
 			now := us0
@@ -593,4 +578,18 @@ func TestReviewLeaseReturnBothLayouts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// bothLayouts returns a store of each layout on srv (string, then hash),
+// deciding at clock's instant, without deny cache or leases: gateways of
+// both layouts, to take turns on one key.
+func bothLayouts(t *testing.T, srv *redistest.Server, clock *fixedClock) []*Store {
+	t.Helper()
+	var stores []*Store
+	for _, layout := range []string{LayoutString, LayoutHash} {
+		r := newTestRedis(t, Config{URL: srv.URL(), DenyCacheSize: -1, Leases: -1, Timeout: 10 * time.Second, Layout: layout})
+		r.fixedNow = clock.us.Load
+		stores = append(stores, r)
+	}
+	return stores
 }

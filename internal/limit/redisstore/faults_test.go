@@ -226,10 +226,7 @@ type faultRig struct {
 // Once nothing waits it does nothing, so that the flushes it starts do
 // not keep the write-backs busy.
 func probeAgain(red *Store) {
-	red.wb.mu.Lock()
-	pending := len(red.wb.queue)
-	red.wb.mu.Unlock()
-	if red.CircuitOpen() || pending > 0 {
+	if pending, _ := wbQueued(red); red.CircuitOpen() || pending > 0 {
 		red.nodes.probeNow()
 		red.flushWriteBacks()
 	}
@@ -352,10 +349,8 @@ func TestRedisWriteBackDroppedOnlyWhenWindowEnded(t *testing.T) {
 	// Both wait for the breaker, their flush done (a flush that checked
 	// the window before the clock moved on would send it after).
 	eventually.True(t, 30*time.Second, func() bool {
-		red.wb.mu.Lock()
-		n := len(red.wb.queue)
-		red.wb.mu.Unlock()
-		return n == 2 && !red.wb.busy.Load()
+		n, busy := wbQueued(red)
+		return n == 2 && !busy
 	}, "the two local admissions do not wait for the breaker: %+v", red.Stats())
 	mu.Lock()
 	clock = clock.Add(2 * time.Minute)

@@ -478,8 +478,6 @@ func TestRedisActsDecidedAlone(t *testing.T) {
 	}
 }
 
-// writtenBack returns a check that red has nothing left to write back:
-// no late call without its answer, no write-back pending or in flight.
 // wbState prints what writtenBack waits for when it is printed, as a
 // failure message's argument: the store's Stats, the write-backs queued,
 // whether a flush runs, the calls whose answers are awaited, and whether
@@ -487,18 +485,30 @@ func TestRedisActsDecidedAlone(t *testing.T) {
 type wbState struct{ red *Store }
 
 func (s wbState) String() string {
-	s.red.wb.mu.Lock()
-	pending := len(s.red.wb.queue)
-	s.red.wb.mu.Unlock()
+	pending, busy := wbQueued(s.red)
 	return fmt.Sprintf("%+v; queued %d, flushing %v, answers awaited %d, breaker open %v", s.red.Stats(),
-		pending, s.red.wb.busy.Load(), s.red.wb.lateWaiting.Load(), s.red.CircuitOpen())
+		pending, busy, s.red.wb.lateWaiting.Load(), s.red.CircuitOpen())
 }
 
+// wbQueued returns how many write-backs wait in red's queue, and whether a
+// flush runs, in one look: a flush takes the queue, and puts back what
+// must go again, while busy.
+func wbQueued(red *Store) (pending int, busy bool) {
+	red.wb.mu.Lock()
+	defer red.wb.mu.Unlock()
+	return len(red.wb.queue), red.wb.busy.Load()
+}
+
+// writtenBack returns a check that red has nothing left to write back:
+// no late call without its answer (read first: an answer queues its
+// write-back before it stops being awaited), no write-back queued, no
+// flush running.
 func writtenBack(red *Store) func() bool {
 	return func() bool {
-		red.wb.mu.Lock()
-		pending := len(red.wb.queue)
-		red.wb.mu.Unlock()
-		return red.wb.lateWaiting.Load() == 0 && pending == 0 && !red.wb.busy.Load()
+		if red.wb.lateWaiting.Load() != 0 {
+			return false
+		}
+		pending, busy := wbQueued(red)
+		return pending == 0 && !busy
 	}
 }

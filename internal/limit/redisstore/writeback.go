@@ -101,7 +101,11 @@ func (r *Store) flushWriteBacks() {
 		for r.wb.again.Swap(false) {
 			r.flushOnce(false)
 		}
+		// Under mu, as busy is set and the queue taken and refilled: one
+		// look at both under mu sees a flush running, or what it left.
+		r.wb.mu.Lock()
 		r.wb.busy.Store(false)
+		r.wb.mu.Unlock()
 		if r.wb.again.Load() {
 			r.flushWriteBacks() // asked for between the last flush and now
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/limit/limittest"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 )
 
@@ -28,12 +29,16 @@ func TestRedisLeaseHotKey(t *testing.T) {
 			if err := red.Ready(ctx); err != nil {
 				t.Fatal(err)
 			}
-			// A long window, so that no bucket ends during the test.
-			p := &limit.Params{Algorithm: alg, Limit: limit.MaxLimit, Window: time.Hour}
+			// A long window, so that no bucket ends during the test: not
+			// an hour, which ends on the hour (a fixed window's count
+			// starts afresh then), but one that ends no sooner than 10
+			// minutes from now (limittest.QuietWindow).
+			w := limittest.QuietWindow(time.Hour, 10*time.Minute, time.Now())
+			p := &limit.Params{Algorithm: alg, Limit: limit.MaxLimit, Window: w}
 			if alg == "sliding_window" {
-				p.Precision = 6 // 10-minute buckets
+				p.Precision = 6
 			}
-			app := &limit.Params{Algorithm: alg, Limit: limit.MaxLimit, Window: 2 * time.Hour, Precision: p.Precision}
+			app := &limit.Params{Algorithm: alg, Limit: limit.MaxLimit, Window: 2 * w, Precision: p.Precision}
 			reqs := []limit.Request{{Key: "hot-" + alg + "|", Params: app}, {Key: "hot-" + alg + "|/", Params: p}}
 			const workers, each = 8, 500
 			var admitted atomic.Int64

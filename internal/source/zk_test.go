@@ -3,6 +3,8 @@ package source_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -215,5 +217,70 @@ func TestParseZKURL(t *testing.T) {
 				t.Errorf("got %q %q TLS %v, %v; want %q %q TLS %v", got, path, tlsOn, err, tt.servers, tt.path, tt.tls)
 			}
 		})
+	}
+}
+
+// TestZKHandshakeHeld holds the client's first connection open without
+// an answer to its session request, as a ZooKeeper server that is still
+// starting may, and forwards every later one: the client gives up on the
+// held connection after one receive timeout (6.7s for the source's 10s
+// session, third_party/go-zookeeper/zk/PATCHES.md) and connects through
+// another. Upstream's client waits 67s on it, past this test's wait.
+func TestZKHandshakeHeld(t *testing.T) {
+	srv := zktest.Start(t)
+	zkSet(t, srv, "/gateway/rules", rulesA)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	heldClosed := make(chan struct{})
+	go func() {
+		for n := 0; ; n++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if n == 0 {
+				// Read what comes, answer nothing, until the client
+				// closes it.
+				go func() {
+					defer close(heldClosed)
+					defer c.Close()
+					io.Copy(io.Discard, c)
+				}()
+				continue
+			}
+			go func() {
+				defer c.Close()
+				up, err := net.Dial("tcp", srv.Addr)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go func() {
+					io.Copy(up, c)
+					up.Close()
+				}()
+				io.Copy(c, up)
+			}()
+		}
+	}()
+	src, err := source.New(source.Config{Spec: "zk://" + ln.Addr().String() + "/gateway/rules", Timeout: 2 * time.Second, ProbeInterval: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go src.Watch(ctx, func() {})
+	select {
+	case <-heldClosed:
+	case <-time.After(40 * time.Second):
+		t.Fatal("40s on, the client still waits for an answer on the held connection")
+	}
+	eventually.True(t, 40*time.Second, func() bool { return src.Status().Connected }, "not connected through the next connection: %+v", src.Status())
+	if _, _, err := src.Load(context.Background()); err != nil {
+		t.Errorf("Load once connected: %v", err)
 	}
 }

@@ -672,17 +672,18 @@ func (c *Conn) authenticate() error {
 
 	binary.BigEndian.PutUint32(buf[:4], uint32(n))
 
-	c.conn.SetWriteDeadline(time.Now().Add(c.recvTimeout * 10))
+	// The whole handshake, the request and all of its answer, within one
+	// receive timeout (patched, see PATCHES.md: upstream allows ten for
+	// each half, and none for the answer's body).
+	c.conn.SetDeadline(time.Now().Add(c.recvTimeout))
+	defer c.conn.SetDeadline(time.Time{})
 	_, err = c.conn.Write(buf[:n+4])
-	c.conn.SetWriteDeadline(time.Time{})
 	if err != nil {
 		return err
 	}
 
 	// Receive and decode a connect response.
-	c.conn.SetReadDeadline(time.Now().Add(c.recvTimeout * 10))
 	_, err = io.ReadFull(c.conn, buf[:4])
-	c.conn.SetReadDeadline(time.Time{})
 	if err != nil {
 		return err
 	}

@@ -137,7 +137,14 @@ func startGateway(t *testing.T, b *backend) *gateway {
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.DemoUpstream = true
 	cfg.SourceProbeInterval = 200 * time.Millisecond
-	cfg.Logger = slog.New(slog.DiscardHandler)
+	// The gateway's log, printed if the test fails.
+	log := &syncBuffer{}
+	cfg.Logger = slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the gateway's log:\n%s", log.tail(64<<10))
+		}
+	})
 	s, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -149,6 +156,26 @@ func startGateway(t *testing.T, b *backend) *gateway {
 	return &gateway{proxy: "http://" + s.Addr().String(), admin: "http://" + s.AdminAddr().String()}
 }
 
+// syncBuffer is a log that handlers of several goroutines write to.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	return len(p), nil
+}
+
+// tail returns the last n bytes written at most.
+func (b *syncBuffer) tail(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf[max(len(b.buf)-n, 0):])
+}
+
 // rulesView is the part of GET /rules the tests read.
 type rulesView struct {
 	SHA256    string `json:"sha256"`
@@ -156,7 +183,22 @@ type rulesView struct {
 	Source    struct {
 		Version   string `json:"version"`
 		Connected bool   `json:"connected"`
+		Error     string `json:"error"`
 	} `json:"source"`
+}
+
+// rulesNow prints GET /rules of a gateway as it is when printed: a
+// failure message's argument, read when the wait failed.
+type rulesNow struct{ g *gateway }
+
+func (r rulesNow) String() string {
+	resp, err := http.Get(r.g.admin + "/rules")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 func (g *gateway) rules(t *testing.T) rulesView {
@@ -437,7 +479,7 @@ func testRestartUnderLoad(t *testing.T, be *backend) {
 		t.Errorf("with the store stopped: %+v, want version %d in force", r, v1.Version)
 	}
 	be.restart()
-	eventually.True(t, wait, func() bool { return g.rules(t).Source.Connected }, "the gateway did not reconnect")
+	eventually.True(t, wait, func() bool { return g.rules(t).Source.Connected }, "the gateway did not reconnect: %v", rulesNow{g})
 	progress(10)
 
 	v2 := push(t, cfg, rules(1, "load", "new"))

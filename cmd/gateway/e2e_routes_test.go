@@ -194,7 +194,9 @@ func TestEndToEndReloadPoolsUnderLoad(t *testing.T) {
 	done := make(chan struct{})
 	var sent, failed atomic.Int64
 	var firstFailure atomic.Value
-	for range 4 {
+	// Each client's requests begun and ended, one at a time.
+	var begun, ended [4]atomic.Int64
+	for c := range begun {
 		go func() {
 			defer func() { done <- struct{}{} }()
 			client := &http.Client{}
@@ -204,15 +206,18 @@ func TestEndToEndReloadPoolsUnderLoad(t *testing.T) {
 					return
 				default:
 				}
+				begun[c].Add(1)
 				resp, err := client.Get(g.proxy + "/x")
 				sent.Add(1)
 				if err != nil {
 					failed.Add(1)
 					firstFailure.CompareAndSwap(nil, err.Error())
+					ended[c].Add(1)
 					continue
 				}
 				b, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
+				ended[c].Add(1)
 				if resp.StatusCode != 200 {
 					failed.Add(1)
 					firstFailure.CompareAndSwap(nil, fmt.Sprintf("%d %s", resp.StatusCode, b))
@@ -236,7 +241,22 @@ func TestEndToEndReloadPoolsUnderLoad(t *testing.T) {
 		eventually.True(t, 30*time.Second, func() bool { return counts[targets[0]].Load() > before+20 },
 			"target %d of the pool in force gets no requests", targets[0])
 	}
-	// Only target 2 is left: the others get no more requests.
+	// Only target 2 is left: the others get no more requests. A request
+	// an earlier pool sent to one of them may still be on its way there:
+	// once each client has ended a request it began after the last edit
+	// came into force, none is.
+	var since [len(begun)]int64
+	for c := range begun {
+		since[c] = begun[c].Load()
+	}
+	eventually.True(t, 30*time.Second, func() bool {
+		for c := range ended {
+			if ended[c].Load() <= since[c] {
+				return false
+			}
+		}
+		return true
+	}, "a client's request is still in flight 30s after the last edit")
 	c0, c1 := counts[0].Load(), counts[1].Load()
 	before := counts[2].Load()
 	eventually.True(t, 30*time.Second, func() bool { return counts[2].Load() > before+50 }, "target 2 gets no requests")

@@ -157,9 +157,14 @@ func (f *fleetShare) share() float64 {
 	if !f.auto {
 		return f.fixed
 	}
+	// Seen before the size: a heartbeat stores the size before it counts
+	// itself, so that a size read after a second heartbeat was seen is
+	// from that one or a later one, never the first, at which this
+	// gateway may have found itself alone.
+	seen := f.red.FleetSeen()
 	n := f.red.FleetSize()
 	switch {
-	case n > 0 && f.red.FleetSeen():
+	case n > 0 && seen:
 		return 1 / float64(n)
 	case n > 0:
 		return min(1/float64(n), ruleset.DefaultLocalShare)

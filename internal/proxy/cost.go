@@ -64,10 +64,10 @@ func (h *Handler) startCharging(r *http.Request, sc *scratch) bool {
 // settleCharges waits for it when the response has ended.
 func (h *Handler) chargeResponse(r *http.Request, sc *scratch, code int) {
 	sc.sw.charge = nil
-	gone := r.Context().Err() != nil
 	if sc.sw.up != nil {
-		sc.sw.up.answer(gone) // a gone client reads no body
+		sc.sw.up.answer(r.Context()) // a gone client reads no body
 	}
+	gone := r.Context().Err() != nil
 	worst := gone && sc.sw.upstreamFailed
 	o := &sc.o
 	hdr := sc.sw.Header()

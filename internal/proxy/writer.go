@@ -44,10 +44,12 @@ type upstreamCancel struct {
 }
 
 // answer records that the response's status is known, and cancels the
-// upstream's request if the client has gone.
-func (u *upstreamCancel) answer(gone bool) {
+// upstream's request if the client of ctx, its request's context, has
+// gone. It looks at ctx after it records the status: a client that leaves
+// meanwhile finds the status known (clientGone), or answer finds it gone.
+func (u *upstreamCancel) answer(ctx context.Context) {
 	u.answered.Store(true)
-	if gone {
+	if ctx.Err() != nil {
 		u.cancel()
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/failmode"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
+	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore/redisstoretest"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 	"github.com/ratelimit-gateway/gateway/internal/rlsconfig"
 )
@@ -184,12 +185,21 @@ func TestFleetNeverOverLimit(t *testing.T) {
 
 // TestReferenceCountingRedis counts as envoyproxy/ratelimit does on a
 // real redis-server: each descriptor on its own, the hits over a limit
-// counted. Redis keeps the time, so the limits are a day long: no window
-// ends while the test runs but at midnight UTC.
+// counted. Its fixed windows (a day's, ending at midnight UTC) are
+// counted at the harness's instants, not at Redis's time: a run across
+// midnight would count its last steps afresh.
 func TestReferenceCountingRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	h := newHarness(t, Config{Store: newRedisDeny(t, srv, -1), FailMode: failmode.Closed, ReferenceCounting: true})
+	var h *harness
+	cfg := redisstoretest.WithDecisionClock(redisstore.Config{URL: srv.URL(), DenyCacheSize: -1, Timeout: 5 * time.Second, DialTimeout: 5 * time.Second, PoolTimeout: 5 * time.Second},
+		func() time.Time { return t0.Add(time.Duration(h.now.Load())) })
+	red, err := redisstore.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { red.Close() })
+	h = newHarness(t, Config{Store: red, FailMode: failmode.Closed, ReferenceCounting: true})
 	c, err := rlsconfig.Parse("day.yaml", []byte("domain: day\ndescriptors:\n  - key: cost\n    rate_limit: {unit: day, requests_per_unit: 5}\n  - key: one\n    rate_limit: {unit: day, requests_per_unit: 1}\n"), rlsconfig.Options{})
 	if err != nil {
 		t.Fatal(err)

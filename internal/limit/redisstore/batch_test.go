@@ -57,7 +57,7 @@ func TestRedisBatch(t *testing.T) {
 	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: 10 * time.Second, DenyCacheSize: -1, Leases: -1,
 		OnBatch: func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() }})
 	redistest.Ready(t, red)
-	p := &limit.Params{Algorithm: "fixed_window", Limit: 5, Window: time.Hour}
+	p := &limit.Params{Algorithm: "fixed_window", Limit: 5, Window: quietWindow(time.Hour)}
 	reqs := []limit.Request{{Key: "batch|/", Params: p}}
 	before := red.Stats()
 	first := stalled(t, srv, red, reqs)
@@ -103,7 +103,7 @@ func TestRedisBatchLeft(t *testing.T) {
 	srv := redistest.Start(t)
 	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: 10 * time.Second, DenyCacheSize: -1, Leases: -1})
 	redistest.Ready(t, red)
-	p := &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: time.Hour}
+	p := &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: quietWindow(time.Hour)}
 	reqs := []limit.Request{{Key: "left|/", Params: p}}
 	before := red.Stats()
 	first := stalled(t, srv, red, reqs)

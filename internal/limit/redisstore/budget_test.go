@@ -705,7 +705,7 @@ func TestRedisBudgetArgumentAnyBytes(t *testing.T) {
 	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: 10 * time.Second, MaxKeys: 2, DenyCacheSize: -1, Leases: -1})
 	ctx := context.Background()
 	const tag = "app 7 3 x"
-	p := &limit.Params{Algorithm: "fixed_window", Limit: 10, Window: time.Hour}
+	p := &limit.Params{Algorithm: "fixed_window", Limit: 10, Window: quietWindow(time.Hour)}
 	caller := func(id string) []limit.Request {
 		return []limit.Request{
 			{Key: tag + "|/ 1 2|" + id, Overflow: tag + "|/ 1 2|overflow 1", Tag: tag, Params: p},

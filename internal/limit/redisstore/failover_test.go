@@ -34,7 +34,7 @@ type counted struct {
 func startCounted(t *testing.T, red *Store, key string, lim int64, stop <-chan struct{}) *counted {
 	t.Helper()
 	c := &counted{key: key, lim: lim, done: make(chan struct{})}
-	p := &limit.Params{Algorithm: "fixed_window", Limit: lim, Window: 24 * time.Hour}
+	p := &limit.Params{Algorithm: "fixed_window", Limit: lim, Window: quietWindow(24 * time.Hour)}
 	reqs := []limit.Request{{Key: key, Params: p}}
 	go func() {
 		defer close(c.done)

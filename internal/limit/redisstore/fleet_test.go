@@ -273,7 +273,7 @@ func TestRedisDenialsOutlastOutage(t *testing.T) {
 	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: time.Second})
 	ctx := context.Background()
 	redistest.Ready(t, red)
-	p := &limit.Params{Algorithm: "fixed_window", Limit: 1, Window: time.Hour}
+	p := &limit.Params{Algorithm: "fixed_window", Limit: 1, Window: quietWindow(time.Hour)}
 	denied := []limit.Request{{Key: "outage|/", Params: p}}
 	res := make([]limit.Result, 1)
 	for i, want := range []bool{true, false} {

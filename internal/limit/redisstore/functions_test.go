@@ -45,7 +45,7 @@ func testRedisFunctionsDenied(t *testing.T, acl bool) {
 	if red.fn.on.Load() || !red.fn.denied.Load() {
 		t.Fatalf("library: on %v, denied %v; want off and denied", red.fn.on.Load(), red.fn.denied.Load())
 	}
-	p := &limit.Params{Algorithm: "fixed_window", Limit: 2, Window: time.Hour}
+	p := &limit.Params{Algorithm: "fixed_window", Limit: 2, Window: quietWindow(time.Hour)}
 	res := make([]limit.Result, 1)
 	for i, want := range []bool{true, true, false} {
 		got, err := red.Allow(ctx, time.Time{}, []limit.Request{{Key: "denied|/", Params: p}}, res)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/limit/limittest"
 )
 
 // newTestMemory returns a memory store, the reference the Redis store's
@@ -45,6 +46,14 @@ func algCases(lim int64) []algCase {
 		}
 	}
 	return cs
+}
+
+// quietWindow returns a window of at least least none of whose ends (a
+// fixed window's, epoch-aligned multiples of it) falls within least/6 of
+// now (limittest.QuietWindow): a test on Redis's clock that counts
+// admissions in it sees no window end and start afresh while it runs.
+func quietWindow(least time.Duration) time.Duration {
+	return limittest.QuietWindow(least, least/6, time.Now())
 }
 
 // callerTags are limit.CallerTag's values, in order.

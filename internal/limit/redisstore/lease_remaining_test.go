@@ -46,11 +46,12 @@ func TestRedisLeaseRemainingOracle(t *testing.T) {
 					gws = append(gws, red)
 				}
 				mem := newTestMemory(t)
-				p := &limit.Params{Algorithm: alg, Limit: 100, Window: time.Hour}
+				w := quietWindow(time.Hour)
+				p := &limit.Params{Algorithm: alg, Limit: 100, Window: w}
 				if alg == "sliding_window" {
 					p.Precision = 6
 				}
-				app := &limit.Params{Algorithm: alg, Limit: 60, Window: time.Hour, Precision: p.Precision}
+				app := &limit.Params{Algorithm: alg, Limit: 60, Window: w, Precision: p.Precision}
 				id := alg + strconv.Itoa(gateways)
 				reqs := []limit.Request{{Key: "rem-" + id + "|", Params: app}, {Key: "rem-" + id + "|/", Params: p}}
 				ctx := context.Background()

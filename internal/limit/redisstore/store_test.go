@@ -150,7 +150,7 @@ func TestRedisMultiLimitAtomic(t *testing.T) {
 			t.Parallel()
 			red := newTestRedis(t, Config{URL: srv.URL(), Timeout: time.Second})
 			mk := func(lim int64) *limit.Params {
-				p := &limit.Params{Algorithm: alg, Limit: lim, Window: time.Hour}
+				p := &limit.Params{Algorithm: alg, Limit: lim, Window: quietWindow(time.Hour)}
 				if alg == "sliding_window" {
 					p.Precision = limit.DefaultPrecision
 				}

@@ -38,8 +38,11 @@ import (
 // Release: the acts after a request, sent once its response is known)
 // are journaled whatever the fail mode, and whoever decided the request
 // they follow: written back if Redis did not run the call; if its fate
-// is unknown, its releases only (a charge is never counted twice; a hold
-// nobody releases would stay held, see followed).
+// is unknown and each of its sends closed with its connection, again
+// under its batch's memo (probed) or, for a call of acts alone, its own,
+// as a local admission is; otherwise, its releases only (a charge is
+// never counted twice; a hold nobody releases would stay held, see
+// followed).
 type lateCall struct {
 	r  *Store
 	mu sync.Mutex
@@ -230,8 +233,25 @@ func (lc *lateCall) settle() {
 	var out []pendingWrite
 	if !lc.actsDone {
 		lc.actsDone = true
-		if !lc.ran {
-			if q := followed(acts(lc.reqs), true, lc.outcome == lateNotCounted); len(q) > 0 {
+		q := acts(lc.reqs)
+		switch {
+		case lc.ran || len(q) == 0:
+		case lc.outcome == lateUnknown && lc.memo.key != "" && lc.closed && (lc.together || len(q) == len(lc.reqs)):
+			// Each send closed with its connection: in one script call
+			// with others, counted if Redis keeps their batch's memo,
+			// else again with a memo of its own, as a local admission
+			// is; alone, a call of acts alone goes again, whole, under
+			// its memo, which Redis counts once. (A call with more than
+			// its acts has its admission written back under its memo
+			// too, below, and two write-backs under one memo would count
+			// only the first.)
+			if lc.together {
+				out = append(out, pendingWrite{at: lc.sent, now: lc.now, reqs: q, probe: lc.memo.key, until: lc.until()})
+				break
+			}
+			out = append(out, lc.again(lc.sent, q))
+		default:
+			if q = followed(q, true, lc.outcome == lateNotCounted); len(q) > 0 {
 				out = append(out, pendingWrite{at: lc.sent, now: lc.now, reqs: q})
 			}
 		}
@@ -250,17 +270,12 @@ func (lc *lateCall) settle() {
 			case lc.outcome == lateNotCounted:
 				out = append(out, pendingWrite{at: lc.at, now: lc.now, reqs: q})
 			case lc.outcome == lateUnknown && lc.memo.key != "" && lc.closed:
-				until := lc.first + lc.memo.life*int64(time.Millisecond) - int64(lc.r.wait.call)
 				if lc.together {
 					// Counted if Redis keeps its batch's memo.
-					out = append(out, pendingWrite{at: lc.at, now: lc.now, reqs: q, probe: lc.memo.key, until: until})
+					out = append(out, pendingWrite{at: lc.at, now: lc.now, reqs: q, probe: lc.memo.key, until: lc.until()})
 					break
 				}
-				// Under the call's memo, marked again: counted only if
-				// the call did not count.
-				out = append(out, pendingWrite{at: lc.at, now: lc.now, reqs: q,
-					memo:  memo{key: lc.memo.key, life: max(lc.r.writeBackLife(q).Milliseconds(), 1), again: true},
-					until: until})
+				out = append(out, lc.again(lc.at, q))
 			case lc.outcome == lateUnknown:
 				lc.r.wb.dropped.Add(1)
 			}
@@ -276,6 +291,23 @@ func (lc *lateCall) settle() {
 	if len(out) > 0 {
 		lc.r.writeBack(out)
 	}
+}
+
+// until returns the last instant (ns since the epoch) a write-back under
+// the call's memo may begin to be sent: Redis keeps the memo of a call
+// that ran for its life from the call's first send, less the bound of a
+// call.
+func (lc *lateCall) until() int64 {
+	return lc.first + lc.memo.life*int64(time.Millisecond) - int64(lc.r.wait.call)
+}
+
+// again returns the write-back of q, decided at at, under the call's
+// memo, marked as sent again (memo.go): Redis answers the reply it kept
+// if the call ran and counted, and counts q only if it did not.
+func (lc *lateCall) again(at int64, q []limit.Request) pendingWrite {
+	return pendingWrite{at: at, now: lc.now, reqs: q,
+		memo:  memo{key: lc.memo.key, life: max(lc.r.writeBackLife(q).Milliseconds(), 1), again: true},
+		until: lc.until()}
 }
 
 // acts returns the charges and releases among reqs, in a slice of its

@@ -310,6 +310,56 @@ func TestRedisUnknownFateWritesBackOnce(t *testing.T) {
 	}
 }
 
+// TestRedisUnknownFateActsOnce sends the acts that follow a response
+// that Redis decided, a charge and the release of what the request held,
+// in a call whose connection dies after it was sent: Redis ran it (its
+// reply lost), or never saw it. The call goes again under its memo,
+// marked: Redis counts the charge once and gives the units back once in
+// both cases. Written back without the memo, the first case charges
+// twice; with its releases only, as before, the second charges nothing.
+func TestRedisUnknownFateActsOnce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		batch int
+		fate  fate
+	}{
+		{"ran/alone", 1, fateRan},
+		{"never ran/alone", 1, fateNeverRan},
+		{"ran/batcher", 0, fateRan},
+		{"never ran/batcher", 0, fateNeverRan},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			u := newUnknownRig(t, tc.batch, time.Second)
+			ctx := context.Background()
+			hold := []limit.Request{{Key: "acts|/v1", Params: u.p, Cost: 5, Act: limit.Hold}}
+			if ok, err := u.red.Allow(ctx, time.Now(), hold, make([]limit.Result, 1)); !ok || err != nil {
+				t.Fatalf("the hold: %v %v, want admitted", ok, err)
+			}
+			u.path.arm("{acts}")
+			_, err := u.red.Allow(ctx, time.Now(), []limit.Request{
+				{Key: "acts|/v1", Params: u.p, Cost: 5, Act: limit.Charge},
+				{Key: "acts|/v1", Params: u.p, Cost: 5, Act: limit.Release},
+			}, make([]limit.Result, 2))
+			if !errors.Is(err, errCallTimeout) {
+				t.Fatalf("the acts' call the path holds: %v, want its caller to stop waiting", err)
+			}
+			u.path.await(t, tc.fate)
+			u.unknownFate(t, err)
+			u.path.restore()
+			eventually.True(t, 60*time.Second, writtenBack(u.red), "60s on, the write-back still waits: %v", wbState{u.red})
+			h := counterFields(t, u.srv.Client(), "gw:{acts}:/v1")
+			if c, held := num(h["c"]), num(h["_h"]); c != 5 || held != 0 {
+				t.Errorf("Redis holds c=%d, _h=%d; want c=5, _h=0: the charge counted once, the units given back", c, held)
+			}
+			if st := u.red.Stats(); st.WrittenBack != 1 || st.WriteBacksDropped != 0 {
+				t.Errorf("written back %d, dropped %d; want 1 and 0", st.WrittenBack, st.WriteBacksDropped)
+			}
+		})
+	}
+}
+
 // TestRedisUnknownFateDroppedPastMemo is TestRedisUnknownFateWritesBackOnce
 // with Redis back only once the call's memo may be gone: the store's
 // clock is moved past it, and Redis has forgotten the memo of the call
@@ -352,13 +402,17 @@ func TestRedisUnknownFateDroppedPastMemo(t *testing.T) {
 // whether Redis keeps it, and goes (with a memo of its own) only if not.
 // Redis counts each request exactly once. (Not written back, the second
 // case counts none; written back under the batch's memo, the second
-// request's write-back finds the first's reply and counts none.)
+// request's write-back finds the first's reply and counts none.) So are
+// two calls of acts (a charge and the release of a hold) in one script
+// call counted once each: with their releases only, as before, the second
+// case charges nothing.
 func TestRedisUnknownFateInOneScriptCall(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		fate fate
-	}{{"ran", fateRan}, {"never ran", fateNeverRan}} {
+		acts bool
+	}{{"ran", fateRan, false}, {"never ran", fateNeverRan, false}, {"acts/ran", fateRan, true}, {"acts/never ran", fateNeverRan, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			// The queued calls wait in the queue up to the timeout: long
@@ -366,6 +420,14 @@ func TestRedisUnknownFateInOneScriptCall(t *testing.T) {
 			// through.
 			u := newUnknownRig(t, 0, 10*time.Second)
 			ctx := context.Background()
+			if tc.acts {
+				for _, key := range []string{"both|/a", "both|/b"} {
+					hold := []limit.Request{{Key: key, Params: u.p, Cost: 5, Act: limit.Hold}}
+					if ok, err := u.red.Allow(ctx, time.Now(), hold, make([]limit.Result, 1)); !ok || err != nil {
+						t.Fatalf("the hold: %v %v, want admitted", ok, err)
+					}
+				}
+			}
 			// The first call is held in flight, so that the next two queue
 			// behind it and go together.
 			u.path.arm("{first}")
@@ -384,6 +446,13 @@ func TestRedisUnknownFateInOneScriptCall(t *testing.T) {
 			var wg sync.WaitGroup
 			for i, key := range []string{"both|/a", "both|/b"} {
 				wg.Go(func() {
+					if tc.acts {
+						_, errs[i] = u.red.Allow(ctx, time.Now(), []limit.Request{
+							{Key: key, Params: u.p, Cost: 5, Act: limit.Charge},
+							{Key: key, Params: u.p, Cost: 5, Act: limit.Release},
+						}, make([]limit.Result, 2))
+						return
+					}
 					_, errs[i] = u.red.Allow(ctx, time.Now(), []limit.Request{{Key: key, Params: u.p}}, make([]limit.Result, 1))
 					limit.AdmittedLocally(errs[i])
 				})
@@ -416,8 +485,13 @@ func TestRedisUnknownFateInOneScriptCall(t *testing.T) {
 			u.path.restore()
 			eventually.True(t, 60*time.Second, writtenBack(u.red), "60s on, write-backs still wait: %v", wbState{u.red})
 			for _, key := range []string{"gw:{both}:/a", "gw:{both}:/b"} {
-				if got := u.count(t, key); got != 1 {
-					t.Errorf("%s: Redis counted %d, want 1", key, got)
+				h := counterFields(t, u.srv.Client(), key)
+				want := int64(1)
+				if tc.acts {
+					want = 5
+				}
+				if c, held := num(h["c"]), num(h["_h"]); c != want || held != 0 {
+					t.Errorf("%s: Redis holds c=%d, _h=%d; want c=%d, _h=0", key, c, held, want)
 				}
 			}
 			if st := u.red.Stats(); st.WrittenBack != 2 || st.WriteBacksDropped != 0 {

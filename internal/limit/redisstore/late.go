@@ -237,18 +237,11 @@ func (lc *lateCall) settle() {
 		switch {
 		case lc.ran || len(q) == 0:
 		case lc.outcome == lateUnknown && lc.memo.key != "" && lc.closed && (lc.together || len(q) == len(lc.reqs)):
-			// Each send closed with its connection: in one script call
-			// with others, counted if Redis keeps their batch's memo,
-			// else again with a memo of its own, as a local admission
-			// is; alone, a call of acts alone goes again, whole, under
-			// its memo, which Redis counts once. (A call with more than
-			// its acts has its admission written back under its memo
-			// too, below, and two write-backs under one memo would count
-			// only the first.)
-			if lc.together {
-				out = append(out, pendingWrite{at: lc.sent, now: lc.now, reqs: q, probe: lc.memo.key, until: lc.until()})
-				break
-			}
+			// Each send closed with its connection: again, as a local
+			// admission is. Alone, only a call of acts alone: one with
+			// more has its admission written back under its memo too
+			// (below), and two write-backs under one memo would count
+			// only the first.
 			out = append(out, lc.again(lc.sent, q))
 		default:
 			if q = followed(q, true, lc.outcome == lateNotCounted); len(q) > 0 {
@@ -270,11 +263,6 @@ func (lc *lateCall) settle() {
 			case lc.outcome == lateNotCounted:
 				out = append(out, pendingWrite{at: lc.at, now: lc.now, reqs: q})
 			case lc.outcome == lateUnknown && lc.memo.key != "" && lc.closed:
-				if lc.together {
-					// Counted if Redis keeps its batch's memo.
-					out = append(out, pendingWrite{at: lc.at, now: lc.now, reqs: q, probe: lc.memo.key, until: lc.until()})
-					break
-				}
 				out = append(out, lc.again(lc.at, q))
 			case lc.outcome == lateUnknown:
 				lc.r.wb.dropped.Add(1)
@@ -293,21 +281,23 @@ func (lc *lateCall) settle() {
 	}
 }
 
-// until returns the last instant (ns since the epoch) a write-back under
-// the call's memo may begin to be sent: Redis keeps the memo of a call
-// that ran for its life from the call's first send, less the bound of a
-// call.
-func (lc *lateCall) until() int64 {
-	return lc.first + lc.memo.life*int64(time.Millisecond) - int64(lc.r.wait.call)
-}
-
-// again returns the write-back of q, decided at at, under the call's
-// memo, marked as sent again (memo.go): Redis answers the reply it kept
-// if the call ran and counted, and counts q only if it did not.
+// again returns the write-back of q, decided at at, for a call whose fate
+// is unknown: under the call's memo, marked as sent again (memo.go), so
+// that Redis answers the reply it kept if the call ran and counted, and
+// counts q only if it did not; for a call that went in one script call
+// with others, counted if Redis keeps their batch's memo (probe), else
+// sent with a memo of its own. Either goes only while Redis keeps the
+// memo of a call that ran (until): its life from the call's first send,
+// less the bound of a call.
 func (lc *lateCall) again(at int64, q []limit.Request) pendingWrite {
-	return pendingWrite{at: at, now: lc.now, reqs: q,
-		memo:  memo{key: lc.memo.key, life: max(lc.r.writeBackLife(q).Milliseconds(), 1), again: true},
-		until: lc.until()}
+	w := pendingWrite{at: at, now: lc.now, reqs: q,
+		until: lc.first + lc.memo.life*int64(time.Millisecond) - int64(lc.r.wait.call)}
+	if lc.together {
+		w.probe = lc.memo.key
+	} else {
+		w.memo = memo{key: lc.memo.key, life: max(lc.r.writeBackLife(q).Milliseconds(), 1), again: true}
+	}
+	return w
 }
 
 // acts returns the charges and releases among reqs, in a slice of its

@@ -1,22 +1,16 @@
 -- The key budget of the Redis store (budget.go), for the decision
 -- (redis.lua): a request whose counter does not exist yet and that has an
--- overflow counter is counted against that instead when the membership
--- set of its slot holds its budget of live keys.
+-- overflow counter is counted against that instead when the database
+-- (DBSIZE: every key of it, the node's on a Cluster) holds its budget of
+-- keys. Redis keeps that count itself, so the budget keeps no state of its
+-- own and costs one command per script call that meets a new caller
+-- (room, below), and nothing for a counter that exists: the decision
+-- learns that from the fields it reads anyway. A key that expired counts
+-- until Redis has reclaimed it, as it does for memory.
 --
 -- The budget's arguments come last in ARGV, after the decision's, so that
--- the decision never sees them (see budget, below). The set and the
--- overflow counters are in the slot of KEYS.
---
--- The set's members are the counters of new callers; a member's score is
--- an instant (ms, Redis's clock) at or before which its counter may have
--- expired: it is looked at again then (PTTL) and dropped once the counter
--- is gone. A counter joins the set once the decision has written it, with
--- the expiry it was given (join, redis.lua): a counter the decision did
--- not create (a denied request) never joins, and members are due in the
--- order their counters expire, not the order they joined. Pruning runs
--- only when the set is full. The budget costs
--- nothing for a counter that exists: the decision learns that from the
--- fields it reads anyway.
+-- the decision never sees them (see budget, below). The overflow counters
+-- are in the slot of KEYS.
 
 -- The functions the scripts call, as locals of the library (upvalues),
 -- which costs less than looking up a global on every call (math.floor
@@ -76,19 +70,15 @@ local function field(s, pos)
   return string.sub(s, at, at + l - 1), at + l + 1
 end
 
--- parsebudget returns s, a call's budget argument, as {cap, set, over},
--- over mapping the index of each limit that has a budget to its
--- overflow counter; nil when s is malformed.
+-- parsebudget returns s, a call's budget argument, as {cap, over}, over
+-- mapping the index of each limit that has a budget to its overflow
+-- counter; nil when s is malformed.
 local function parsebudget(s)
-  local m, cap, pos = string.match(s, '^(%d+) (%d+) ()')
+  local m, cap, pos = string.match(s, '^(%d+) (%d+) ?()')
   if not m then
     return nil
   end
   local b = { cap = tonumber(cap), over = {} }
-  b.set, pos = field(s, pos)
-  if not b.set then
-    return nil
-  end
   for _ = 1, tonumber(m) do
     local i, at = string.match(s, '^(%d+) ()', pos)
     if not i then
@@ -107,13 +97,13 @@ local function parsebudget(s)
   return b
 end
 
--- budget returns the budget's arguments of a call for limit i: the set,
--- its budget and limit i's overflow counter, or nil when i has none. It
--- is read only for a counter that does not exist yet. The call's
--- arguments end at ARGV[top], its budget argument: "0" when no limit
--- has a budget, else "m budget n set" and, for each of the m limits
--- that has one, " i n over", with the Redis key of its overflow counter;
--- n is the length of what follows it (budgetArgs, budget.go).
+-- budget returns the budget of a call for limit i: the number of keys
+-- below which a new caller's counter may be created, and limit i's
+-- overflow counter; nil when i has none. It is read only for a counter
+-- that does not exist yet. The call's arguments end at ARGV[top], its
+-- budget argument: "0" when no limit has a budget, else "m budget" and,
+-- for each of the m limits that has one, " i n over", with the Redis key
+-- of its overflow counter and n its length (budgetArgs, budget.go).
 local function budget(ARGV, top, i)
   local s = ARGV[top]
   if s == '0' then
@@ -133,137 +123,40 @@ local function budget(ARGV, top, i)
   end
   local over = b.over[i]
   if over then
-    return b.set, b.cap, over
+    return b.cap, over
   end
   return nil
 end
 
--- CARD maps each budget set that the script call (one FCALL or EVAL,
--- which no other client's command interleaves) has looked at to its
--- size, counting the members that joined it in this script call, and
--- PEND to those members, in ZADD's order (score, member, ...), until
--- they are added (flush); PSETS lists the sets of PEND. A script call
--- starts them afresh (begin): one library serves every database of a
--- server, and a set of the same name in each. A member counted that was
--- already in the set (an expired counter not yet pruned) makes the size
--- too big, which can only refuse room: room then looks again (flush).
-local CARD, PEND, PSETS = {}, {}, {}
+-- size is the number of keys in the database as this script call (one
+-- FCALL or EVAL, which no other client's command interleaves) knows it:
+-- nil until a new caller asks for room, then DBSIZE plus the keys the
+-- call has created since (made). A script call starts it afresh (begin).
+-- A key that the call's reads found expired, which Redis then deleted,
+-- stays counted until the next script call: that can only refuse room.
+local size = nil
 
 local function begin()
-  CARD, PEND, PSETS = {}, {}, {}
+  size = nil
 end
 
--- flush adds set's pending members to it.
-local function flush(set)
-  local p = PEND[set]
-  if p and #p > 0 then
-    -- The decisions that wrote their counters stand if this fails (a
-    -- set of another type): their counters only go uncounted.
-    redis.pcall('ZADD', set, 'NX', unpack(p))
-    PEND[set] = {}
+-- made counts a key that the script call has just created.
+local function made()
+  if size then
+    size = size + 1
   end
 end
 
--- flushall adds every set's pending members, at the end of a script call.
-local function flushall()
-  for j = 1, #PSETS do
-    flush(PSETS[j])
-  end
-end
-
--- card returns the size of set as this script call knows it.
-local function card(set)
-  local c = CARD[set]
-  if c == nil then
-    c = rcall('ZCARD', set)
-    CARD[set] = c
-  end
-  return c
-end
-
--- joined makes key, a counter just written whose expiry is at ms, a
--- member of set, once the script call ends (or earlier, see flush).
-local function joined(set, key, ms)
-  local p = PEND[set]
-  if p == nil then
-    p = {}
-    PEND[set] = p
-    PSETS[#PSETS + 1] = set
-  end
-  local n = #p
-  p[n + 1], p[n + 2] = ms, key
-  CARD[set] = (CARD[set] or card(set)) + 1
-  if n >= 510 then
-    flush(set)
-  end
-end
-
--- prune looks at up to 32 members of set that are due at ms, drops
--- those whose counter is gone and moves the others to their counter's
--- expiry.
-local function prune(set, ms)
-  local due = rcall('ZRANGEBYSCORE', set, '-inf', ms, 'LIMIT', 0, 32)
-  for _, k in ipairs(due) do
-    local left = rcall('PTTL', k)
-    if left == -2 then
-      rcall('ZREM', set, k)
-    elseif left == -1 then
-      -- Counters always expire; look again in a minute.
-      rcall('ZADD', set, ms + 60000, k)
-    else
-      rcall('ZADD', set, ms + left, k)
+-- room reports whether a new caller's counter may be created under the
+-- budget cap, when joining new counters of the call being decided are
+-- about to be created before it; known, whether the script call knows
+-- without a command (it has read DBSIZE).
+local function room(cap, joining, known)
+  if not size then
+    if known then
+      return false
     end
+    size = rcall('DBSIZE')
   end
-end
-
--- room reports whether the counter key may be created in set, of budget
--- cap, at ms, when joining counters of the call are about to join it, and
--- whether the set has been pruned in this call: pruned says whether it
--- had been.
-local function room(set, cap, key, ms, pruned, joining)
-  if card(set) + joining < cap then
-    return true, pruned
-  end
-  flush(set)
-  CARD[set] = rcall('ZCARD', set)
-  if CARD[set] + joining < cap or rcall('ZSCORE', set, key) then
-    return true, pruned
-  end
-  if pruned then
-    return false, true
-  end
-  prune(set, ms)
-  CARD[set] = rcall('ZCARD', set)
-  return CARD[set] + joining < cap, true
-end
-
--- newcaller reports whether key, a counter that does not exist yet, may
--- be created in set (of budget cap), where joining counters of the call
--- are about to join: it returns nil and the instant (ms, Redis's clock)
--- from which the counter's expiry counts, for it to join the set once
--- written (join, redis.lua); or over, the overflow counter to count on
--- instead, when the set holds its budget. It also returns whether the set
--- has been pruned in this call (a call's limits share one set: pruned
--- says whether an earlier limit pruned it). now is the decision's instant
--- (µs); with fixed (a test's fixed instant) the set is on Redis's clock
--- all the same, as the counters' expiry is.
-local function newcaller(set, cap, over, pruned, key, now, fixed, joining)
-  local ms
-  if fixed then
-    local t = rcall('TIME')
-    ms = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
-  else
-    ms = floor(now / 1000)
-  end
-  local c = CARD[set]
-  if c and c + joining < cap then
-    -- room's first answer, without the call.
-    return nil, pruned, ms
-  end
-  local ok
-  ok, pruned = room(set, cap, key, ms, pruned, joining)
-  if ok then
-    return nil, pruned, ms
-  end
-  return over, pruned, ms
+  return size + joining < cap
 end

@@ -301,20 +301,6 @@ local function expiry(at, p)
   return at + min(p.window, 1000000)
 end
 
--- JOIN and JOINMS hold, for each limit i of the call being decided, the
--- key budget's set that its new counter joins once written, or false, and
--- the instant (ms) from which its expiry counts (newcaller, budget.lua).
-local JOIN, JOINMS = {}, {}
-
--- join makes limit i's new counter key, just written with a time to live
--- of t ms (nil: not written), a member of its budget set, due when it
--- expires (joined, budget.lua).
-local function join(i, key, t)
-  if JOIN[i] and t then
-    joined(JOIN[i], key, arg(JOINMS[i] + t))
-  end
-end
-
 -- HOLD_TTL is how long units held (limit.Hold) stay held after the last
 -- hold on a key (µs): the holds of a gateway that died before releasing
 -- them are given back once the key has seen no hold for this long.
@@ -388,8 +374,8 @@ local AH, U, HO = {}, {}, {}
 -- K holds the keys of the call being decided (decideAt), made once.
 local K = {}
 
--- overflowed, pruned and joining are of the call being decided, set
--- afresh by decideAt: how many of its limits were sent to their overflow
--- counter, whether the key budget's set was pruned in it, and how many of
--- its new counters are to join that set (JOIN).
-local overflowed, pruned, joining = 0, false, 0
+-- overflowed and joining are of the call being decided, set afresh by
+-- decideAt: how many of its limits were sent to their overflow counter,
+-- and how many of its new callers' counters the key budget let in
+-- (keyBudget, redis_decide.lua), which are about to be created.
+local overflowed, joining = 0, 0

@@ -16,7 +16,7 @@ local function charge(KEYS, i, now)
     p.cost = p.units
     local idle = p.a.commit(key, p, now, r, set)
     p.cost = 1
-    join(i, key, save(i, p, set, max(idle, L[i]), now))
+    save(i, p, set, max(idle, L[i]), now)
     -- Decide afresh on what was written.
     r = p.a.decide(key, p, now, V[i])
   end
@@ -46,7 +46,7 @@ local function lockKey(i, now, r)
   local p = P[i]
   if p.lock > 0 and not p.shadow and L[i] <= now and not HO[i] then
     local lk = now + p.lock
-    join(i, K[i], save(i, p, { '_lk', lk }, lk, now))
+    save(i, p, { '_lk', lk }, lk, now)
     r = lockout(r, p.lock)
   end
   return r
@@ -57,7 +57,7 @@ end
 local function hold(i, now)
   local p, r = P[i], R[i]
   local hx = now + HOLD_TTL
-  join(i, K[i], save(i, p, { '_h', H[i] + p.cost, '_hx', hx }, hx, now))
+  save(i, p, { '_h', H[i] + p.cost, '_hx', hx }, hx, now)
   r.reset = r.uncounted
 end
 
@@ -97,7 +97,7 @@ local function count(i, now, at)
       put(set, '_lt', now)
       LT[i] = now
     end
-    join(i, key, save(i, p, set, max(idle, L[i]), now))
+    save(i, p, set, max(idle, L[i]), now)
   end
 end
 

@@ -137,21 +137,18 @@ local function namesOf(p, a, now)
 end
 
 -- keyBudget applies the key budget (budget.lua) to limit i of the call
--- whose arguments follow ARGV[a0] and end at ARGV[top], on key, a counter
--- that does not exist yet: a new caller's (every counter has "_id"). It
--- returns nil when the counter may be created, which then joins the
--- budget's set once written (JOIN); else the overflow counter to count on
--- instead.
-local function keyBudget(ARGV, a0, top, i, key, now)
-  local bset, bcap, bover = budget(ARGV, top, i)
-  if not bset then
+-- whose arguments end at ARGV[top], whose counter does not exist yet: a
+-- new caller's (every counter has "_id"). It returns nil when the counter
+-- may be created (joining counts it until it is); else the overflow
+-- counter to count on instead.
+local function keyBudget(ARGV, top, i)
+  local cap, over = budget(ARGV, top, i)
+  if not cap then
     return nil
   end
-  local over, ms
-  over, pruned, ms = newcaller(bset, bcap, bover, pruned, key, now, ARGV[a0 + 1] ~= '', joining)
-  if not over then
-    JOIN[i], JOINMS[i] = bset, ms
+  if room(cap, joining) then
     joining = joining + 1
+    return nil
   end
   return over
 end
@@ -175,7 +172,7 @@ local function remember(s, key, now, out)
   for j = 2, 9 do
     spaced = spaced .. ' ' .. arg(out[j])
   end
-  local f = { now = now, slack = slack, key = key, ttl = ttl(X[1], now), spaced = spaced .. ' 0' }
+  local f = { now = now, slack = slack, key = key, spaced = spaced .. ' 0' }
   s.first, TEMPLATE[key] = f, f
 end
 
@@ -190,24 +187,19 @@ local function again(ARGV, a0, top, key, s, now)
   if not f or TEMPLATE[f.key] ~= f or f.now ~= now or f.slack ~= slack then
     return nil
   end
-  local bset, bcap = budget(ARGV, top, 1)
-  if bset and not (CARD[bset] and CARD[bset] + joining < bcap) then
+  local cap = budget(ARGV, top, 1)
+  if cap and not room(cap, 0, true) then
     return nil
   end
-  local made = redis.pcall('COPY', f.key, key)
-  if made ~= 1 then
-    if made ~= 0 then
+  local copied = redis.pcall('COPY', f.key, key)
+  if copied ~= 1 then
+    if copied ~= 0 then
       -- COPY refused (an ACL, or Redis before 6.2).
       TEMPLATE[f.key] = nil
     end
     return nil
   end
-  if bset then
-    -- Room as newcaller (budget.lua) finds it first; its expiry counts
-    -- from Redis's clock.
-    local ms = ARGV[a0 + 1] == '' and floor(now / 1000) or floor(clock() / 1000)
-    joined(bset, key, arg(ms + f.ttl))
-  end
+  made()
   return f.spaced
 end
 
@@ -363,9 +355,8 @@ local function decideLimit(ARGV, a0, top, n, i, o, now)
   local key = K[i]
   local names = hashed(p) and namesOf(p, a, now)
   load(i, key, p, names)
-  JOIN[i] = false
   if not VK[i] then
-    local over = keyBudget(ARGV, a0, top, i, key, now)
+    local over = keyBudget(ARGV, top, i)
     if over then
       key = over
       K[i] = key

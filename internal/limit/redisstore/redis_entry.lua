@@ -12,7 +12,7 @@
 -- already read for it (many, below).
 local function decideAt(KEYS, ARGV, at, k0, a0, n, top)
   local now = instant(ARGV, a0, at)
-  overflowed, pruned, joining, newcomer = 0, false, 0, false
+  overflowed, joining, newcomer = 0, 0, false
   for i = 1, n do
     K[i] = KEYS[k0 + i]
   end
@@ -43,7 +43,6 @@ local function one(KEYS, ARGV, a0, n)
   begin()
   TEMPLATE, batching = {}, false
   local ok, r = pcall(decideAt, KEYS, ARGV, nil, 0, a0, n, #ARGV)
-  flushall()
   if not ok then
     return failed(r)
   end
@@ -126,7 +125,6 @@ local function many(KEYS, ARGV, b)
     out[c] = r
     k, a = k + nk, a + na
   end
-  flushall()
   return out, wrote
 end
 

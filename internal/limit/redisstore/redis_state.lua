@@ -124,11 +124,14 @@ end
 
 -- save writes the fields of set (name, value, ...) to limit i's key, of
 -- p, at now, with its shape, moving its expiry to cover upto if it does
--- not (expiry, redis.lua): the string whole, or a hash's fields set. It
--- returns the key's new time to live (ms) when its expiry moved, else
--- nil.
+-- not (expiry, redis.lua): the string whole, or a hash's fields set. A
+-- key that did not exist counts in the key budget's size (made,
+-- budget.lua).
 local function save(i, p, set, upto, now)
   local v, key = V[i], K[i]
+  if not VK[i] then
+    made()
+  end
   local x = max(X[i], v._x and num(v._x) or 0)
   if TEMPLATE[key] then
     TEMPLATE[key] = nil
@@ -146,7 +149,7 @@ local function save(i, p, set, upto, now)
   if not hashed(p) then
     rcall('SET', key, flat(v), 'PX', arg(t or ttl(x, now)))
     VK[i] = 'string'
-    return t
+    return
   elseif VK[i] == 'hash' then
     set[#set + 1], set[#set + 2] = '_id', p.id
     if t then
@@ -160,7 +163,7 @@ local function save(i, p, set, upto, now)
       if t then
         rcall('PEXPIRE', key, arg(t))
       end
-      return t
+      return
     end
     -- Written as a string since it was read: by an earlier limit of the
     -- call on the same key, under another shape.
@@ -178,7 +181,6 @@ local function save(i, p, set, upto, now)
   rcall('HSET', key, unpack(all))
   rcall('PEXPIRE', key, arg(t or ttl(x, now)))
   VK[i] = 'hash'
-  return t
 end
 
 -- unset takes the field name, and other if not nil, out of limit i's

@@ -293,9 +293,9 @@ func (lc *lateCall) again(at int64, q []limit.Request) pendingWrite {
 	w := pendingWrite{at: at, now: lc.now, reqs: q,
 		until: lc.first + lc.memo.life*int64(time.Millisecond) - int64(lc.r.wait.call)}
 	if lc.together {
-		w.probe = lc.memo.key
+		w.probe = lc.memo
 	} else {
-		w.memo = memo{key: lc.memo.key, life: max(lc.r.writeBackLife(q).Milliseconds(), 1), again: true}
+		w.memo = memo{key: lc.memo.key, id: lc.memo.id, life: max(lc.r.writeBackLife(q).Milliseconds(), 1), again: true}
 	}
 	return w
 }

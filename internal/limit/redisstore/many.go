@@ -37,21 +37,18 @@ func (r *Store) asOne(batch []*batchCall) bool {
 // lost library) is every call's. As run does, it is sent again on
 // another connection, a few times, if Redis had closed the one it took
 // (isClosedConn), and with EVAL if the node lost the library. The batch
-// runs once however often it is sent: it carries the memo of its first
-// call that has one (memo.go), kept as long as the longest of theirs.
+// runs once however often it is sent: it carries the memo of its call
+// whose memo lives longest, the first of those (memo.go).
 func (r *Store) runAsOne(ctx context.Context, batch []*batchCall) {
-	nk, na := 0, 2+2*len(batch)
+	nk, na := 0, 3+2*len(batch)
 	same := true
 	var m memo
 	for _, c := range batch {
 		nk += len(c.keys)
 		na += len(c.args)
 		same = same && len(c.keys) == len(batch[0].keys) && len(c.args) == len(batch[0].args)
-		if c.memo.key != "" {
-			if m.key == "" {
-				m.key = c.memo.key
-			}
-			m.life = max(m.life, c.memo.life)
+		if c.memo.key != "" && c.memo.life > m.life {
+			m = memo{key: c.memo.key, id: c.memo.id, life: c.memo.life}
 		}
 	}
 	for _, c := range batch {
@@ -60,7 +57,7 @@ func (r *Store) runAsOne(ctx context.Context, batch []*batchCall) {
 	keys := make([]string, 0, nk+1)
 	args := make([]any, 0, na+2)
 	if m.key != "" {
-		args = append(args, m.mark(), strconv.FormatInt(m.life, 10))
+		args = append(args, m.mark(), strconv.FormatInt(m.life, 10), m.id)
 	}
 	if same {
 		args = append(args, sameMark, len(batch), len(batch[0].keys), len(batch[0].args))

@@ -34,15 +34,40 @@ import (
 // such a batch whose fate is unknown first asks whether Redis keeps the
 // batch's memo (lateCall).
 
+// Redis keeps the replies of calls as fields of a few hashes, not a key
+// per call, so that memos take no room in the key budget (budget.go) and
+// cost Redis no key to make and expire per call: the hash of a memo is
+// named by its tag, its life and the period of that length that it was
+// made in (memoKey), and each memo written to it moves its expiry to two
+// lives ahead (redis_entry.lua, once). Every memo a hash holds was written
+// less than its life ago or in the life before, so it is kept at least
+// its life; a tag has about three hashes per life at a time.
+
 // memo is what a script call carries so that Redis runs it once: the key
-// of its reply in Redis ("gw:{tag}#done:ID", in the slot of the call's
-// keys; "#" never follows the tag of a counter, redisKey), how long Redis
-// keeps it (ms), and whether the call was sent before. The zero memo is
-// none: the call runs every time it is sent.
+// of the hash that keeps its reply in Redis (memoKey, in the slot of the
+// call's keys), its ID, the field of the hash, how long Redis keeps it
+// (ms), and whether the call was sent before. The zero memo is none: the
+// call runs every time it is sent.
 type memo struct {
 	key   string
+	id    string
 	life  int64
 	again bool
+}
+
+// memoKey returns the key of the hash that keeps the memos of tag that
+// live life ms, made at now: "gw:{tag}#done:life:period", the period
+// counted in lives since the Unix epoch. "#" never follows the tag of a
+// counter (redisKey).
+func memoKey(tag string, life int64, now time.Time) string {
+	b := make([]byte, 0, len(tag)+32)
+	b = append(b, "gw:{"...)
+	b = append(b, tag...)
+	b = append(b, "}#done:"...)
+	b = strconv.AppendInt(b, life, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, now.UnixMilli()/life, 10)
+	return string(b)
 }
 
 // The marks of ARGV[1] of a call with a memo (redis_entry.lua, once).
@@ -76,7 +101,8 @@ func memoFor(reqs []limit.Request, life time.Duration) memo {
 		return memo{}
 	}
 	id := strconv.AppendUint([]byte(callPrefix), callSeq.Add(1), 36)
-	return memo{key: "gw:{" + redisTag(&reqs[0]) + "}#done:" + string(id), life: max(life.Milliseconds(), 1)}
+	ms := max(life.Milliseconds(), 1)
+	return memo{key: memoKey(redisTag(&reqs[0]), ms, time.Now()), id: string(id), life: ms}
 }
 
 // mark returns ARGV[1] of a call with m.
@@ -88,7 +114,7 @@ func (m *memo) mark() string {
 }
 
 // with returns the keys and arguments of a script call (redis.lua) with
-// m: its key last in keys, its mark and life first in args. Without a
+// m: its key last in keys, its mark, life and ID first in args. Without a
 // memo they are keys and args.
 func (m *memo) with(keys []string, args []any) ([]string, []any) {
 	if m.key == "" {
@@ -97,8 +123,8 @@ func (m *memo) with(keys []string, args []any) ([]string, []any) {
 	k := make([]string, len(keys)+1)
 	copy(k, keys)
 	k[len(keys)] = m.key
-	a := make([]any, len(args)+2)
-	a[0], a[1] = m.mark(), strconv.FormatInt(m.life, 10)
-	copy(a[2:], args)
+	a := make([]any, len(args)+3)
+	a[0], a[1], a[2] = m.mark(), strconv.FormatInt(m.life, 10), m.id
+	copy(a[3:], args)
 	return k, a
 }

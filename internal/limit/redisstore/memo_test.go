@@ -333,8 +333,8 @@ func TestRedisReadHasNoMemo(t *testing.T) {
 	if m.key == "" || m.life != 1500 {
 		t.Errorf("a read and a decision: memo %q for %dms, want one for 1500ms", m.key, m.life)
 	}
-	if n := memoFor([]limit.Request{{Key: "a|/x", Params: p}}, time.Second); n.key == m.key {
-		t.Errorf("two calls share the memo %q", m.key)
+	if n := memoFor([]limit.Request{{Key: "a|/x", Params: p}}, time.Second); n.id == m.id {
+		t.Errorf("two calls share the memo %q", m.id)
 	}
 }
 
@@ -427,4 +427,56 @@ func dbSize(ctx context.Context, c *redis.Client) (int64, error) {
 		}
 	}
 	return n, iter.Err()
+}
+
+// TestRedisMemosShareHashes checks where Redis keeps the memos: the
+// replies of 90 calls of one tag are fields of one or two hashes (a
+// period may end during the test), not a key each, so that they take no
+// room in the key budget; each reply is found under its call's ID; and a
+// hash lives at least the longest life of its memos: a memo of a shorter
+// life written after one of a longer life does not shorten it.
+func TestRedisMemosShareHashes(t *testing.T) {
+	t.Parallel()
+	m := newMemoRig(t, 1, false)
+	ctx := context.Background()
+	c := m.srv.Client()
+	var ids []memo
+	for range 90 {
+		call := m.call(t, "memo|/v1", limit.Take, false)
+		if _, err := m.red.runOnce(ctx, call.keys, call.args, call.memo); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, call.memo)
+	}
+	hashes, err := c.Keys(ctx, "gw:{memo}#done:*").Result()
+	if err != nil || len(hashes) < 1 || len(hashes) > 2 {
+		t.Fatalf("the memos' keys: %q %v, want one or two hashes", hashes, err)
+	}
+	for _, id := range ids {
+		if ok, err := c.HExists(ctx, id.key, id.id).Result(); !ok || err != nil {
+			t.Fatalf("memo %s of %s: kept %v %v, want kept", id.id, id.key, ok, err)
+		}
+	}
+	life := time.Duration(ids[0].life) * time.Millisecond
+	if left := c.PTTL(ctx, ids[0].key).Val(); left <= life || left > 2*life {
+		t.Errorf("the hash lives %s more, want between one and two lives (%s)", left, life)
+	}
+
+	// A memo of an hour in the hash, then one of a second: the hash
+	// keeps living two hours.
+	long := m.call(t, "memo|/v1", limit.Take, false)
+	long.memo.key, long.memo.life = ids[0].key, time.Hour.Milliseconds()
+	keys, args := long.memo.with(long.keys, long.args)
+	if err := m.red.client.FCall(ctx, m.red.fn.name, keys, args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	short := m.call(t, "memo|/v1", limit.Take, false)
+	short.memo.key, short.memo.life = ids[0].key, 1000
+	keys, args = short.memo.with(short.keys, short.args)
+	if err := m.red.client.FCall(ctx, m.red.fn.name, keys, args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if left := c.PTTL(ctx, ids[0].key).Val(); left <= time.Hour {
+		t.Errorf("after a memo of a second: the hash lives %s more, want over an hour (the memo of an hour in it)", left)
+	}
 }

@@ -58,9 +58,10 @@
 --     holds for the key, else 0 0 0;
 --   for a calendar unit, the calendar windows (see calendar below).
 -- The key budget's arguments follow (budget.lua). A call that counts
--- comes with two arguments ahead of ARGV[1], "!" (or "!!" when sent again)
--- and its memo's life, and its memo's key after its own in KEYS: Redis
--- runs it once however often it is sent (once, redis_entry.lua).
+-- comes with three arguments ahead of ARGV[1], "!" (or "!!" when sent
+-- again), its memo's life and its ID, and its memo's key after its own in
+-- KEYS: Redis runs it once however often it is sent (once,
+-- redis_entry.lua).
 --
 -- The same source runs as a script (EVAL, EVALSHA: the last line returns
 -- decide(KEYS, ARGV)) or as a Redis Function (FCALL, Redis 7: the last

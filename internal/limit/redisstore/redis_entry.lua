@@ -132,35 +132,50 @@ end
 -- (docs/fleet.md, "A call Redis ran runs once"): when its connection
 -- closes before the reply comes, the gateway cannot tell whether Redis
 -- ran it, and sends it again on another. Such a call comes with ARGV[1]
--- "!" (or "!!" when sent again), ARGV[2] the life of its memo (ms), then
--- the call's own arguments (a call, or a batch: many); its memo's key is
--- the last of KEYS, in the slot of the call's keys ("gw:{tag}#done:" and
--- the call's ID, memo.go). When the call counts something (counted), its
--- reply is kept there (SET PX), packed by cmsgpack (one C call, whatever
--- the reply). A
--- call sent again answers the reply kept, if there is one, and decides
--- nothing; only it reads the memo. A batch keeps one memo: it runs whole
--- or not at all.
+-- "!" (or "!!" when sent again), ARGV[2] the life of its memo (ms),
+-- ARGV[3] its ID, then the call's own arguments (a call, or a batch:
+-- many); the key of the hash of its memo is the last of KEYS, in the
+-- slot of the call's keys ("gw:{tag}#done:life:period", memo.go). When
+-- the call counts something (counted), its reply is kept there, packed
+-- by cmsgpack (one C call, whatever the reply), as the field of its ID,
+-- and the hash's expiry is moved to two lives ahead unless it is later
+-- already (keep). A call sent again answers the reply kept, if there is
+-- one, and decides nothing; only it reads the memo. A batch keeps one
+-- memo: it runs whole or not at all.
+
+-- keep makes key, a hash, live at least ms more: PEXPIRE GT (Redis 7),
+-- else, when that did not move it (a new hash has no expiry, which GT
+-- counts as later than any) or Redis has no GT, by its PTTL.
+local function keep(key, ms)
+  if redis.pcall('PEXPIRE', key, ms, 'GT') == 1 then
+    return
+  end
+  local left = rcall('PTTL', key)
+  if left == -1 or left < num(ms) then
+    rcall('PEXPIRE', key, ms)
+  end
+end
 
 -- once runs the call (or batch) of ARGV after its memo's arguments, as
 -- described above, at most once.
 local function once(KEYS, ARGV)
   local key = KEYS[#KEYS]
   if ARGV[1] == '!!' then
-    local kept = rcall('GET', key)
+    local kept = rcall('HGET', key, ARGV[3])
     if kept then
       return cmsgpack.unpack(kept)
     end
   end
   local r, wrote
-  if ARGV[3] == '*' or ARGV[3] == '=' then
-    r, wrote = many(KEYS, ARGV, 2)
+  if ARGV[4] == '*' or ARGV[4] == '=' then
+    r, wrote = many(KEYS, ARGV, 3)
   else
-    r = one(KEYS, ARGV, 2, #KEYS - 1)
+    r = one(KEYS, ARGV, 3, #KEYS - 1)
     wrote = counted(r, #KEYS - 1)
   end
   if wrote then
-    rcall('SET', key, cmsgpack.pack(r), 'PX', ARGV[2])
+    rcall('HSET', key, ARGV[3], cmsgpack.pack(r))
+    keep(key, arg(2 * num(ARGV[2])))
   end
   return r
 end

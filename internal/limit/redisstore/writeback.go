@@ -46,8 +46,8 @@ const maxWriteBacks = 4096
 // under the memo of the call it follows (lateCall) has that memo from
 // the start, and until, the last instant (ns) a send of it may begin; 0
 // for others. One whose call went in one script call with others has
-// probe, the key of that batch's memo, until Redis says whether it
-// keeps it, and until.
+// probe, that batch's memo, until Redis says whether it keeps it, and
+// until.
 type pendingWrite struct {
 	at    int64
 	now   time.Time
@@ -56,7 +56,7 @@ type pendingWrite struct {
 	sent  int64
 	call  *lateCall
 	until int64
-	probe string
+	probe memo
 }
 
 // maxWriteBackMemo is the longest Redis keeps the memo of a write-back
@@ -163,17 +163,16 @@ func (r *Store) flushOnce(last bool) {
 			r.wb.dropped.Add(1)
 			continue
 		}
-		if w.probe != "" {
+		if w.probe.key != "" {
 			// One look per batch and flush; none after one failed.
-			kept, ok := probed[w.probe]
+			kept, ok := probed[w.probe.id]
 			if !ok && probeErr == nil {
 				ctx, cancel := context.WithTimeout(context.Background(), r.wait.call)
-				var n int64
-				n, probeErr = r.client.Exists(ctx, w.probe).Result()
+				kept, probeErr = r.client.HExists(ctx, w.probe.key, w.probe.id).Result()
 				cancel()
-				kept, ok = n > 0, probeErr == nil
+				ok = probeErr == nil
 				if ok {
-					probed[w.probe] = kept
+					probed[w.probe.id] = kept
 				}
 			}
 			switch {
@@ -190,7 +189,7 @@ func (r *Store) flushOnce(last bool) {
 			}
 			// The batch did not run, or counted nothing: a write-back of
 			// its own, with a memo of its own.
-			w.probe, w.until = "", 0
+			w.probe, w.until = memo{}, 0
 		}
 		// One counter named twice is counted twice, in one request
 		// (limit.Merge), as the decision counted it.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -110,4 +111,40 @@ func TestEndToEndRedisFull(t *testing.T) {
 	eventually.True(t, 15*time.Second, func() bool {
 		return strings.Contains(g2.logs.String(), "maxmemory-policy can evict")
 	}, "no eviction warning with allkeys-lru:\n%s", g2.logs)
+}
+
+// TestEndToEndRedisCrowded checks the warning at start about a Redis
+// database that holds half the key budget already (docs/fleet.md, "Key
+// budget"): with 40 keys of another program and --redis-max-keys 64 the
+// gateway warns; with the default budget it does not.
+func TestEndToEndRedisCrowded(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, `{"ok":true}`)
+	}))
+	defer up.Close()
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	for i := range 40 {
+		if err := srv.Client().Set(ctx, fmt.Sprintf("session:%d", i), "x", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := []string{"GATEWAY_UPSTREAM=" + up.URL, "GATEWAY_STORE=redis", "GATEWAY_REDIS_URL=" + srv.URL()}
+	const warning = "redis database holds half the key budget or more already"
+	crowded := startGateway(t, env, "--redis-max-keys", "64", "--config", "configs/demo-rules.yaml")
+	eventually.True(t, 15*time.Second, func() bool {
+		return strings.Contains(crowded.logs.String(), warning)
+	}, "no warning with 40 keys and a budget of 64:\n%s", crowded.logs)
+	if !strings.Contains(crowded.logs.String(), `"keys":40,`) {
+		t.Errorf("the warning does not give the node's 40 keys:\n%s", crowded.logs)
+	}
+
+	roomy := startGateway(t, env, "--config", "configs/demo-rules.yaml")
+	eventually.True(t, 15*time.Second, func() bool {
+		return strings.Contains(roomy.logs.String(), "redis ready")
+	}, "the gateway with the default budget is not ready:\n%s", roomy.logs)
+	if strings.Contains(roomy.logs.String(), warning) {
+		t.Errorf("a warning with 40 keys and the default budget:\n%s", roomy.logs)
+	}
 }

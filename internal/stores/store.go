@@ -99,8 +99,11 @@ func (st *stores) start(ctx context.Context, log *slog.Logger) {
 	}
 	err := st.redis.Ready(ctx)
 	if err == nil {
-		log.Info("redis ready: connections open, script loaded")
+		// The checks log first, so that "redis ready" follows what they
+		// found.
 		st.checkEviction(ctx, log)
+		st.checkBudget(ctx, log)
+		log.Info("redis ready: connections open, script loaded")
 		return
 	}
 	log.Warn("redis unreachable at start; serving by --fail-mode until it answers", "err", err, "fail_mode", st.failMode.String())
@@ -115,6 +118,7 @@ func (st *stores) start(ctx context.Context, log *slog.Logger) {
 				if st.redis.Ready(ctx) == nil {
 					log.Info("redis reachable again: connections open, script loaded")
 					st.checkEviction(ctx, log)
+					st.checkBudget(ctx, log)
 					return
 				}
 			}
@@ -323,6 +327,19 @@ func (st *stores) checkEviction(ctx context.Context, log *slog.Logger) {
 	for node, policy := range nodes {
 		log.Warn("redis maxmemory-policy can evict counters, which then restart from zero: set noeviction (a full Redis then fails calls, for --fail-mode to decide)",
 			"node", node, "maxmemory_policy", policy)
+	}
+}
+
+// checkBudget warns about Redis nodes whose database holds half the key
+// budget already (redisstore.Store.CrowdedNodes).
+func (st *stores) checkBudget(ctx context.Context, log *slog.Logger) {
+	nodes, err := st.redis.CrowdedNodes(ctx)
+	if err != nil {
+		log.Warn("cannot read the size of redis's database", "err", err)
+	}
+	for node, keys := range nodes {
+		log.Warn("redis database holds half the key budget or more already: the budget counts every key of the database, and new callers past it share their rule's overflow counter; give the gateway a database of its own or raise --redis-max-keys",
+			"node", node, "keys", keys, "redis_max_keys", st.redis.MaxKeys())
 	}
 }
 

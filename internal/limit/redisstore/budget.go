@@ -1,8 +1,13 @@
 package redisstore
 
 import (
+	"context"
 	_ "embed"
+	"fmt"
 	"strconv"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 )
@@ -63,3 +68,42 @@ func appendField(b []byte, s string) []byte {
 	b = append(b, ' ')
 	return append(b, s...)
 }
+
+// CrowdedNodes returns, by node address, the number of keys of each node
+// whose database holds at least half the key budget already: the budget
+// counts every key of the database, the gateway's and any other
+// program's, so a database shared with other data leaves new callers
+// little room, or none, and sends them to their overflow counter. It is
+// empty when the store has no budget.
+func (r *Store) CrowdedNodes(ctx context.Context) (map[string]int64, error) {
+	out := map[string]int64{}
+	if r.maxKeys <= 0 {
+		return out, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.wait.dial)
+	defer cancel()
+	var mu sync.Mutex
+	check := func(ctx context.Context, c *redis.Client) error {
+		n, err := c.DBSize(ctx).Result()
+		if err != nil {
+			return fmt.Errorf("%s: dbsize: %w", c.Options().Addr, err)
+		}
+		if 2*n >= r.maxKeys {
+			mu.Lock()
+			out[c.Options().Addr] = n
+			mu.Unlock()
+		}
+		return nil
+	}
+	var err error
+	switch c := r.client.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, check)
+	case *redis.Client:
+		err = check(ctx, c)
+	}
+	return out, err
+}
+
+// MaxKeys returns the key budget (Config.MaxKeys); -1 for none.
+func (r *Store) MaxKeys() int64 { return r.maxKeys }

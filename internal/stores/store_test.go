@@ -167,7 +167,7 @@ gateway_redis_fleet_gateways 3
 # HELP gateway_redis_node_circuit_open 1 while the circuit breaker of this Redis node is open: its keys are decided by --fail-mode.
 # TYPE gateway_redis_node_circuit_open gauge
 gateway_redis_node_circuit_open{node="` + srv.Addr + `"} 0
-# HELP gateway_redis_overflow_total Requests of new callers that Redis counted against their rule's overflow counter because --redis-max-keys callers' counters were live.
+# HELP gateway_redis_overflow_total Requests of new callers that Redis counted against their rule's overflow counter because its database held --redis-max-keys keys.
 # TYPE gateway_redis_overflow_total counter
 gateway_redis_overflow_total 1
 # HELP gateway_redis_round_trips_total Round trips to Redis that carried script calls; fewer than gateway_redis_calls_total when calls were batched (--redis-batch).

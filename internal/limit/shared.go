@@ -70,8 +70,3 @@ func CallerTag(caller string) string {
 	}
 	return callerTags[h%CallerBuckets]
 }
-
-// IsCallerTag reports whether tag is one of CallerTag's.
-func IsCallerTag(tag string) bool {
-	return len(tag) == 3 && tag[0] == '~' && tag[1] >= '0' && tag[1] <= '9' && tag[2] >= '0' && tag[2] <= '9'
-}

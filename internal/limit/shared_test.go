@@ -11,7 +11,7 @@ func TestCallerTag(t *testing.T) {
 	seen := map[string]int{}
 	for i := range 64 * 100 {
 		tag := CallerTag(ip(i))
-		if !IsCallerTag(tag) {
+		if len(tag) != 3 || tag[0] != '~' || tag[1] < '0' || tag[1] > '9' || tag[2] < '0' || tag[2] > '9' {
 			t.Fatalf("CallerTag(%s) = %q: not a caller tag", ip(i), tag)
 		}
 		seen[tag]++
@@ -27,10 +27,5 @@ func TestCallerTag(t *testing.T) {
 	// Every gateway must pick the same bucket: the hash is fixed.
 	if got, want := CallerTag("203.0.113.7"), CallerTag("203.0.113.7"); got != want || got != "~"+got[1:] {
 		t.Errorf("CallerTag is not stable: %q, %q", got, want)
-	}
-	for _, tag := range []string{"app-1", "*", "~1", "~abc", "~0a", ""} {
-		if IsCallerTag(tag) {
-			t.Errorf("IsCallerTag(%q) = true, want false", tag)
-		}
 	}
 }

@@ -75,7 +75,7 @@ func TestEndToEndRedis(t *testing.T) {
 // TestEndToEndRedisFull runs a gateway with --fail-mode closed on a Redis
 // at maxmemory with noeviction: Redis refuses the script (OOM), and every
 // request is refused with 503, never admitted, an unknown caller's too
-// (whose new counter the key budget would track); a gateway on a Redis that
+// (whose new counter the key budget has room for); a gateway on a Redis that
 // can evict counters warns at start.
 func TestEndToEndRedisFull(t *testing.T) {
 	t.Parallel()

@@ -192,7 +192,7 @@ func addCounterStoreFlags(f *pflag.FlagSet, cfg *stores.Config) {
 	f.IntVar(&cfg.RedisLeases, "redis-leases", cfg.RedisLeases, "redis store: most keys of fixed_window and sliding_window limits this gateway holds leases for (see docs/fleet.md, Leases); -1 turns leases off")
 	f.StringVar(&cfg.RedisLayout, "redis-layout", cfg.RedisLayout, "redis store: how counters are kept, string (one string each) or hash (as earlier releases kept them: use it while gateways of such a release share this Redis, see docs/fleet.md, Upgrading)")
 	f.IntVar(&cfg.RedisBatch, "redis-batch", cfg.RedisBatch, "redis store: most decisions sent to one Redis node in one round trip while another is in flight; 1 sends each alone")
-	f.IntVar(&cfg.RedisMaxKeys, "redis-max-keys", cfg.RedisMaxKeys, "redis store: most counters of callers (per-IP, header, query and claim keys) Redis keeps for the whole fleet; beyond it new callers share their rule's overflow counter; -1 for no budget")
+	f.IntVar(&cfg.RedisMaxKeys, "redis-max-keys", cfg.RedisMaxKeys, "redis store: a new caller's counter (per-IP, header, query and claim keys) is created only while the Redis database holds fewer than this many keys, counting every key of it (on a Cluster, each master's); beyond it new callers share their rule's overflow counter; -1 for no budget")
 	f.Var(&cfg.FailMode, "fail-mode", "redis store: when Redis fails, local (limit in memory with limit × --local-share), open (admit) or closed (503)")
 	f.Var((*stores.LocalShare)(&cfg.LocalShare), "local-share", "the share of each limit one gateway admits under --fail-mode local: auto (1 / the number of gateways last seen in Redis) or a number in (0, 1]")
 }

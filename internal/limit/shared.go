@@ -59,8 +59,7 @@ var callerTags = func() (t [CallerBuckets]string) {
 // keyed by caller (a client address group): one of CallerBuckets tags,
 // chosen by a hash of caller that every gateway computes alike. The
 // Redis store places keys by their tag, so callers spread over
-// CallerBuckets Redis Cluster slots, each of which keeps the count of its
-// callers' counters for the store's key budget.
+// CallerBuckets Redis Cluster slots, and so over a Cluster's masters.
 func CallerTag(caller string) string {
 	// FNV-1a, 32 bits.
 	h := uint32(2166136261)

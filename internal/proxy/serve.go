@@ -268,9 +268,9 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *ruleset.Sect
 	group := func() string { return h.group(sc) }
 	// The tag keeps a request's keys together in one Redis Cluster slot:
 	// the app's, or, when every limit of the section is per client
-	// address, one of the caller buckets that hold the Redis key budget,
-	// chosen by the caller, so that unknown callers spread over the
-	// cluster and a flood of them is bounded (limit.CallerTag).
+	// address, one of the caller buckets, chosen by the caller, so that
+	// unknown callers spread over the cluster (limit.CallerTag); the Redis
+	// key budget bounds a flood of them.
 	tag := sec.App
 	if sec.IPTag {
 		tag = limit.CallerTag(group())

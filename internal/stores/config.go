@@ -62,9 +62,10 @@ type Config struct {
 	// (redisstore.Config.Layout): "string", or "hash" during a rolling
 	// upgrade from a release that kept hashes. Default "string".
 	RedisLayout string
-	// RedisMaxKeys is the fleet's budget of callers' counters in Redis
-	// (redisstore.Config.MaxKeys); -1 for none. Default
-	// redisstore.DefaultMaxKeys.
+	// RedisMaxKeys is the key budget in Redis (redisstore.Config.MaxKeys):
+	// a new caller's counter is created only while the database holds
+	// fewer than this many keys, counting every key of it; on a Cluster,
+	// each master's. -1 for none. Default redisstore.DefaultMaxKeys.
 	RedisMaxKeys int
 	// FailMode is what the redis store's failures do to a request.
 	// Default failmode.Local.

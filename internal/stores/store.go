@@ -292,7 +292,7 @@ func (st *stores) register(reg prometheus.Registerer) {
 		}, func() float64 { return float64(red.Stats().WriteBacksDropped) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "gateway_redis_overflow_total",
-			Help: "Requests of new callers that Redis counted against their rule's overflow counter because its database held --redis-max-keys keys.",
+			Help: "Requests of new callers that Redis counted against their rule's overflow counter because the Redis database held --redis-max-keys keys (every key of it, the node's on a Cluster).",
 		}, func() float64 { return float64(red.Stats().Overflowed) }),
 		nodeCircuits{red},
 	)

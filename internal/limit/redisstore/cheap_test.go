@@ -489,8 +489,9 @@ func TestRedisCopiedCommands(t *testing.T) {
 }
 
 // TestRedisCopiedBudget checks that a batch's copies of new keys keep to
-// the key budget (again, redis_decide.lua): once its set holds the budget, new
-// keys go to their overflow counter.
+// the key budget (again, redis_decide.lua): each copy counts in the
+// database's size as the batch knows it, and once that reaches the
+// budget, new keys go to their overflow counter.
 func TestRedisCopiedBudget(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -507,8 +508,15 @@ func TestRedisCopiedBudget(t *testing.T) {
 	if got, want := overflowed(t, batch), []int64{0, 0, 0, 1, 1, 1}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("overflowed %v, want %v", got, want)
 	}
-	if got := srv.Client().ZCard(ctx, budgetSet("app")).Val(); got != budget {
-		t.Errorf("the budget's set holds %d, want %d", got, budget)
+	c := srv.Client()
+	for i := range 6 {
+		if n := c.Exists(ctx, redisKey("app", fmt.Sprintf("app|/|n%d", i))).Val(); (n == 1) != (i < budget) {
+			t.Errorf("n%d: counter exists %v, want %v", i, n == 1, i < budget)
+		}
+	}
+	// The counters of the budget and the overflow counter.
+	if got := c.DBSize(ctx).Val(); got != budget+1 {
+		t.Errorf("DBSIZE %d, want %d", got, budget+1)
 	}
 }
 

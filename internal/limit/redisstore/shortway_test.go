@@ -15,8 +15,8 @@ import (
 )
 
 // Tests of a batch's new keys made copies of its first (again,
-// redis_decide.lua) and of the key budget's per-script-call bookkeeping
-// (budget.lua).
+// redis_decide.lua) and of the key budget's per-script-call count of the
+// database's keys (budget.lua).
 
 // shortWayStore returns a store on url that decides on Redis's clock (a
 // batch's calls share one instant) with the function library loaded.
@@ -72,9 +72,9 @@ func overflowed(t *testing.T, batch []*batchCall) []int64 {
 // TestRedisShortWayOverflowCounterNotCopied checks that an overflow
 // counter that was made new in a batch is its template (again); once a
 // later call of the batch counts on it again, a new key must not be made a
-// copy of it. Here the third call is a returning caller (its member is
-// still in the full set, its counter gone), which the budget lets in: its
-// counter must hold its own one request, not the overflow counter's two.
+// copy of it. Here the third call is a new key without an Overflow (an
+// app's), which the full budget does not stop: its counter must hold its
+// own one request, not the overflow counter's two.
 func TestRedisShortWayOverflowCounterNotCopied(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -89,31 +89,30 @@ func TestRedisShortWayOverflowCounterNotCopied(t *testing.T) {
 		t.Fatalf("the first caller: %v %v, want its own counter", kept.v, kept.err)
 	}
 	back := redisKey("app", "app|/|back")
-	c.ZAdd(ctx, budgetSet("app"), redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: back})
 
 	batch := []*batchCall{
 		shortWayCall(t, red, "app|/|a", over, p),
 		shortWayCall(t, red, "app|/|b", over, p),
-		shortWayCall(t, red, "app|/|back", over, p),
+		shortWayCall(t, red, "app|/|back", "", p),
 	}
 	red.runAsOne(ctx, batch)
 	if got, want := overflowed(t, batch), []int64{1, 1, 0}; !slices.Equal(got, want) {
 		t.Fatalf("overflowed %v, want %v", got, want)
 	}
 	if got := batch[2].v[2]; got != 9 {
-		t.Errorf("the returning caller: %d remaining, want 9", got)
+		t.Errorf("the key without Overflow: %d remaining, want 9", got)
 	}
 	if got := counterFields(t, c, redisKey("app", over))["t"]; got != "2" {
 		t.Errorf("the overflow counter counted %q, want 2", got)
 	}
 	if got := counterFields(t, c, back)["t"]; got != "1" {
-		t.Errorf("the returning caller's counter counted %q, want 1 (%v)", got, counterFields(t, c, back))
+		t.Errorf("the key without Overflow counted %q, want 1 (%v)", got, counterFields(t, c, back))
 	}
 }
 
 // TestRedisShortWayOtherDatabase checks that one library serves every
 // database of a server; what a script call learns (the batch's template
-// key, the size of a budget set) must not be used by the next, here in
+// key, the database's size) must not be used by the next, here in
 // another database at the same (fixed) instant.
 func TestRedisShortWayOtherDatabase(t *testing.T) {
 	t.Parallel()
@@ -131,29 +130,26 @@ func TestRedisShortWayOtherDatabase(t *testing.T) {
 	c1 := redis.NewClient(&redis.Options{Addr: srv.Addr, DB: 1})
 	t.Cleanup(func() { c1.Close() })
 	p := &limit.Params{Algorithm: "sliding_window", Limit: 10, Window: time.Minute, Precision: 10}
-	// Database 0: one new caller, the batch's template; its set then
-	// holds 1 of 2.
+	// Database 0: one new caller, the batch's template; the database
+	// then holds 1 key of 2.
 	red0, red1 := stores[0], stores[1]
 	b0 := []*batchCall{shortWayCall(t, red0, "app|/|t", "app|/|overflow", p)}
 	red0.runAsOne(ctx, b0)
 	if got := overflowed(t, b0); !slices.Equal(got, []int64{0}) {
 		t.Fatalf("database 0: overflowed %v", got)
 	}
-	if n := c0.ZCard(ctx, budgetSet("app")).Val(); n != 1 {
-		t.Fatalf("database 0: the set holds %d", n)
+	if n := c0.DBSize(ctx).Val(); n != 1 {
+		t.Fatalf("database 0: DBSIZE %d", n)
 	}
-	// Database 1: a key of the template's name, counted 5 times, and a
-	// full set.
+	// Database 1: a key of the template's name, counted 5 times, and
+	// another: the budget of 2 keys.
 	tmpl := redisKey("app", "app|/|t")
 	setCounterFields(t, c1, tmpl, "_id", "sliding_window/60000000/10", "t", "5")
 	c1.Expire(ctx, tmpl, time.Hour)
-	for i := range 2 {
-		k := redisKey("app", fmt.Sprintf("app|/|alive-%d", i))
-		setCounterFields(t, c1, k, "_id", "x")
-		c1.Expire(ctx, k, time.Hour)
-		c1.ZAdd(ctx, budgetSet("app"), redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: k})
-	}
-	// A call alone (decide) and a batch (many) each read the set afresh.
+	alive := redisKey("app", "app|/|alive")
+	setCounterFields(t, c1, alive, "_id", "x")
+	c1.Expire(ctx, alive, time.Hour)
+	// A call alone (decide) and a batch (many) each read DBSIZE afresh.
 	alone := shortWayCall(t, red1, "app|/|alone", "app|/|overflow", p)
 	var err error
 	if alone.v, err = red1.run(ctx, alone.keys, alone.args); err != nil || alone.v[9] != 1 {
@@ -169,8 +165,14 @@ func TestRedisShortWayOtherDatabase(t *testing.T) {
 	if got := overflowed(t, b1); !slices.Equal(got, []int64{0, 1}) {
 		t.Errorf("database 1: overflowed %v, want [0 1]", got)
 	}
-	if n := c1.ZCard(ctx, budgetSet("app")).Val(); n != 2 {
-		t.Errorf("database 1: the set holds %d, want its budget, 2", n)
+	for _, k := range []string{"app|/|alone", "app|/|m"} {
+		if n := c1.Exists(ctx, redisKey("app", k)).Val(); n != 0 {
+			t.Errorf("database 1: %s has a counter past the budget", k)
+		}
+	}
+	// The two keys, n and the overflow counter.
+	if n := c1.DBSize(ctx).Val(); n != 4 {
+		t.Errorf("database 1: DBSIZE %d, want 4", n)
 	}
 	if got := counterFields(t, c1, redisKey("app", "app|/|n"))["t"]; got != "1" {
 		t.Errorf("database 1: n counted %q, want 1", got)
@@ -210,9 +212,9 @@ func TestRedisShortWayProbedAtALaterInstant(t *testing.T) {
 
 // TestRedisShortWayExistingKeyNoBudget checks that the key budget costs
 // nothing for a counter that exists (budget.lua), also when the batch has
-// a key to copy: here the set is full and
-// the counter is not among its members, which would make the budget prune
-// it.
+// a key to copy: here the database holds more than the budget, which
+// would send a new caller to its overflow counter, and no call of the
+// batch reads DBSIZE.
 func TestRedisShortWayExistingKeyNoBudget(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -226,12 +228,10 @@ func TestRedisShortWayExistingKeyNoBudget(t *testing.T) {
 	if _, err := red.run(ctx, y.keys, y.args); err != nil {
 		t.Fatal(err)
 	}
-	c.ZRem(ctx, budgetSet("app"), y.keys[0])
 	for i := range budget {
 		k := redisKey("app", fmt.Sprintf("app|/|alive-%d", i))
 		setCounterFields(t, c, k, "_id", "x")
 		c.Expire(ctx, k, time.Hour)
-		c.ZAdd(ctx, budgetSet("app"), redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: k})
 	}
 	batch := []*batchCall{
 		shortWayCall(t, red, "app|/|x", "", p), // new, no budget: the key to copy
@@ -243,13 +243,19 @@ func TestRedisShortWayExistingKeyNoBudget(t *testing.T) {
 	if got := overflowed(t, batch); !slices.Equal(got, []int64{0, 0}) || batch[1].v[2] != 8 {
 		t.Errorf("y: %v, want counted on its own counter, 8 remaining", batch[1].v)
 	}
-	// Reading the set's size once per script call (ZCARD) is what any
-	// new key of the batch pays; room and prune for this key are not.
-	for _, cmd := range []string{"zscore", "zrangebyscore", "pttl", "zadd", "zrem"} {
-		if calls[cmd] != 0 || calls["zcard"] > 1 {
-			t.Errorf("the budget's set was looked at for a counter that exists: %v", calls)
-			break
-		}
+	// DBSIZE is read for a new caller (a new key with an Overflow): x
+	// has none, and y's counter exists.
+	if calls["dbsize"] != 0 {
+		t.Errorf("DBSIZE was read for a batch without a new caller: %v", calls)
+	}
+	// Two new callers in one batch: DBSIZE is read once, and both are
+	// past the budget.
+	batch = []*batchCall{shortWayCall(t, red, "app|/|z1", over, p), shortWayCall(t, red, "app|/|z2", over, p)}
+	c.ConfigResetStat(ctx)
+	red.runAsOne(ctx, batch)
+	calls, _ = commandCalls(t, srv)
+	if got := overflowed(t, batch); !slices.Equal(got, []int64{1, 1}) || calls["dbsize"] != 1 {
+		t.Errorf("two new callers past the budget: overflowed %v, DBSIZE read %d times; want [1 1], once", got, calls["dbsize"])
 	}
 }
 

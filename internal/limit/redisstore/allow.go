@@ -20,7 +20,7 @@ import (
 // The requests must share a Tag (Request.Tag); a key named twice is
 // counted twice (limit.AllowMerged). A
 // request with an Overflow key is counted against it when its own key is
-// new and the key budget of its tag is used up (Config.MaxKeys).
+// new and the database holds the key budget (Config.MaxKeys).
 //
 // A request that Redis denies while other gateways may hold leased tokens
 // of its limits waits up to LeaseWait for them to come back (docs/fleet.md,

@@ -97,12 +97,11 @@ type Config struct {
 	// asking Redis. 0 means DefaultDenyCacheSize (65536: 7 MB and the keys); -1
 	// turns the cache off.
 	DenyCacheSize int
-	// MaxKeys is the key budget: the most counters of callers (requests
-	// with an Overflow key) that Redis keeps for the whole fleet. A new
-	// caller's request beyond it is counted against its Overflow key
-	// instead; existing counters are unaffected. Callers tagged by
-	// CallerTag share it, limit.CallerBuckets equal parts rounded up; the
-	// callers of an app's own tag have a budget of MaxKeys of their own.
+	// MaxKeys is the key budget: a new caller's counter (a request with
+	// an Overflow key whose counter does not exist) is created only while
+	// the database holds fewer keys, every key of it counted (DBSIZE; on a
+	// Cluster, the node's); otherwise the request is counted against its
+	// Overflow key. Existing counters are unaffected (budget.go).
 	// 0 means DefaultMaxKeys (1,000,000); -1 none.
 	MaxKeys int
 	// OnCircuitChange, if not nil, is called with true when the circuit

@@ -590,13 +590,15 @@ func TestRedisLeaseOnlyPastOnePerLeaseAhead(t *testing.T) {
 
 // TestRedisUsualCallOverflowCounter checks the usual call of new callers
 // counted on their overflow counter, which is read as a usual call reads
-// a counter (the fields up to the algorithm's): each counts there.
+// a counter (the fields up to the algorithm's): each counts there. Each
+// algorithm has a Redis of its own: the budget of one key counts every
+// key of the database.
 func TestRedisUsualCallOverflowCounter(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
 	for _, c := range algCases(10) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
+			srv := redistest.Start(t)
 			red := newTestRedis(t, Config{URL: srv.URL(), MaxKeys: 1, DenyCacheSize: -1, Timeout: 10 * time.Second})
 			clock := &fixedClock{}
 			clock.us.Store(us0)

@@ -114,9 +114,12 @@ func TestRedisNewKeysAsAnyOther(t *testing.T) {
 		}
 	}
 
-	// New keys sent to a new overflow counter: a budget of one key per
-	// set, taken by a first caller; each call then has an overflow
-	// counter of its own, new, which the reply reports.
+	// New keys sent to a new overflow counter: a budget of one key, in
+	// an empty database, taken by a first caller; each call then has an
+	// overflow counter of its own, new, which the reply reports.
+	if err := cl.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
 	budgeted := newTestRedis(t, Config{URL: srv.URL(), DenyCacheSize: -1, Timeout: 10 * time.Second, MaxKeys: 1})
 	budgeted.fixedNow = clock.us.Load
 	red = budgeted

@@ -95,14 +95,7 @@ func (r *Store) CrowdedNodes(ctx context.Context) (map[string]int64, error) {
 		}
 		return nil
 	}
-	var err error
-	switch c := r.client.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, check)
-	case *redis.Client:
-		err = check(ctx, c)
-	}
-	return out, err
+	return out, r.eachNode(ctx, check)
 }
 
 // MaxKeys returns the key budget (Config.MaxKeys); -1 for none.

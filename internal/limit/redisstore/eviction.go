@@ -38,12 +38,18 @@ func (r *Store) EvictionPolicy(ctx context.Context) (map[string]string, error) {
 		}
 		return nil
 	}
-	var err error
+	return out, r.eachNode(ctx, check)
+}
+
+// eachNode calls check with a client of each node that holds counters:
+// the server, the Sentinel's master, or each master of a Cluster, at
+// once.
+func (r *Store) eachNode(ctx context.Context, check func(context.Context, *redis.Client) error) error {
 	switch c := r.client.(type) {
 	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, check)
+		return c.ForEachMaster(ctx, check)
 	case *redis.Client:
-		err = check(ctx, c)
+		return check(ctx, c)
 	}
-	return out, err
+	return nil
 }

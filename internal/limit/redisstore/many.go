@@ -9,12 +9,31 @@ import (
 )
 
 // manyMark is the first argument of a script call that carries several
-// calls (redis_entry.lua, many), and sameMark that of one whose calls all have
-// as many keys and as many arguments as each other.
+// calls (redis_entry.lua, many), sameMark that of one whose calls all have
+// as many keys and as many arguments as each other, and sharedMark that of
+// one whose calls have the same arguments too, which it carries once:
+// the calls of one rule, whose keys differ (a new caller each, on the
+// cold path), cost Redis no arguments of their own.
 const (
-	manyMark = "*"
-	sameMark = "="
+	manyMark   = "*"
+	sameMark   = "="
+	sharedMark = "&"
 )
+
+// sameArgs reports whether the calls of batch have the same arguments,
+// strings all (scriptArgs).
+func sameArgs(batch []*batchCall) bool {
+	first := batch[0].args
+	for _, c := range batch[1:] {
+		for j, a := range c.args {
+			s, ok := a.(string)
+			if t, ok2 := first[j].(string); !ok || !ok2 || s != t {
+				return false
+			}
+		}
+	}
+	return true
+}
 
 // asOne reports whether batch goes to Redis as one script call that
 // carries all its calls (docs/fleet.md, "Batching"): on one Redis, not a
@@ -59,9 +78,13 @@ func (r *Store) runAsOne(ctx context.Context, batch []*batchCall) {
 	if m.key != "" {
 		args = append(args, m.mark(), strconv.FormatInt(m.life, 10), m.id)
 	}
-	if same {
+	shared := same && sameArgs(batch)
+	switch {
+	case shared:
+		args = append(args, sharedMark, len(batch), len(batch[0].keys), len(batch[0].args))
+	case same:
 		args = append(args, sameMark, len(batch), len(batch[0].keys), len(batch[0].args))
-	} else {
+	default:
 		args = append(args, manyMark, len(batch))
 	}
 	for _, c := range batch {
@@ -70,8 +93,12 @@ func (r *Store) runAsOne(ctx context.Context, batch []*batchCall) {
 			args = append(args, len(c.keys), len(c.args))
 		}
 	}
-	for _, c := range batch {
-		args = append(args, c.args...)
+	if shared {
+		args = append(args, batch[0].args...)
+	} else {
+		for _, c := range batch {
+			args = append(args, c.args...)
+		}
 	}
 	if m.key != "" {
 		keys = append(keys, m.key)

@@ -137,3 +137,24 @@ func TestRedisBatchAsOneLostLibrary(t *testing.T) {
 		t.Errorf("count: got %v %v, want 2", got, err)
 	}
 }
+
+// TestRedisSameArgs checks which batches carry their calls' arguments
+// once (sharedMark): calls whose arguments are all the same strings, and
+// no others.
+func TestRedisSameArgs(t *testing.T) {
+	t.Parallel()
+	call := func(args ...any) *batchCall { return &batchCall{args: args} }
+	for _, tc := range []struct {
+		batch []*batchCall
+		want  bool
+	}{
+		{[]*batchCall{call("", "s", ""), call("", "s", "")}, true},
+		{[]*batchCall{call("", "s", ""), call("", "s", ""), call("", "s", "1 - 0 0 0 0")}, false},
+		{[]*batchCall{call("", "s", ""), call("", "t", "")}, false},
+		{[]*batchCall{call("", 1), call("", 1)}, false}, // not strings: never assumed equal
+	} {
+		if got := sameArgs(tc.batch); got != tc.want {
+			t.Errorf("sameArgs(%v): got %v, want %v", tc.batch, got, tc.want)
+		}
+	}
+}

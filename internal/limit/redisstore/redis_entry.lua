@@ -76,8 +76,10 @@ end
 -- ARGV[1] is "*", ARGV[2] the number of calls m, then for each call the
 -- number of its keys and of its arguments; or ARGV[1] is "=", ARGV[2] m,
 -- and ARGV[3] and ARGV[4] the number of keys and of arguments of every
--- call. Then come the keys of every call, one call's after the other, in
--- KEYS, and their arguments likewise in ARGV. Each call is decided as
+-- call; or ARGV[1] is "&", as "=" for calls whose arguments are the same
+-- too (those of one rule, whose keys differ), which come once. Then come
+-- the keys of every call, one call's after the other, in KEYS, and their
+-- arguments likewise in ARGV (once for "&"). Each call is decided as
 -- decide decides it alone, one after the other, on one reading of
 -- Redis's clock; the reply holds each call's reply, or its error, in
 -- their order: the reply of a call of one limit as one string of its
@@ -92,7 +94,8 @@ local function many(KEYS, ARGV, b)
   TEMPLATE, batching = {}, true
   local m = num(ARGV[b + 2])
   local out = {}
-  local same = ARGV[b + 1] == '='
+  local shared = ARGV[b + 1] == '&'
+  local same = shared or ARGV[b + 1] == '='
   local k, a, nk, na = 0, b + 2 + 2 * m, nil, nil
   if same then
     a, nk, na = b + 4, num(ARGV[b + 3]), num(ARGV[b + 4])
@@ -123,7 +126,10 @@ local function many(KEYS, ARGV, b)
         arg(r[6]) .. ' ' .. arg(r[7]) .. ' ' .. arg(r[8]) .. ' ' .. arg(r[9]) .. ' ' .. arg(r[10])
     end
     out[c] = r
-    k, a = k + nk, a + na
+    k = k + nk
+    if not shared then
+      a = a + na
+    end
   end
   return out, wrote
 end
@@ -167,7 +173,7 @@ local function once(KEYS, ARGV)
     end
   end
   local r, wrote
-  if ARGV[4] == '*' or ARGV[4] == '=' then
+  if ARGV[4] == '*' or ARGV[4] == '=' or ARGV[4] == '&' then
     r, wrote = many(KEYS, ARGV, 3)
   else
     r = one(KEYS, ARGV, 3, #KEYS - 1)
@@ -181,12 +187,12 @@ local function once(KEYS, ARGV)
 end
 
 -- decide is the script's entry, and entry the library's function
--- (functions.go): many calls when ARGV[1] is "*" or "=", a call kept
+-- (functions.go): many calls when ARGV[1] is "*", "=" or "&", a call kept
 -- once when it is "!" or "!!" (once), else one call.
 local function decide(KEYS, ARGV)
   bind()
   local mark = ARGV[1]
-  if mark == '*' or mark == '=' then
+  if mark == '*' or mark == '=' or mark == '&' then
     return many(KEYS, ARGV, 0)
   elseif mark == '!' or mark == '!!' then
     return once(KEYS, ARGV)

@@ -101,8 +101,7 @@ func (st *stores) start(ctx context.Context, log *slog.Logger) {
 	if err == nil {
 		// The checks log first, so that "redis ready" follows what they
 		// found.
-		st.checkEviction(ctx, log)
-		st.checkBudget(ctx, log)
+		st.checkRedis(ctx, log)
 		log.Info("redis ready: connections open, script loaded")
 		return
 	}
@@ -117,8 +116,7 @@ func (st *stores) start(ctx context.Context, log *slog.Logger) {
 			case <-t.C:
 				if st.redis.Ready(ctx) == nil {
 					log.Info("redis reachable again: connections open, script loaded")
-					st.checkEviction(ctx, log)
-					st.checkBudget(ctx, log)
+					st.checkRedis(ctx, log)
 					return
 				}
 			}
@@ -315,6 +313,14 @@ func (c nodeCircuits) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(nodeCircuitDesc, prometheus.GaugeValue, v, n.Node)
 	}
+}
+
+// checkRedis warns about what in Redis's settings or data works against
+// the limits: eviction (checkEviction) and a crowded database
+// (checkBudget).
+func (st *stores) checkRedis(ctx context.Context, log *slog.Logger) {
+	st.checkEviction(ctx, log)
+	st.checkBudget(ctx, log)
 }
 
 // checkEviction warns about Redis nodes whose maxmemory-policy may evict

@@ -140,7 +140,9 @@ func (c *batchCall) sentAs() (m memo, first int64, together bool) {
 	if c.together.key != "" {
 		return c.together, first, true
 	}
-	return memo{key: c.memo.key, id: c.memo.id, life: c.memo.life}, first, false
+	m = c.memo
+	m.again = false
+	return m, first, false
 }
 
 // result returns what c's caller learns of it, once answered.

@@ -67,7 +67,8 @@ func (r *Store) runAsOne(ctx context.Context, batch []*batchCall) {
 		na += len(c.args)
 		same = same && len(c.keys) == len(batch[0].keys) && len(c.args) == len(batch[0].args)
 		if c.memo.key != "" && c.memo.life > m.life {
-			m = memo{key: c.memo.key, id: c.memo.id, life: c.memo.life}
+			m = c.memo
+			m.again = false
 		}
 	}
 	for _, c := range batch {

@@ -12,6 +12,8 @@
 #   (b) limited:  every request over its limit (app "blocked"), answered 429
 #   (c) cold:     every request with another key (app "mix", by a header
 #                 that bench/cold.lua draws at random from 100,000 values)
+#   (d) cold-bucket: the same with a token bucket (app "mixbucket"); the
+#                 cold path uses the default algorithm, the sliding window
 #
 # Besides the memory store, two gateways run on a Redis (redis-server on the
 # load's core, its CPU time measured apart): gateway-redis with the defaults
@@ -41,8 +43,8 @@
 # Usage: bench/run.sh            (or: make bench)
 #        BASE_REF=main bench/run.sh
 # Tunables (environment): ROUNDS=3 DURATION=10s CONNS=64 PROXY_CPU=0 LOAD_CPU=1 OUT=bench/results BASE_REF=
-#   PATHS="admitted limited cold" (the paths to run, e.g. PATHS=cold; the
-#   ratios to bare need the admitted path)
+#   PATHS="admitted limited cold" (the paths to run, e.g. PATHS=cold; also
+#   cold-bucket; the ratios to bare need the admitted path)
 #   REDIS_TIMEOUT=1s (the Redis contenders' --redis-timeout: on a busy
 #   machine the default 25ms lets calls time out, and a call that times out
 #   is decided in memory under --fail-mode local, which would flatter the
@@ -236,7 +238,10 @@ script_calls() {
 # requests.
 wrk_args() {
 	case $1 in
-	cold) args=(-s bench/cold.lua) ;;
+	cold | cold-bucket)
+		export COLD_APP=${APP[$1]}
+		args=(-s bench/cold.lua)
+		;;
 	*) args=(-H "X-App-Id: ${APP[$1]}") ;;
 	esac
 }
@@ -285,28 +290,30 @@ declare -A RESULTS
 read -ra paths <<<"${PATHS:-admitted limited cold}"
 for path in "${paths[@]}"; do
 	case $path in
-	admitted | limited | cold) ;;
+	admitted | limited | cold | cold-bucket) ;;
 	*)
-		echo "bench/run.sh: unknown path \"$path\" in PATHS (admitted, limited, cold)" >&2
+		echo "bench/run.sh: unknown path \"$path\" in PATHS (admitted, limited, cold, cold-bucket)" >&2
 		exit 2
 		;;
 	esac
 done
 declare -A CONTENDERS=([admitted]="direct nginx haproxy bare gateway gateway-routes gateway-noheaders gateway-redis gateway-redis-exact"
 	[limited]="nginx haproxy gateway gateway-noheaders gateway-redis gateway-redis-exact"
-	[cold]="gateway gateway-redis gateway-redis-exact")
+	[cold]="gateway gateway-redis gateway-redis-exact"
+	[cold-bucket]="gateway gateway-redis gateway-redis-exact")
 if [ -n "$BASE_REF" ]; then
 	for path in "${paths[@]}"; do
 		CONTENDERS[$path]=${CONTENDERS[$path]/gateway /gateway gateway-base }
 	done
 	CONTENDERS[admitted]+=" gateway-redis-base"
 	CONTENDERS[cold]+=" gateway-redis-base"
+	CONTENDERS[cold-bucket]+=" gateway-redis-base"
 fi
 if [ "$TRACES" = 1 ]; then
 	CONTENDERS[admitted]+=" gateway-traces-1pct gateway-traces-all"
 	CONTENDERS[limited]+=" gateway-traces-1pct gateway-traces-all"
 fi
-declare -A APP=([admitted]=bench [limited]=blocked [cold]=mix)
+declare -A APP=([admitted]=bench [limited]=blocked [cold]=mix [cold-bucket]=mixbucket)
 
 for round in $(seq "$ROUNDS"); do
 	for path in "${paths[@]}"; do
@@ -360,12 +367,13 @@ file="$OUT/$stamp.md"
 		admitted) echo "## Admitted: every request under its limit" ;;
 		limited) echo "## Limited: every request over its limit" ;;
 		cold) echo "## Cold keys: every request under its limit, with a key drawn from 100,000" ;;
+		cold-bucket) echo "## Cold keys, token bucket: the same with app \"mixbucket\"" ;;
 		esac
 		echo
 		echo "| contender | requests/s | CPU µs/request | CPU / bare | p50 ms | p99 ms | ratio to nginx | non-2xx |"
 		echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 		nginx_rps=-
-		[ "$path" = cold ] || nginx_rps=$(field "$path" nginx 1)
+		[ -z "${RESULTS[$path/nginx]:-}" ] || nginx_rps=$(field "$path" nginx 1)
 		for c in ${CONTENDERS[$path]}; do
 			rps=$(field "$path" "$c" 1)
 			cpu=-

@@ -1,6 +1,7 @@
 package source
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -61,6 +62,13 @@ type ZK struct {
 	// succeeded: a request that finds no connection until its deadline
 	// fails with it rather than with a bare timeout.
 	dialErr error
+	// tried holds, for each address the client tried, how its last
+	// attempt went (refusedAll); servers is the number of servers in the
+	// URL; refusal is the last attempt refused on a certificate, nil
+	// once one succeeded, which explains a failure before dialErr does.
+	tried   map[string]attempt
+	servers int
+	refusal error
 
 	authMu sync.Mutex
 	// authed reports whether the credentials were added to the
@@ -126,7 +134,8 @@ func NewZK(cfg Config) (*ZK, error) {
 	if a.Username == "" && a.Password != "" {
 		return nil, errors.New("a ZooKeeper password without a user: set GATEWAY_ZK_USERNAME (or --zk-username) too")
 	}
-	z := &ZK{remote: newRemote(cfg, path), acl: zk.WorldACL(zk.PermAll), kick: make(chan struct{}, 1)}
+	z := &ZK{remote: newRemote(cfg, path), acl: zk.WorldACL(zk.PermAll), kick: make(chan struct{}, 1),
+		tried: make(map[string]attempt), servers: len(servers)}
 	if a.Username != "" {
 		z.digest, z.acl = a.Username+":"+a.Password, zk.AuthACL(zk.PermAll)
 	}
@@ -155,9 +164,64 @@ func (z *ZK) dialer(tc *tls.Config) zk.Dialer {
 		c, err := z.dial(network, addr, timeout, tc)
 		z.dialMu.Lock()
 		z.dialErr = err
+		a := attemptOf(err)
+		z.tried[addr] = a
+		switch a {
+		case connected:
+			z.refusal = nil
+		case refused:
+			z.refusal = err
+		}
 		z.dialMu.Unlock()
 		return c, err
 	}
+}
+
+// attempt is how a connection attempt went.
+type attempt uint8
+
+const (
+	connected attempt = iota
+	failed
+	// refused: a TLS handshake that a certificate failed, the server's,
+	// which the client could not verify, or the client's, which the
+	// server refused with an alert. Trying that server again fails the
+	// same way.
+	refused
+)
+
+func attemptOf(err error) attempt {
+	var verify *tls.CertificateVerificationError
+	var op *net.OpError
+	switch {
+	case err == nil:
+		return connected
+	case errors.As(err, &verify), errors.As(err, &op) && op.Op == "remote error":
+		return refused
+	}
+	return failed
+}
+
+// refusedAll reports whether the last attempt at every address the
+// client tried, at least one for each server of the URL, failed, and at
+// least one on a certificate: a request waiting for a connection then
+// fails at once, with why (explain), rather than when its deadline
+// passes. Addresses that are merely down (a refused connection, a
+// timeout) keep it waiting while none refused a certificate.
+func (z *ZK) refusedAll() bool {
+	z.dialMu.Lock()
+	defer z.dialMu.Unlock()
+	if len(z.tried) < z.servers {
+		return false
+	}
+	some := false
+	for _, a := range z.tried {
+		if a == connected {
+			return false
+		}
+		some = some || a == refused
+	}
+	return some
 }
 
 func (z *ZK) dial(network, addr string, timeout time.Duration, tc *tls.Config) (net.Conn, error) {
@@ -185,14 +249,15 @@ func (z *ZK) dial(network, addr string, timeout time.Duration, tc *tls.Config) (
 
 // explain adds to err, a request's failure while the client had no
 // connection (its deadline passed, or zk.ErrNoServer), why the last
-// connection attempt failed: a refused certificate says so rather than
-// timing out. Other errors are returned as they are.
+// connection attempt failed, or the last refused on a certificate if
+// one was: a refused certificate says so rather than timing out. Other
+// errors are returned as they are.
 func (z *ZK) explain(err error) error {
 	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, zk.ErrNoServer) {
 		return err
 	}
 	z.dialMu.Lock()
-	dialErr := z.dialErr
+	dialErr := cmp.Or(z.refusal, z.dialErr)
 	z.dialMu.Unlock()
 	if dialErr == nil {
 		return err
@@ -211,9 +276,10 @@ func (l zkLogger) Printf(format string, args ...any) {
 // do runs f, requests of z's ZooKeeper client, which take no context,
 // until ctx is done. While the client has no connection it fails a
 // request at once, unsent (zk.ErrNoServer): do tries again until ctx is
-// done, and so does it after a connection lost with the request in
-// flight if idempotent. A request that found no connection fails with
-// why (z.explain).
+// done, unless the servers refused a certificate (refusedAll), and so
+// does it after a connection lost with the request in flight if
+// idempotent. A request that found no connection fails with why
+// (z.explain).
 func do[T any](ctx context.Context, z *ZK, idempotent bool, f func() (T, error)) (T, error) {
 	type result struct {
 		v   T
@@ -232,7 +298,7 @@ func do[T any](ctx context.Context, z *ZK, idempotent bool, f func() (T, error))
 		case <-ctx.Done():
 			return r.v, z.explain(ctx.Err())
 		}
-		retry := errors.Is(r.err, zk.ErrNoServer) || idempotent && errors.Is(r.err, zk.ErrConnectionClosed)
+		retry := errors.Is(r.err, zk.ErrNoServer) && !z.refusedAll() || idempotent && errors.Is(r.err, zk.ErrConnectionClosed)
 		if !retry || !sleep(ctx, wait.Next()) {
 			return r.v, z.explain(r.err)
 		}

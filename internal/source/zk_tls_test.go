@@ -93,9 +93,22 @@ func TestZKTLS(t *testing.T) {
 	}
 }
 
+// errWaited is the cause of refusedContext's end.
+var errWaited = errors.New("the test stopped waiting")
+
+// refusedContext returns the context of a request that a server refuses:
+// a client that waits for its own deadline (an hour) rather than failing
+// once refused finds it ended, after a minute, with errWaited.
+func refusedContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeoutCause(context.Background(), time.Minute, errWaited)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // TestZKTLSRefused checks that a server certificate the client cannot
 // verify fails the request with the handshake's reason, naming the
-// server, rather than with a bare timeout.
+// server, rather than with a bare timeout, and as soon as every server
+// refused: not when the request's deadline passes.
 func TestZKTLSRefused(t *testing.T) {
 	srv := zktest.StartTLS(t, zktest.TLS{Cert: tlstest.New(t, 3101)})
 	otherCA := writeFile(t, t.TempDir(), "other-ca.pem", tlstest.New(t, 3102).CertPEM)
@@ -110,9 +123,13 @@ func TestZKTLSRefused(t *testing.T) {
 		{name: "CA with zk://", spec: "zk://" + srv.TLSAddr + "/gateway/rules", auth: source.ZKAuth{CAFile: otherCA}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, _, err := newZKTLS(t, tt.spec, tt.auth, 3*time.Second).Load(context.Background())
+			ctx := refusedContext(t)
+			_, _, err := newZKTLS(t, tt.spec, tt.auth, time.Hour).Load(ctx)
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("Load: got %v, want %q", err, want)
+			}
+			if context.Cause(ctx) == errWaited {
+				t.Errorf("Load waited until the test gave up (%v); want it to fail once the server refused", err)
 			}
 		})
 	}
@@ -120,7 +137,7 @@ func TestZKTLSRefused(t *testing.T) {
 
 // TestZKMutualTLS checks a server that requires a client certificate:
 // the one it trusts is let in, none and an untrusted one are refused in
-// the handshake.
+// the handshake, at once.
 func TestZKMutualTLS(t *testing.T) {
 	client, stranger := tlstest.New(t, 3202), tlstest.New(t, 3203)
 	srv := zktest.StartTLS(t, zktest.TLS{Cert: tlstest.New(t, 3201), ClientCA: &client})
@@ -142,16 +159,18 @@ func TestZKMutualTLS(t *testing.T) {
 				auth.CertFile = writeFile(t, dir, tt.name+"-cert.pem", tt.cert.CertPEM)
 				auth.KeyFile = writeFile(t, dir, tt.name+"-key.pem", tt.cert.KeyPEM)
 			}
-			timeout := wait
+			timeout, ctx := wait, context.Background()
 			if tt.err != "" {
-				timeout = 3 * time.Second
+				timeout, ctx = time.Hour, refusedContext(t)
 			}
-			r, _, err := newZKTLS(t, srv.TLSURL("/gateway/rules"), auth, timeout).Load(context.Background())
+			r, _, err := newZKTLS(t, srv.TLSURL("/gateway/rules"), auth, timeout).Load(ctx)
 			switch {
 			case tt.err == "" && (err != nil || r.Apps[0].ID != "a"):
 				t.Errorf("Load: got %v, %v; want the rules of a", r, err)
 			case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
 				t.Errorf("Load: got %v, want %q", err, tt.err)
+			case tt.err != "" && context.Cause(ctx) == errWaited:
+				t.Errorf("Load waited until the test gave up (%v); want it to fail once the server refused", err)
 			}
 		})
 	}

@@ -339,6 +339,16 @@ median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR+1)/2] : (v
 # field PATH CONTENDER N: the median of field N over the rounds.
 field() { printf '%s' "${RESULTS[$1/$2]:-}" | awk -v n="$3" '{ print $n }' | median; }
 ratio() { awk -v a="$1" -v b="$2" -v f="$3" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf f, a / b }'; }
+# paired PATH A B: the median over the rounds of A's requests/s over B's
+# in the same round. A and B run next to each other in every round, so a
+# machine that slows down for a round or two (other jobs, or the host's,
+# which a VM cannot see) moves both, where the ratio of their medians can
+# pair a fast round of one with a slow round of the other.
+paired() {
+	paste -d' ' <(printf '%s' "${RESULTS[$1/$2]:-}" | awk '{ print $1 }') \
+		<(printf '%s' "${RESULTS[$1/$3]:-}" | awk '{ print $1 }') |
+		awk '$2 > 0 { printf "%.4f\n", $1 / $2 }' | median | awk '{ printf "%.3f", $1 }'
+}
 
 mkdir -p "$OUT"
 stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
@@ -391,17 +401,18 @@ file="$OUT/$stamp.md"
 	echo
 	echo "## The Redis store against the memory store"
 	echo
-	echo "| path | contender | requests/s | / gateway (memory) | CPU µs/request | script calls/request | Redis CPU ms / 1,000 requests | store errors/request |"
-	echo "|---|---|---:|---:|---:|---:|---:|---:|"
+	echo "| path | contender | requests/s | / gateway (memory) | paired | CPU µs/request | script calls/request | Redis CPU ms / 1,000 requests | store errors/request |"
+	echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
 	for path in "${paths[@]}"; do
 		mem=$(field "$path" gateway 1)
 		for c in gateway-redis gateway-redis-exact ${BASE_REF:+gateway-redis-base}; do
 			[ -n "${RESULTS[$path/$c]:-}" ] || continue
-			echo "| $path | $c | $(field "$path" "$c" 1) | $(ratio "$(field "$path" "$c" 1)" "$mem" %.3f) | $(field "$path" "$c" 5) | $(field "$path" "$c" 7) | $(field "$path" "$c" 8) | $(field "$path" "$c" 9) |"
+			echo "| $path | $c | $(field "$path" "$c" 1) | $(ratio "$(field "$path" "$c" 1)" "$mem" %.3f) | $(paired "$path" "$c" gateway) | $(field "$path" "$c" 5) | $(field "$path" "$c" 7) | $(field "$path" "$c" 8) | $(field "$path" "$c" 9) |"
 		done
 	done
 	echo
 	echo "gateway-redis = --store redis with its defaults (batching, leases); gateway-redis-exact = --redis-batch 1 --redis-leases -1."
+	echo "/ gateway (memory) divides the medians of requests/s; paired is the median over the rounds of the ratio within each round."
 	[ -z "$BASE_REF" ] || echo "gateway-redis-base = gateway-base with gateway-redis's flags, on the same Redis."
 	echo "redis-server runs on core $LOAD_CPU; its CPU time is measured apart from the proxy's. The Redis contenders run with"
 	echo "--redis-timeout $REDIS_TIMEOUT; a store error is a call decided by --fail-mode (in memory), not by Redis."

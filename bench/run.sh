@@ -429,6 +429,19 @@ file="$OUT/$stamp.md"
 		done
 		echo "CPU per request admitted, gateway-routes (a route to a pool of two targets) / gateway (--upstream): $(ratio "$(field admitted gateway-routes 5)" "$(field admitted gateway 5)" %.3f)."
 	fi
+	echo
+	echo "## Rounds"
+	echo
+	echo "Each run, in the order of the rounds: requests/s, p50 ms, p99 ms, non-2xx, CPU µs/request, other processes' share"
+	echo "of the proxies' core (%), script calls/request, Redis CPU ms / 1,000 requests, store errors/request."
+	echo
+	echo '```'
+	for path in "${paths[@]}"; do
+		for c in ${CONTENDERS[$path]}; do
+			printf '%s' "${RESULTS[$path/$c]}" | awk -v p="$path" -v c="$c" '{ print p, c ":", $0 }'
+		done
+	done
+	echo '```'
 } >"$file"
 cat "$file"
 echo "written to $file" >&2

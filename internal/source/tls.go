@@ -3,7 +3,9 @@ package source
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"net"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
 )
@@ -39,4 +41,29 @@ func clientTLS(store, ca, cert, key string) (*tls.Config, error) {
 		c.Certificates = []tls.Certificate{pair}
 	}
 	return c, nil
+}
+
+// attempt is how a connection attempt went.
+type attempt uint8
+
+const (
+	connected attempt = iota
+	failed
+	// refused: a TLS handshake that a certificate failed, the server's,
+	// which the client could not verify, or the client's, which the
+	// server refused with an alert. Trying that server again fails the
+	// same way.
+	refused
+)
+
+func attemptOf(err error) attempt {
+	var verify *tls.CertificateVerificationError
+	var op *net.OpError
+	switch {
+	case err == nil:
+		return connected
+	case errors.As(err, &verify), errors.As(err, &op) && op.Op == "remote error":
+		return refused
+	}
+	return failed
 }

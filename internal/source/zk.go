@@ -177,31 +177,6 @@ func (z *ZK) dialer(tc *tls.Config) zk.Dialer {
 	}
 }
 
-// attempt is how a connection attempt went.
-type attempt uint8
-
-const (
-	connected attempt = iota
-	failed
-	// refused: a TLS handshake that a certificate failed, the server's,
-	// which the client could not verify, or the client's, which the
-	// server refused with an alert. Trying that server again fails the
-	// same way.
-	refused
-)
-
-func attemptOf(err error) attempt {
-	var verify *tls.CertificateVerificationError
-	var op *net.OpError
-	switch {
-	case err == nil:
-		return connected
-	case errors.As(err, &verify), errors.As(err, &op) && op.Op == "remote error":
-		return refused
-	}
-	return failed
-}
-
 // refusedAll reports whether the last attempt at every address the
 // client tried, at least one for each server of the URL, failed, and at
 // least one on a certificate: a request waiting for a connection then

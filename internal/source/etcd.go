@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -33,7 +34,8 @@ type EtcdAuth struct {
 type Etcd struct {
 	*remote
 	client    *clientv3.Client
-	endpoints []string // host:port
+	endpoints []string    // host:port
+	tls       *tls.Config // nil without TLS
 }
 
 var _ Source = (*Etcd)(nil)
@@ -92,37 +94,131 @@ func NewEtcd(cfg Config) (*Etcd, error) {
 	for i, ep := range endpoints {
 		_, hosts[i], _ = strings.Cut(ep, "://")
 	}
-	return &Etcd{remote: newRemote(cfg, key), client: c, endpoints: hosts}, nil
+	return &Etcd{remote: newRemote(cfg, key), client: c, endpoints: hosts, tls: cc.TLS}, nil
 }
 
-// probeTimeout bounds the dial of each endpoint that unreachable makes.
+// probeTimeout bounds each endpoint's probe (probe).
 const probeTimeout = time.Second
 
-// unreachable returns err, and when it says only that etcd did not answer
-// in time (the etcd client retries its endpoints until the deadline and
-// then reports just "context deadline exceeded"), what dialling each
-// endpoint finds: "etcd did not answer at 10.0.0.1:2379 (dial tcp
-// 10.0.0.1:2379: connect: connection refused), 10.0.0.2:2379 (accepts
-// connections, but no etcd answer): context deadline exceeded".
-func (e *Etcd) unreachable(err error) error {
+// refusalAfter is how long a request over TLS waits for etcd before the
+// endpoints are probed for a refused certificate (refusing).
+const refusalAfter = 500 * time.Millisecond
+
+// refusing returns the context of a request to etcd made with ctx: over
+// TLS, when etcd has not answered within refusalAfter and no endpoint
+// then lets a client in, one at least refusing a certificate, it ends at
+// once, with that refusal as its cause (unreachable returns it), rather
+// than when its deadline passes: the etcd client would try the
+// endpoints again until then, and fail the same way. Endpoints that are
+// merely down leave the request waiting.
+func (e *Etcd) refusing(ctx context.Context) (context.Context, context.CancelFunc) {
+	if e.tls == nil {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	t := time.AfterFunc(refusalAfter, func() {
+		if err := e.refused(); err != nil {
+			cancel(err)
+		}
+	})
+	return ctx, func() {
+		t.Stop()
+		cancel(nil)
+	}
+}
+
+// refusalError is a request ended because every endpoint refused a
+// connection, one at least on a certificate.
+type refusalError struct{ found []string }
+
+func (r *refusalError) Error() string {
+	return "etcd refused the connection at " + strings.Join(r.found, ", ")
+}
+
+// refused probes the endpoints and returns a refusalError when none let
+// a client in and one at least refused a certificate, else nil.
+func (e *Etcd) refused() error {
+	found, tries := e.probeAll()
+	some := false
+	for _, a := range tries {
+		if a == connected {
+			return nil
+		}
+		some = some || a == refused
+	}
+	if !some {
+		return nil
+	}
+	return &refusalError{found: found}
+}
+
+// unreachable returns err, the failure of a request made with ctx
+// (refusing): the refusal that ended it, if one did; and when err says
+// only that etcd did not answer in time (the etcd client retries its
+// endpoints until the deadline and then reports just "context deadline
+// exceeded"), what probing each endpoint finds: "etcd did not answer at
+// 10.0.0.1:2379 (dial tcp 10.0.0.1:2379: connect: connection refused),
+// 10.0.0.2:2379 (accepts connections, but no etcd answer): context
+// deadline exceeded".
+func (e *Etcd) unreachable(ctx context.Context, err error) error {
+	var refusal *refusalError
+	if errors.As(context.Cause(ctx), &refusal) {
+		return refusal
+	}
 	if !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	found := make([]string, len(e.endpoints))
+	found, _ := e.probeAll()
+	return fmt.Errorf("etcd did not answer at %s: %w", strings.Join(found, ", "), err)
+}
+
+// probeAll probes every endpoint at once (probe): it returns what each
+// found, "host:port (why)", and how each attempt went.
+func (e *Etcd) probeAll() ([]string, []attempt) {
+	found, tries := make([]string, len(e.endpoints)), make([]attempt, len(e.endpoints))
 	var wg sync.WaitGroup
 	for i, ep := range e.endpoints {
 		wg.Go(func() {
-			c, derr := net.DialTimeout("tcp", ep, probeTimeout)
-			if derr != nil {
-				found[i] = fmt.Sprintf("%s (%v)", ep, derr)
+			err := e.probe(ep)
+			tries[i] = attemptOf(err)
+			if err != nil {
+				found[i] = fmt.Sprintf("%s (%v)", ep, err)
 				return
 			}
-			c.Close()
 			found[i] = ep + " (accepts connections, but no etcd answer: is it etcd, and TLS as the URL says?)"
 		})
 	}
 	wg.Wait()
-	return fmt.Errorf("etcd did not answer at %s: %w", strings.Join(found, ", "), err)
+	return found, tries
+}
+
+// probe connects to the endpoint ep as the client does, within
+// probeTimeout, and returns nil when it lets a client in, else why not:
+// TCP, then, over TLS, a handshake that verifies its certificate under
+// its host, and a first read, which brings the server's refusal of the
+// client's certificate under TLS 1.3 (its side of the handshake ends
+// after the client's), or else the HTTP/2 server's first frame.
+func (e *Etcd) probe(ep string) error {
+	c, err := net.DialTimeout("tcp", ep, probeTimeout)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if e.tls == nil {
+		return nil
+	}
+	host, _, _ := net.SplitHostPort(ep)
+	tc := e.tls.Clone()
+	tc.ServerName, tc.NextProtos = host, []string{"h2"}
+	tlsConn := tls.Client(c, tc)
+	tlsConn.SetDeadline(time.Now().Add(probeTimeout))
+	if err := tlsConn.Handshake(); err != nil {
+		return fmt.Errorf("TLS handshake: %w", err)
+	}
+	if _, err := tlsConn.Read(make([]byte, 1)); attemptOf(err) == refused {
+		return fmt.Errorf("TLS handshake: %w", err)
+	}
+	return nil
 }
 
 // Client returns the etcd client, for `gateway rules`.
@@ -149,9 +245,11 @@ func (e *Etcd) Load(ctx context.Context) (*config.Rules, string, error) {
 
 // get reads the key's value and mod revision.
 func (e *Etcd) get(ctx context.Context) (Value, error) {
+	ctx, done := e.refusing(ctx)
+	defer done()
 	resp, err := e.client.Get(ctx, e.key)
 	if err != nil {
-		return Value{}, e.unreachable(err)
+		return Value{}, e.unreachable(ctx, err)
 	}
 	if len(resp.Kvs) == 0 {
 		return Value{Version: NoVersion}, nil
@@ -197,9 +295,11 @@ func (e *Etcd) Watch(ctx context.Context, onChange func()) error {
 
 // stamp returns the key's mod revision, 0 if it does not exist.
 func (e *Etcd) stamp(ctx context.Context) (int64, error) {
+	ctx, done := e.refusing(ctx)
+	defer done()
 	resp, err := e.client.Get(ctx, e.key, clientv3.WithKeysOnly())
 	if err != nil {
-		return 0, e.unreachable(err)
+		return 0, e.unreachable(ctx, err)
 	}
 	if len(resp.Kvs) == 0 {
 		return 0, nil

@@ -44,10 +44,12 @@ func (e *Etcd) Get(ctx context.Context) (Value, error) {
 func (e *Etcd) Put(ctx context.Context, data []byte, prev Value, keep int) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
+	ctx, done := e.refusing(ctx)
+	defer done()
 	hist, err := e.client.Get(ctx, e.HistoryPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
-		return 0, fmt.Errorf("reading the history of %s: %w", e.name, e.unreachable(err))
+		return 0, fmt.Errorf("reading the history of %s: %w", e.name, e.unreachable(ctx, err))
 	}
 	ops := []clientv3.Op{clientv3.OpPut(e.key, string(data))}
 	// The history's keys sort as their versions: the surplus is the
@@ -81,7 +83,7 @@ func (e *Etcd) Put(ctx context.Context, data []byte, prev Value, keep int) (int6
 		Commit()
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			return 0, fmt.Errorf("writing %s: %w: the write may or may not have been made; look with gateway rules get", e.name, e.unreachable(err))
+			return 0, fmt.Errorf("writing %s: %w: the write may or may not have been made; look with gateway rules get", e.name, e.unreachable(ctx, err))
 		}
 		return 0, fmt.Errorf("writing %s: %w", e.name, err)
 	}
@@ -100,10 +102,12 @@ func (e *Etcd) Put(ctx context.Context, data []byte, prev Value, keep int) (int6
 func (e *Etcd) History(ctx context.Context) ([]Value, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
+	ctx, done := e.refusing(ctx)
+	defer done()
 	resp, err := e.client.Get(ctx, e.HistoryPrefix(), clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend))
 	if err != nil {
-		return nil, fmt.Errorf("reading the history of %s: %w", e.name, e.unreachable(err))
+		return nil, fmt.Errorf("reading the history of %s: %w", e.name, e.unreachable(ctx, err))
 	}
 	var out []Value
 	for _, kv := range resp.Kvs {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -139,14 +140,7 @@ func (r *refusalError) Error() string {
 // a client in and one at least refused a certificate, else nil.
 func (e *Etcd) refused() error {
 	found, tries := e.probeAll()
-	some := false
-	for _, a := range tries {
-		if a == connected {
-			return nil
-		}
-		some = some || a == refused
-	}
-	if !some {
+	if !noneLetIn(slices.Values(tries)) {
 		return nil
 	}
 	return &refusalError{found: found}
@@ -207,9 +201,8 @@ func (e *Etcd) probe(ep string) error {
 	if e.tls == nil {
 		return nil
 	}
-	host, _, _ := net.SplitHostPort(ep)
-	tc := e.tls.Clone()
-	tc.ServerName, tc.NextProtos = host, []string{"h2"}
+	tc := serverTLS(e.tls, ep)
+	tc.NextProtos = []string{"h2"}
 	tlsConn := tls.Client(c, tc)
 	tlsConn.SetDeadline(time.Now().Add(probeTimeout))
 	if err := tlsConn.Handshake(); err != nil {

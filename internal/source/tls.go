@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"iter"
 	"net"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
@@ -66,4 +67,28 @@ func attemptOf(err error) attempt {
 		return refused
 	}
 	return failed
+}
+
+// noneLetIn reports whether tries, the last attempt at each address of a
+// store, let no client in and one at least refused a certificate: a
+// request then fails at once rather than wait for a server that will
+// refuse it again. Addresses merely down alone leave it waiting.
+func noneLetIn(tries iter.Seq[attempt]) bool {
+	some := false
+	for a := range tries {
+		if a == connected {
+			return false
+		}
+		some = some || a == refused
+	}
+	return some
+}
+
+// serverTLS returns tc for a connection to addr: its certificate is
+// verified under addr's host, as the stores' clients do.
+func serverTLS(tc *tls.Config, addr string) *tls.Config {
+	host, _, _ := net.SplitHostPort(addr)
+	tc = tc.Clone()
+	tc.ServerName = host
+	return tc
 }

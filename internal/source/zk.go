@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -186,17 +187,7 @@ func (z *ZK) dialer(tc *tls.Config) zk.Dialer {
 func (z *ZK) refusedAll() bool {
 	z.dialMu.Lock()
 	defer z.dialMu.Unlock()
-	if len(z.tried) < z.servers {
-		return false
-	}
-	some := false
-	for _, a := range z.tried {
-		if a == connected {
-			return false
-		}
-		some = some || a == refused
-	}
-	return some
+	return len(z.tried) >= z.servers && noneLetIn(maps.Values(z.tried))
 }
 
 func (z *ZK) dial(network, addr string, timeout time.Duration, tc *tls.Config) (net.Conn, error) {
@@ -211,10 +202,7 @@ func (z *ZK) dial(network, addr string, timeout time.Duration, tc *tls.Config) (
 	// one-second connect timeout: a JVM's first handshakes are slow.
 	ctx, cancel := context.WithTimeout(context.Background(), z.timeout)
 	defer cancel()
-	host, _, _ := net.SplitHostPort(addr)
-	tc = tc.Clone()
-	tc.ServerName = host
-	tlsConn := tls.Client(c, tc)
+	tlsConn := tls.Client(c, serverTLS(tc, addr))
 	if err := tlsConn.HandshakeContext(ctx); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("zk: TLS handshake with %s: %w", addr, err)

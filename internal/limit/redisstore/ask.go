@@ -140,11 +140,7 @@ func (r *Store) scriptArgs(now time.Time, reqs []limit.Request, tag string, ask 
 		if rate != 0 {
 			have = ask.have[i]
 		}
-		if r.hashes {
-			args = append(args, scriptSettings(p)+" h")
-		} else {
-			args = append(args, scriptSettings(p))
-		}
+		args = append(args, r.reuse.settings.arg(settingsParts{p: *p, hashes: r.hashes}, settingsArg))
 		if units := q.Units(); units == 1 && mode == '-' && !shadow && rate == 0 && q.Wait <= 0 {
 			args = append(args, "")
 		} else {
@@ -269,8 +265,17 @@ func (r *Store) decideOnce(ctx context.Context, m memo, keys []string, reqs []li
 	if len(v) != 2+resultsPerLimit*n {
 		return scriptAnswer{}, nil, replyShapeError{got: len(v), n: n}
 	}
-	d := scriptAnswer{allowed: v[0] == 1, overflowed: v[len(v)-1],
-		grants: make([]leaseGrant, n), ages: make([]time.Duration, n)}
+	d := scriptAnswer{allowed: v[0] == 1, overflowed: v[len(v)-1]}
+	if n == 1 {
+		// One allocation for both, for a call of one limit.
+		one := new(struct {
+			g [1]leaseGrant
+			a [1]time.Duration
+		})
+		d.grants, d.ages = one.g[:], one.a[:]
+	} else {
+		d.grants, d.ages = make([]leaseGrant, n), make([]time.Duration, n)
+	}
 	for i := range reqs {
 		w := v[1+resultsPerLimit*i:]
 		res[i] = limit.Result{

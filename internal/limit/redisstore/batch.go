@@ -195,8 +195,8 @@ func (q *batcher) do(ctx context.Context, r *Store, keys []string, args []any, m
 // round trip's wait, or the caller went away.
 func (r *Store) await(ctx context.Context, c *batchCall) (callResult, error) {
 	timeout := r.wait.rtt.wait()
-	t := time.NewTimer(timeout)
-	defer t.Stop()
+	t := newTimer(timeout)
+	defer stopTimer(t)
 	for {
 		var err error
 		select {
@@ -241,6 +241,30 @@ func (r *Store) await(ctx context.Context, c *batchCall) (callResult, error) {
 		}
 		return callResult{shared: shared, late: late}, err
 	}
+}
+
+// timers are the stopped timers of calls that were answered, for the
+// next calls' waits: each call waits with a timer, and most are answered
+// before it fires. A stopped timer's channel holds nothing (time.Timer's
+// Stop, since Go 1.23), so a timer taken from here fires only after its
+// Reset.
+var timers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
+
+// newTimer returns a timer that fires after d.
+func newTimer(d time.Duration) *time.Timer {
+	t := timers.Get().(*time.Timer)
+	t.Reset(d)
+	return t
+}
+
+// stopTimer stops t, which newTimer returned, and keeps it for another.
+func stopTimer(t *time.Timer) {
+	t.Stop()
+	timers.Put(t)
 }
 
 // observe tells the wait for decisions (rtt) of a round trip begun at

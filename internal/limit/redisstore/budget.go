@@ -36,16 +36,22 @@ var budgetLua string
 // length. It is the same string on every call of a rule (and tag), which
 // the library parses once.
 func (r *Store) budgetArgs(args []any, reqs []limit.Request, tag string) []any {
-	m := 0
+	m, one := 0, 0
 	if r.maxKeys > 0 {
 		for i := range reqs {
 			if reqs[i].Overflow != "" {
-				m++
+				m, one = m+1, i
 			}
 		}
 	}
-	if m == 0 {
+	switch m {
+	case 0:
 		return append(args, "0")
+	case 1:
+		// One caller's counter, as on the cold path: the calls of its rule
+		// share the argument (reused).
+		b := budgetParts{tag: tag, overflow: reqs[one].Overflow, i: one, maxKeys: r.maxKeys}
+		return append(args, r.reuse.budget.arg(b, budgetOne))
 	}
 	b := make([]byte, 0, 24+m*(48+len(tag)))
 	b = strconv.AppendInt(b, int64(m), 10)
@@ -53,12 +59,36 @@ func (r *Store) budgetArgs(args []any, reqs []limit.Request, tag string) []any {
 	b = strconv.AppendInt(b, r.maxKeys, 10)
 	for i := range reqs {
 		if o := reqs[i].Overflow; o != "" {
-			b = append(b, ' ')
-			b = strconv.AppendInt(b, int64(i+1), 10)
-			b = appendField(b, redisKey(tag, o))
+			b = appendOverflow(b, i, tag, o)
 		}
 	}
 	return append(args, string(b))
+}
+
+// budgetParts are what the key budget's argument of a call with one
+// Overflow key says: the call's tag, the key, its index among the call's
+// requests, and the budget.
+type budgetParts struct {
+	tag, overflow string
+	i             int
+	maxKeys       int64
+}
+
+// budgetOne returns the key budget's argument of a call with one
+// Overflow key (budgetArgs).
+func budgetOne(p budgetParts) string {
+	b := make([]byte, 0, 24+48+len(p.tag))
+	b = append(b, "1 "...)
+	b = strconv.AppendInt(b, p.maxKeys, 10)
+	return string(appendOverflow(b, p.i, p.tag, p.overflow))
+}
+
+// appendOverflow appends " i n over" to b: the index in KEYS of the
+// request i of a call, and the Redis key of its overflow counter o.
+func appendOverflow(b []byte, i int, tag, o string) []byte {
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(i+1), 10)
+	return appendField(b, redisKey(tag, o))
 }
 
 // appendField appends " n s" to b, n the length of s.

@@ -71,9 +71,15 @@ func (c *denyCache) slot(key string) (*denySlot, *sync.Mutex) {
 func (c *denyCache) get(key string, p *limit.Params, cost, now int64) (denySlot, bool) {
 	s, mu := c.slot(key)
 	mu.Lock()
+	if s.key != key {
+		// Most keys have no entry (on the cold path, none does): the
+		// rest of the slot is not read.
+		mu.Unlock()
+		return denySlot{}, false
+	}
 	e := *s
 	mu.Unlock()
-	if e.key != key || e.stop <= now || e.params != *p || (e.denied && cost != e.cost) {
+	if e.stop <= now || e.params != *p || (e.denied && cost != e.cost) {
 		return denySlot{}, false
 	}
 	return e, true

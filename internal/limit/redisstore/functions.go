@@ -122,6 +122,22 @@ func isNoFunction(err error) bool {
 	return redis.HasErrorPrefix(err, "Function not found")
 }
 
+// settingsParts are what a limit's settings argument says: its params,
+// and whether the store keeps counters as hashes.
+type settingsParts struct {
+	p      limit.Params
+	hashes bool
+}
+
+// settingsArg returns the settings argument of s.p (redis.lua), which the
+// calls of a rule share (reused).
+func settingsArg(s settingsParts) string {
+	if s.hashes {
+		return scriptSettings(&s.p) + " h"
+	}
+	return scriptSettings(&s.p)
+}
+
 // scriptSettings returns the settings argument of p (redis.lua):
 // "algorithm/window/precision limit burst warmup lock", durations in µs,
 // and " c" for a calendar unit, whose windows follow in an argument of

@@ -152,6 +152,20 @@ type leaseAsk struct {
 	claim       *leaseClaim
 	// refill marks a call that only asks for the next lease.
 	refill bool
+	// buf holds rates and have of a call of few limits.
+	buf [4]int64
+}
+
+// newLeaseAsk returns a leaseAsk for a call of n limits that asks for
+// nothing yet: in one allocation, for a call of up to two.
+func newLeaseAsk(n int) *leaseAsk {
+	ask := &leaseAsk{}
+	if 2*n <= len(ask.buf) {
+		ask.rates, ask.have = ask.buf[:n:n], ask.buf[n:2*n:2*n]
+	} else {
+		ask.rates, ask.have = make([]int64, n), make([]int64, n)
+	}
+	return ask
 }
 
 // fromLeases decides reqs from the leases of keys if it can, and reports
@@ -162,7 +176,7 @@ type leaseAsk struct {
 // the next one in the background.
 func (r *Store) fromLeases(ctx context.Context, now time.Time, keys []string, reqs []limit.Request, res []limit.Result, tag string, start *int64) (bool, *leaseAsk, error) {
 	n := len(reqs)
-	ask := &leaseAsk{rates: make([]int64, n), have: make([]int64, n)}
+	ask := newLeaseAsk(n)
 	ok, claim, err := r.leases.takeWaiting(ctx, keys, reqs, res, start, ask.rates, ask.have)
 	if err != nil {
 		return false, nil, err

@@ -58,15 +58,28 @@ type memo struct {
 // memoKey returns the key of the hash that keeps the memos of tag that
 // live life ms, made at now: "gw:{tag}#done:life:period", the period
 // counted in lives since the Unix epoch. "#" never follows the tag of a
-// counter (redisKey).
+// counter (redisKey). The calls of a tag within one period share the
+// string (reused).
 func memoKey(tag string, life int64, now time.Time) string {
-	b := make([]byte, 0, len(tag)+32)
+	return memoKeys.get(memoParts{tag: tag, life: life, period: now.UnixMilli() / life}, memoParts.key)
+}
+
+// memoParts are what the key of a hash of memos says.
+type memoParts struct {
+	tag          string
+	life, period int64
+}
+
+var memoKeys reused[memoParts]
+
+func (m memoParts) key() string {
+	b := make([]byte, 0, len(m.tag)+32)
 	b = append(b, "gw:{"...)
-	b = append(b, tag...)
+	b = append(b, m.tag...)
 	b = append(b, "}#done:"...)
-	b = strconv.AppendInt(b, life, 10)
+	b = strconv.AppendInt(b, m.life, 10)
 	b = append(b, ':')
-	b = strconv.AppendInt(b, now.UnixMilli()/life, 10)
+	b = strconv.AppendInt(b, m.period, 10)
 	return string(b)
 }
 
@@ -100,7 +113,8 @@ func memoFor(reqs []limit.Request, life time.Duration) memo {
 	if !slices.ContainsFunc(reqs, func(q limit.Request) bool { return q.Act != limit.Read }) {
 		return memo{}
 	}
-	id := strconv.AppendUint([]byte(callPrefix), callSeq.Add(1), 36)
+	var b [40]byte
+	id := strconv.AppendUint(append(b[:0], callPrefix...), callSeq.Add(1), 36)
 	ms := max(life.Milliseconds(), 1)
 	return memo{key: memoKey(redisTag(&reqs[0]), ms, time.Now()), id: string(id), life: ms}
 }

@@ -208,6 +208,7 @@ type Store struct {
 	maxKeys int64
 	// hashes reports that counters are kept as hashes (Config.Layout).
 	hashes bool
+	reuse  reuses     // reuse.go
 	wb     writeBacks // late.go
 	closed atomic.Bool
 	now    func() time.Time

@@ -95,7 +95,7 @@ func NewEtcd(cfg Config) (*Etcd, error) {
 	for i, ep := range endpoints {
 		_, hosts[i], _ = strings.Cut(ep, "://")
 	}
-	return &Etcd{remote: newRemote(cfg, key), client: c, endpoints: hosts, tls: cc.TLS}, nil
+	return &Etcd{remote: newRemote(cfg, "etcd", key), client: c, endpoints: hosts, tls: cc.TLS}, nil
 }
 
 // probeTimeout bounds each endpoint's probe (probe).

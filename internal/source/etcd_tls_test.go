@@ -66,6 +66,9 @@ func TestEtcdTLS(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.err) {
 				t.Errorf("Load: got %v, want %q", err, tt.err)
 			}
+			if err != nil && (!strings.Contains(err.Error(), "check --etcd-ca") || strings.Contains(err.Error(), "--rules-cache")) {
+				t.Errorf("Load: got %v, want the hint to check --etcd-ca, not to pass --rules-cache", err)
+			}
 			if context.Cause(ctx) == errWaited {
 				t.Errorf("Load waited until the test gave up (%v); want it to fail once the server refused", err)
 			}
@@ -87,6 +90,11 @@ func TestEtcdTLS(t *testing.T) {
 		want := "etcd did not answer at 127.0.0.1:1 (dial tcp 127.0.0.1:1: connect: connection refused)"
 		if err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Load: got %v, want %q after the deadline", err, want)
+		}
+		// A store that is down may come back: the first load's error
+		// points to the rules cache.
+		if err != nil && !strings.Contains(err.Error(), "pass --rules-cache FILE") {
+			t.Errorf("Load: got %v, want the hint to pass --rules-cache", err)
 		}
 	})
 }

@@ -36,6 +36,7 @@ const (
 // mzxid).
 type remote struct {
 	name      string // the URL, for messages
+	flags     string // the prefix of the store's flags: "etcd", "zk"
 	key       string
 	maxBytes  int64
 	cacheFile string
@@ -55,9 +56,9 @@ type remote struct {
 	cached int64
 }
 
-func newRemote(cfg Config, key string) *remote {
+func newRemote(cfg Config, flags, key string) *remote {
 	return &remote{
-		name: cfg.Spec, key: key, maxBytes: cfg.MaxBytes, cacheFile: cfg.CacheFile,
+		name: cfg.Spec, flags: flags, key: key, maxBytes: cfg.MaxBytes, cacheFile: cfg.CacheFile,
 		timeout: cmpOr(cfg.Timeout, DefaultTimeout), probe: cmpOr(cfg.ProbeInterval, DefaultProbeInterval),
 		log: cfg.Logger.With("source", cfg.Spec), status: Status{Source: cfg.Spec, Since: time.Now()},
 	}
@@ -113,7 +114,13 @@ func (r *remote) load(ctx context.Context, get func(context.Context) (Value, int
 			return r.loadCache(err)
 		}
 		hint := ""
-		if first {
+		switch {
+		case !first:
+		case refusedCertificate(err):
+			// The store is up and refuses this client: no cache helps
+			// for long, the certificates are to be mended.
+			hint = fmt.Sprintf("; check --%[1]s-ca (what signed the store's certificate), and --%[1]s-cert and --%[1]s-key (this gateway's, if the store asks for one)", r.flags)
+		default:
 			hint = "; pass --rules-cache FILE to start from the last rules read when the store is down"
 		}
 		return nil, "", fmt.Errorf("reading rules from %s: %w%s", r.name, err, hint)

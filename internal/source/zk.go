@@ -135,7 +135,7 @@ func NewZK(cfg Config) (*ZK, error) {
 	if a.Username == "" && a.Password != "" {
 		return nil, errors.New("a ZooKeeper password without a user: set GATEWAY_ZK_USERNAME (or --zk-username) too")
 	}
-	z := &ZK{remote: newRemote(cfg, path), acl: zk.WorldACL(zk.PermAll), kick: make(chan struct{}, 1),
+	z := &ZK{remote: newRemote(cfg, "zk", path), acl: zk.WorldACL(zk.PermAll), kick: make(chan struct{}, 1),
 		tried: make(map[string]attempt), servers: len(servers)}
 	if a.Username != "" {
 		z.digest, z.acl = a.Username+":"+a.Password, zk.AuthACL(zk.PermAll)

@@ -128,6 +128,10 @@ func TestZKTLSRefused(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("Load: got %v, want %q", err, want)
 			}
+			// A refusal asks for the certificates, not a rules cache.
+			if err != nil && (!strings.Contains(err.Error(), "check --zk-ca") || strings.Contains(err.Error(), "--rules-cache")) {
+				t.Errorf("Load: got %v, want the hint to check --zk-ca, not to pass --rules-cache", err)
+			}
 			if context.Cause(ctx) == errWaited {
 				t.Errorf("Load waited until the test gave up (%v); want it to fail once the server refused", err)
 			}

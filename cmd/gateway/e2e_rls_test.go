@@ -24,6 +24,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ratelimit-gateway/gateway/internal/eventually"
+	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 	"github.com/ratelimit-gateway/gateway/internal/tlstest"
 )
@@ -50,7 +51,7 @@ func startRLS(t *testing.T, env []string, roots *x509.CertPool, args ...string) 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	g := &rlsRunning{running: &running{cmd: cmd, done: make(chan error, 1), logs: &logBuffer{}}}
+	g := &rlsRunning{running: &running{cmd: cmd, done: make(chan error, 1), logs: &gwtest.Log{}}}
 	ready := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(stderr)

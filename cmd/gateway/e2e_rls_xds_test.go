@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
+	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 	"github.com/ratelimit-gateway/gateway/internal/tlstest"
 	"github.com/ratelimit-gateway/gateway/internal/xdstest"
@@ -230,7 +231,7 @@ func TestRLSEnvoyGatewayXDS(t *testing.T) {
 // startLogged starts cmd, a `gateway rls` logging in text, and returns
 // the addresses of its "gateway rls listening" log line by name (grpc,
 // admin, debug, metrics) and its log so far.
-func startLogged(t *testing.T, cmd *exec.Cmd) (map[string]string, *logBuffer) {
+func startLogged(t *testing.T, cmd *exec.Cmd) (map[string]string, *gwtest.Log) {
 	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -239,7 +240,7 @@ func startLogged(t *testing.T, cmd *exec.Cmd) (map[string]string, *logBuffer) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	logs := &logBuffer{}
+	logs := &gwtest.Log{}
 	done := make(chan error, 1)
 	ready := make(chan map[string]string, 1)
 	go func() {

@@ -13,13 +13,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/eventually"
+	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 )
 
 // binary is the gateway built once for the end-to-end tests.
@@ -78,25 +78,7 @@ type running struct {
 	proxy string // http://host:port
 	admin string
 	done  chan error
-	logs  *logBuffer
-}
-
-// logBuffer collects a process's log lines for failure messages.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) WriteString(s string) {
-	l.mu.Lock()
-	l.b.WriteString(s)
-	l.mu.Unlock()
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	logs  *gwtest.Log
 }
 
 // startGateway runs `gateway serve` with args and env and waits until it
@@ -112,7 +94,7 @@ func startGateway(t *testing.T, env []string, args ...string) *running {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	g := &running{cmd: cmd, done: make(chan error, 1), logs: &logBuffer{}}
+	g := &running{cmd: cmd, done: make(chan error, 1), logs: &gwtest.Log{}}
 	ready := make(chan struct{})
 	lines := make(chan string, 100)
 	go func() {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/etcdtest"
 	"github.com/ratelimit-gateway/gateway/internal/eventually"
+	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
 	"github.com/ratelimit-gateway/gateway/internal/zktest"
 )
@@ -391,7 +392,7 @@ func startServing(t *testing.T, root, where, line string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	logs := &logBuffer{}
+	logs := &gwtest.Log{}
 	ready, done := make(chan string, 1), make(chan error, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)

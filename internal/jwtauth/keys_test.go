@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/eventually"
+	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth"
 	"github.com/ratelimit-gateway/gateway/internal/jwtauth/jwttest"
 )
@@ -177,7 +178,7 @@ func TestKeysURLRun(t *testing.T) {
 	defer srv.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	logs := &lockedBuffer{}
+	logs := &gwtest.Log{}
 	keys, err := jwtauth.NewKeys(ctx, jwtauth.KeysConfig{Source: srv.URL, Refresh: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -198,24 +199,6 @@ func TestKeysURLRun(t *testing.T) {
 		t.Errorf("while the endpoint fails: got %v, want the last good set in force", err)
 	}
 	stop()
-}
-
-// lockedBuffer is a log destination safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func TestKeysFile(t *testing.T) {
@@ -318,7 +301,7 @@ func TestKeysSkipUnverifiedAlgorithms(t *testing.T) {
 	js.set(http.StatusOK, doc(a, ps, rs384))
 	srv := httptest.NewServer(js)
 	defer srv.Close()
-	logs := &lockedBuffer{}
+	logs := &gwtest.Log{}
 	ctx := context.Background()
 	keys, err := jwtauth.NewKeys(ctx, jwtauth.KeysConfig{Source: srv.URL, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
@@ -495,7 +478,7 @@ func TestKeysSkipWeakRSA(t *testing.T) {
 	if err := os.WriteFile(file, doc, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedBuffer{}
+	logs := &gwtest.Log{}
 	keys, err := jwtauth.NewKeys(context.Background(), jwtauth.KeysConfig{Source: file, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatalf("NewKeys of a 2048-bit key beside a 1024-bit one: %v", err)

@@ -2,17 +2,16 @@ package rls
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -83,25 +82,11 @@ func TestTop(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer that the server's goroutines write and
-// the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) lines(t *testing.T) []map[string]any {
+// logLines returns the JSON lines of l.
+func logLines(t *testing.T, l *gwtest.Log) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(l.b.Bytes()))
+	sc := bufio.NewScanner(strings.NewReader(l.String()))
 	for sc.Scan() {
 		var m map[string]any
 		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
@@ -118,7 +103,7 @@ func (l *lockedBuffer) lines(t *testing.T) []map[string]any {
 func TestAccessLog(t *testing.T) {
 	t.Parallel()
 	for _, raw := range []bool{false, true} {
-		var buf lockedBuffer
+		var buf gwtest.Log
 		al := observe.NewAccessLog(&buf, nil)
 		al.SetRawKeys(raw)
 		h := newHarness(t, Config{Observers: []Observer{NewAccessLog(al)}})
@@ -140,7 +125,7 @@ func TestAccessLog(t *testing.T) {
 			t.Fatalf("a 512 KiB value: got %v, want InvalidArgument", err)
 		}
 
-		lines := buf.lines(t)
+		lines := logLines(t, &buf)
 		if len(lines) != 4 {
 			t.Fatalf("raw %v: got %d lines, want 4 (one per call):\n%v", raw, len(lines), lines)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ratelimit-gateway/gateway/internal/etcdtest"
 	"github.com/ratelimit-gateway/gateway/internal/eventually"
+	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/rulesctl"
 	"github.com/ratelimit-gateway/gateway/internal/server"
 	"github.com/ratelimit-gateway/gateway/internal/source"
@@ -138,11 +139,11 @@ func startGateway(t *testing.T, b *backend) *gateway {
 	cfg.DemoUpstream = true
 	cfg.SourceProbeInterval = 200 * time.Millisecond
 	// The gateway's log, printed if the test fails.
-	log := &syncBuffer{}
+	log := &gwtest.Log{}
 	cfg.Logger = slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("the gateway's log:\n%s", log.tail(64<<10))
+			t.Logf("the gateway's log:\n%s", log.Tail(64<<10))
 		}
 	})
 	s, err := server.New(cfg)
@@ -154,26 +155,6 @@ func startGateway(t *testing.T, b *backend) *gateway {
 	go func() { s.Serve(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return &gateway{proxy: "http://" + s.Addr().String(), admin: "http://" + s.AdminAddr().String()}
-}
-
-// syncBuffer is a log that handlers of several goroutines write to.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	return len(p), nil
-}
-
-// tail returns the last n bytes written at most.
-func (b *syncBuffer) tail(n int) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf[max(len(b.buf)-n, 0):])
 }
 
 // rulesView is the part of GET /rules the tests read.

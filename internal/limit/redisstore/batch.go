@@ -246,8 +246,9 @@ func (r *Store) await(ctx context.Context, c *batchCall) (callResult, error) {
 // timers are the stopped timers of calls that were answered, for the
 // next calls' waits: each call waits with a timer, and most are answered
 // before it fires. A stopped timer's channel holds nothing (time.Timer's
-// Stop, since Go 1.23), so a timer taken from here fires only after its
-// Reset.
+// Stop, since Go 1.23; stopTimer drains it too, for a process run with
+// GODEBUG=asynctimerchan=1), so a timer taken from here fires only after
+// its Reset.
 var timers = sync.Pool{New: func() any {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
@@ -264,6 +265,10 @@ func newTimer(d time.Duration) *time.Timer {
 // stopTimer stops t, which newTimer returned, and keeps it for another.
 func stopTimer(t *time.Timer) {
 	t.Stop()
+	select {
+	case <-t.C:
+	default:
+	}
 	timers.Put(t)
 }
 

@@ -41,19 +41,19 @@ const reusedSlots = 64
 
 var reusedSeed = maphash.MakeSeed()
 
-// get returns the string of k: the one stored for it, or make(k), which
+// get returns the string of k: the one stored for it, or build(k), which
 // it stores.
-func (c *reused[K]) get(k K, make func(K) string) string { return c.entry(k, make).v }
+func (c *reused[K]) get(k K, build func(K) string) string { return c.entry(k, build).v }
 
 // arg returns the string of k as get does, as a script argument.
-func (c *reused[K]) arg(k K, make func(K) string) any { return c.entry(k, make).a }
+func (c *reused[K]) arg(k K, build func(K) string) any { return c.entry(k, build).a }
 
-func (c *reused[K]) entry(k K, make func(K) string) *reusedEntry[K] {
+func (c *reused[K]) entry(k K, build func(K) string) *reusedEntry[K] {
 	slot := &c.slots[maphash.Comparable(reusedSeed, k)%reusedSlots]
 	if e := slot.Load(); e != nil && e.k == k {
 		return e
 	}
-	v := make(k)
+	v := build(k)
 	e := &reusedEntry[K]{k: k, v: v, a: v}
 	slot.Store(e)
 	return e

@@ -19,7 +19,8 @@
 //   - What leases did not decide: ask.go (ask: the deny cache,
 //     denycache.go, else Redis; the script's arguments, scriptArgs, with
 //     functions.go's scriptSettings, calendar.go's windows and
-//     budget.go's key budget;
+//     budget.go's key budget, the strings a rule's calls share kept by
+//     reuse.go;
 //     decideOnce, which sends the call and reads the reply into the
 //     Results; settle, what the answer leaves behind).
 //   - Transport: nodes.go (the nodes of a cluster, slot moves, warm-up),

@@ -584,27 +584,3 @@ func micros(d time.Duration) int64 {
 	}
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
-
-// redisTag returns q's tag: Tag, or Key up to its first "|".
-func redisTag(q *limit.Request) string {
-	if q.Tag != "" {
-		return q.Tag
-	}
-	if i := strings.IndexByte(q.Key, '|'); i >= 0 {
-		return q.Key[:i]
-	}
-	return q.Key
-}
-
-// redisKey returns the Redis key of the counter key with tag:
-// "gw:{tag}:rest" when key is tag + "|" + rest (an app's keys:
-// "gw:{app-1}:/v1/user"), else "gw:{tag}|key" (a per-IP key:
-// "gw:{*|203.0.113.7}|*|/|203.0.113.7"). The separator after the tag tells
-// the two forms apart, so distinct keys never share a Redis key. Redis
-// Cluster places the key by the tag between the braces.
-func redisKey(tag, key string) string {
-	if len(key) > len(tag) && key[len(tag)] == '|' && key[:len(tag)] == tag {
-		return "gw:{" + tag + "}:" + key[len(tag)+1:]
-	}
-	return "gw:{" + tag + "}|" + key
-}

@@ -2,12 +2,12 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/observe"
 )
 
@@ -56,8 +56,8 @@ configs:
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			var buf bytes.Buffer
-			al := observe.NewAccessLog(&lockedWriter{w: &buf}, nil)
+			var buf gwtest.Log
+			al := observe.NewAccessLog(&buf, nil)
 			al.SetRawKeys(tc.raw)
 			g := newGW(t, rules, withObserver(al))
 			r := httptest.NewRequest("GET", tc.target, nil)
@@ -66,7 +66,7 @@ configs:
 				r.Header.Set("X-User-Id", tc.user)
 			}
 			g.h.ServeHTTP(httptest.NewRecorder(), r)
-			sc := bufio.NewScanner(&buf)
+			sc := bufio.NewScanner(strings.NewReader(buf.String()))
 			if !sc.Scan() {
 				t.Fatal("no access line")
 			}

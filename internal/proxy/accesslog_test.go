@@ -2,19 +2,20 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/observe"
 )
 
 func TestAccessLog(t *testing.T) {
 	t.Parallel()
-	var buf bytes.Buffer
-	al := observe.NewAccessLog(&lockedWriter{w: &buf}, nil)
+	var buf gwtest.Log
+	al := observe.NewAccessLog(&buf, nil)
 	g := newGW(t, basicRules, func(h *HandlerConfig, _ *UpstreamConfig) {
 		h.Observers = append(h.Observers, al)
 	})
@@ -46,7 +47,7 @@ func TestAccessLog(t *testing.T) {
 		UpstreamDuration *float64 `json:"upstream_duration"`
 	}
 	var lines []line
-	sc := bufio.NewScanner(&buf)
+	sc := bufio.NewScanner(strings.NewReader(buf.String()))
 	for sc.Scan() {
 		var l line
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"encoding/json"
 	"math"
 	"net/http"
@@ -48,7 +47,7 @@ type costGW struct {
 	*gw
 	up      *costUpstream
 	metrics *observe.Metrics
-	log     *bytes.Buffer
+	log     *gwtest.Log
 }
 
 func newCostGW(t *testing.T, rules, store string, srv *redistest.Server) *costGW {
@@ -58,10 +57,10 @@ func newCostGW(t *testing.T, rules, store string, srv *redistest.Server) *costGW
 	t.Cleanup(us.Close)
 	clock := gwtest.NewClock(t0)
 	m := observe.NewMetrics(observe.MetricsConfig{Registry: prometheus.NewRegistry(), Store: store, Version: "test"})
-	logBuf := &bytes.Buffer{}
+	logBuf := &gwtest.Log{}
 	g := newGWWith(t, rules, us.URL, &upstreamRecorder{}, func(h *HandlerConfig, _ *UpstreamConfig) {
 		h.Now = clock.Now
-		h.Observers = append(h.Observers, m, observe.NewAccessLog(&lockedWriter{w: logBuf}, nil))
+		h.Observers = append(h.Observers, m, observe.NewAccessLog(logBuf, nil))
 		if store == "redis" {
 			red, err := redisstore.New(redisstoretest.WithDecisionClock(redisstore.Config{URL: srv.URL(), Timeout: 5 * time.Second,
 				// The deny cache runs on the real clock, not the test's.

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
@@ -28,10 +28,10 @@ func TestStoreErrorsLoggedOnceASecond(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var logs bytes.Buffer
+		var logs gwtest.Log
 		h, err := NewHandler(HandlerConfig{
 			Rules: rs, Store: failingStore{}, Upstream: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}),
-			Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logs}, nil)),
+			Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		})
 		if err != nil {
 			t.Fatal(err)

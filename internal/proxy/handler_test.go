@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -101,7 +100,7 @@ type gw struct {
 	clock *gwtest.Clock
 	up    *upstreamRecorder
 	obs   *observed
-	logs  *bytes.Buffer
+	logs  *gwtest.Log
 }
 
 type gwOption func(*HandlerConfig, *UpstreamConfig)
@@ -128,8 +127,8 @@ func newGWWith(t *testing.T, rules, upstreamURL string, up *upstreamRecorder, op
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &bytes.Buffer{}
-	log := slog.New(slog.NewTextHandler(&lockedWriter{w: logs}, nil))
+	logs := &gwtest.Log{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
 	u, _ := url.Parse(upstreamURL)
 	ucfg := UpstreamConfig{URL: u, Logger: log}
 	c := gwtest.NewClock(t0)
@@ -148,17 +147,6 @@ func newGWWith(t *testing.T, rules, upstreamURL string, up *upstreamRecorder, op
 		t.Fatal(err)
 	}
 	return &gw{h: h, clock: c, up: up, obs: obs, logs: logs}
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // do sends one request through the handler.

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/observe"
 )
 
@@ -44,8 +44,8 @@ configs:
         limit: 2
         unit: 1m
 `
-	var logBuf bytes.Buffer
-	al := observe.NewAccessLog(&lockedWriter{w: &logBuf}, nil)
+	var logBuf gwtest.Log
+	al := observe.NewAccessLog(&logBuf, nil)
 	top := observe.NewTop(observe.TopConfig{})
 	seen := &keysSeen{}
 	g := newGW(t, rules, func(h *HandlerConfig, _ *UpstreamConfig) {

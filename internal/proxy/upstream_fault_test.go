@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,6 +20,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/observe"
 )
 
@@ -49,17 +50,15 @@ type liveGW struct {
 	m      *observe.Metrics
 	url    string // the gateway's base URL
 	client *http.Client
-	logw   *lockedWriter
-	logbuf *bytes.Buffer
+	log    *gwtest.Log
 }
 
 // newLiveGW serves a gateway in front of upstreamURL, with opts applied
 // after the wiring.
 func newLiveGW(t *testing.T, upstreamURL string, opts ...gwOption) *liveGW {
 	t.Helper()
-	logbuf := &bytes.Buffer{}
-	logw := &lockedWriter{w: logbuf}
-	log := slog.New(slog.NewTextHandler(logw, nil))
+	logs := &gwtest.Log{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
 	m := observe.NewMetrics(observe.MetricsConfig{Registry: prometheus.NewRegistry(), Version: "test"})
 	wire := func(h *HandlerConfig, u *UpstreamConfig) {
 		h.Logger, u.Logger = log, log
@@ -71,14 +70,12 @@ func newLiveGW(t *testing.T, upstreamURL string, opts ...gwOption) *liveGW {
 	srv.Config.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	srv.Start()
 	t.Cleanup(srv.Close)
-	return &liveGW{gw: g, m: m, url: srv.URL, client: srv.Client(), logw: logw, logbuf: logbuf}
+	return &liveGW{gw: g, m: m, url: srv.URL, client: srv.Client(), log: logs}
 }
 
 // logs returns what the gateway logged so far.
 func (g *liveGW) logs() string {
-	g.logw.mu.Lock()
-	defer g.logw.mu.Unlock()
-	return g.logbuf.String()
+	return g.log.String()
 }
 
 // get sends a GET as app-1.

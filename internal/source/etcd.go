@@ -129,21 +129,31 @@ func (e *Etcd) refusing(ctx context.Context) (context.Context, context.CancelFun
 }
 
 // refusalError is a request ended because every endpoint refused a
-// connection, one at least on a certificate.
-type refusalError struct{ found []string }
+// connection, one at least on a certificate: found says what each
+// endpoint did, errs are their probes' errors, which it wraps.
+type refusalError struct {
+	found []string
+	errs  []error
+}
 
 func (r *refusalError) Error() string {
 	return "etcd refused the connection at " + strings.Join(r.found, ", ")
 }
 
+func (r *refusalError) Unwrap() []error { return r.errs }
+
 // refused probes the endpoints and returns a refusalError when none let
 // a client in and one at least refused a certificate, else nil.
 func (e *Etcd) refused() error {
-	found, tries := e.probeAll()
+	found, errs := e.probeAll()
+	tries := make([]attempt, len(errs))
+	for i, err := range errs {
+		tries[i] = attemptOf(err)
+	}
 	if !noneLetIn(slices.Values(tries)) {
 		return nil
 	}
-	return &refusalError{found: found}
+	return &refusalError{found: found, errs: errs}
 }
 
 // unreachable returns err, the failure of a request made with ctx
@@ -167,14 +177,14 @@ func (e *Etcd) unreachable(ctx context.Context, err error) error {
 }
 
 // probeAll probes every endpoint at once (probe): it returns what each
-// found, "host:port (why)", and how each attempt went.
-func (e *Etcd) probeAll() ([]string, []attempt) {
-	found, tries := make([]string, len(e.endpoints)), make([]attempt, len(e.endpoints))
+// found, "host:port (why)", and the error of each probe.
+func (e *Etcd) probeAll() ([]string, []error) {
+	found, errs := make([]string, len(e.endpoints)), make([]error, len(e.endpoints))
 	var wg sync.WaitGroup
 	for i, ep := range e.endpoints {
 		wg.Go(func() {
 			err := e.probe(ep)
-			tries[i] = attemptOf(err)
+			errs[i] = err
 			if err != nil {
 				found[i] = fmt.Sprintf("%s (%v)", ep, err)
 				return
@@ -183,7 +193,7 @@ func (e *Etcd) probeAll() ([]string, []attempt) {
 		})
 	}
 	wg.Wait()
-	return found, tries
+	return found, errs
 }
 
 // probe connects to the endpoint ep as the client does, within

@@ -116,7 +116,7 @@ func (r *remote) load(ctx context.Context, get func(context.Context) (Value, int
 		hint := ""
 		switch {
 		case !first:
-		case refusedCertificate(err):
+		case attemptOf(err) == refused:
 			// The store is up and refuses this client: no cache helps
 			// for long, the certificates are to be mended.
 			hint = fmt.Sprintf("; check --%[1]s-ca (what signed the store's certificate), and --%[1]s-cert and --%[1]s-key (this gateway's, if the store asks for one)", r.flags)

@@ -69,14 +69,6 @@ func attemptOf(err error) attempt {
 	return failed
 }
 
-// refusedCertificate reports whether err, a request's failure, is a
-// store's refusal on a certificate: etcd's refusalError, or the handshake
-// of a ZooKeeper connection (ZK.explain).
-func refusedCertificate(err error) bool {
-	var refusal *refusalError
-	return errors.As(err, &refusal) || attemptOf(err) == refused
-}
-
 // noneLetIn reports whether tries, the last attempt at each address of a
 // store, let no client in and one at least refused a certificate: a
 // request then fails at once rather than wait for a server that will

@@ -450,23 +450,54 @@ func (c *concGW) chaosRequest(t *testing.T, rng *rand.Rand) string {
 	return fmt.Sprintf("unexpected %d on %s", resp.StatusCode, kind)
 }
 
-// dribble is a request body that sends one byte every period until stop
-// is closed.
-type dribble struct {
-	period time.Duration
-	stop   <-chan struct{}
-}
-
-func (d dribble) Read(p []byte) (int, error) {
-	t := time.NewTimer(d.period)
-	defer t.Stop()
-	select {
-	case <-d.stop:
-		return 0, io.EOF
-	case <-t.C:
-		p[0] = 'x'
-		return 1, nil
+// dribblePost posts to path of the gateway at url as app-1, over a
+// connection of its own, a chunked body of one byte every period until
+// stop is closed, and returns the response's status code, or the error
+// that kept it from reading one. It reads while it writes, as RFC 9112
+// (section 9, Connection Management) asks of a client sending a body: a
+// refusal answered before the body ends is read, whatever then happens to
+// the rest of the body. net/http's Transport can report the failed write
+// instead, when the gateway has closed the connection before the
+// Transport's reader took the answer (a client stalled for longer than
+// the gateway lingers on a refused connection).
+func dribblePost(url, path string, period time.Duration, stop <-chan struct{}) string {
+	host := strings.TrimPrefix(url, "http://")
+	conn, err := net.Dial("tcp", host)
+	if err != nil {
+		return err.Error()
 	}
+	defer conn.Close()
+	if _, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nX-App-Id: app-1\r\nTransfer-Encoding: chunked\r\n\r\n", path, host); err != nil {
+		return err.Error()
+	}
+	answered := make(chan struct{})
+	defer close(answered)
+	go func() {
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-answered:
+				return
+			case <-stop:
+				io.WriteString(conn, "0\r\n\r\n")
+				return
+			case <-t.C:
+				if _, err := io.WriteString(conn, "1\r\nx\r\n"); err != nil {
+					return // the gateway closed the connection; its answer is read below
+				}
+			}
+		}
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return fmt.Sprintf("%d, then %v", resp.StatusCode, err)
+	}
+	return fmt.Sprint(resp.StatusCode)
 }
 
 // TestConcurrencySlowBodyFlood is the slow-body flood: 400 requests from
@@ -497,16 +528,7 @@ configs:
 			stop := make(chan struct{})
 			codes := make(chan string, flood)
 			for range flood {
-				go func() {
-					resp, err := g.send(context.Background(), "POST", "/upload", dribble{period: 5 * time.Millisecond, stop: stop})
-					if err != nil {
-						codes <- err.Error()
-						return
-					}
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					codes <- fmt.Sprint(resp.StatusCode)
-				}()
+				go func() { codes <- dribblePost(g.url, "/upload", 5*time.Millisecond, stop) }()
 			}
 			got := map[string]int{}
 			for range flood - limit {

@@ -297,10 +297,18 @@ for path in "${paths[@]}"; do
 		;;
 	esac
 done
+# CONTENDERS are the contenders of each path, in the order of its tables;
+# RUN_ORDER the order they run in in odd rounds (reversed in even ones),
+# where the pairs that paired compares run next to each other: gateway
+# and gateway-redis, and gateway-base and gateway-redis-base.
 declare -A CONTENDERS=([admitted]="direct nginx haproxy bare gateway gateway-routes gateway-noheaders gateway-redis gateway-redis-exact"
 	[limited]="nginx haproxy gateway gateway-noheaders gateway-redis gateway-redis-exact"
 	[cold]="gateway gateway-redis gateway-redis-exact"
 	[cold-bucket]="gateway gateway-redis gateway-redis-exact")
+declare -A RUN_ORDER=([admitted]="direct nginx haproxy bare gateway-routes gateway-noheaders gateway-redis-exact gateway gateway-redis"
+	[limited]="nginx haproxy gateway-noheaders gateway-redis-exact gateway gateway-redis"
+	[cold]="gateway-redis-exact gateway gateway-redis"
+	[cold-bucket]="gateway-redis-exact gateway gateway-redis")
 if [ -n "$BASE_REF" ]; then
 	for path in "${paths[@]}"; do
 		CONTENDERS[$path]=${CONTENDERS[$path]/gateway /gateway gateway-base }
@@ -308,16 +316,28 @@ if [ -n "$BASE_REF" ]; then
 	CONTENDERS[admitted]+=" gateway-redis-base"
 	CONTENDERS[cold]+=" gateway-redis-base"
 	CONTENDERS[cold-bucket]+=" gateway-redis-base"
+	RUN_ORDER[admitted]+=" gateway-redis-base gateway-base"
+	RUN_ORDER[limited]+=" gateway-base"
+	RUN_ORDER[cold]+=" gateway-redis-base gateway-base"
+	RUN_ORDER[cold-bucket]+=" gateway-redis-base gateway-base"
 fi
 if [ "$TRACES" = 1 ]; then
 	CONTENDERS[admitted]+=" gateway-traces-1pct gateway-traces-all"
 	CONTENDERS[limited]+=" gateway-traces-1pct gateway-traces-all"
+	RUN_ORDER[admitted]+=" gateway-traces-1pct gateway-traces-all"
+	RUN_ORDER[limited]+=" gateway-traces-1pct gateway-traces-all"
 fi
+for path in "${paths[@]}"; do
+	if [ "$(tr ' ' '\n' <<<"${CONTENDERS[$path]}" | sort)" != "$(tr ' ' '\n' <<<"${RUN_ORDER[$path]}" | sort)" ]; then
+		echo "bench/run.sh: the contenders of $path differ from its RUN_ORDER" >&2
+		exit 2
+	fi
+done
 declare -A APP=([admitted]=bench [limited]=blocked [cold]=mix [cold-bucket]=mixbucket)
 
 for round in $(seq "$ROUNDS"); do
 	for path in "${paths[@]}"; do
-		read -ra order <<<"${CONTENDERS[$path]}"
+		read -ra order <<<"${RUN_ORDER[$path]}"
 		if ((round % 2 == 0)); then
 			for ((i = 0, j = ${#order[@]} - 1; i < j; i++, j--)); do
 				c=${order[i]} order[i]=${order[j]} order[j]=$c
@@ -340,7 +360,8 @@ median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR+1)/2] : (v
 field() { printf '%s' "${RESULTS[$1/$2]:-}" | awk -v n="$3" '{ print $n }' | median; }
 ratio() { awk -v a="$1" -v b="$2" -v f="$3" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf f, a / b }'; }
 # paired PATH A B: the median over the rounds of A's requests/s over B's
-# in the same round. A and B run next to each other in every round, so a
+# in the same round. A and B run next to each other in every round
+# (RUN_ORDER), so a
 # machine that slows down for a round or two (other jobs, or the host's,
 # which a VM cannot see) moves both, where the ratio of their medians can
 # pair a fast round of one with a slow round of the other.
@@ -349,6 +370,10 @@ paired() {
 		<(printf '%s' "${RESULTS[$1/$3]:-}" | awk '{ print $1 }') |
 		awk '$2 > 0 { printf "%.4f\n", $1 / $2 }' | median | awk '{ printf "%.3f", $1 }'
 }
+
+# memory_of C: the contender on the memory store of Redis contender C's
+# build, which paired divides it by.
+memory_of() { if [ "$1" = gateway-redis-base ]; then echo gateway-base; else echo gateway; fi; }
 
 mkdir -p "$OUT"
 stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
@@ -407,12 +432,13 @@ file="$OUT/$stamp.md"
 		mem=$(field "$path" gateway 1)
 		for c in gateway-redis gateway-redis-exact ${BASE_REF:+gateway-redis-base}; do
 			[ -n "${RESULTS[$path/$c]:-}" ] || continue
-			echo "| $path | $c | $(field "$path" "$c" 1) | $(ratio "$(field "$path" "$c" 1)" "$mem" %.3f) | $(paired "$path" "$c" gateway) | $(field "$path" "$c" 5) | $(field "$path" "$c" 7) | $(field "$path" "$c" 8) | $(field "$path" "$c" 9) |"
+			echo "| $path | $c | $(field "$path" "$c" 1) | $(ratio "$(field "$path" "$c" 1)" "$mem" %.3f) | $(paired "$path" "$c" "$(memory_of "$c")") | $(field "$path" "$c" 5) | $(field "$path" "$c" 7) | $(field "$path" "$c" 8) | $(field "$path" "$c" 9) |"
 		done
 	done
 	echo
 	echo "gateway-redis = --store redis with its defaults (batching, leases); gateway-redis-exact = --redis-batch 1 --redis-leases -1."
-	echo "/ gateway (memory) divides the medians of requests/s; paired is the median over the rounds of the ratio within each round."
+	echo "/ gateway (memory) divides the medians of requests/s; paired is the median over the rounds of the ratio within each round"
+	echo "to the memory store of the same build (gateway-base for gateway-redis-base), which ran next to it."
 	[ -z "$BASE_REF" ] || echo "gateway-redis-base = gateway-base with gateway-redis's flags, on the same Redis."
 	echo "redis-server runs on core $LOAD_CPU; its CPU time is measured apart from the proxy's. The Redis contenders run with"
 	echo "--redis-timeout $REDIS_TIMEOUT; a store error is a call decided by --fail-mode (in memory), not by Redis."

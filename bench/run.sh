@@ -297,18 +297,10 @@ for path in "${paths[@]}"; do
 		;;
 	esac
 done
-# CONTENDERS are the contenders of each path, in the order of its tables;
-# RUN_ORDER the order they run in in odd rounds (reversed in even ones),
-# where the pairs that paired compares run next to each other: gateway
-# and gateway-redis, and gateway-base and gateway-redis-base.
 declare -A CONTENDERS=([admitted]="direct nginx haproxy bare gateway gateway-routes gateway-noheaders gateway-redis gateway-redis-exact"
 	[limited]="nginx haproxy gateway gateway-noheaders gateway-redis gateway-redis-exact"
 	[cold]="gateway gateway-redis gateway-redis-exact"
 	[cold-bucket]="gateway gateway-redis gateway-redis-exact")
-declare -A RUN_ORDER=([admitted]="direct nginx haproxy bare gateway-routes gateway-noheaders gateway-redis-exact gateway gateway-redis"
-	[limited]="nginx haproxy gateway-noheaders gateway-redis-exact gateway gateway-redis"
-	[cold]="gateway-redis-exact gateway gateway-redis"
-	[cold-bucket]="gateway-redis-exact gateway gateway-redis")
 if [ -n "$BASE_REF" ]; then
 	for path in "${paths[@]}"; do
 		CONTENDERS[$path]=${CONTENDERS[$path]/gateway /gateway gateway-base }
@@ -316,28 +308,34 @@ if [ -n "$BASE_REF" ]; then
 	CONTENDERS[admitted]+=" gateway-redis-base"
 	CONTENDERS[cold]+=" gateway-redis-base"
 	CONTENDERS[cold-bucket]+=" gateway-redis-base"
-	RUN_ORDER[admitted]+=" gateway-redis-base gateway-base"
-	RUN_ORDER[limited]+=" gateway-base"
-	RUN_ORDER[cold]+=" gateway-redis-base gateway-base"
-	RUN_ORDER[cold-bucket]+=" gateway-redis-base gateway-base"
 fi
 if [ "$TRACES" = 1 ]; then
 	CONTENDERS[admitted]+=" gateway-traces-1pct gateway-traces-all"
 	CONTENDERS[limited]+=" gateway-traces-1pct gateway-traces-all"
-	RUN_ORDER[admitted]+=" gateway-traces-1pct gateway-traces-all"
-	RUN_ORDER[limited]+=" gateway-traces-1pct gateway-traces-all"
 fi
-for path in "${paths[@]}"; do
-	if [ "$(tr ' ' '\n' <<<"${CONTENDERS[$path]}" | sort)" != "$(tr ' ' '\n' <<<"${RUN_ORDER[$path]}" | sort)" ]; then
-		echo "bench/run.sh: the contenders of $path differ from its RUN_ORDER" >&2
-		exit 2
-	fi
-done
+# run_order PATH: the contenders of PATH (in the order of its tables) in
+# the order they run in in odd rounds (reversed in even ones), where the
+# pairs that paired compares run next to each other: gateway-redis right
+# after gateway, and gateway-redis-base and gateway-base last.
+run_order() {
+	local list=" ${CONTENDERS[$1]} " c out=()
+	for c in $list; do
+		case $c in
+		gateway-redis | gateway-redis-base | gateway-base) ;;
+		*) out+=("$c") ;;
+		esac
+		[[ $c != gateway || $list != *" gateway-redis "* ]] || out+=(gateway-redis)
+	done
+	for c in gateway-redis-base gateway-base; do
+		[[ $list != *" $c "* ]] || out+=("$c")
+	done
+	echo "${out[*]}"
+}
 declare -A APP=([admitted]=bench [limited]=blocked [cold]=mix [cold-bucket]=mixbucket)
 
 for round in $(seq "$ROUNDS"); do
 	for path in "${paths[@]}"; do
-		read -ra order <<<"${RUN_ORDER[$path]}"
+		read -ra order <<<"$(run_order "$path")"
 		if ((round % 2 == 0)); then
 			for ((i = 0, j = ${#order[@]} - 1; i < j; i++, j--)); do
 				c=${order[i]} order[i]=${order[j]} order[j]=$c
@@ -361,7 +359,7 @@ field() { printf '%s' "${RESULTS[$1/$2]:-}" | awk -v n="$3" '{ print $n }' | med
 ratio() { awk -v a="$1" -v b="$2" -v f="$3" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf f, a / b }'; }
 # paired PATH A B: the median over the rounds of A's requests/s over B's
 # in the same round. A and B run next to each other in every round
-# (RUN_ORDER), so a
+# (run_order), so a
 # machine that slows down for a round or two (other jobs, or the host's,
 # which a VM cannot see) moves both, where the ratio of their medians can
 # pair a fast round of one with a slow round of the other.

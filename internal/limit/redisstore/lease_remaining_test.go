@@ -22,19 +22,18 @@ import (
 // tokens in flight, 48 where the memory store said 54.)
 //
 // Round-robin through three, five requests at a time, Allowed is the
-// memory store's, and
-// Remaining is what this gateway can know: the room Redis reported to
-// it plus the tokens it holds. It does not see the tokens other
-// gateways hold unspent, nor what they admitted since Redis last
-// answered it (docs/fleet.md, "Leases"); the test logs how far it was
-// from the memory store's. Five at a time, each gateway sees the key's
-// requests one round trip apart, as one gateway does, whatever else the
-// machine is doing: it leases from the rate at which it sees them, and
-// the second of a run is granted a lease that the rest can spend. (With
-// one at a time, a loaded machine's round trips through the other two
-// could outlast the lease's idle time, and its tokens went back unspent;
-// with two at a time, two race suites at once made every gateway's rate
-// too low for any lease, and the test compared none.)
+// memory store's, and Remaining is what this gateway can know: the room
+// Redis reported to it plus the tokens it holds. It does not see the
+// tokens other gateways hold unspent, nor what they admitted since Redis
+// last answered it (docs/fleet.md, "Leases"); the test logs how far it
+// was from the memory store's. Five at a time, each gateway sees the
+// key's requests one round trip apart, as one gateway does: it leases
+// from the rate at which it sees them, and the second of a run is granted
+// a lease that the rest can spend. (With one at a time, a loaded
+// machine's round trips through the other two could outlast the lease's
+// idle time, and its tokens went back unspent; with two at a time, two
+// race suites at once made every gateway's rate too low for any lease,
+// and the test compared none.)
 func TestRedisLeaseRemainingOracle(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)

@@ -246,10 +246,14 @@ wrk_args() {
 	esac
 }
 
-# run_wrk CONTENDER PATH -> "rps p50ms p99ms non2xx cpu_us_per_request other% calls/request redis_ms/1000 store_errors/request"
+# run_wrk CONTENDER PATH -> "rps p50ms p99ms non2xx cpu_us_per_request other% calls/request redis_ms/1000 store_errors/request own%"
 # cpu is "-" for direct, which has no proxy process; other% is how much of
-# the proxy's core other processes took during the run; the last two are
-# "-" but for the Redis contenders.
+# the proxy's core other processes took during the run; calls/request,
+# redis_ms/1000 and store_errors/request are "-" but for the Redis
+# contenders; own% is how much of its core the proxy itself kept busy
+# ("-" for direct): under 100, it waited with its core idle, so its
+# requests/s were bound by latency (CONNS requests in flight), not by its
+# CPU.
 run_wrk() {
 	local out t0=0 t1=0 pid=${PID[$1]:-} b0 n0 b1 n1 r0=0 r1=0 c0=0 c1=0 e0=0 e1=0 redis='' args
 	[ -z "${ADMIN[$1]:-}" ] || redis=1
@@ -264,7 +268,7 @@ run_wrk() {
 	read -r b1 n1 < <(stat_ticks "cpu$PROXY_CPU")
 	awk -v ticks=$((t1 - t0)) -v hz="$HZ" -v measured="${pid:+1}" -v redis="$redis" \
 		-v rticks=$((r1 - r0)) -v calls=$((c1 - c0)) -v errs=$((e1 - e0)) \
-		-v other=$(((b1 - b0 - (t1 - t0)) * 100 / (n1 - n0 + 1))) '
+		-v other=$(((b1 - b0 - (t1 - t0)) * 100 / (n1 - n0 + 1))) -v total=$((n1 - n0 + 1)) '
 		function ms(v) {
 			if (v ~ /us$/) return substr(v, 1, length(v)-2) / 1000
 			if (v ~ /ms$/) return substr(v, 1, length(v)-2) + 0
@@ -281,7 +285,8 @@ run_wrk() {
 			cpr = (redis && n > 0) ? sprintf("%.4f", calls / n) : "-"
 			rcpu = (redis && n > 0) ? sprintf("%.1f", rticks * 1e3 / hz / n * 1000) : "-"
 			epr = (redis && n > 0) ? sprintf("%.4f", errs / n) : "-"
-			printf "%.0f %.3f %.3f %d %s %d %s %s %s\n", rps, p50, p99, bad, cpu, (other < 0 ? 0 : other), cpr, rcpu, epr
+			own = measured ? sprintf("%.1f", ticks * 100 / total) : "-"
+			printf "%.0f %.3f %.3f %d %s %d %s %s %s %s\n", rps, p50, p99, bad, cpu, (other < 0 ? 0 : other), cpr, rcpu, epr, own
 		}
 	' <<<"$out"
 }
@@ -357,16 +362,17 @@ median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR+1)/2] : (v
 # field PATH CONTENDER N: the median of field N over the rounds.
 field() { printf '%s' "${RESULTS[$1/$2]:-}" | awk -v n="$3" '{ print $n }' | median; }
 ratio() { awk -v a="$1" -v b="$2" -v f="$3" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf f, a / b }'; }
-# paired PATH A B: the median over the rounds of A's requests/s over B's
-# in the same round. A and B run next to each other in every round
-# (run_order), so a
-# machine that slows down for a round or two (other jobs, or the host's,
-# which a VM cannot see) moves both, where the ratio of their medians can
-# pair a fast round of one with a slow round of the other.
+# paired PATH A B [N]: the median over the rounds of A's field N
+# (default 1, requests/s) over B's in the same round. A and B run next to
+# each other in every round (run_order), so a machine that slows down for
+# a round or two (other jobs, or the host's, which a VM cannot see) moves
+# both, where the ratio of their medians can pair a fast round of one
+# with a slow round of the other.
 paired() {
-	paste -d' ' <(printf '%s' "${RESULTS[$1/$2]:-}" | awk '{ print $1 }') \
-		<(printf '%s' "${RESULTS[$1/$3]:-}" | awk '{ print $1 }') |
-		awk '$2 > 0 { printf "%.4f\n", $1 / $2 }' | median | awk '{ printf "%.3f", $1 }'
+	local n=${4:-1}
+	paste -d' ' <(printf '%s' "${RESULTS[$1/$2]:-}" | awk -v n="$n" '{ print $n }') \
+		<(printf '%s' "${RESULTS[$1/$3]:-}" | awk -v n="$n" '{ print $n }') |
+		awk '$1 != "-" && $2 > 0 { printf "%.4f\n", $1 / $2 }' | median | awk 'NF { printf "%.3f", $1 }'
 }
 
 # memory_of C: the contender on the memory store of Redis contender C's
@@ -424,19 +430,24 @@ file="$OUT/$stamp.md"
 	echo
 	echo "## The Redis store against the memory store"
 	echo
-	echo "| path | contender | requests/s | / gateway (memory) | paired | CPU µs/request | script calls/request | Redis CPU ms / 1,000 requests | store errors/request |"
-	echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
+	echo "| path | contender | requests/s | / gateway (memory) | paired | CPU µs/request | paired CPU | core busy % | memory's core busy % | script calls/request | Redis CPU ms / 1,000 requests | store errors/request |"
+	echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 	for path in "${paths[@]}"; do
 		mem=$(field "$path" gateway 1)
 		for c in gateway-redis gateway-redis-exact ${BASE_REF:+gateway-redis-base}; do
 			[ -n "${RESULTS[$path/$c]:-}" ] || continue
-			echo "| $path | $c | $(field "$path" "$c" 1) | $(ratio "$(field "$path" "$c" 1)" "$mem" %.3f) | $(paired "$path" "$c" "$(memory_of "$c")") | $(field "$path" "$c" 5) | $(field "$path" "$c" 7) | $(field "$path" "$c" 8) | $(field "$path" "$c" 9) |"
+			m=$(memory_of "$c")
+			echo "| $path | $c | $(field "$path" "$c" 1) | $(ratio "$(field "$path" "$c" 1)" "$mem" %.3f) | $(paired "$path" "$c" "$m") | $(field "$path" "$c" 5) | $(paired "$path" "$m" "$c" 5) | $(field "$path" "$c" 10) | $(field "$path" "$m" 10) | $(field "$path" "$c" 7) | $(field "$path" "$c" 8) | $(field "$path" "$c" 9) |"
 		done
 	done
 	echo
 	echo "gateway-redis = --store redis with its defaults (batching, leases); gateway-redis-exact = --redis-batch 1 --redis-leases -1."
 	echo "/ gateway (memory) divides the medians of requests/s; paired is the median over the rounds of the ratio within each round"
-	echo "to the memory store of the same build (gateway-base for gateway-redis-base), which ran next to it."
+	echo "to the memory store of the same build (gateway-base for gateway-redis-base), which ran next to it; paired CPU is the"
+	echo "same for CPU per request, the memory store's over the Redis store's (so that, like paired, 1 is the memory store's cost)."
+	echo "core busy % is the share of its core the contender's process kept busy (memory's: that of its memory store):"
+	echo "a contender under 100 had its core idle while its CONNS requests waited (on Redis, the upstream or wrk), so its"
+	echo "requests/s were bound by latency, not by its CPU; paired CPU then tells what its CPU would serve."
 	[ -z "$BASE_REF" ] || echo "gateway-redis-base = gateway-base with gateway-redis's flags, on the same Redis."
 	echo "redis-server runs on core $LOAD_CPU; its CPU time is measured apart from the proxy's. The Redis contenders run with"
 	echo "--redis-timeout $REDIS_TIMEOUT; a store error is a call decided by --fail-mode (in memory), not by Redis."
@@ -457,7 +468,8 @@ file="$OUT/$stamp.md"
 	echo "## Rounds"
 	echo
 	echo "Each run, in the order of the rounds: requests/s, p50 ms, p99 ms, non-2xx, CPU µs/request, other processes' share"
-	echo "of the proxies' core (%), script calls/request, Redis CPU ms / 1,000 requests, store errors/request."
+	echo "of the proxies' core (%), script calls/request, Redis CPU ms / 1,000 requests, store errors/request, the proxy's"
+	echo "own share of its core (%)."
 	echo
 	echo '```'
 	for path in "${paths[@]}"; do

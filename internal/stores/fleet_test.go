@@ -177,3 +177,59 @@ func TestFleetSlowRedisBound(t *testing.T) {
 		})
 	}
 }
+
+// TestFleetEmptyBucketLocally empties a token bucket and a leaky bucket
+// through two gateways (each hears from Redis that it is empty), waits
+// until a token has come back, then cuts Redis off: the fleet, deciding
+// locally, admits what the bucket refilled since Redis said it was
+// empty, plus at most one request per gateway for rounding up its share
+// (docs/fleet.md, "When Redis fails": exactly the limit when every
+// gateway last heard the counter was full), not a share of the burst each
+// as if the bucket were full once a token came back.
+func TestFleetEmptyBucketLocally(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, alg := range []string{"token_bucket", "leaky_bucket"} {
+		t.Run(alg, func(t *testing.T) {
+			// 4 per second, a burst of 40.
+			p := &limit.Params{Algorithm: alg, Limit: 40, Window: 10 * time.Second, Burst: 40}
+			paths := []*redistest.Path{redistest.NewPath(t, srv), redistest.NewPath(t, srv)}
+			gws := startFleet(t, srv, paths)
+			for _, g := range gws {
+				eventually.True(t, 10*time.Second, g.st.redis.FleetSeen, "a gateway did not see the fleet")
+			}
+			key := "bucket|/" + alg
+			hammer(gws, p, key, 2, 30) // empties it
+			// Each gateway hears from Redis that it is empty; the last
+			// to hear it marks when it was (at most) empty.
+			for _, g := range gws {
+				for hammer([]*fleetGW{g}, p, key, 1, 1) != 0 {
+				}
+			}
+			empty := time.Now()
+			// A token comes back after 250ms: wait for two.
+			time.Sleep(600 * time.Millisecond)
+			for _, g := range gws {
+				g.path.Cut()
+			}
+			// The requests that open the breakers are decided locally
+			// too, and counted.
+			var during int64
+			for _, g := range gws {
+				for !g.st.redis.CircuitOpen() {
+					during += hammer([]*fleetGW{g}, p, key, 1, 1)
+				}
+			}
+			// For 1.5s, a request every 5ms on each of four
+			// connections: the fleet keeps to the bucket's refill.
+			for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+				during += hammer(gws, p, key, 4, 1)
+			}
+			refilled := int64(math.Ceil(4 * time.Since(empty).Seconds()))
+			t.Logf("%s: admitted %d locally, %d tokens refilled since Redis said the bucket was empty", alg, during, refilled)
+			if bound := refilled + int64(len(gws)); during > bound {
+				t.Errorf("%s: the fleet admitted %d locally within %v of Redis saying the bucket was empty; want at most %d (what it refilled, and one per gateway)", alg, during, time.Since(empty).Round(time.Millisecond), bound)
+			}
+		})
+	}
+}

@@ -142,7 +142,10 @@ func compileShare(cfg Config) float64 {
 // before; otherwise the limits come scaled by --local-share (fixed).
 // Then a limit Redis last said had R of its capacity left
 // (redisstore.Store.Known) admits at most ⌈share × R⌉: none while Redis
-// last said the counter was full, until the instant Redis gave. The
+// last said the counter was full, until the instant Redis gave; a bucket's
+// R grows as it refills from what Redis said, and its bucket in memory is
+// brought down to ⌈share × R⌉ (level) before it decides, so that it refills
+// from there rather than from full. The
 // counts survive a change of the share: a limit's counter does not
 // depend on its limit (limit.Params.Identity).
 type fleetShare struct {
@@ -202,7 +205,13 @@ func (f *fleetShare) Allow(ctx context.Context, now time.Time, reqs []limit.Requ
 			capacity = q.Params.Capacity()
 		}
 		var isFull bool
-		if params[i], isFull = k.Bounded(params[i], share, capacity); isFull {
+		var level int64
+		if params[i], level, isFull = k.Bounded(params[i], share, capacity); level >= 0 {
+			if err := f.level(ctx, now, &scaled[i], level); err != nil {
+				return false, err
+			}
+		}
+		if isFull {
 			if full == nil {
 				full = make([]bool, len(reqs))
 			}
@@ -225,6 +234,25 @@ func (f *fleetShare) Allow(ctx context.Context, now time.Time, reqs []limit.Requ
 		}
 	}
 	return false, nil
+}
+
+// level brings q's bucket in memory down to hold at most n (Known.Bounded):
+// what it holds above that is charged. Two requests that level one bucket
+// at once may both charge it: the bucket then holds less than n, never
+// more.
+func (f *fleetShare) level(ctx context.Context, now time.Time, q *limit.Request, n int64) error {
+	res := make([]limit.Result, 1)
+	read := []limit.Request{{Key: q.Key, Overflow: q.Overflow, Params: q.Params, Act: limit.Read}}
+	if _, err := f.mem.Allow(ctx, now, read, res); err != nil {
+		return err
+	}
+	if over := res[0].Remaining - n; over > 0 {
+		charge := []limit.Request{{Key: q.Key, Overflow: q.Overflow, Params: q.Params, Act: limit.Charge, Cost: over}}
+		if _, err := f.mem.Allow(ctx, now, charge, res); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // runFleet keeps the gateway a member of the Redis fleet until ctx is

@@ -74,15 +74,20 @@ func (k *known) record(reqs []limit.Request, res []limit.Result, start int64) {
 
 // get returns what Redis last said of key under p (the same counter: the
 // same shape; the limit may be a share of it), if it still holds at now:
-// not once the limit is full again.
+// not once the limit is full again, nor, for a window, once the request
+// Redis denied would be admitted (its room from then on is not known). A
+// bucket's denial holds until the bucket is full again: it refills on a
+// known line from what Redis said (Store.Known), so that a bucket Redis
+// last said was empty is not taken for full once a token came back.
 func (k *known) get(key string, p *limit.Params, now int64) (knownSlot, bool) {
 	s, mu := k.slot(key)
 	mu.Lock()
 	e := *s
 	mu.Unlock()
-	if e.key != key || !e.params.Identity(p) || now >= e.reset || (e.retryAt > 0 && now >= e.retryAt) {
+	if e.key != key || !e.params.Identity(p) || now >= e.reset || (e.retryAt > 0 && now >= e.retryAt && !bucket(&e.params)) {
 		// Not the counter, or no longer what Redis said: the limit is
-		// full again, or the request Redis denied would be admitted now.
+		// full again, or the request Redis denied a window would be
+		// admitted now.
 		return knownSlot{}, false
 	}
 	return e, true
@@ -141,23 +146,29 @@ func bucket(p *limit.Params) bool {
 // Bounded returns p, a local share of a fleet's limit, bounded by share
 // of the room k says the fleet's counter has, out of capacity, the fleet
 // limit's capacity now (a reload may have changed it since Redis
-// answered): for a window, its Limit; for a bucket, its Burst, its rate
-// as it was. full reports that the counter has no room: the request is
-// to be refused until k's RetryAfter, or its Reset.
-func (k Known) Bounded(p limit.Params, share float64, capacity int64) (q limit.Params, full bool) {
+// answered), and rounded up. For a window, that bounds its Limit: its
+// room stays what Redis said until the window moves on. A bucket keeps
+// its Burst and rate, and level is the most it may hold now (-1 for a
+// window): the fleet's room grows on the bucket's refill line (Known), and
+// so does the local bucket's, so that one that holds no more than level
+// when it starts to decide never gets ahead of that line; a local bucket
+// bounded by its Burst instead would refill on its own and grow with the
+// line too, twice its share. full reports that the counter has no room:
+// the request is refused, until the instant Redis gave (RetryAfter, else
+// Reset).
+func (k Known) Bounded(p limit.Params, share float64, capacity int64) (q limit.Params, level int64, full bool) {
 	room := capacity - k.Used
 	if room <= 0 {
-		return p, true
+		return p, -1, true
 	}
 	local := max(int64(math.Ceil(share*float64(room)-1e-9)), 1)
-	q = p
 	if bucket(&p) {
-		q.Burst = min(p.Capacity(), local)
-	} else {
-		q.Limit = min(p.Limit, local)
+		return p, min(local, p.Capacity()), false
 	}
+	q = p
+	q.Limit = min(p.Limit, local)
 	if q.Validate() != nil {
-		return p, true // no valid bound: refuse rather than admit the whole share
+		return p, -1, true // no valid bound: refuse rather than admit the whole share
 	}
-	return q, false
+	return q, -1, false
 }

@@ -304,10 +304,13 @@ func (f *faultRig) killClients(t *testing.T) {
 	}
 }
 
-// TestRedisWriteBackDroppedOnlyWhenWindowEnded admits two requests
-// locally while the store's breaker is open, one on a limit whose window
-// ends before Redis answers again and one whose window lasts: only the
-// first is dropped, and counted as dropped; the second is written back.
+// TestRedisWriteBackDroppedOnlyWhenWindowEnded admits requests locally
+// while the store's breaker is open, on limits whose window ends before
+// Redis answers again and on limits whose window lasts: only the first
+// are dropped, and counted as dropped; the others are written back. A
+// sliding window's admission weighs for its whole window, not only while
+// its bucket lasts: it is written back after its bucket ended (dropped,
+// Redis would admit its room again, up to twice the limit in a window).
 func TestRedisWriteBackDroppedOnlyWhenWindowEnded(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -331,6 +334,10 @@ func TestRedisWriteBackDroppedOnlyWhenWindowEnded(t *testing.T) {
 	}
 	short := &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: time.Minute}
 	long := &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: 1000 * time.Hour}
+	// Buckets of 30s and of 1m, windows of 1m and 10m: the clock moves
+	// 2m on.
+	slideShort := &limit.Params{Algorithm: "sliding_window", Limit: 100, Window: time.Minute, Precision: 2}
+	slideLong := &limit.Params{Algorithm: "sliding_window", Limit: 100, Window: 10 * time.Minute, Precision: 10}
 	path.Cut()
 	for !red.CircuitOpen() {
 		red.Allow(ctx, time.Now(), []limit.Request{{Key: "trip|/", Params: long}}, make([]limit.Result, 1))
@@ -340,8 +347,8 @@ func TestRedisWriteBackDroppedOnlyWhenWindowEnded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []*limit.Params{short, long} {
-		reqs := []limit.Request{{Key: "ends|/" + p.Window.String(), Params: p}}
+	for _, p := range []*limit.Params{short, long, slideShort, slideLong} {
+		reqs := []limit.Request{{Key: "ends|/" + p.Algorithm + "/" + p.Window.String(), Params: p}}
 		if ok, v, _ := fo.Allow(ctx, time.Now(), reqs, make([]limit.Result, 1), func(int) *limit.Params { return p }); !ok || v != failmode.LocalDecided {
 			t.Fatalf("%s: %v %v, want admitted locally", p.Window, ok, v)
 		}
@@ -350,8 +357,8 @@ func TestRedisWriteBackDroppedOnlyWhenWindowEnded(t *testing.T) {
 	// the window before the clock moved on would send it after).
 	eventually.True(t, 30*time.Second, func() bool {
 		n, busy := wbQueued(red)
-		return n == 2 && !busy
-	}, "the two local admissions do not wait for the breaker: %+v", red.Stats())
+		return n == 4 && !busy
+	}, "the four local admissions do not wait for the breaker: %+v", red.Stats())
 	mu.Lock()
 	clock = clock.Add(2 * time.Minute)
 	mu.Unlock()
@@ -360,14 +367,24 @@ func TestRedisWriteBackDroppedOnlyWhenWindowEnded(t *testing.T) {
 		return writtenBack(red)()
 	}, "30s after the breaker's probe, write-backs still wait: %v", wbState{red})
 	st := red.Stats()
-	if st.WriteBacksDropped != 1 || st.WrittenBack != 1 {
-		t.Errorf("dropped %d, written back %d; want 1 each (the ended window's, the lasting one's)", st.WriteBacksDropped, st.WrittenBack)
+	if st.WriteBacksDropped != 2 || st.WrittenBack != 2 {
+		t.Errorf("dropped %d, written back %d; want 2 each (the ended windows', the lasting ones')", st.WriteBacksDropped, st.WrittenBack)
+	}
+	for _, w := range []struct {
+		p    *limit.Params
+		room int64
+	}{{slideShort, 100}, {slideLong, 99}} {
+		res := make([]limit.Result, 1)
+		reqs := []limit.Request{{Key: "ends|/" + w.p.Algorithm + "/" + w.p.Window.String(), Params: w.p, Act: limit.Read}}
+		if _, err := red.Allow(ctx, time.Now(), reqs, res); err != nil || res[0].Remaining != w.room {
+			t.Errorf("%s: Remaining %d (%v), want %d", reqs[0].Key, res[0].Remaining, err, w.room)
+		}
 	}
 	c := srv.Client()
 	for _, w := range []struct {
 		key string
 		c   int64
-	}{{"gw:{ends}:/1m0s", 0}, {"gw:{ends}:/1000h0m0s", 1}} {
+	}{{"gw:{ends}:/fixed_window/1m0s", 0}, {"gw:{ends}:/fixed_window/1000h0m0s", 1}} {
 		h, err := redistest.Field(ctx, c, w.key, "c")
 		if err != nil && w.c != 0 {
 			t.Fatal(err)

@@ -62,19 +62,19 @@ type pendingWrite struct {
 // maxWriteBackMemo is the longest Redis keeps the memo of a write-back
 // beyond memoLife, and so the longest after its first send that a
 // write-back whose fate is unknown goes again: its limits' shortest
-// bucket, at most this.
+// window, at most this.
 const maxWriteBackMemo = time.Hour
 
 // writeBackLife returns how long Redis keeps the memo of a write-back of
 // reqs: as long as it may go again (maxWriteBackMemo), and the bound of
 // a call more.
 func (r *Store) writeBackLife(reqs []limit.Request) time.Duration {
-	return min(shortestBucket(reqs), maxWriteBackMemo) + r.memoLife()
+	return min(shortestWindow(reqs), maxWriteBackMemo) + r.memoLife()
 }
 
 // writeBack counts ws in Redis, now or, while Redis does not answer,
-// when its node's breaker closes, unless the shortest bucket of one has
-// ended meanwhile (its count would fall in another).
+// when its node's breaker closes, unless the shortest window of one has
+// passed meanwhile (its count would weigh on no request: shortestWindow).
 func (r *Store) writeBack(ws []pendingWrite) {
 	r.wb.mu.Lock()
 	for _, w := range ws {
@@ -133,7 +133,7 @@ func (r *Store) flushOnce(last bool) {
 	probed := map[string]bool{}
 	var probeErr error
 	for _, w := range pending {
-		if r.clock()-w.at > int64(shortestBucket(w.reqs)) {
+		if r.clock()-w.at > int64(shortestWindow(w.reqs)) {
 			r.wb.dropped.Add(1)
 			continue
 		}
@@ -222,7 +222,7 @@ func (r *Store) flushOnce(last bool) {
 			// Not sent: again when the breaker closes, or in the last
 			// flush.
 			again = append(again, w)
-		case r.clock()-w.sent >= int64(min(shortestBucket(w.reqs), maxWriteBackMemo)):
+		case r.clock()-w.sent >= int64(min(shortestWindow(w.reqs), maxWriteBackMemo)):
 			// Its fate is unknown, and Redis may have forgotten its memo:
 			// never twice.
 			r.wb.dropped.Add(1)
@@ -266,16 +266,19 @@ func (r *Store) lastFlush() {
 	r.flushOnce(true)
 }
 
-// shortestBucket returns the shortest span of reqs' limits in which a
-// count stays where it fell: a sliding window's bucket, or the window.
-func shortestBucket(reqs []limit.Request) time.Duration {
+// shortestWindow returns the shortest span of reqs' limits in which a
+// count still weighs on the requests after it: the window (a fixed
+// window's count is gone when it ends, a sliding window's once the window
+// has slid past it, a bucket has refilled what it took). A write-back
+// past it would count for nothing the requests after it need. One within
+// it is counted when Redis counts it, not when it was admitted: a
+// sliding window's then weighs up to that delay longer than it would
+// have, which refuses, never admits, more (dropping it once its bucket
+// had ended let the window admit it again: up to twice the limit).
+func shortestWindow(reqs []limit.Request) time.Duration {
 	d := time.Duration(1<<63 - 1)
 	for _, q := range reqs {
-		w := q.Params.Window
-		if q.Params.Algorithm == "sliding_window" && q.Params.Precision > 1 {
-			w /= time.Duration(q.Params.Precision)
-		}
-		d = min(d, w)
+		d = min(d, q.Params.Window)
 	}
 	return d
 }

@@ -27,6 +27,8 @@ type stores struct {
 	redisSlots        *redisstore.Slots
 	failMode          failmode.Mode
 	name              StoreKind
+	// ping bounds /readyz's ping of Redis (readyPing).
+	ping time.Duration
 	// batches observes the size of the Redis store's batches.
 	batches prometheus.Histogram
 }
@@ -34,7 +36,7 @@ type stores struct {
 // newStore builds the store of cfg.Store. onCircuit is called when the
 // redis store's circuit breaker opens or closes.
 func newStore(cfg Config, onCircuit func(open bool)) (*stores, error) {
-	st := &stores{name: cfg.Store}
+	st := &stores{name: cfg.Store, ping: max(readyPing, cfg.RedisTimeout)}
 	switch cfg.Store {
 	case StoreMemory:
 		mem, err := limit.NewMemory(limit.MemoryConfig{MaxKeys: cfg.MaxKeys})
@@ -395,6 +397,14 @@ func (st *stores) forget() func(keep func(key string) bool) int {
 	return nil
 }
 
+// readyPing is the longest /readyz waits for Redis to answer its ping
+// (or --redis-timeout, if longer): within the 1s a Kubernetes probe waits
+// by default (timeoutSeconds), so that a Redis that hangs makes a gateway
+// that serves without it (--fail-mode local, open) answer ready in time,
+// and one that cannot (closed) answer not ready, rather than time the
+// probe out. The ping otherwise may take a dial's time too.
+const readyPing = 500 * time.Millisecond
+
 // health reports on the store for /readyz.
 func (st *stores) health(ctx context.Context) Health {
 	if st.redis == nil {
@@ -404,6 +414,8 @@ func (st *stores) health(ctx context.Context) Health {
 	if st.redis.CircuitOpen() {
 		h.Circuit = "open"
 	}
+	ctx, cancel := context.WithTimeout(ctx, st.ping)
+	defer cancel()
 	if err := st.redis.Ping(ctx); err != nil {
 		h.Error = err.Error()
 	} else {

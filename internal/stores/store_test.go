@@ -202,3 +202,40 @@ func TestRedisLayoutFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestReadyPingBounded checks that /readyz's ping of a Redis that does
+// not answer gives up within readyPing, not after --redis-dial-timeout
+// (here 30s) and --redis-timeout: a Kubernetes probe waits 1s by
+// default, and a gateway that serves without Redis (--fail-mode local,
+// open) must answer ready in time, one that cannot (closed) not ready.
+func TestReadyPingBounded(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, mode := range []failmode.Mode{failmode.Local, failmode.Open, failmode.Closed} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			path := redistest.NewPath(t, srv)
+			cfg := DefaultConfig()
+			cfg.Store, cfg.RedisURL, cfg.FailMode, cfg.RedisDialTimeout = StoreRedis, path.URL(), mode, 30*time.Second
+			st, err := newStore(cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.close() })
+			redistest.Ready(t, st.redis)
+			if h := st.health(context.Background()); !h.Reachable || !h.Serving {
+				t.Fatalf("before the stall: %+v, want reachable and serving", h)
+			}
+			path.SetDelay(func() time.Duration { return time.Minute })
+			start := time.Now()
+			h := st.health(context.Background())
+			// Far above readyPing, far below the 30s the ping had before.
+			if took := time.Since(start); took > 10*time.Second {
+				t.Errorf("health took %v with Redis not answering; want it to give up after %v", took.Round(time.Millisecond), readyPing)
+			}
+			if h.Reachable || h.Error == "" || h.Serving != (mode != failmode.Closed) {
+				t.Errorf("with Redis not answering: %+v, want unreachable with why, serving %v", h, mode != failmode.Closed)
+			}
+		})
+	}
+}

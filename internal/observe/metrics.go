@@ -114,7 +114,7 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 		}, []string{"code"}),
 		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_upstream_errors_total",
-			Help: "Forwarded requests that got no upstream response, by kind (timeout, refused, failed, client_closed).",
+			Help: "Forwarded requests that got no upstream response, by kind (timeout, refused, failed, client_closed, no_healthy_target, client_body).",
 		}, []string{"kind"}),
 		costUnits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_cost_units_total",

@@ -115,7 +115,8 @@ type UpstreamEvents interface {
 // NewUpstream returns the reverse proxy that forwards admitted requests.
 // It uses Rewrite only (the stdlib removes hop-by-hop headers), a tuned
 // Transport, a buffer pool, and one error mapping: 504 on timeout, 502 on
-// any other upstream failure, 499 (not logged) when the client left.
+// any other upstream failure, 499 (not logged) when the client left, 400
+// (not logged) when the client's body could not be read.
 func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 	if err := checkUpstreamURL(cfg.URL); err != nil {
 		return nil, err
@@ -158,7 +159,10 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 		tr.Protocols = new(http.Protocols)
 		tr.Protocols.SetUnencryptedHTTP2(true)
 	}
-	var rt http.RoundTripper = tr
+	// A pool tells a request whose body could not be read from the
+	// client by an upstream.ClientBodyError; CheckBody does it for the
+	// proxy's own Transport.
+	rt := upstream.CheckBody(tr)
 	if cfg.Transport != nil {
 		rt = cfg.Transport
 	}
@@ -225,6 +229,12 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 				markStatus(w, StatusClientClosed)
 				return
 			}
+			if status == http.StatusBadRequest {
+				// The client's own broken body: nothing the operator
+				// can act on, and one caller could flood the log.
+				WriteError(w, status, code, msg)
+				return
+			}
 			if !errors.Is(err, upstream.ErrNoHealthyTarget) {
 				// A pool left empty answers every request at once; the
 				// ejections that emptied it were logged.
@@ -283,10 +293,16 @@ func peerTrusted(remoteAddr string, trusted []netip.Prefix) bool {
 }
 
 // upstreamError maps a transport error to the response status, error code
-// and message. It is the one place that decides 499/502/504.
+// and message. It is the one place that decides 400/499/502/504. A body
+// that could not be read from the client (upstream.ClientBodyError) is
+// the client's failure, answered 400 bad_request_body, not the
+// upstream's 502 (docs/rules.md, the error table).
 func upstreamError(ctx context.Context, err error) (int, string, string) {
 	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return StatusClientClosed, "client_closed", "the client closed the request"
+	}
+	if be := (*upstream.ClientBodyError)(nil); errors.As(err, &be) {
+		return http.StatusBadRequest, "bad_request_body", "the request body could not be read: " + be.Err.Error()
 	}
 	if errors.Is(err, upstream.ErrNoHealthyTarget) {
 		return http.StatusServiceUnavailable, "no_healthy_upstream", err.Error()
@@ -307,6 +323,8 @@ func errorKind(status int, err error) string {
 		return "client_closed"
 	case status == http.StatusGatewayTimeout:
 		return "timeout"
+	case status == http.StatusBadRequest:
+		return "client_body"
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "refused"
 	case status == http.StatusServiceUnavailable:

@@ -38,11 +38,12 @@ func (p *Pool) roundTrip(req *http.Request, timeout time.Duration) (*http.Respon
 	n := 0
 	body := req.Body
 	var held *heldBody
-	if body != nil && body != http.NoBody && !emptyIdentity(req) && len(p.targets) > 1 {
+	if body != nil && body != http.NoBody && !emptyIdentity(req) {
 		// The Transport closes the body of a request that fails; held
 		// keeps it open for the next target while nothing of it was
-		// read.
-		held = &heldBody{rc: body}
+		// read, and records whether reading it failed: the client's
+		// failure, not the target's.
+		held = &heldBody{rc: body, released: len(p.targets) == 1}
 		body = held
 	}
 	var lastErr error
@@ -67,6 +68,14 @@ func (p *Pool) roundTrip(req *http.Request, timeout time.Duration) (*http.Respon
 			held.release()
 			p.observe(t, resp.StatusCode >= 500 && p.failedStatus(resp.StatusCode))
 			return resp, nil
+		}
+		if berr := held.failed(); berr != nil {
+			// The client's body could not be read (a malformed chunk, a
+			// body cut short, a client gone mid-body): the target did
+			// nothing wrong, and another would fare no better
+			// (docs/routes.md, "Health").
+			held.release()
+			return nil, &ClientBodyError{Err: berr}
 		}
 		if req.Context().Err() == nil {
 			// The target failed, not the client, who went away.
@@ -199,15 +208,58 @@ func (b *countedBody) Close() error {
 	return b.ReadCloser.Close()
 }
 
+// ClientBodyError is the error of a request that failed because its body
+// could not be read from the client: a malformed chunked body (RFC 9112
+// §7.1), one shorter than its Content-Length (RFC 9112 §6.2), a client
+// gone mid-body. It is not counted against the target, and the request is
+// not tried on another (docs/routes.md, "Health").
+type ClientBodyError struct {
+	// Err is the error reading the body gave.
+	Err error
+}
+
+func (e *ClientBodyError) Error() string {
+	return "reading the request body: " + e.Err.Error()
+}
+
+// Unwrap returns Err.
+func (e *ClientBodyError) Unwrap() error { return e.Err }
+
+// CheckBody returns rt telling the failure of a request whose body could
+// not be read by a *ClientBodyError, for a RoundTripper that is not a
+// Pool (a Pool does it itself).
+func CheckBody(rt http.RoundTripper) http.RoundTripper { return bodyCheck{rt} }
+
+type bodyCheck struct{ rt http.RoundTripper }
+
+func (c bodyCheck) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body == nil || req.Body == http.NoBody || emptyIdentity(req) {
+		return c.rt.RoundTrip(req)
+	}
+	b := &heldBody{rc: req.Body, released: true}
+	out := *req
+	out.Body = b
+	resp, err := c.rt.RoundTrip(&out)
+	if err != nil {
+		if berr := b.failed(); berr != nil {
+			return nil, &ClientBodyError{Err: berr}
+		}
+	}
+	return resp, err
+}
+
 // heldBody is a request body that the Transport may close after a failed
 // try without closing the inbound body, so that the request can go to
-// another target, as long as nothing of it was read. Its methods are safe
-// on a nil *heldBody, which holds nothing.
+// another target, as long as nothing of it was read; one made released
+// holds nothing. It records the first error reading the inbound body
+// gave, other than io.EOF. Its methods are safe on a nil *heldBody, which
+// holds nothing.
 type heldBody struct {
 	rc io.ReadCloser
 
 	mu       sync.Mutex
 	n        int64
+	err      error // the first read error, not io.EOF
 	released bool
 	closed   bool // closed while held
 }
@@ -216,8 +268,24 @@ func (b *heldBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	b.mu.Lock()
 	b.n += int64(n)
+	if err != nil && err != io.EOF && b.err == nil {
+		b.err = err
+	}
 	b.mu.Unlock()
 	return n, err
+}
+
+// failed returns the error reading the inbound body gave, nil if none.
+// The Transport reports a failed write of the body only after the read
+// that failed returned, so a try that failed because of the body finds
+// it here.
+func (b *heldBody) failed() error {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
 }
 
 func (b *heldBody) Close() error {

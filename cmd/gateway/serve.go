@@ -103,7 +103,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 	f.BoolVar(&cfg.TopKeys, "top-keys", cfg.TopKeys, "show the header, query and claim values of keyed limits at GET /top as they are, rather than hashed as in the access log")
 	f.BoolVar(&cfg.Pprof, "pprof", cfg.Pprof, "serve the Go profiler on the admin port at /debug/pprof/")
 	f.BoolVar(&traces, "tracing", false, tracingUsage)
-	f.DurationVar(&cfg.ReadHeaderTimeout, "read-header-timeout", cfg.ReadHeaderTimeout, "longest a client may take to send a request's headers (and TLS handshake) before the proxy closes the connection; stops slowloris clients. Whole requests and responses have no timeout, so that streams work")
+	f.DurationVar(&cfg.ReadHeaderTimeout, "read-header-timeout", cfg.ReadHeaderTimeout, "longest a client may take to send a request's headers (and TLS handshake) before the proxy closes the connection, and the part of its body a limit keyed on the body reads (else 408); stops slowloris clients. Whole requests and responses have no timeout, so that streams work")
 	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "longest a keep-alive connection to the proxy may wait for its next request")
 	f.IntVar(&cfg.MaxHeaderBytes, "max-header-bytes", cfg.MaxHeaderBytes, "largest request line and headers in bytes, else 431; the default 64 KiB is well above what browsers and proxies send (8-16 KiB) and caps the memory a connection can pin")
 	f.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "PEM certificate (chain) file: with --tls-key, the proxy serves HTTPS and HTTP/2, reloading the pair when either file changes or on SIGHUP. The admin port stays plain HTTP: keep it on an internal network")

@@ -3,12 +3,16 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
@@ -19,14 +23,30 @@ import (
 // upstream before the rest of the body, so that it receives the body byte
 // for byte. A body that is not JSON, nests deeper than maxBodyNesting, or
 // is longer than maxBody gives no value: the limit's missing: rule applies.
+// A body that does not arrive within its timeout gets 408 (late).
 
 // maxBodyNesting bounds the nesting of a JSON body read for keys.
 const maxBodyNesting = 64
+
+// DefaultBodyTimeout is HandlerConfig.BodyTimeout's default.
+const DefaultBodyTimeout = 10 * time.Second
+
+// bodyStart is the most of a body read for keys that is allocated before
+// it arrives: a client that declares a large Content-Length and sends
+// nothing pins no more.
+const bodyStart = 16 << 10
 
 // bodyKeys is the body of one request as read for its keys. Its zero value
 // has read nothing.
 type bodyKeys struct {
 	read bool
+	// late is set when the body read for keys did not arrive within
+	// timeout: the request is answered 408 (lateBody).
+	late bool
+	// w sets the read deadline of the request's connection (or stream);
+	// timeout bounds the read. Set for each request before any load.
+	w       http.ResponseWriter
+	timeout time.Duration
 	// head is what was read of the body, forwarded before the rest.
 	head []byte
 	// doc is the body's top-level object, nil when the body gives no
@@ -113,9 +133,23 @@ func (b *bodyKeys) load(r *http.Request, lims []*ruleset.Limit) {
 	if r.ContentLength > int64(limit) {
 		return // too long: not read at all
 	}
-	buf := make([]byte, 0, min(max(r.ContentLength, 512), int64(limit)+1))
-	buf, err := readUpTo(r.Body, buf, limit+1)
+	if b.w != nil && b.timeout > 0 {
+		// Bounded as the headers are (--read-header-timeout); the rest
+		// of the body streams to the upstream without one.
+		rc := http.NewResponseController(b.w)
+		if rc.SetReadDeadline(time.Now().Add(b.timeout)) == nil {
+			defer rc.SetReadDeadline(time.Time{})
+		}
+	}
+	// Allocated as it arrives, up to what is to be read.
+	most := int64(limit) + 1
+	if r.ContentLength >= 0 {
+		most = min(max(r.ContentLength, 512), most)
+	}
+	buf := make([]byte, 0, min(most, bodyStart))
+	buf, err := readUpTo(r.Body, buf, int(most), limit+1)
 	b.head = buf
+	b.late = errors.Is(err, os.ErrDeadlineExceeded)
 	if err != nil || len(buf) > limit || !shallow(buf) {
 		return // broken, too long or too deep: no values
 	}
@@ -131,11 +165,17 @@ func (b *bodyKeys) load(r *http.Request, lims []*ruleset.Limit) {
 	b.doc = doc
 }
 
-// readUpTo appends to buf what r gives until EOF or n bytes in all.
-func readUpTo(r io.Reader, buf []byte, n int) ([]byte, error) {
+// readUpTo appends to buf what r gives until EOF or n bytes in all,
+// doubling buf as it fills, to at most most bytes (then as append grows
+// it): a body that stops coming has taken about what it sent.
+func readUpTo(r io.Reader, buf []byte, most, n int) ([]byte, error) {
 	for len(buf) < n {
 		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
+			if c := min(2*cap(buf), most); c > cap(buf) {
+				buf = append(make([]byte, 0, c), buf...)
+			} else {
+				buf = append(buf, 0)[:len(buf)]
+			}
 		}
 		m, err := r.Read(buf[len(buf):min(cap(buf), n)])
 		buf = buf[:len(buf)+m]
@@ -190,3 +230,16 @@ type headBody struct {
 }
 
 func (h *headBody) Close() error { return h.body.Close() }
+
+// lateBody answers a request whose body, read for its keys, did not arrive
+// within its timeout (bodyKeys.late) with 408 and reports true; it is
+// refused before anything is counted.
+func lateBody(w http.ResponseWriter, sc *scratch) bool {
+	if !sc.body.late {
+		return false
+	}
+	sc.o.Decision = observe.DecisionInvalid
+	WriteError(w, http.StatusRequestTimeout, "request_timeout",
+		"the request body was not received in time (--read-header-timeout, "+sc.body.timeout.String()+"): a limit of this API reads it before it decides")
+	return true
+}

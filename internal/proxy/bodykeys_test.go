@@ -1,16 +1,20 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/observe"
 )
 
 // bodyEcho is an upstream that answers with the length and sha256 of the
@@ -110,5 +114,69 @@ func TestBodyKeys(t *testing.T) {
 		if l := limitsOf(g.obs.last()); len(l) != 1 || l[0].Key != tc.key {
 			t.Errorf("%s: counted by %+v, want key %q", tc.name, l, tc.key)
 		}
+	}
+}
+
+// TestBodyKeyTimeout: a client that does not send the part of its body a
+// body-keyed limit reads within BodyTimeout (--read-header-timeout) gets
+// 408 request_timeout, counted by no limit and never forwarded, whatever
+// Content-Length it declared; one that sends it in time is decided as
+// usual.
+func TestBodyKeyTimeout(t *testing.T) {
+	t.Parallel()
+	up := &upstreamRecorder{}
+	us := httptest.NewServer(up)
+	t.Cleanup(us.Close)
+	g := newGWWith(t, bodyKeyRules, us.URL, up, func(hc *HandlerConfig, _ *UpstreamConfig) {
+		hc.BodyTimeout = 300 * time.Millisecond
+	})
+	srv := httptest.NewServer(g.h)
+	t.Cleanup(srv.Close)
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	for i, tc := range []struct {
+		name, head string
+	}{
+		{"part of a declared length", "Content-Length: 500\r\n\r\n" + `{"model":"gp`},
+		{"a large declared length, nothing sent", "Content-Length: 1000\r\n\r\n"},
+		{"chunked, part of a chunk", "Transfer-Encoding: chunked\r\n\r\n40\r\n" + `{"model":"gp`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(time.Minute))
+			req := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-App-Id: app-1\r\n" + tc.head
+			if _, err := io.WriteString(c, req); err != nil {
+				t.Fatal(err)
+			}
+			// The client sends nothing more, and keeps its connection.
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("reading the answer: %v", err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), `"error":"request_timeout"`) {
+				t.Errorf("got %d %s, want 408 request_timeout", resp.StatusCode, body)
+			}
+			g.obs.waitFor(t, i+1)
+			if o := g.obs.last(); o.Decision != observe.DecisionInvalid || len(limitsOf(o)) != 0 {
+				t.Errorf("observed %s with limits %+v, want invalid and none counted", o.Decision, limitsOf(o))
+			}
+		})
+	}
+	if seen := up.seen(); len(seen) != 0 {
+		t.Errorf("the upstream saw %q, want nothing forwarded", seen)
+	}
+	// In time, it is decided and forwarded as usual.
+	resp, err := srv.Client().Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"gpt-4o"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || len(up.seen()) != 1 {
+		t.Errorf("a body sent in time: %d, the upstream saw %q; want 200 and it forwarded", resp.StatusCode, up.seen())
 	}
 }

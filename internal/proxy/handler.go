@@ -61,6 +61,8 @@ type Handler struct {
 	// the most added to a Retry-After.
 	waits       *waiters
 	retryJitter time.Duration
+	// bodyTimeout is HandlerConfig.BodyTimeout.
+	bodyTimeout time.Duration
 }
 
 // HandlerConfig configures a Handler.
@@ -94,6 +96,13 @@ type HandlerConfig struct {
 	Now func() time.Time
 	// Logger receives errors. Default slog.Default().
 	Logger *slog.Logger
+	// BodyTimeout bounds the read of the part of a request's body that a
+	// limit keyed on the body (by: body:FIELD, a cost estimated from it)
+	// reads before it decides, from the start of that read: a client
+	// that sends it more slowly gets 408. Default DefaultBodyTimeout; the
+	// server passes --read-header-timeout, since the gateway needs that
+	// part as it needs the headers.
+	BodyTimeout time.Duration
 	// Observers receive every request's outcome.
 	Observers []observe.Observer
 	// MethodOverride is what happens to a method override. The zero
@@ -183,6 +192,7 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		v6Bits:        cmp.Or(cfg.IPv6Prefix, ruleset.DefaultIPv6Prefix),
 		waits:         newWaiters(cfg.MaxWaiting),
 		retryJitter:   cfg.RetryAfterJitter,
+		bodyTimeout:   cmp.Or(cfg.BodyTimeout, DefaultBodyTimeout),
 	}
 	if h.appHeader == "" {
 		h.appHeader = DefaultAppHeader

@@ -3,8 +3,10 @@ package upstream
 import (
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
@@ -108,4 +110,115 @@ func TestCheckBody(t *testing.T) {
 			t.Errorf("body %T: got %d, want 200", body, resp.StatusCode)
 		}
 	}
+}
+
+// TestTargetAbortMidBodyIsTheTargets has the target reset the request
+// while the client is still sending its body, over HTTP/1.1 and HTTP/2
+// in and out: that is the target's failure, counted against it, never a
+// ClientBodyError, though the Transport closes the body it was reading
+// (an HTTP/2 writer then sees its read fail with "body closed").
+func TestTargetAbortMidBodyIsTheTargets(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		inH2, outH2 bool
+		targets     int
+	}{
+		{"h1 to h1, one target", false, false, 1},
+		{"h2 to h2c, one target", true, true, 1},
+		{"h2 to h2c, two targets", true, true, 2},
+		{"h1 to h2c, one target", false, true, 1},
+		{"h2 to h2c, no pool", true, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			aborted := make(chan struct{}, 2)
+			target := serveBoth(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.ReadFull(r.Body, make([]byte, 10))
+				aborted <- struct{}{}
+				panic(http.ErrAbortHandler)
+			}), tc.outH2)
+			scheme := "http://"
+			if tc.outH2 {
+				scheme = "h2c://"
+			}
+			var rt http.RoundTripper
+			var p *Pool
+			var base string
+			if tc.targets == 0 {
+				tr := &http.Transport{}
+				tr.Protocols = new(http.Protocols)
+				tr.Protocols.SetUnencryptedHTTP2(true)
+				rt, base = CheckBody(tr), target.URL
+			} else {
+				urls := []string{scheme + target.Listener.Addr().String()}
+				if tc.targets == 2 {
+					urls = append(urls, scheme+"localhost:"+strconv.Itoa(target.Listener.Addr().(*net.TCPAddr).Port))
+				}
+				c := newClock()
+				p = buildOutlier(t, newRegistry(t, c), "", nil, &config.Outlier{Failures: 1,
+					Ejection: DefaultBaseEjection, MaxEjection: DefaultMaxEjection, MaxEjectionPercent: 100}, urls...)
+				rt, base = p, p.Base().String()
+				defer func() {
+					failed := int64(0)
+					for _, s := range p.States(c.Now()) {
+						failed += int64(s.Failures) + int64(s.Ejections)
+					}
+					if failed == 0 {
+						t.Errorf("no failure counted against the target that reset the request: %+v", p.States(c.Now()))
+					}
+				}()
+			}
+			results := make(chan error, 1)
+			front := serveBoth(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				out, _ := http.NewRequest("POST", base+"/x", r.Body)
+				out.ContentLength = -1
+				resp, err := rt.RoundTrip(out)
+				if err == nil {
+					resp.Body.Close()
+				}
+				results <- err
+			}), tc.inH2)
+			client := &http.Transport{}
+			if tc.inH2 {
+				client.Protocols = new(http.Protocols)
+				client.Protocols.SetUnencryptedHTTP2(true)
+			}
+			t.Cleanup(client.CloseIdleConnections)
+			pr, pw := io.Pipe()
+			go func() {
+				// Part of the body; the rest once the target reset it.
+				pw.Write([]byte("0123456789abcdef"))
+				<-aborted
+				pw.Write([]byte("0123456789abcdef"))
+				pw.Close()
+			}()
+			req, _ := http.NewRequest("POST", front.URL, pr)
+			go func() {
+				if resp, err := (&http.Client{Transport: client}).Do(req); err == nil {
+					resp.Body.Close()
+				}
+			}()
+			err := <-results
+			var be *ClientBodyError
+			if err == nil || errors.As(err, &be) {
+				t.Errorf("RoundTrip: %v, want the target's failure, not the client's body", err)
+			}
+		})
+	}
+}
+
+// serveBoth starts a server of h, with unencrypted HTTP/2 beside
+// HTTP/1.1 when h2.
+func serveBoth(t *testing.T, h http.Handler, h2 bool) *httptest.Server {
+	t.Helper()
+	s := httptest.NewUnstartedServer(h)
+	if h2 {
+		s.Config.Protocols = new(http.Protocols)
+		s.Config.Protocols.SetUnencryptedHTTP2(true)
+		s.Config.Protocols.SetHTTP1(true)
+	}
+	s.Start()
+	t.Cleanup(s.Close)
+	return s
 }

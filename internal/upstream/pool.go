@@ -259,16 +259,21 @@ type heldBody struct {
 
 	mu       sync.Mutex
 	n        int64
-	err      error // the first read error, not io.EOF
+	err      error // the first read error, not io.EOF, before shut
 	released bool
 	closed   bool // closed while held
+	// shut is set once the Transport closed the body: a read that fails
+	// after it failed because of that close (an HTTP/2 stream the target
+	// reset has its body closed while its writer still reads it), not
+	// because of the client.
+	shut bool
 }
 
 func (b *heldBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	b.mu.Lock()
 	b.n += int64(n)
-	if err != nil && err != io.EOF && b.err == nil {
+	if err != nil && err != io.EOF && b.err == nil && !b.shut {
 		b.err = err
 	}
 	b.mu.Unlock()
@@ -290,6 +295,7 @@ func (b *heldBody) failed() error {
 
 func (b *heldBody) Close() error {
 	b.mu.Lock()
+	b.shut = true
 	if !b.released {
 		b.closed = true
 		b.mu.Unlock()

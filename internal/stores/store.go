@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -155,6 +156,10 @@ type fleetShare struct {
 	red   *redisstore.Store
 	auto  bool
 	fixed float64 // --local-share when not auto
+	// levelMu makes level's read and charge one step: requests that
+	// level a bucket at once would each charge all it holds above the
+	// level, and put it in debt.
+	levelMu sync.Mutex
 }
 
 var _ limit.Store = (*fleetShare)(nil)
@@ -239,10 +244,12 @@ func (f *fleetShare) Allow(ctx context.Context, now time.Time, reqs []limit.Requ
 }
 
 // level brings q's bucket in memory down to hold at most n (Known.Bounded):
-// what it holds above that is charged. Two requests that level one bucket
-// at once may both charge it: the bucket then holds less than n, never
-// more.
+// what it holds above that is charged. A request admitted between a
+// level's read and its charge (it takes without levelMu) makes the
+// bucket hold less than n, never more.
 func (f *fleetShare) level(ctx context.Context, now time.Time, q *limit.Request, n int64) error {
+	f.levelMu.Lock()
+	defer f.levelMu.Unlock()
 	res := make([]limit.Result, 1)
 	read := []limit.Request{{Key: q.Key, Overflow: q.Overflow, Params: q.Params, Act: limit.Read}}
 	if _, err := f.mem.Allow(ctx, now, read, res); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -237,5 +238,40 @@ func TestReadyPingBounded(t *testing.T) {
 				t.Errorf("with Redis not answering: %+v, want unreachable with why, serving %v", h, mode != failmode.Closed)
 			}
 		})
+	}
+}
+
+// TestLevelConcurrently levels one full bucket from eight requests at
+// once: it ends holding the level, not in debt (each charging all it held
+// above the level would leave it refusing for seconds).
+func TestLevelConcurrently(t *testing.T) {
+	t.Parallel()
+	p := &limit.Params{Algorithm: "token_bucket", Limit: 4, Window: time.Second, Burst: 40}
+	for round := range 50 {
+		mem, err := limit.NewMemory(limit.MemoryConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := &fleetShare{mem: mem}
+		now := time.Now()
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range 8 {
+			wg.Go(func() {
+				<-start
+				if err := f.level(context.Background(), now, &limit.Request{Key: "k", Params: p}, 1); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		res := make([]limit.Result, 1)
+		if _, err := mem.Allow(context.Background(), now, []limit.Request{{Key: "k", Params: p, Act: limit.Read}}, res); err != nil {
+			t.Fatal(err)
+		}
+		if res[0].Remaining != 1 || res[0].Over != 0 {
+			t.Fatalf("round %d: levelled to 1 from eight requests at once, the bucket holds %d, over by %d", round, res[0].Remaining, res[0].Over)
+		}
 	}
 }

@@ -134,7 +134,15 @@ func (r *Store) Known(q *limit.Request) (Known, bool) {
 		rem += int64(float64(c-rem) * float64(now-e.at) / float64(e.reset-e.at))
 	}
 	c := e.params.Capacity()
-	return Known{Capacity: c, Used: max(c-rem, 0), Reset: time.Duration(e.reset - now), RetryAfter: time.Duration(max(e.retryAt-now, 0))}, true
+	retry := max(e.retryAt-now, 0)
+	if bucket(&e.params) && rem < 1 && retry == 0 && e.reset > e.at && c > e.remaining {
+		// Past the instant Redis gave, the line has yet to bring back a
+		// whole token (the denied request's cost was below one, or the
+		// line rounds down): retry when it does, not at reset.
+		next := e.at + int64(math.Ceil(float64(1-e.remaining)*float64(e.reset-e.at)/float64(c-e.remaining)))
+		retry = max(next-now, int64(time.Millisecond))
+	}
+	return Known{Capacity: c, Used: max(c-rem, 0), Reset: time.Duration(e.reset - now), RetryAfter: time.Duration(retry)}, true
 }
 
 // bucket reports whether p's algorithm is a bucket: its capacity is

@@ -1,0 +1,60 @@
+package redisstore
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ratelimit-gateway/gateway/internal/limit"
+)
+
+// TestKnownBucketLine: what Redis said of a bucket it denied holds until
+// the bucket is full again, its room on the refill line from then (a
+// window's is forgotten once the denied request would be admitted), and
+// while the line has yet to bring a whole token back, RetryAfter is when
+// it does, not the bucket's reset.
+func TestKnownBucketLine(t *testing.T) {
+	epoch := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	now := epoch
+	r := &Store{known: newKnown(16), epoch: epoch, now: func() time.Time { return now }}
+	// 10 per 10s, a burst of 10: a token a second, full 10s after empty.
+	bucket := &limit.Params{Algorithm: "token_bucket", Limit: 10, Window: 10 * time.Second, Burst: 10}
+	window := &limit.Params{Algorithm: "sliding_window", Limit: 10, Window: 10 * time.Second, Precision: 10}
+	for _, p := range []*limit.Params{bucket, window} {
+		q := limit.Request{Key: p.Algorithm + "|/", Params: p}
+		// Denied at once: empty, a token back in 1s (the denied
+		// request's), full in 10s.
+		r.known.record([]limit.Request{q}, []limit.Result{{Remaining: 0, Reset: 10 * time.Second, RetryAfter: time.Second}}, r.clock())
+		for _, tc := range []struct {
+			at          time.Duration
+			known       bool
+			used        int64
+			retry       time.Duration
+			description string
+		}{
+			{500 * time.Millisecond, true, 10, 500 * time.Millisecond, "before the instant Redis gave"},
+			{2500 * time.Millisecond, p == bucket, 8, 0, "two tokens back"},
+			{9 * time.Second, p == bucket, 1, 0, "nine back"},
+			{10 * time.Second, false, 0, 0, "full again"},
+		} {
+			now = epoch.Add(tc.at)
+			k, ok := r.Known(&q)
+			if ok != tc.known {
+				t.Errorf("%s, %s: known %v, want %v", p.Algorithm, tc.description, ok, tc.known)
+				continue
+			}
+			if ok && (k.Used != tc.used || k.RetryAfter != tc.retry) {
+				t.Errorf("%s, %s: used %d, retry after %v; want %d, %v", p.Algorithm, tc.description, k.Used, k.RetryAfter, tc.used, tc.retry)
+			}
+		}
+		now = epoch
+	}
+	// Denied for a request whose retry came before a whole token (a cost
+	// below one is not possible; a Redis that said so, or a reload that
+	// made the bucket bigger): retry when the line brings one back.
+	q := limit.Request{Key: "short|/", Params: bucket}
+	r.known.record([]limit.Request{q}, []limit.Result{{Remaining: 0, Reset: 10 * time.Second, RetryAfter: 100 * time.Millisecond}}, r.clock())
+	now = epoch.Add(500 * time.Millisecond)
+	if k, ok := r.Known(&q); !ok || k.Used != 10 || k.RetryAfter != 500*time.Millisecond {
+		t.Errorf("between the instant Redis gave and a whole token: %+v %v, want used 10, retry after 500ms", k, ok)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -133,9 +134,10 @@ func (b *bodyKeys) load(r *http.Request, lims []*ruleset.Limit) {
 	if r.ContentLength > int64(limit) {
 		return // too long: not read at all
 	}
-	if b.w != nil && b.timeout > 0 {
+	if b.w != nil && b.timeout > 0 && slices.ContainsFunc(lims, func(cl *ruleset.Limit) bool { return !cl.Shadow }) {
 		// Bounded as the headers are (--read-header-timeout); the rest
-		// of the body streams to the upstream without one.
+		// of the body streams to the upstream without one. A shadow
+		// limit never refuses: alone, it waits for the body as it comes.
 		rc := http.NewResponseController(b.w)
 		if rc.SetReadDeadline(time.Now().Add(b.timeout)) == nil {
 			defer rc.SetReadDeadline(time.Time{})

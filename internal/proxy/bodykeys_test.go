@@ -180,3 +180,55 @@ func TestBodyKeyTimeout(t *testing.T) {
 		t.Errorf("a body sent in time: %d, the upstream saw %q; want 200 and it forwarded", resp.StatusCode, up.seen())
 	}
 }
+
+// TestShadowBodyKeyWaits: a shadow limit keyed on the body never refuses,
+// so it waits for the body however slowly it comes: a client that sends
+// it after BodyTimeout is forwarded, counted on the shadow's key.
+func TestShadowBodyKeyWaits(t *testing.T) {
+	t.Parallel()
+	up := &upstreamRecorder{}
+	us := httptest.NewServer(up)
+	t.Cleanup(us.Close)
+	g := newGWWith(t, `
+configs:
+  - appId: app-1
+    limits:
+      - api: /v1/chat/completions
+        limit: 1
+        unit: 1h
+        by: body:model
+        shadow: true
+`, us.URL, up, func(hc *HandlerConfig, _ *UpstreamConfig) {
+		hc.BodyTimeout = 100 * time.Millisecond
+	})
+	srv := httptest.NewServer(g.h)
+	t.Cleanup(srv.Close)
+	c, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute))
+	body := `{"model":"gpt-4o"}`
+	head := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-App-Id: app-1\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n"
+	if _, err := io.WriteString(c, head+body[:5]); err != nil {
+		t.Fatal(err)
+	}
+	// The rest comes well after BodyTimeout: the slow client is the case.
+	time.Sleep(500 * time.Millisecond)
+	if _, err := io.WriteString(c, body[5:]); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || len(up.seen()) != 1 {
+		t.Fatalf("got %d, the upstream saw %q; want 200 and it forwarded", resp.StatusCode, up.seen())
+	}
+	g.obs.waitFor(t, 1)
+	if l := limitsOf(g.obs.last()); len(l) != 1 || l[0].Key != "gpt-4o" {
+		t.Errorf("counted by %+v, want the shadow's key gpt-4o", l)
+	}
+}

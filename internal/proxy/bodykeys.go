@@ -143,13 +143,13 @@ func (b *bodyKeys) load(r *http.Request, lims []*ruleset.Limit) {
 			defer rc.SetReadDeadline(time.Time{})
 		}
 	}
-	// Allocated as it arrives, up to what is to be read.
+	// Up to what is to be read (a body is never longer than its
+	// Content-Length: net/http ends it there), allocated as it arrives.
 	most := int64(limit) + 1
 	if r.ContentLength >= 0 {
 		most = min(max(r.ContentLength, 512), most)
 	}
-	buf := make([]byte, 0, min(most, bodyStart))
-	buf, err := readUpTo(r.Body, buf, int(most), limit+1)
+	buf, err := readUpTo(r.Body, make([]byte, 0, min(most, bodyStart)), int(most))
 	b.head = buf
 	b.late = errors.Is(err, os.ErrDeadlineExceeded)
 	if err != nil || len(buf) > limit || !shallow(buf) {
@@ -168,16 +168,12 @@ func (b *bodyKeys) load(r *http.Request, lims []*ruleset.Limit) {
 }
 
 // readUpTo appends to buf what r gives until EOF or n bytes in all,
-// doubling buf as it fills, to at most most bytes (then as append grows
-// it): a body that stops coming has taken about what it sent.
-func readUpTo(r io.Reader, buf []byte, most, n int) ([]byte, error) {
+// doubling buf as it fills, to at most n: a body that stops coming has
+// taken about what it sent.
+func readUpTo(r io.Reader, buf []byte, n int) ([]byte, error) {
 	for len(buf) < n {
 		if len(buf) == cap(buf) {
-			if c := min(2*cap(buf), most); c > cap(buf) {
-				buf = append(make([]byte, 0, c), buf...)
-			} else {
-				buf = append(buf, 0)[:len(buf)]
-			}
+			buf = append(make([]byte, 0, min(2*cap(buf)+1, n)), buf...)
 		}
 		m, err := r.Read(buf[len(buf):min(cap(buf), n)])
 		buf = buf[:len(buf)+m]

@@ -372,8 +372,19 @@ paired() {
 	local n=${4:-1}
 	paste -d' ' <(printf '%s' "${RESULTS[$1/$2]:-}" | awk -v n="$n" '{ print $n }') \
 		<(printf '%s' "${RESULTS[$1/$3]:-}" | awk -v n="$n" '{ print $n }') |
-		awk '$1 != "-" && $2 > 0 { printf "%.4f\n", $1 / $2 }' | median | awk 'NF { printf "%.3f", $1 }'
+		awk '$1 != "-" && $2 > 0 { printf "%.4f\n", $1 / $2 }' | "${5:-median}" | awk 'NF { printf "%.3f", $1 }'
 }
+# middle PATH A B [N]: paired's spread, the middle half of the rounds'
+# ratios ("q1–q3", by nearest rank): how much the rounds of one run
+# disagree, which a median alone hides.
+middle() {
+	local lo hi
+	lo=$(paired "$1" "$2" "$3" "${4:-1}" quartile1)
+	hi=$(paired "$1" "$2" "$3" "${4:-1}" quartile3)
+	[ -z "$lo" ] || echo "$lo–$hi"
+}
+quartile1() { sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 3) / 4)] }'; }
+quartile3() { sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int((3 * NR + 3) / 4)] }'; }
 
 # memory_of C: the contender on the memory store of Redis contender C's
 # build, which paired divides it by.
@@ -430,14 +441,14 @@ file="$OUT/$stamp.md"
 	echo
 	echo "## The Redis store against the memory store"
 	echo
-	echo "| path | contender | requests/s | / gateway (memory) | paired | CPU µs/request | paired CPU | core busy % | memory's core busy % | script calls/request | Redis CPU ms / 1,000 requests | store errors/request |"
-	echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+	echo "| path | contender | requests/s | / gateway (memory) | paired | paired, middle half | CPU µs/request | paired CPU | paired CPU, middle half | core busy % | memory's core busy % | script calls/request | Redis CPU ms / 1,000 requests | store errors/request |"
+	echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 	for path in "${paths[@]}"; do
 		mem=$(field "$path" gateway 1)
 		for c in gateway-redis gateway-redis-exact ${BASE_REF:+gateway-redis-base}; do
 			[ -n "${RESULTS[$path/$c]:-}" ] || continue
 			m=$(memory_of "$c")
-			echo "| $path | $c | $(field "$path" "$c" 1) | $(ratio "$(field "$path" "$c" 1)" "$mem" %.3f) | $(paired "$path" "$c" "$m") | $(field "$path" "$c" 5) | $(paired "$path" "$m" "$c" 5) | $(field "$path" "$c" 10) | $(field "$path" "$m" 10) | $(field "$path" "$c" 7) | $(field "$path" "$c" 8) | $(field "$path" "$c" 9) |"
+			echo "| $path | $c | $(field "$path" "$c" 1) | $(ratio "$(field "$path" "$c" 1)" "$mem" %.3f) | $(paired "$path" "$c" "$m") | $(middle "$path" "$c" "$m") | $(field "$path" "$c" 5) | $(paired "$path" "$m" "$c" 5) | $(middle "$path" "$m" "$c" 5) | $(field "$path" "$c" 10) | $(field "$path" "$m" 10) | $(field "$path" "$c" 7) | $(field "$path" "$c" 8) | $(field "$path" "$c" 9) |"
 		done
 	done
 	echo
@@ -445,6 +456,8 @@ file="$OUT/$stamp.md"
 	echo "/ gateway (memory) divides the medians of requests/s; paired is the median over the rounds of the ratio within each round"
 	echo "to the memory store of the same build (gateway-base for gateway-redis-base), which ran next to it; paired CPU is the"
 	echo "same for CPU per request, the memory store's over the Redis store's (so that, like paired, 1 is the memory store's cost)."
+	echo "middle half: where the middle half of those rounds' ratios lie (first to third quartile, by nearest rank): how much"
+	echo "the rounds disagree. A wide one says the machine moved under the run, and that paired may differ in another."
 	echo "core busy % is the share of its core the contender's process kept busy (memory's: that of its memory store):"
 	echo "a contender under 100 had its core idle while its CONNS requests waited (on Redis, the upstream or wrk), so its"
 	echo "requests/s were bound by latency, not by its CPU; paired CPU then tells what its CPU would serve."

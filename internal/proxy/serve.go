@@ -23,6 +23,10 @@ type scratch struct {
 	// gone is set when the client left while the request waited for the
 	// room reserved for it (wait.go).
 	gone bool
+	// mayWait is set while the request holds one of --max-waiting's
+	// places: from before its decision, which may reserve room ahead,
+	// until its wait ends (wait.go).
+	mayWait bool
 	// rs is the rule set the request is decided on, loaded once.
 	rs   *ruleset.Set
 	sw   statusWriter
@@ -86,6 +90,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sc := scratches.Get().(*scratch)
 	defer func() {
 		h.release(sc)
+		h.waits.leave(sc)
 		*sc = scratch{}
 		scratches.Put(sc)
 	}()
@@ -118,6 +123,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				h.waitReserved(r, sc)
 			}
 		}
+		h.waits.leave(sc)
 		h.settle(sc)
 		h.respond(&sc.sw, r, sc)
 	}
@@ -286,8 +292,9 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *ruleset.Sect
 		if cl.Deferred() {
 			q.Act = limit.Hold
 		}
-		if cl.MaxDelay > 0 && h.waits.mayWait() {
+		if cl.MaxDelay > 0 && (sc.mayWait || h.waits.enter()) {
 			// Room may be reserved ahead (wait.go).
+			sc.mayWait = true
 			q.Wait = cl.MaxDelay
 		}
 		if cl.Cost.Price != nil && !cl.Shadow && !unknownModel(w, r, cl, sc) {

@@ -17,13 +17,20 @@ import (
 // Redis, the fleet's counters, so that requests wait in order of arrival
 // across the fleet — and counts it there; the gateway holds the request
 // until then and forwards it. A request whose room is further away is
-// refused at once, as without maxDelay. At most WaitConfig.MaxWaiting
+// refused at once, as without maxDelay. At most HandlerConfig.MaxWaiting
 // requests wait at once: past that, requests are decided without a wait.
+// A request takes its place before its decision, which is what reserves
+// room ahead, and keeps it until its wait ends (or gives it back at once,
+// when it was decided without one): so requests decided together, as on
+// Redis many are while their round trip is in flight, cannot between them
+// reserve more waits than the places there are.
 
 // DefaultMaxWaiting is the default cap on requests waiting for room.
 const DefaultMaxWaiting = 1000
 
-// waiters counts the requests held until the instant reserved for them.
+// waiters counts the requests that hold a place to wait: those held
+// until the instant reserved for them, and those being decided that may
+// be.
 type waiters struct {
 	max     int64
 	waiting atomic.Int64
@@ -36,13 +43,31 @@ func newWaiters(max int) *waiters {
 	return &waiters{max: int64(max)}
 }
 
-// Waiting returns the number of requests waiting for room.
+// Waiting returns the number of requests waiting for room, with those
+// being decided that may wait.
 func (h *Handler) Waiting() int64 { return h.waits.waiting.Load() }
 
-// mayWait reports whether a request may ask to wait for room: fewer than
-// the cap are waiting. Requests that race here may pass the cap by as
-// many as race.
-func (ws *waiters) mayWait() bool { return ws.waiting.Load() < ws.max }
+// enter takes a place to wait, if one of the cap's is free, and reports
+// whether it did.
+func (ws *waiters) enter() bool {
+	for {
+		n := ws.waiting.Load()
+		if n >= ws.max {
+			return false
+		}
+		if ws.waiting.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// leave gives back sc's place to wait, if it holds one.
+func (ws *waiters) leave(sc *scratch) {
+	if sc.mayWait {
+		sc.mayWait = false
+		ws.waiting.Add(-1)
+	}
+}
 
 // waitReserved holds a request that its decision admitted at a later
 // instant (limit.Result.Delay) until then. It waits on the real clock.
@@ -56,9 +81,8 @@ func (h *Handler) waitReserved(r *http.Request, sc *scratch) {
 	if delay <= 0 {
 		return
 	}
-	ws := h.waits
-	ws.waiting.Add(1)
-	defer ws.waiting.Add(-1)
+	// Only a request that held a place asked to wait (keys): it keeps
+	// the place until it leaves (ServeHTTP).
 	start := time.Now()
 	if sc.o.Span != nil {
 		defer func() { tracing.Waited(sc.o.Span, time.Since(start)) }()

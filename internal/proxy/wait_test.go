@@ -33,6 +33,13 @@ type waitGW struct {
 
 func newWaitGW(t *testing.T, rules string, maxWaiting int) *waitGW {
 	t.Helper()
+	store, _ := limit.NewMemory(limit.MemoryConfig{})
+	return newWaitGWOn(t, rules, maxWaiting, store)
+}
+
+// newWaitGWOn is newWaitGW deciding with store.
+func newWaitGWOn(t *testing.T, rules string, maxWaiting int, store limit.Store) *waitGW {
+	t.Helper()
 	parsed, err := config.Parse("rules.yaml", []byte(rules))
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +48,6 @@ func newWaitGW(t *testing.T, rules string, maxWaiting int) *waitGW {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, _ := limit.NewMemory(limit.MemoryConfig{})
 	g := &waitGW{start: time.Now()}
 	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.mu.Lock()
@@ -196,6 +202,79 @@ configs:
 			})
 		})
 	}
+}
+
+// heldStore decides each call once the test lets it through gate, so
+// that calls are in flight together, as the calls one round trip to
+// Redis carries are.
+type heldStore struct {
+	limit.Store
+	gate chan struct{}
+}
+
+func (g heldStore) Allow(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result) (bool, error) {
+	<-g.gate
+	return g.Store.Allow(ctx, now, reqs, res)
+}
+
+// TestMaxWaitingHoldsForDecisionsInFlight: requests whose decisions are
+// in flight together take the cap's places before they are decided, so
+// that between them they cannot reserve more waits than the cap: with a
+// cap of 2 and a full limit (1 a second, 10s of wait), of five requests
+// decided at once two wait and three are refused at once. Places go back
+// once the waits end.
+func TestMaxWaitingHoldsForDecisionsInFlight(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		mem, _ := limit.NewMemory(limit.MemoryConfig{})
+		gate := make(chan struct{})
+		g := newWaitGWOn(t, `
+configs:
+  - appId: app-1
+    limits:
+      - {api: /v1/chat, limit: 1, unit: 1, algorithm: token_bucket, maxDelay: 10s}
+`, 2, heldStore{mem, gate})
+		ctx := context.Background()
+		first := g.send(ctx, "r0")
+		gate <- struct{}{}
+		if code := <-first; code != 200 {
+			t.Fatalf("first request: %d, want 200", code)
+		}
+		var done []<-chan int
+		for i := range 5 {
+			done = append(done, g.send(ctx, fmt.Sprintf("r%d", i+1)))
+		}
+		synctest.Wait() // all five wait for their decisions
+		if n := g.h.Waiting(); n != 2 {
+			t.Errorf("waiting while five are decided: %d, want 2 (the cap)", n)
+		}
+		for range 5 {
+			gate <- struct{}{}
+		}
+		synctest.Wait()
+		if n := g.h.Waiting(); n != 2 {
+			t.Errorf("waiting once decided: %d, want 2 (the cap)", n)
+		}
+		atOnce, later := map[int]int{}, map[int]int{}
+		var waiting []<-chan int
+		for _, ch := range done {
+			select {
+			case code := <-ch:
+				atOnce[code]++
+			default:
+				waiting = append(waiting, ch)
+			}
+		}
+		for _, ch := range waiting {
+			later[<-ch]++
+		}
+		if atOnce[429] != 3 || len(atOnce) != 1 || later[200] != 2 || len(later) != 1 {
+			t.Errorf("statuses at once %v and after waiting %v, want 3 × 429 and 2 × 200", atOnce, later)
+		}
+		if n := g.h.Waiting(); n != 0 {
+			t.Errorf("waiting at the end: %d, want 0", n)
+		}
+	})
 }
 
 func TestRetryAfterJitter(t *testing.T) {

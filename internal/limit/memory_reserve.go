@@ -52,7 +52,10 @@ func (m *Memory) reserve(ns, at int64, wait time.Duration, ok bool, reqs []Reque
 			heldOnly |= 1 << i
 		}
 		if !res[i].Allowed {
+			// Decided at the queue's end: from now, both are the
+			// queue's longer.
 			res[i].RetryAfter += left
+			res[i].Reset += left
 		}
 	}
 	allowed := true

@@ -17,7 +17,8 @@ import (
 // each at its instant, and refuses it a millisecond earlier (each is the
 // earliest it could be after the one before); a thirteenth that can wait 1 s, and one that
 // cannot wait, are refused and count nothing, the latter told to come
-// back no sooner than the queue's end; and after the clock moves on a
+// back no sooner than the queue's end, and that the limit is full again
+// no sooner than that; and after the clock moves on a
 // reservation's delay runs from the new now.
 //
 // newStore returns a fresh store and a function that sets the instant
@@ -61,8 +62,8 @@ func Reserve(t *testing.T, newStore func(t *testing.T, now time.Time) (limit.Sto
 			if ok, r := ask(now, time.Second); ok {
 				t.Fatalf("a thirteenth that can wait 1s: admitted %+v, want refused", r)
 			}
-			if ok, r := ask(now, 0); ok || r.RetryAfter < last {
-				t.Fatalf("a request that cannot wait, behind a queue of %v: got %v %+v, want refused with RetryAfter ≥ the queue's end", last, ok, r)
+			if ok, r := ask(now, 0); ok || r.RetryAfter < last || r.Reset < r.RetryAfter {
+				t.Fatalf("a request that cannot wait, behind a queue of %v: got %v %+v, want refused with RetryAfter ≥ the queue's end, and Reset (the limit full again) no sooner", last, ok, r)
 			}
 			// The oracle: each reservation is a request arriving at its
 			// instant, and none could have been sooner.

@@ -61,7 +61,10 @@ func (k *known) record(reqs []limit.Request, res []limit.Result, start int64) {
 		if q.Params.Limit <= 0 {
 			continue
 		}
-		e := knownSlot{key: q.Key, params: *q.Params, remaining: r.Remaining, at: start, reset: start + int64(r.Reset)}
+		// An admission at a reserved instant (Delay) reports the limit
+		// as of that instant.
+		at := start + int64(r.Delay)
+		e := knownSlot{key: q.Key, params: *q.Params, remaining: r.Remaining, at: at, reset: at + int64(r.Reset)}
 		if !r.Allowed && r.RetryAfter > 0 {
 			e.retryAt = start + int64(r.RetryAfter)
 		}
@@ -125,24 +128,38 @@ func (r *Store) Known(q *limit.Request) (Known, bool) {
 		return Known{}, false
 	}
 	rem := e.remaining
-	if bucket(&e.params) && e.reset > e.at {
+	c := e.params.Capacity()
+	from := e.line()
+	if bucket(&e.params) && e.reset > from && now > from {
 		// A bucket refills at a steady rate from what it had to full at
 		// reset: what it has now is on that line. (A window frees its
 		// counts only as they leave it: until reset, no more is known
 		// than what it had.)
-		c := e.params.Capacity()
-		rem += int64(float64(c-rem) * float64(now-e.at) / float64(e.reset-e.at))
+		rem += int64(float64(c-rem) * float64(now-from) / float64(e.reset-from))
 	}
-	c := e.params.Capacity()
 	retry := max(e.retryAt-now, 0)
-	if bucket(&e.params) && rem < 1 && retry == 0 && e.reset > e.at && c > e.remaining {
+	if bucket(&e.params) && rem < 1 && retry == 0 && e.reset > from && c > e.remaining {
 		// Past the instant Redis gave, the line has yet to bring back a
 		// whole token (the denied request's cost was below one, or the
 		// line rounds down): retry when it does, not at reset.
-		next := e.at + int64(math.Ceil(float64(1-e.remaining)*float64(e.reset-e.at)/float64(c-e.remaining)))
+		next := from + int64(math.Ceil(float64(1-e.remaining)*float64(e.reset-from)/float64(c-e.remaining)))
 		retry = max(next-now, int64(time.Millisecond))
 	}
 	return Known{Capacity: c, Used: max(c-rem, 0), Reset: time.Duration(e.reset - now), RetryAfter: time.Duration(retry)}, true
+}
+
+// line returns the instant a bucket's refill line leaves e.remaining: at,
+// when Redis said it, or, for a request refused behind a queue of
+// reservations (which Redis decided at the queue's end, with a reset
+// that long later), the queue's end, from which the bucket takes the
+// time its rate needs to refill from e.remaining to full.
+func (e *knownSlot) line() int64 {
+	p := &e.params
+	if !bucket(p) || p.Limit <= 0 {
+		return e.at
+	}
+	refill := float64(p.Capacity()-e.remaining) * float64(p.Window) / float64(p.Limit)
+	return max(e.at, e.reset-int64(math.Ceil(refill)))
 }
 
 // bucket reports whether p's algorithm is a bucket: its capacity is

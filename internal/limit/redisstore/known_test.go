@@ -58,3 +58,47 @@ func TestKnownBucketLine(t *testing.T) {
 		t.Errorf("between the instant Redis gave and a whole token: %+v %v, want used 10, retry after 500ms", k, ok)
 	}
 }
+
+// TestKnownBehindQueue: what Redis says of a limit with room reserved
+// ahead (maxDelay) holds until the queue has passed. A bucket refused
+// behind a queue that ends in 5s (Reset and RetryAfter run from now, the
+// queue longer) or that admitted a request at a reserved instant 5s ahead
+// (Remaining and Reset as of that instant) has no room until the queue's
+// end, and refills on its line from there; a window refused behind it
+// stays refused until the instant Redis gave.
+func TestKnownBehindQueue(t *testing.T) {
+	epoch := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	now := epoch
+	r := &Store{known: newKnown(16), epoch: epoch, now: func() time.Time { return now }}
+	// 10 per 10s, a burst of 10: a token a second, full 10s after empty.
+	bucket := &limit.Params{Algorithm: "token_bucket", Limit: 10, Window: 10 * time.Second, Burst: 10}
+	window := &limit.Params{Algorithm: "sliding_window", Limit: 10, Window: 10 * time.Second, Precision: 10}
+	for _, tc := range []struct {
+		name string
+		p    *limit.Params
+		res  limit.Result
+	}{
+		{"bucket refused behind the queue", bucket, limit.Result{Reset: 15 * time.Second, RetryAfter: 6 * time.Second}},
+		{"bucket admitted at the queue's end", bucket, limit.Result{Allowed: true, Reset: 10 * time.Second, Delay: 5 * time.Second}},
+		{"window refused behind the queue", window, limit.Result{Reset: 15 * time.Second, RetryAfter: 6 * time.Second}},
+	} {
+		// Full until the queue's end (5s); then a bucket refills a token
+		// a second, and a window is not known once the refused request
+		// would be admitted (6s).
+		checks := []struct {
+			at    time.Duration
+			known bool
+			used  int64
+		}{{2500 * time.Millisecond, true, 10}, {5 * time.Second, true, 10}, {7500 * time.Millisecond, tc.p == bucket, 8}, {15 * time.Second, false, 0}}
+		q := limit.Request{Key: tc.name, Params: tc.p}
+		now = epoch
+		r.known.record([]limit.Request{q}, []limit.Result{tc.res}, r.clock())
+		for _, c := range checks {
+			now = epoch.Add(c.at)
+			k, ok := r.Known(&q)
+			if ok != c.known || (ok && k.Used != c.used) {
+				t.Errorf("%s, at %v: known %v, used %d; want %v, %d", tc.name, c.at, ok, k.Used, c.known, c.used)
+			}
+		}
+	}
+}

@@ -23,6 +23,7 @@ var (
 	errKeyAlg      = errors.New("the key's type does not match the token's algorithm")
 	errSkippedKey  = errors.New("the gateway does not verify with that JWKS key")
 	errAlg         = errors.New("algorithm not allowed")
+	errCrit        = errors.New("its header names critical extensions (crit), which this gateway does not support")
 )
 
 // Config configures a Verifier. At least one of Keys and HMACSecret is
@@ -201,6 +202,13 @@ func (v *Verifier) verify(token string, set *KeySet, now time.Time) (*Claims, er
 	var m jwt.MapClaims
 	var keyErr error // why the key function found no key
 	t, err := jwt.NewParser(opts...).ParseWithClaims(token, &m, func(t *jwt.Token) (any, error) {
+		if _, ok := t.Header["crit"]; ok {
+			// A recipient must refuse a token whose crit names an
+			// extension it does not understand (RFC 7515, section
+			// 4.1.11): this one understands none.
+			keyErr = errCrit
+			return nil, errCrit
+		}
 		alg := t.Method.Alg()
 		switch alg {
 		case HS256:

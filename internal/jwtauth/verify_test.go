@@ -109,6 +109,16 @@ func TestVerify(t *testing.T) {
 		{name: "RS384", token: unsigned(`{"alg":"RS384","kid":"r1"}`, `{"exp":9999999999}`, "AAAA"), want: `algorithm "RS384" is not allowed`},
 		{name: "unknown kid", token: forged, want: `no key in the JWKS has kid "r2"`},
 		{name: "key type does not match", token: ecAsRSA, want: `key "r1" is for RS256, the token says ES256`},
+		{name: "critical extension", token: func() string {
+			tok := jwt.NewWithClaims(jwt.SigningMethodHS256, good())
+			tok.Header["crit"] = []string{"x-ext"}
+			tok.Header["x-ext"] = true
+			s, err := tok.SignedString(secret)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}(), want: "critical extensions (crit)"},
 		{name: "long kid cut", token: unsigned(`{"alg":"RS256","kid":"`+strings.Repeat("k", 500)+`"}`, `{"exp":9999999999}`, "AAAA"), want: strings.Repeat("k", 64) + `"…`},
 	}
 	for _, tt := range tests {

@@ -24,8 +24,8 @@ type scratch struct {
 	// room reserved for it (wait.go).
 	gone bool
 	// mayWait is set while the request holds one of --max-waiting's
-	// places: from before its decision, which may reserve room ahead,
-	// until its wait ends (wait.go).
+	// places: from just before its decision, which may reserve room
+	// ahead, until its wait ends (wait.go).
 	mayWait bool
 	// rs is the rule set the request is decided on, loaded once.
 	rs   *ruleset.Set
@@ -118,6 +118,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if sec, ok := h.identify(&sc.sw, r, sc); ok && h.match(&sc.sw, r, sec, sc) && h.verifyClaims(&sc.sw, r, sc) &&
 		h.keys(&sc.sw, r, sec, sc) && h.acquire(&sc.sw, r, sec, sc) {
 		if sc.n > 0 {
+			h.offerWaits(sc)
 			h.decide(r, sc)
 			if sc.o.Decision != observe.DecisionLimited {
 				h.waitReserved(r, sc)
@@ -291,11 +292,6 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *ruleset.Sect
 		*q = limit.Request{Key: key, Tag: tag, Params: &cl.Params, Shadow: cl.Shadow, Cost: cl.Cost.Need()}
 		if cl.Deferred() {
 			q.Act = limit.Hold
-		}
-		if cl.MaxDelay > 0 && (sc.mayWait || h.waits.enter()) {
-			// Room may be reserved ahead (wait.go).
-			sc.mayWait = true
-			q.Wait = cl.MaxDelay
 		}
 		if cl.Cost.Price != nil && !cl.Shadow && !unknownModel(w, r, cl, sc) {
 			return false

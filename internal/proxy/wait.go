@@ -19,11 +19,12 @@ import (
 // until then and forwards it. A request whose room is further away is
 // refused at once, as without maxDelay. At most HandlerConfig.MaxWaiting
 // requests wait at once: past that, requests are decided without a wait.
-// A request takes its place before its decision, which is what reserves
-// room ahead, and keeps it until its wait ends (or gives it back at once,
-// when it was decided without one): so requests decided together, as on
-// Redis many are while their round trip is in flight, cannot between them
-// reserve more waits than the places there are.
+// A request takes its place just before its decision, which is what
+// reserves room ahead (offerWaits), and keeps it until its wait ends (or
+// gives it back at once, when it was decided without one): so requests
+// decided together, as on Redis many are while their round trip is in
+// flight, cannot between them reserve more waits than the places there
+// are.
 
 // DefaultMaxWaiting is the default cap on requests waiting for room.
 const DefaultMaxWaiting = 1000
@@ -61,6 +62,20 @@ func (ws *waiters) enter() bool {
 	}
 }
 
+// offerWaits lets the limits of sc with maxDelay reserve room ahead
+// (limit.Request.Wait) if the request takes a place to wait. It is called
+// just before the decision, once the request's keys, costs and body are
+// read and its concurrency slots taken: a client that sends its body
+// slowly holds no place meanwhile.
+func (h *Handler) offerWaits(sc *scratch) {
+	for i, cl := range sc.lims[:sc.n] {
+		if cl.MaxDelay > 0 && (sc.mayWait || h.waits.enter()) {
+			sc.mayWait = true
+			sc.reqs[i].Wait = cl.MaxDelay
+		}
+	}
+}
+
 // leave gives back sc's place to wait, if it holds one.
 func (ws *waiters) leave(sc *scratch) {
 	if sc.mayWait {
@@ -81,8 +96,8 @@ func (h *Handler) waitReserved(r *http.Request, sc *scratch) {
 	if delay <= 0 {
 		return
 	}
-	// Only a request that held a place asked to wait (keys): it keeps
-	// the place until it leaves (ServeHTTP).
+	// Only a request that held a place asked to wait (offerWaits): it
+	// keeps the place until it leaves (ServeHTTP).
 	start := time.Now()
 	if sc.o.Span != nil {
 		defer func() { tracing.Waited(sc.o.Span, time.Since(start)) }()

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -270,6 +271,59 @@ configs:
 		}
 		if atOnce[429] != 3 || len(atOnce) != 1 || later[200] != 2 || len(later) != 1 {
 			t.Errorf("statuses at once %v and after waiting %v, want 3 × 429 and 2 × 200", atOnce, later)
+		}
+		if n := g.h.Waiting(); n != 0 {
+			t.Errorf("waiting at the end: %d, want 0", n)
+		}
+	})
+}
+
+// TestMaxWaitingNotHeldForBody: a request takes its place to wait only
+// once it is ready to be decided. One whose body (which its cost
+// estimate needs) has not arrived holds none, so that with a cap of 1 a
+// request that needs a 1s wait still waits, and is admitted.
+func TestMaxWaitingNotHeldForBody(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		g := newWaitGW(t, `
+configs:
+  - appId: app-1
+    limits:
+      - api: /upload
+        limit: 100
+        unit: 1
+        algorithm: token_bucket
+        maxDelay: 5s
+        cost: {body: usage.total_tokens, reserve: estimate, max: 10}
+      - {api: /v1/chat, limit: 1, unit: 1, algorithm: token_bucket, maxDelay: 5s}
+`, 1)
+		body, send := io.Pipe()
+		upload := make(chan int, 1)
+		go func() {
+			r := httptest.NewRequest("POST", "/upload", body)
+			r.ContentLength = 100
+			r.Header.Set("X-App-Id", "app-1")
+			r.Header.Set("Content-Type", "application/json")
+			w := httptest.NewRecorder()
+			g.h.ServeHTTP(w, r)
+			upload <- w.Code
+		}()
+		synctest.Wait() // the upload waits for its body
+		if n := g.h.Waiting(); n != 0 {
+			t.Errorf("waiting while a body arrives: %d, want 0", n)
+		}
+		ctx := context.Background()
+		if code := <-g.send(ctx, "first"); code != 200 {
+			t.Fatalf("first request: %d, want 200", code)
+		}
+		start := time.Now()
+		if code := <-g.send(ctx, "second"); code != 200 || time.Since(start) != time.Second {
+			t.Errorf("a request with room in 1s: %d after %v, want 200 after 1s", code, time.Since(start))
+		}
+		send.Write([]byte(`{"max_tokens":1}`))
+		send.Close()
+		if code := <-upload; code != 200 {
+			t.Errorf("the upload: %d, want 200", code)
 		}
 		if n := g.h.Waiting(); n != 0 {
 			t.Errorf("waiting at the end: %d, want 0", n)

@@ -54,11 +54,13 @@ func (k *known) slot(key string) (*knownSlot, *sync.Mutex) {
 	return &k.slots[i], &k.locks[i%denyLocks].Mutex
 }
 
-// record remembers Redis's answer res to reqs, sent at start.
+// record remembers Redis's answer res to reqs, sent at start. A read
+// (limit.Read) is not an answer to remember: it changed nothing, and
+// behind a queue of reservations it is answered as of the queue's end.
 func (k *known) record(reqs []limit.Request, res []limit.Result, start int64) {
 	for i := range reqs {
 		q, r := &reqs[i], &res[i]
-		if q.Params.Limit <= 0 {
+		if q.Params.Limit <= 0 || q.Act == limit.Read {
 			continue
 		}
 		// An admission at a reserved instant (Delay) reports the limit

@@ -1,10 +1,12 @@
 package redisstore
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/limit"
+	"github.com/ratelimit-gateway/gateway/internal/redistest"
 )
 
 // TestKnownBucketLine: what Redis said of a bucket it denied holds until
@@ -100,5 +102,46 @@ func TestKnownBehindQueue(t *testing.T) {
 				t.Errorf("%s, at %v: known %v, used %d; want %v, %d", tc.name, c.at, ok, k.Used, c.known, c.used)
 			}
 		}
+	}
+}
+
+// TestKnownAfterRead: a read of a counter (the usage endpoint's
+// limit.Read) does not change what is known of it. A bucket of 1 a
+// second with a request reserved 1s ahead has its next token at 2s, and
+// so it is known to be full at 1.5s, before a read of it and after.
+func TestKnownAfterRead(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red, c := newFixedRedis(t, srv)
+	t0 := c.us.Load()
+	red.now = func() time.Time { return time.UnixMicro(c.us.Load()) }
+	red.epoch = time.UnixMicro(t0 - time.Second.Microseconds())
+	p := &limit.Params{Algorithm: "token_bucket", Limit: 1, Window: time.Second}
+	q := limit.Request{Key: "k", Tag: "app", Params: p, Wait: 5 * time.Second}
+	allow := func(q limit.Request) limit.Result {
+		t.Helper()
+		res := make([]limit.Result, 1)
+		if _, err := red.Allow(context.Background(), time.UnixMicro(c.us.Load()), []limit.Request{q}, res); err != nil {
+			t.Fatal(err)
+		}
+		return res[0]
+	}
+	if r := allow(q); !r.Allowed || r.Delay != 0 {
+		t.Fatalf("the first request: %+v, want admitted at once", r)
+	}
+	if r := allow(q); !r.Allowed || r.Delay != time.Second {
+		t.Fatalf("the second: %+v, want admitted 1s ahead", r)
+	}
+	at := func(d time.Duration) (Known, bool) {
+		c.us.Store(t0 + d.Microseconds())
+		defer c.us.Store(t0)
+		return red.Known(&q)
+	}
+	if k, ok := at(1500 * time.Millisecond); !ok || k.Used != 1 {
+		t.Fatalf("at 1.5s, after the reservation: %+v %v, want known and full", k, ok)
+	}
+	allow(limit.Request{Key: "k", Tag: "app", Params: p, Act: limit.Read})
+	if k, ok := at(1500 * time.Millisecond); !ok || k.Used != 1 {
+		t.Errorf("at 1.5s, after a read: %+v %v, want known and full, as before it", k, ok)
 	}
 }

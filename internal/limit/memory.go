@@ -283,6 +283,11 @@ func (m *Memory) allow(_ context.Context, now time.Time, reqs []Request, res []R
 				// At the instant it was decided at, as its Remaining.
 				res[i].Over = e.state.Over(max(t, e.ahead), r.Params)
 			}
+			if r.Act == Read && allowed && at == ns && e.ahead > ns {
+				// Decided at its key's queue's end: from now, the
+				// queue longer (a refused call's reserve did this).
+				res[i].fromQueue(time.Duration(e.ahead - ns))
+			}
 			if allowed && at > ns {
 				res[i].Delay = time.Duration(at - ns)
 				if r.Counts() {

@@ -52,10 +52,7 @@ func (m *Memory) reserve(ns, at int64, wait time.Duration, ok bool, reqs []Reque
 			heldOnly |= 1 << i
 		}
 		if !res[i].Allowed {
-			// Decided at the queue's end: from now, both are the
-			// queue's longer.
-			res[i].RetryAfter += left
-			res[i].Reset += left
+			res[i].fromQueue(left)
 		}
 	}
 	allowed := true
@@ -105,4 +102,14 @@ func nextTry(at int64, reqs []Request, res []Result) (int64, bool) {
 		t = max(t, at+int64(res[i].RetryAfter))
 	}
 	return t, true
+}
+
+// fromQueue makes the Result of a request decided at the end of its key's
+// queue of reservations, which ends left from now, run from now: its
+// Reset and, when denied, its RetryAfter are left longer.
+func (r *Result) fromQueue(left time.Duration) {
+	r.Reset += left
+	if !r.Allowed {
+		r.RetryAfter += left
+	}
 }

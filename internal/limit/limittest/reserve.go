@@ -18,7 +18,7 @@ import (
 // earliest it could be after the one before); a thirteenth that can wait 1 s, and one that
 // cannot wait, are refused and count nothing, the latter told to come
 // back no sooner than the queue's end, and that the limit is full again
-// no sooner than that; and after the clock moves on a
+// no sooner than that, as a read of the limit says too; and after the clock moves on a
 // reservation's delay runs from the new now.
 //
 // newStore returns a fresh store and a function that sets the instant
@@ -61,6 +61,14 @@ func Reserve(t *testing.T, newStore func(t *testing.T, now time.Time) (limit.Sto
 			}
 			if ok, r := ask(now, time.Second); ok {
 				t.Fatalf("a thirteenth that can wait 1s: admitted %+v, want refused", r)
+			}
+			setNow(now)
+			read := make([]limit.Result, 1)
+			if _, err := s.Allow(context.Background(), now, []limit.Request{{Key: key, Params: &p, Act: limit.Read}}, read); err != nil {
+				t.Fatalf("Allow: %v", err)
+			}
+			if r := read[0]; r.Reset < last || (!r.Allowed && r.RetryAfter < last) {
+				t.Fatalf("a read behind a queue of %v: got %+v, want Reset (and, for no room, RetryAfter) no sooner than the queue's end", last, r)
 			}
 			if ok, r := ask(now, 0); ok || r.RetryAfter < last || r.Reset < r.RetryAfter {
 				t.Fatalf("a request that cannot wait, behind a queue of %v: got %v %+v, want refused with RetryAfter ≥ the queue's end, and Reset (the limit full again) no sooner", last, ok, r)

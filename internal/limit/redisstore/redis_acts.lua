@@ -138,6 +138,14 @@ local function act(n, now, at, allowed)
       -- the limit, at the instant it was decided at.
       out[no + 5] = p.a.over(K[i], p, max(now, AH[i]), V[i])
     end
+    if p.read and allowed and at == now and AH[i] > now then
+      -- Decided at its key's queue's end: from now, the queue longer
+      -- (a refused call's reserve did this).
+      out[no + 3] = r.reset + (AH[i] - now)
+      if not r.ok then
+        out[no + 4] = r.retry + (AH[i] - now)
+      end
+    end
     out[no + 6] = r.span or 0
     out[no + 7] = r.span and p.a.bucket(p, r) or 0
     out[no + 8] = LT[i] and now - LT[i] or -1

@@ -94,10 +94,13 @@ func (s *Slots) Close() {
 	<-s.done
 }
 
-// slotAcquireLua takes a slot of every key of KEYS, or none. ARGV[1] is
+// slotAcquireLua takes a slot of every key of KEYS but the last, or
+// none; the last is the keys' released slots (releasedKey). ARGV[1] is
 // "" (read TIME) or a fixed instant (µs, tests), ARGV[2] the slot's TTL
 // (µs), ARGV[3] the slot's ID, ARGV[3+i] the limit of KEYS[i]. It returns
-// 0 when the slots were taken, else the index of the first full key.
+// 0 when the slots were taken, else the index of the first full key; -1,
+// taking nothing, when the slot was released before the call ran (its
+// caller stopped waiting for it: slotReleaseLua).
 const slotAcquireLua = `
 local now = tonumber(ARGV[1])
 if not now then
@@ -105,6 +108,10 @@ if not now then
   now = t[1] * 1000000 + t[2]
 end
 local ttl = tonumber(ARGV[2])
+local released = table.remove(KEYS)
+if redis.call('ZSCORE', released, ARGV[3]) then
+  return -1
+end
 for i, k in ipairs(KEYS) do
   redis.call('ZREMRANGEBYSCORE', k, '-inf', now)
   local need = 1
@@ -127,14 +134,31 @@ return 0
 `
 
 // slotReleaseLua removes the slot ARGV[1] (and its twins, see
-// slotAcquireLua) from every key of KEYS; an empty set disappears.
+// slotAcquireLua) from every key of KEYS but the last; an empty set
+// disappears. When ARGV[3] (µs) is not 0 — the call that took the slot
+// was not answered, and may not have run yet — it also keeps the slot's
+// ID that long in the last key, the keys' released slots, so that the
+// call, should it run later, takes nothing. ARGV[2] is as slotAcquireLua's
+// ARGV[1].
 const slotReleaseLua = `
+local released = table.remove(KEYS)
 for i, k in ipairs(KEYS) do
   local m = ARGV[1]
   for j = 1, i - 1 do
     if KEYS[j] == k then m = m .. '#' .. i end
   end
   redis.call('ZREM', k, m)
+end
+local keep = tonumber(ARGV[3])
+if keep > 0 then
+  local now = tonumber(ARGV[2])
+  if not now then
+    local t = redis.call('TIME')
+    now = t[1] * 1000000 + t[2]
+  end
+  redis.call('ZREMRANGEBYSCORE', released, '-inf', now)
+  redis.call('ZADD', released, now + keep, ARGV[1])
+  redis.call('PEXPIRE', released, math.ceil(keep / 1000) + 1)
 end
 return 0
 `
@@ -172,6 +196,11 @@ func SlotKey(tag, key string) string {
 	return "gwc" + redisKey(redisTag(&q), key)[len("gw"):]
 }
 
+// releasedKey returns the Redis key of the slots released, of keys with
+// tag, before the call that took them ran (slotReleaseLua): beside the
+// tag's slot keys, in their Cluster slot, never one of their names.
+func releasedKey(tag string) string { return "gwc:{" + tag + "}#released" }
+
 // nowArg returns the script's first argument: "" (Redis's TIME) or the
 // test clock's instant.
 func (s *Slots) nowArg() string {
@@ -189,6 +218,7 @@ func (s *Slots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Pe
 		return nil, -1, fmt.Errorf("limit: %d slot requests, want 1 to %d", n, limit.MaxSlotKeys)
 	}
 	l := &slotPermit{s: s, n: n, member: s.prefix + strconv.FormatUint(s.seq.Add(1), 36)}
+	l.keys = make([]string, n+1)
 	args := make([]any, 3, 3+n)
 	args[0], args[1], args[2] = s.nowArg(), s.ttl, l.member
 	var tag0 string
@@ -206,6 +236,7 @@ func (s *Slots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Pe
 		l.keys[i] = SlotKey(tag, q.Key)
 		args = append(args, q.Limit)
 	}
+	l.keys[n] = releasedKey(tag0)
 	cctx, cancel := context.WithTimeout(ctx, s.r.wait.call)
 	defer cancel()
 	b, err := s.r.breakerFor(cctx, l.keys[0])
@@ -217,23 +248,30 @@ func (s *Slots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Pe
 		return nil, -1, limit.ErrCircuitOpen
 	}
 	s.r.stats.calls.Add(1)
-	v, err := slotAcquireScript.Run(cctx, s.r.short, l.keys[:n], args...).Int64()
+	v, err := slotAcquireScript.Run(cctx, s.r.short, l.keys, args...).Int64()
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
 			b.abandon(probe)
-			return nil, -1, fmt.Errorf("redis: %w", ctx.Err())
+			err = ctx.Err()
 		case errors.Is(err, redis.ErrPoolTimeout), isRedirect(err):
 			b.abandon(probe)
 		default:
 			b.failure(probe)
 		}
-		// The script may have run: release what it may have taken,
-		// or it expires.
-		go l.Release()
+		// The script may have run, or may yet run (a Redis that
+		// stalled runs it when it wakes): release what it took, and
+		// see that it takes nothing if it has yet to run.
+		l.unsure = true
+		l.released.Store(true)
+		go l.release()
 		return nil, -1, fmt.Errorf("redis: %w", err)
 	}
 	b.success()
+	l.until.Store(time.Now().Add(time.Duration(s.ttl) * time.Microsecond).UnixNano())
+	if v < 0 {
+		return nil, -1, errors.New("redis: the slot was released before it was taken")
+	}
 	if v != 0 {
 		return nil, int(v) - 1, nil
 	}
@@ -243,17 +281,26 @@ func (s *Slots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Pe
 	return l, -1, nil
 }
 
+// slotPermit is the slots of one Acquire: keys are its n slot keys and
+// then their released slots' key (releasedKey).
 type slotPermit struct {
 	s        *Slots
-	keys     [limit.MaxSlotKeys]string
+	keys     []string
 	n        int
 	member   string
 	released atomic.Bool
+	// unsure is set when the call that took the slots was not answered:
+	// it may run after its release, which then leaves word of it.
+	unsure bool
+	// until is when (Unix ns, this process's clock) the slots expire in
+	// Redis at the latest, renewed or not: a release that failed is
+	// tried again until then.
+	until atomic.Int64
 }
 
 // Release removes the slots from Redis, on a context of its own: the
-// request's may be canceled (the client went away). A failed release
-// leaves the slots to expire.
+// request's may be canceled (the client went away). A release Redis did
+// not answer is tried again (retry).
 func (l *slotPermit) Release() {
 	if l.released.Swap(true) {
 		return
@@ -262,26 +309,75 @@ func (l *slotPermit) Release() {
 	s.mu.Lock()
 	delete(s.live, l)
 	s.mu.Unlock()
+	l.release()
+}
+
+// release sends the release once, and, when Redis does not answer it
+// (a stall, a refused connection, an open breaker, a slot that moved to
+// another node), tries again in the background.
+func (l *slotPermit) release() {
+	if !l.releaseOnce() {
+		go l.retry()
+	}
+}
+
+// releaseOnce sends the release and reports whether Redis ran it. The
+// released slots' key keeps the slot's ID for a TTL when the call that
+// took the slot was not answered (slotReleaseLua).
+func (l *slotPermit) releaseOnce() bool {
+	s := l.s
 	ctx, cancel := context.WithTimeout(context.Background(), s.r.wait.call)
 	defer cancel()
 	b, err := s.r.breakerFor(ctx, l.keys[0])
 	if err != nil {
-		return
+		return false
 	}
 	ok, probe := b.allow()
 	if !ok {
-		return
+		return false
 	}
 	s.r.stats.calls.Add(1)
-	if err := slotReleaseScript.Run(ctx, s.r.short, l.keys[:l.n], l.member).Err(); err != nil {
+	var keep int64
+	if l.unsure {
+		keep = s.ttl
+	}
+	if err := slotReleaseScript.Run(ctx, s.r.short, l.keys, l.member, s.nowArg(), keep).Err(); err != nil {
 		if errors.Is(err, redis.ErrPoolTimeout) || isRedirect(err) {
 			b.abandon(probe)
 		} else {
 			b.failure(probe)
 		}
-		return
+		return false
 	}
 	b.success()
+	return true
+}
+
+// retry sends a release Redis did not answer again, waiting 50ms, then
+// twice as long each time up to Renew, until Redis runs it, Close, or —
+// for slots whose call was answered — they have expired in Redis anyway.
+// A slot whose call was not answered may be taken whenever Redis runs
+// that call, so its release is sent until Redis runs it: else a stall of
+// half a second could leave a slot held, with nothing in flight, for a
+// whole TTL.
+func (l *slotPermit) retry() {
+	wait := 50 * time.Millisecond
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-l.s.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if !l.unsure && time.Now().UnixNano() >= l.until.Load() {
+			return
+		}
+		if l.releaseOnce() {
+			return
+		}
+		wait = min(2*wait, l.s.renew)
+	}
 }
 
 // run renews the live slots every Renew until Close.
@@ -307,8 +403,12 @@ func (s *Slots) run() {
 // renew at an instant of their choosing.
 func (s *Slots) RenewNow(ctx context.Context) error {
 	byKey := map[string][]any{}
+	// A renewal may run as late as the call's bound: the slots may live
+	// a TTL from then.
+	until := time.Now().Add(s.r.wait.call + time.Duration(s.ttl)*time.Microsecond).UnixNano()
 	s.mu.Lock()
 	for l := range s.live {
+		l.until.Store(max(l.until.Load(), until))
 		for i, k := range l.keys[:l.n] {
 			m := l.member
 			for j := range i {

@@ -2,9 +2,11 @@ package redisstore
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/eventually"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/limit/limittest"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
@@ -110,4 +112,126 @@ func TestRedisSlotsDown(t *testing.T) {
 	if err == nil || l != nil || full != -1 {
 		t.Errorf("got permit %v full %d err %v, want an error", l != nil, full, err)
 	}
+}
+
+// TestRedisSlotsStall: a slot taken by a call that Redis did not answer
+// in time (it stalled), and that Redis runs when it wakes, is released
+// then, not left held with nothing in flight until its TTL. The
+// breaker opens on the first failure here, as a stall under load opens
+// it, so that the release cannot go at once.
+func TestRedisSlotsStall(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	r := newTestRedis(t, Config{URL: srv.URL(), Timeout: 200 * time.Millisecond, BreakerThreshold: 1})
+	s := newTestSlots(t, r, time.Hour)
+	req := []limit.SlotRequest{{Key: "app-1|/up", Tag: "app-1", Limit: 3}}
+	// Once before the stall, so that Redis knows the scripts (EVALSHA).
+	l, _, err := s.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	sleeping := make(chan error, 1)
+	go func() { sleeping <- srv.Client().Do(ctx, "DEBUG", "SLEEP", "2").Err() }()
+	eventually.True(t, 10*time.Second, func() bool {
+		pctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		return r.client.Ping(pctx).Err() != nil
+	}, "Redis did not go to sleep")
+	if l, _, err := s.Acquire(ctx, req); err == nil {
+		l.Release()
+		t.Fatal("a slot taken while Redis sleeps: want a timeout")
+	}
+	if err := <-sleeping; err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 30*time.Second, func() bool {
+		n, err := s.SlotCount(ctx, "app-1", "app-1|/up")
+		return err == nil && n == 0
+	}, "the slot of the call Redis ran after its stall is still held")
+}
+
+// TestRedisSlotReleasedFirst: a release that Redis runs before the call
+// that took the slot (both were sent to a stalled Redis, and it ran them
+// in the other order) leaves word of it, so that the call takes nothing
+// when it runs; a slot released in the usual way leaves none.
+func TestRedisSlotReleasedFirst(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	r, _ := newFixedRedis(t, srv)
+	s := newTestSlots(t, r, time.Hour)
+	l := &slotPermit{s: s, n: 1, member: "early", unsure: true, keys: []string{SlotKey("app-1", "app-1|/up"), releasedKey("app-1")}}
+	l.released.Store(true)
+	if !l.releaseOnce() {
+		t.Fatal("the release did not run")
+	}
+	v, err := slotAcquireScript.Run(ctx, r.short, l.keys, s.nowArg(), s.ttl, l.member, 3).Int64()
+	if err != nil || v != -1 {
+		t.Fatalf("the call after its release: %d %v, want -1 (took nothing)", v, err)
+	}
+	if n, err := s.SlotCount(ctx, "app-1", "app-1|/up"); err != nil || n != 0 {
+		t.Fatalf("slots held: %d %v, want 0", n, err)
+	}
+	p, _, err := s.Acquire(ctx, []limit.SlotRequest{{Key: "app-1|/up", Tag: "app-1", Limit: 3}})
+	if err != nil || p == nil {
+		t.Fatalf("another request: %v %v, want a slot", p, err)
+	}
+	p.Release()
+	if keys := srv.Client().Keys(ctx, "gwc:{app-1}:*").Val(); len(keys) != 0 {
+		t.Errorf("keys after the usual release: %q, want none", keys)
+	}
+}
+
+// TestRedisSlotsMoved: a slot whose Redis Cluster slot moved to another
+// node while its request was in flight (a reshard) is released there:
+// the release that meets MOVED is sent again once the client has the new
+// slot map, not dropped, which would leave the slot held until its TTL.
+func TestRedisSlotsMoved(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	r := newTestRedis(t, Config{Addrs: cl.Addrs(), Cluster: true, Timeout: 2 * time.Second})
+	s := newTestSlots(t, r, time.Hour)
+	l, _, err := s.Acquire(ctx, []limit.SlotRequest{{Key: "app-1|/up", Tag: "app-1", Limit: 3}})
+	if err != nil || l == nil {
+		t.Fatalf("Acquire: %v %v", l, err)
+	}
+	key := SlotKey("app-1", "app-1|/up")
+	slot := cl.Nodes[0].Client().ClusterKeySlot(ctx, key).Val()
+	var src, dst *redistest.Server
+	for _, n := range cl.Nodes {
+		if n.Client().ClusterCountKeysInSlot(ctx, int(slot)).Val() > 0 {
+			src = n
+		} else if dst == nil {
+			dst = n
+		}
+	}
+	if src == nil || dst == nil {
+		t.Fatalf("the slot key %q is on no node", key)
+	}
+	// Move the slot, as redis-cli --cluster reshard does.
+	srcID, dstID := src.Client().ClusterMyID(ctx).Val(), dst.Client().ClusterMyID(ctx).Val()
+	host, port, _ := strings.Cut(dst.Addr, ":")
+	for _, step := range []struct {
+		n    *redistest.Server
+		args []any
+	}{
+		{dst, []any{"CLUSTER", "SETSLOT", slot, "IMPORTING", srcID}},
+		{src, []any{"CLUSTER", "SETSLOT", slot, "MIGRATING", dstID}},
+		{src, []any{"MIGRATE", host, port, "", 0, 5000, "KEYS", key}},
+		{dst, []any{"CLUSTER", "SETSLOT", slot, "NODE", dstID}},
+		{src, []any{"CLUSTER", "SETSLOT", slot, "NODE", dstID}},
+	} {
+		if err := step.n.Client().Do(ctx, step.args...).Err(); err != nil {
+			t.Fatalf("%v: %v", step.args, err)
+		}
+	}
+	if n := dst.Client().ZCard(ctx, key).Val(); n != 1 {
+		t.Fatalf("slots on the new node: %d, want the 1 held", n)
+	}
+	l.Release()
+	eventually.True(t, 30*time.Second, func() bool { return dst.Client().ZCard(ctx, key).Val() == 0 },
+		"the slot is still held on the node its Cluster slot moved to")
 }

@@ -248,10 +248,11 @@ func (r *Store) decideOnce(ctx context.Context, m memo, keys []string, reqs []li
 			// The caller went away: that says nothing about Redis.
 			b.abandon(probe)
 			return scriptAnswer{}, late, fmt.Errorf("redis: %w", ctx.Err())
-		case errors.Is(err, redis.ErrPoolTimeout), isRedirect(err):
+		case errors.Is(err, redis.ErrPoolTimeout), isSlotRefusal(err):
 			// Every connection is busy (this process is short of
-			// connections), or the key's slot has moved: the node is not
-			// known to fail.
+			// connections), or the node cannot serve the key's slot now
+			// (moved, being migrated, or down in the cluster): the node is
+			// not known to fail.
 			b.abandon(probe)
 		default:
 			b.failure(probe)

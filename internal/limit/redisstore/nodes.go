@@ -169,7 +169,7 @@ func (r *Store) circuitChanged(cfg *Config, node string, open bool) {
 // reloadSlots reloads a cluster's slot map in the background, at most once
 // per slotReloadInterval, and closes the breaker of every node that no
 // longer serves a slot. A call asks for it when a node failed, timed out,
-// answered MOVED or ASK, or has its breaker open: a master may have been
+// refused the key's slot (isSlotRefusal), or has its breaker open: a master may have been
 // replaced by its replica (a failover), and go-redis by itself reloads the
 // map only on a redirect or once a minute. While a breaker is open it
 // asks again itself every slotReloadInterval. Without a cluster it does
@@ -339,4 +339,21 @@ func isClosedConn(err error) bool {
 // answered that another serves the key's slot.
 func isRedirect(err error) bool {
 	return redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")
+}
+
+// isSlotRefusal reports whether err is a cluster node's answer that it
+// cannot serve the call's slot now, which is no failure of the node: it
+// answered at once, and serves its other slots as before. That is a
+// redirect (isRedirect); TRYAGAIN, a call of several keys of a slot being
+// migrated (CLUSTER SETSLOT MIGRATING) that are not all on the one node
+// (the Redis Cluster specification, on multi-key operations during a
+// resharding); or CLUSTERDOWN, the cluster serving no key of the slot
+// (its master down and not replaced, the slot assigned to no node, or
+// this node cut off from the majority of masters). The call fails to the
+// fail mode; the node's breaker does not hear of it, so that the keys of
+// the node's other slots are still decided by Redis, and a slot served
+// again is used at once, without waiting for a probe (docs/fleet.md,
+// "When Redis fails").
+func isSlotRefusal(err error) bool {
+	return isRedirect(err) || redis.HasErrorPrefix(err, "TRYAGAIN") || redis.HasErrorPrefix(err, "CLUSTERDOWN")
 }

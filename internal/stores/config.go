@@ -177,7 +177,8 @@ func (*LocalShare) Type() string { return "auto|share" }
 type Health struct {
 	// Store is the store's name: memory or redis.
 	Store string `json:"store"`
-	// Reachable reports whether the store answered just now.
+	// Reachable reports whether the store answered just now: for a
+	// Redis Cluster, at least one of its masters.
 	Reachable bool `json:"reachable"`
 	// Circuit is the state of the store's circuit breaker, "closed" or
 	// "open"; empty for a store without one.
@@ -187,6 +188,7 @@ type Health struct {
 	// Serving reports whether requests are served: the store is
 	// reachable, or the fail mode serves without it (open, local).
 	Serving bool `json:"serving"`
-	// Error is why the store is not reachable.
+	// Error is why the store is not reachable; for a Redis Cluster
+	// that is reachable, which masters did not answer, if any.
 	Error string `json:"error,omitempty"`
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -423,9 +424,16 @@ func (st *stores) health(ctx context.Context) Health {
 	}
 	ctx, cancel := context.WithTimeout(ctx, st.ping)
 	defer cancel()
-	if err := st.redis.Ping(ctx); err != nil {
+	down, err := st.redis.Ping(ctx)
+	switch {
+	case err != nil:
 		h.Error = err.Error()
-	} else {
+	case len(down) > 0:
+		// A cluster whose other masters answer: reachable, and their
+		// keys are decided by Redis (redisstore.Store.Ping).
+		h.Reachable = true
+		h.Error = "redis cluster masters not answering (their keys are decided by --fail-mode): " + strings.Join(down, "; ")
+	default:
 		h.Reachable = true
 	}
 	h.Serving = h.Reachable || st.failMode != failmode.Closed

@@ -2,6 +2,7 @@ package stores
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -238,6 +239,58 @@ func TestReadyPingBounded(t *testing.T) {
 				t.Errorf("with Redis not answering: %+v, want unreachable with why, serving %v", h, mode != failmode.Closed)
 			}
 		})
+	}
+}
+
+// TestReadyClusterMasterDown stops one master of a 3-master cluster
+// without replicas, under --fail-mode closed: /readyz's report of the
+// store must be the same on every probe, whichever node go-redis would
+// pick, and follow the rule (docs/operations.md, "Admin port"): Redis is
+// reachable while a master answers, serving, and the report names the
+// master that does not.
+func TestReadyClusterMasterDown(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3, "--cluster-require-full-coverage", "no")
+	cfg := DefaultConfig()
+	cfg.Store, cfg.RedisAddrs, cfg.RedisCluster, cfg.FailMode = StoreRedis, cl.Addrs(), true, failmode.Closed
+	// Generous bounds: a loaded machine must not fail a ping of a master
+	// that is up.
+	cfg.RedisTimeout, cfg.RedisDialTimeout = 5*time.Second, 10*time.Second
+	st, err := newStore(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.close() })
+	redistest.Ready(t, st.redis)
+	ctx := context.Background()
+	if h := st.health(ctx); !h.Reachable || !h.Serving || h.Error != "" {
+		t.Fatalf("every master up: %+v, want reachable and serving, without an error", h)
+	}
+
+	dead := cl.Masters()[0]
+	dead.Stop()
+	var served []bool
+	for i := range 20 {
+		h := st.health(ctx)
+		served = append(served, h.Serving)
+		if !h.Reachable || !h.Serving || !strings.Contains(h.Error, dead.Addr) {
+			t.Errorf("probe %d with master %s down: %+v, want reachable and serving, with an error that names it", i+1, dead.Addr, h)
+		}
+		for _, s := range cl.Nodes {
+			if s != dead && strings.Contains(h.Error, s.Addr) {
+				t.Errorf("probe %d: the error names %s, which is up: %s", i+1, s.Addr, h.Error)
+			}
+		}
+	}
+	if slices.Contains(served, false) && slices.Contains(served, true) {
+		t.Errorf("serving, probe by probe, with one master down: %v, want the same answer every time", served)
+	}
+
+	for _, s := range cl.Nodes {
+		s.Stop()
+	}
+	if h := st.health(ctx); h.Reachable || h.Serving || h.Error == "" {
+		t.Errorf("every master down: %+v, want unreachable, not serving, with why", h)
 	}
 }
 

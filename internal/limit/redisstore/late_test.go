@@ -367,7 +367,7 @@ func TestRedisRefusedWritesBack(t *testing.T) {
 			// (docs/fleet.md). This test is of refused connections, whose
 			// calls never reach Redis: drain the pool first, until a ping
 			// has to dial, which the cut path refuses.
-			eventually.True(t, 30*time.Second, func() bool { return notSent(red.Ping(ctx)) }, "pings through the cut path still find a connection")
+			eventually.True(t, 30*time.Second, func() bool { _, err := red.Ping(ctx); return notSent(err) }, "pings through the cut path still find a connection")
 			for i := 0; i < 8 || !red.CircuitOpen(); i++ {
 				g.allow()
 			}

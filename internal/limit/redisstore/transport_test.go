@@ -151,7 +151,7 @@ func TestRedisDownAtStart(t *testing.T) {
 	if !red.CircuitOpen() || opened.Load() != 1 {
 		t.Errorf("breaker: open %v after %d opens, want open after 1", red.CircuitOpen(), opened.Load())
 	}
-	if err := red.Ping(ctx); err == nil {
+	if _, err := red.Ping(ctx); err == nil {
 		t.Errorf("Ping with Redis down: got nil")
 	}
 
@@ -163,7 +163,7 @@ func TestRedisDownAtStart(t *testing.T) {
 	if red.CircuitOpen() || closed.Load() != 1 {
 		t.Errorf("breaker: open %v after %d closes, want closed after 1", red.CircuitOpen(), closed.Load())
 	}
-	if err := red.Ping(ctx); err != nil {
+	if _, err := red.Ping(ctx); err != nil {
 		t.Errorf("Ping: %v", err)
 	}
 }

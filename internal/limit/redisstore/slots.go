@@ -254,7 +254,7 @@ func (s *Slots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Pe
 		case ctx.Err() != nil:
 			b.abandon(probe)
 			err = ctx.Err()
-		case errors.Is(err, redis.ErrPoolTimeout), isRedirect(err):
+		case errors.Is(err, redis.ErrPoolTimeout), isSlotRefusal(err):
 			b.abandon(probe)
 		default:
 			b.failure(probe)
@@ -342,7 +342,7 @@ func (l *slotPermit) releaseOnce() bool {
 		keep = s.ttl
 	}
 	if err := slotReleaseScript.Run(ctx, s.r.short, l.keys, l.member, s.nowArg(), keep).Err(); err != nil {
-		if errors.Is(err, redis.ErrPoolTimeout) || isRedirect(err) {
+		if errors.Is(err, redis.ErrPoolTimeout) || isSlotRefusal(err) {
 			b.abandon(probe)
 		} else {
 			b.failure(probe)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,10 @@ type Slots struct {
 
 	mu   sync.Mutex
 	live map[*slotPermit]struct{}
+	// releasing counts the releases being sent in the background: after
+	// a call that took slots was not answered, or a release Redis did
+	// not answer (retry).
+	releasing atomic.Int64
 
 	stop chan struct{}
 	done chan struct{}
@@ -94,13 +99,19 @@ func (s *Slots) Close() {
 	<-s.done
 }
 
-// slotAcquireLua takes a slot of every key of KEYS but the last, or
-// none; the last is the keys' released slots (releasedKey). ARGV[1] is
+// slotAcquireLua takes a slot of every key of KEYS, or none. ARGV[1] is
 // "" (read TIME) or a fixed instant (µs, tests), ARGV[2] the slot's TTL
 // (µs), ARGV[3] the slot's ID, ARGV[3+i] the limit of KEYS[i]. It returns
 // 0 when the slots were taken, else the index of the first full key; -1,
-// taking nothing, when the slot was released before the call ran (its
-// caller stopped waiting for it: slotReleaseLua).
+// taking nothing, when the slot was released before the call ran: its
+// caller stopped waiting for it, and the release left word of it in the
+// first key (slotReleaseLua).
+//
+// A key's members are its slots, each scored with the instant it
+// expires, and such words, "~" and the slot's ID, scored with the
+// negated instant they expire: one range, from -now to now, holds every
+// member that expired, and once it is gone the slots held are the
+// members above 0.
 const slotAcquireLua = `
 local now = tonumber(ARGV[1])
 if not now then
@@ -108,17 +119,16 @@ if not now then
   now = t[1] * 1000000 + t[2]
 end
 local ttl = tonumber(ARGV[2])
-local released = table.remove(KEYS)
-if redis.call('ZSCORE', released, ARGV[3]) then
+if redis.call('ZSCORE', KEYS[1], '~' .. ARGV[3]) then
   return -1
 end
 for i, k in ipairs(KEYS) do
-  redis.call('ZREMRANGEBYSCORE', k, '-inf', now)
+  redis.call('ZREMRANGEBYSCORE', k, -now, now)
   local need = 1
   for j = 1, i - 1 do
     if KEYS[j] == k then need = need + 1 end
   end
-  if redis.call('ZCARD', k) + need > tonumber(ARGV[3 + i]) then
+  if redis.call('ZCOUNT', k, '(0', '+inf') + need > tonumber(ARGV[3 + i]) then
     return i
   end
 end
@@ -134,14 +144,12 @@ return 0
 `
 
 // slotReleaseLua removes the slot ARGV[1] (and its twins, see
-// slotAcquireLua) from every key of KEYS but the last; an empty set
-// disappears. When ARGV[3] (µs) is not 0 — the call that took the slot
-// was not answered, and may not have run yet — it also keeps the slot's
-// ID that long in the last key, the keys' released slots, so that the
-// call, should it run later, takes nothing. ARGV[2] is as slotAcquireLua's
-// ARGV[1].
+// slotAcquireLua) from every key of KEYS; an empty set disappears. When
+// ARGV[3] (µs) is not 0 — the call that took the slot was not answered,
+// and may not have run yet — it also leaves word of the release in the
+// first key for that long (see slotAcquireLua), so that the call, should
+// it run later, takes nothing. ARGV[2] is as slotAcquireLua's ARGV[1].
 const slotReleaseLua = `
-local released = table.remove(KEYS)
 for i, k in ipairs(KEYS) do
   local m = ARGV[1]
   for j = 1, i - 1 do
@@ -156,9 +164,11 @@ if keep > 0 then
     local t = redis.call('TIME')
     now = t[1] * 1000000 + t[2]
   end
-  redis.call('ZREMRANGEBYSCORE', released, '-inf', now)
-  redis.call('ZADD', released, now + keep, ARGV[1])
-  redis.call('PEXPIRE', released, math.ceil(keep / 1000) + 1)
+  redis.call('ZADD', KEYS[1], -(now + keep), '~' .. ARGV[1])
+  local ms = math.ceil(keep / 1000) + 1
+  if redis.call('PTTL', KEYS[1]) < ms then
+    redis.call('PEXPIRE', KEYS[1], ms)
+  end
 end
 return 0
 `
@@ -173,7 +183,7 @@ if not now then
   now = t[1] * 1000000 + t[2]
 end
 local ttl = tonumber(ARGV[2])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], -now, now)
 for i = 3, #ARGV do
   redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[i])
 end
@@ -196,11 +206,6 @@ func SlotKey(tag, key string) string {
 	return "gwc" + redisKey(redisTag(&q), key)[len("gw"):]
 }
 
-// releasedKey returns the Redis key of the slots released, of keys with
-// tag, before the call that took them ran (slotReleaseLua): beside the
-// tag's slot keys, in their Cluster slot, never one of their names.
-func releasedKey(tag string) string { return "gwc:{" + tag + "}#released" }
-
 // nowArg returns the script's first argument: "" (Redis's TIME) or the
 // test clock's instant.
 func (s *Slots) nowArg() string {
@@ -218,7 +223,6 @@ func (s *Slots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Pe
 		return nil, -1, fmt.Errorf("limit: %d slot requests, want 1 to %d", n, limit.MaxSlotKeys)
 	}
 	l := &slotPermit{s: s, n: n, member: s.prefix + strconv.FormatUint(s.seq.Add(1), 36)}
-	l.keys = make([]string, n+1)
 	args := make([]any, 3, 3+n)
 	args[0], args[1], args[2] = s.nowArg(), s.ttl, l.member
 	var tag0 string
@@ -236,7 +240,6 @@ func (s *Slots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Pe
 		l.keys[i] = SlotKey(tag, q.Key)
 		args = append(args, q.Limit)
 	}
-	l.keys[n] = releasedKey(tag0)
 	cctx, cancel := context.WithTimeout(ctx, s.r.wait.call)
 	defer cancel()
 	b, err := s.r.breakerFor(cctx, l.keys[0])
@@ -248,8 +251,22 @@ func (s *Slots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Pe
 		return nil, -1, limit.ErrCircuitOpen
 	}
 	s.r.stats.calls.Add(1)
-	v, err := slotAcquireScript.Run(cctx, s.r.short, l.keys, args...).Int64()
+	v, err := slotAcquireScript.Run(cctx, s.r.short, l.keys[:n], args...).Int64()
 	if err != nil {
+		// Unless Redis answered it (an error reply: a slot that moved,
+		// a script it lacks) or it was never sent, the script may have
+		// run, or may yet run (a Redis that stalled runs it when it
+		// wakes): release what it took, and see that it takes nothing
+		// if it has yet to run.
+		if !isScriptError(err) && !errors.Is(err, redis.ErrPoolTimeout) && !notSent(err) {
+			l.unsure = true
+			l.released.Store(true)
+			s.releasing.Add(1)
+			go func() {
+				defer s.releasing.Add(-1)
+				l.release()
+			}()
+		}
 		switch {
 		case ctx.Err() != nil:
 			b.abandon(probe)
@@ -259,12 +276,6 @@ func (s *Slots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Pe
 		default:
 			b.failure(probe)
 		}
-		// The script may have run, or may yet run (a Redis that
-		// stalled runs it when it wakes): release what it took, and
-		// see that it takes nothing if it has yet to run.
-		l.unsure = true
-		l.released.Store(true)
-		go l.release()
 		return nil, -1, fmt.Errorf("redis: %w", err)
 	}
 	b.success()
@@ -281,11 +292,10 @@ func (s *Slots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Pe
 	return l, -1, nil
 }
 
-// slotPermit is the slots of one Acquire: keys are its n slot keys and
-// then their released slots' key (releasedKey).
+// slotPermit is the slots of one Acquire, of its n keys.
 type slotPermit struct {
 	s        *Slots
-	keys     []string
+	keys     [limit.MaxSlotKeys]string
 	n        int
 	member   string
 	released atomic.Bool
@@ -317,13 +327,17 @@ func (l *slotPermit) Release() {
 // another node), tries again in the background.
 func (l *slotPermit) release() {
 	if !l.releaseOnce() {
-		go l.retry()
+		l.s.releasing.Add(1)
+		go func() {
+			defer l.s.releasing.Add(-1)
+			l.retry()
+		}()
 	}
 }
 
-// releaseOnce sends the release and reports whether Redis ran it. The
-// released slots' key keeps the slot's ID for a TTL when the call that
-// took the slot was not answered (slotReleaseLua).
+// releaseOnce sends the release and reports whether Redis ran it. It
+// leaves word of it for a TTL when the call that took the slot was not
+// answered (slotReleaseLua).
 func (l *slotPermit) releaseOnce() bool {
 	s := l.s
 	ctx, cancel := context.WithTimeout(context.Background(), s.r.wait.call)
@@ -341,7 +355,7 @@ func (l *slotPermit) releaseOnce() bool {
 	if l.unsure {
 		keep = s.ttl
 	}
-	if err := slotReleaseScript.Run(ctx, s.r.short, l.keys, l.member, s.nowArg(), keep).Err(); err != nil {
+	if err := slotReleaseScript.Run(ctx, s.r.short, l.keys[:l.n], l.member, s.nowArg(), keep).Err(); err != nil {
 		if errors.Is(err, redis.ErrPoolTimeout) || isSlotRefusal(err) {
 			b.abandon(probe)
 		} else {
@@ -353,8 +367,8 @@ func (l *slotPermit) releaseOnce() bool {
 	return true
 }
 
-// retry sends a release Redis did not answer again, waiting 50ms, then
-// twice as long each time up to Renew, until Redis runs it, Close, or —
+// retry sends a release Redis did not answer again, waiting about 50ms,
+// then twice as long each time up to Renew, until Redis runs it, Close, or —
 // for slots whose call was answered — they have expired in Redis anyway.
 // A slot whose call was not answered may be taken whenever Redis runs
 // that call, so its release is sent until Redis runs it: else a stall of
@@ -363,7 +377,9 @@ func (l *slotPermit) releaseOnce() bool {
 func (l *slotPermit) retry() {
 	wait := 50 * time.Millisecond
 	for {
-		t := time.NewTimer(wait)
+		// Releases that failed together go again spread over half
+		// the wait.
+		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
 		select {
 		case <-l.s.stop:
 			t.Stop()

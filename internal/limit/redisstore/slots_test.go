@@ -162,25 +162,36 @@ func TestRedisSlotReleasedFirst(t *testing.T) {
 	ctx := context.Background()
 	r, _ := newFixedRedis(t, srv)
 	s := newTestSlots(t, r, time.Hour)
-	l := &slotPermit{s: s, n: 1, member: "early", unsure: true, keys: []string{SlotKey("app-1", "app-1|/up"), releasedKey("app-1")}}
+	l := &slotPermit{s: s, n: 1, member: "early", unsure: true}
+	l.keys[0] = SlotKey("app-1", "app-1|/up")
 	l.released.Store(true)
 	if !l.releaseOnce() {
 		t.Fatal("the release did not run")
 	}
-	v, err := slotAcquireScript.Run(ctx, r.short, l.keys, s.nowArg(), s.ttl, l.member, 3).Int64()
+	v, err := slotAcquireScript.Run(ctx, r.short, l.keys[:1], s.nowArg(), s.ttl, l.member, 3).Int64()
 	if err != nil || v != -1 {
 		t.Fatalf("the call after its release: %d %v, want -1 (took nothing)", v, err)
 	}
 	if n, err := s.SlotCount(ctx, "app-1", "app-1|/up"); err != nil || n != 0 {
 		t.Fatalf("slots held: %d %v, want 0", n, err)
 	}
-	p, _, err := s.Acquire(ctx, []limit.SlotRequest{{Key: "app-1|/up", Tag: "app-1", Limit: 3}})
-	if err != nil || p == nil {
-		t.Fatalf("another request: %v %v, want a slot", p, err)
+	// The word of the release is no slot: three more requests get one.
+	var held []limit.Permit
+	for i := range 3 {
+		p, full, err := s.Acquire(ctx, []limit.SlotRequest{{Key: "app-1|/up", Tag: "app-1", Limit: 3}})
+		if err != nil || p == nil {
+			t.Fatalf("request %d: %v %d %v, want a slot", i+1, p, full, err)
+		}
+		held = append(held, p)
 	}
-	p.Release()
-	if keys := srv.Client().Keys(ctx, "gwc:{app-1}:*").Val(); len(keys) != 0 {
-		t.Errorf("keys after the usual release: %q, want none", keys)
+	if n, err := s.SlotCount(ctx, "app-1", "app-1|/up"); err != nil || n != 3 {
+		t.Fatalf("slots held: %d %v, want 3", n, err)
+	}
+	for _, p := range held {
+		p.Release()
+	}
+	if n := srv.Client().ZCard(ctx, SlotKey("app-1", "app-1|/up")).Val(); n != 1 {
+		t.Errorf("members after the usual releases: %d, want only the word of the early one", n)
 	}
 }
 
@@ -234,4 +245,78 @@ func TestRedisSlotsMoved(t *testing.T) {
 	l.Release()
 	eventually.True(t, 30*time.Second, func() bool { return dst.Client().ZCard(ctx, key).Val() == 0 },
 		"the slot is still held on the node its Cluster slot moved to")
+}
+
+// TestRedisSlotsClusterRefused: a cluster node that refuses a slot's
+// call (CLUSTERDOWN here: the slot is served by no node) did not run it,
+// so nothing is released for it; and while a Cluster slot is being
+// migrated, a slot key still on its node is taken there, as before the
+// migration (the call names only the slot keys: a key missing there
+// would make it TRYAGAIN).
+func TestRedisSlotsClusterRefused(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3, "--cluster-require-full-coverage", "no")
+	ctx := context.Background()
+	r := newTestRedis(t, Config{Addrs: cl.Addrs(), Cluster: true, Timeout: 2 * time.Second})
+	s := newTestSlots(t, r, time.Hour)
+	req := []limit.SlotRequest{{Key: "app-1|/up", Tag: "app-1", Limit: 100}}
+	l, _, err := s.Acquire(ctx, req) // the slot key exists from now on
+	if err != nil || l == nil {
+		t.Fatalf("Acquire: %v %v", l, err)
+	}
+	key := SlotKey("app-1", "app-1|/up")
+	slot := cl.Nodes[0].Client().ClusterKeySlot(ctx, key).Val()
+	var src, dst *redistest.Server
+	for _, n := range cl.Nodes {
+		if n.Client().ClusterCountKeysInSlot(ctx, int(slot)).Val() > 0 {
+			src = n
+		} else if dst == nil {
+			dst = n
+		}
+	}
+	srcID, dstID := src.Client().ClusterMyID(ctx).Val(), dst.Client().ClusterMyID(ctx).Val()
+	for _, step := range []struct {
+		n    *redistest.Server
+		args []any
+	}{
+		{dst, []any{"CLUSTER", "SETSLOT", slot, "IMPORTING", srcID}},
+		{src, []any{"CLUSTER", "SETSLOT", slot, "MIGRATING", dstID}},
+	} {
+		if err := step.n.Client().Do(ctx, step.args...).Err(); err != nil {
+			t.Fatalf("%v: %v", step.args, err)
+		}
+	}
+	for i := range 3 {
+		p, full, err := s.Acquire(ctx, req)
+		if err != nil || p == nil {
+			t.Fatalf("request %d while the slot migrates: %v %d %v, want a slot on the node that holds its key", i+1, p, full, err)
+		}
+		p.Release()
+	}
+	l.Release()
+	for _, step := range []struct {
+		n    *redistest.Server
+		args []any
+	}{
+		{src, []any{"CLUSTER", "SETSLOT", slot, "STABLE"}},
+		{dst, []any{"CLUSTER", "SETSLOT", slot, "STABLE"}},
+		{src, []any{"CLUSTER", "DELSLOTS", slot}},
+	} {
+		if err := step.n.Client().Do(ctx, step.args...).Err(); err != nil {
+			t.Fatalf("%v: %v", step.args, err)
+		}
+	}
+	calls := r.Stats().Calls
+	for i := range 10 {
+		if p, _, err := s.Acquire(ctx, req); err == nil {
+			p.Release()
+			t.Fatalf("request %d: a slot of a Cluster slot no node serves", i+1)
+		}
+	}
+	if n := s.releasing.Load(); n != 0 {
+		t.Errorf("%d releases sent for calls the cluster refused, want none", n)
+	}
+	if n := r.Stats().Calls - calls; n != 10 {
+		t.Errorf("%d calls for 10 refused requests, want 10", n)
+	}
 }

@@ -210,35 +210,17 @@ func TestRedisSlotsMoved(t *testing.T) {
 		t.Fatalf("Acquire: %v %v", l, err)
 	}
 	key := SlotKey("app-1", "app-1|/up")
-	slot := cl.Nodes[0].Client().ClusterKeySlot(ctx, key).Val()
-	var src, dst *redistest.Server
-	for _, n := range cl.Nodes {
-		if n.Client().ClusterCountKeysInSlot(ctx, int(slot)).Val() > 0 {
-			src = n
-		} else if dst == nil {
-			dst = n
-		}
-	}
-	if src == nil || dst == nil {
-		t.Fatalf("the slot key %q is on no node", key)
-	}
+	slot, src, dst := slotNodes(t, cl, key)
 	// Move the slot, as redis-cli --cluster reshard does.
 	srcID, dstID := src.Client().ClusterMyID(ctx).Val(), dst.Client().ClusterMyID(ctx).Val()
 	host, port, _ := strings.Cut(dst.Addr, ":")
-	for _, step := range []struct {
-		n    *redistest.Server
-		args []any
-	}{
+	clusterSteps(t, []clusterStep{
 		{dst, []any{"CLUSTER", "SETSLOT", slot, "IMPORTING", srcID}},
 		{src, []any{"CLUSTER", "SETSLOT", slot, "MIGRATING", dstID}},
 		{src, []any{"MIGRATE", host, port, "", 0, 5000, "KEYS", key}},
 		{dst, []any{"CLUSTER", "SETSLOT", slot, "NODE", dstID}},
 		{src, []any{"CLUSTER", "SETSLOT", slot, "NODE", dstID}},
-	} {
-		if err := step.n.Client().Do(ctx, step.args...).Err(); err != nil {
-			t.Fatalf("%v: %v", step.args, err)
-		}
-	}
+	})
 	if n := dst.Client().ZCard(ctx, key).Val(); n != 1 {
 		t.Fatalf("slots on the new node: %d, want the 1 held", n)
 	}
@@ -265,27 +247,12 @@ func TestRedisSlotsClusterRefused(t *testing.T) {
 		t.Fatalf("Acquire: %v %v", l, err)
 	}
 	key := SlotKey("app-1", "app-1|/up")
-	slot := cl.Nodes[0].Client().ClusterKeySlot(ctx, key).Val()
-	var src, dst *redistest.Server
-	for _, n := range cl.Nodes {
-		if n.Client().ClusterCountKeysInSlot(ctx, int(slot)).Val() > 0 {
-			src = n
-		} else if dst == nil {
-			dst = n
-		}
-	}
+	slot, src, dst := slotNodes(t, cl, key)
 	srcID, dstID := src.Client().ClusterMyID(ctx).Val(), dst.Client().ClusterMyID(ctx).Val()
-	for _, step := range []struct {
-		n    *redistest.Server
-		args []any
-	}{
+	clusterSteps(t, []clusterStep{
 		{dst, []any{"CLUSTER", "SETSLOT", slot, "IMPORTING", srcID}},
 		{src, []any{"CLUSTER", "SETSLOT", slot, "MIGRATING", dstID}},
-	} {
-		if err := step.n.Client().Do(ctx, step.args...).Err(); err != nil {
-			t.Fatalf("%v: %v", step.args, err)
-		}
-	}
+	})
 	for i := range 3 {
 		p, full, err := s.Acquire(ctx, req)
 		if err != nil || p == nil {
@@ -294,18 +261,11 @@ func TestRedisSlotsClusterRefused(t *testing.T) {
 		p.Release()
 	}
 	l.Release()
-	for _, step := range []struct {
-		n    *redistest.Server
-		args []any
-	}{
+	clusterSteps(t, []clusterStep{
 		{src, []any{"CLUSTER", "SETSLOT", slot, "STABLE"}},
 		{dst, []any{"CLUSTER", "SETSLOT", slot, "STABLE"}},
 		{src, []any{"CLUSTER", "DELSLOTS", slot}},
-	} {
-		if err := step.n.Client().Do(ctx, step.args...).Err(); err != nil {
-			t.Fatalf("%v: %v", step.args, err)
-		}
-	}
+	})
 	calls := r.Stats().Calls
 	for i := range 10 {
 		if p, _, err := s.Acquire(ctx, req); err == nil {
@@ -318,5 +278,40 @@ func TestRedisSlotsClusterRefused(t *testing.T) {
 	}
 	if n := r.Stats().Calls - calls; n != 10 {
 		t.Errorf("%d calls for 10 refused requests, want 10", n)
+	}
+}
+
+// slotNodes returns the Cluster slot of key, the node that holds key
+// (src) and another master (dst).
+func slotNodes(t *testing.T, cl *redistest.Cluster, key string) (slot int64, src, dst *redistest.Server) {
+	t.Helper()
+	ctx := context.Background()
+	slot = cl.Nodes[0].Client().ClusterKeySlot(ctx, key).Val()
+	for _, n := range cl.Nodes {
+		if n.Client().ClusterCountKeysInSlot(ctx, int(slot)).Val() > 0 {
+			src = n
+		} else if dst == nil {
+			dst = n
+		}
+	}
+	if src == nil || dst == nil {
+		t.Fatalf("the key %q is on no node", key)
+	}
+	return slot, src, dst
+}
+
+// clusterStep is a command for one node of a cluster.
+type clusterStep struct {
+	n    *redistest.Server
+	args []any
+}
+
+// clusterSteps runs steps in order, and fails t at the first error.
+func clusterSteps(t *testing.T, steps []clusterStep) {
+	t.Helper()
+	for _, step := range steps {
+		if err := step.n.Client().Do(context.Background(), step.args...).Err(); err != nil {
+			t.Fatalf("%v: %v", step.args, err)
+		}
 	}
 }

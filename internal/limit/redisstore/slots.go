@@ -257,7 +257,9 @@ func (s *Slots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Pe
 		// a script it lacks) or it was never sent, the script may have
 		// run, or may yet run (a Redis that stalled runs it when it
 		// wakes): release what it took, and see that it takes nothing
-		// if it has yet to run.
+		// if it has yet to run. (An error reply says the script did not
+		// run only because go-redis sends it once: New disables its
+		// retries and redirects.)
 		if !isScriptError(err) && !errors.Is(err, redis.ErrPoolTimeout) && !notSent(err) {
 			l.unsure = true
 			l.released.Store(true)

@@ -23,7 +23,8 @@
 //     reuse.go;
 //     decideOnce, which sends the call and reads the reply into the
 //     Results; settle, what the answer leaves behind).
-//   - Transport: nodes.go (the nodes of a cluster, slot moves, warm-up),
+//   - Transport: nodes.go (the nodes of a cluster, slot moves, warm-up,
+//     the readiness ping),
 //     breaker.go (a circuit breaker per node), batch.go (calls to one
 //     node batched into one round trip), many.go (a batch as one script
 //     call), store.go (run: one script call), memo.go (a call sent again

@@ -10,10 +10,8 @@ import (
 	"net"
 	"net/url"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -497,71 +495,6 @@ func (r *Store) Close() error {
 // CircuitOpen reports whether the circuit breaker of any node is open: it
 // failed repeatedly and its calls fail at once until a probe succeeds.
 func (r *Store) CircuitOpen() bool { return r.nodes.open.Load() > 0 }
-
-// Ping asks Redis whether it is up, within the time to dial and send one
-// command, and returns why not. It does not move the circuit breakers.
-//
-// A Redis Cluster is up while one of its masters answers: it asks every
-// master at once (pingMasters), and down lists those that did not answer
-// while another did, each as its address and why. Their keys are decided
-// by the fail mode meanwhile, while the other masters decide theirs; and
-// every gateway shares the cluster, so that counting it down for one
-// master would take every gateway out of rotation at once, a partial
-// outage made total (docs/operations.md, "Admin port"). One PING sent
-// through the cluster client would go to whichever node it picks, and
-// answer up or down from one probe to the next.
-func (r *Store) Ping(ctx context.Context) (down []string, err error) {
-	ctx, cancel := context.WithTimeout(ctx, r.wait.dial+r.wait.timeout)
-	defer cancel()
-	if cc, ok := r.client.(*redis.ClusterClient); ok {
-		return pingMasters(ctx, cc)
-	}
-	if err := r.client.Ping(ctx).Err(); err != nil {
-		return nil, fmt.Errorf("redis ping: %w", err)
-	}
-	return nil, nil
-}
-
-// pingMasters pings every master of cc at once, within ctx, and returns
-// the masters that did not answer, or an error if none did. The masters
-// are those of the slot map read again first (CLUSTER SLOTS from one node
-// that answers), so that a master replaced by its replica is not asked;
-// a node that hangs may hold the read up to its timeout, and the read has
-// half of ctx's time, after which go-redis keeps the map it had, and the
-// pings the rest.
-func pingMasters(ctx context.Context, cc *redis.ClusterClient) (down []string, err error) {
-	mapCtx := ctx
-	if deadline, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		mapCtx, cancel = context.WithTimeout(ctx, time.Until(deadline)/2)
-		defer cancel()
-	}
-	var mu sync.Mutex
-	var asked, up int
-	err = cc.ForEachMaster(mapCtx, func(_ context.Context, c *redis.Client) error {
-		err := c.Ping(ctx).Err()
-		mu.Lock()
-		defer mu.Unlock()
-		asked++
-		if err != nil {
-			down = append(down, c.Options().Addr+": "+err.Error())
-		} else {
-			up++
-		}
-		return nil
-	})
-	sort.Strings(down)
-	switch {
-	case err != nil:
-		// No master was asked: the map could not be read.
-		return nil, fmt.Errorf("redis ping: redis cluster slots: %w", err)
-	case asked == 0:
-		return nil, errors.New("redis ping: the cluster has no master")
-	case up == 0:
-		return nil, fmt.Errorf("redis ping: no master answered: %s", strings.Join(down, "; "))
-	}
-	return down, nil
-}
 
 // Stats are counts of a Redis store's work since it was created.
 type Stats struct {

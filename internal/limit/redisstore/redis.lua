@@ -294,6 +294,16 @@ local function lockout(r, left)
   return { ok = false, remaining = 0, reset = max(reset, left), retry = max(r.retry, left) }
 end
 
+-- fromQueue makes r, a result decided at the end of its key's queue of
+-- reservations that ends left µs from now, run from now: its reset and,
+-- when denied, its retry are left longer (as limit.Result.fromQueue).
+local function fromQueue(r, left)
+  r.reset = r.reset + left
+  if not r.ok then
+    r.retry = r.retry + left
+  end
+end
+
 -- expiry returns the instant, after the state's idle instant at, until
 -- which a key is kept: up to a window (at most a second) more, so that a
 -- busy key's expiry is moved once per window rather than on every

@@ -124,6 +124,11 @@ local function act(n, now, at, allowed)
       r.remaining = r.remaining + p.cost
       r.reset = r.uncounted
     end
+    if p.read and allowed and at == now and AH[i] > now then
+      -- Decided at its key's queue's end (a refused call's reserve
+      -- made it run from now).
+      fromQueue(r, AH[i] - now)
+    end
     out[no + 1] = r.ok and 1 or 0
     out[no + 2] = r.remaining
     out[no + 3] = r.reset
@@ -137,14 +142,6 @@ local function act(n, now, at, allowed)
       -- A read leases nothing: the slot says what the key holds past
       -- the limit, at the instant it was decided at.
       out[no + 5] = p.a.over(K[i], p, max(now, AH[i]), V[i])
-    end
-    if p.read and allowed and at == now and AH[i] > now then
-      -- Decided at its key's queue's end: from now, the queue longer
-      -- (a refused call's reserve did this).
-      out[no + 3] = r.reset + (AH[i] - now)
-      if not r.ok then
-        out[no + 4] = r.retry + (AH[i] - now)
-      end
     end
     out[no + 6] = r.span or 0
     out[no + 7] = r.span and p.a.bucket(p, r) or 0

@@ -452,8 +452,7 @@ local function reserve(n, now, at)
         r.ok, HO[i] = false, true
       end
       if not r.ok then
-        -- Decided at the queue's end: from now, both are the queue longer.
-        r.retry, r.reset = r.retry + (AH[i] - now), r.reset + (AH[i] - now)
+        fromQueue(r, AH[i] - now)
       end
     end
     if not r.ok and enforced(p) then

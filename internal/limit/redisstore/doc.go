@@ -4,53 +4,68 @@
 // "Redis: one limit for a fleet of gateways").
 //
 // Its rooms, in the order one call meets them, from Store.Allow to Redis
-// and back:
+// and back. A step may call a small helper of a room it passed (the
+// store's clock, in allow.go; a key's tag); where a later step hands work
+// back to an earlier room, the room says so.
 //
-//   - The store: store.go (Config, New, Close, Stats).
-//   - The call: allow.go (Allow: the keys; then the leases, a layer
-//     under the call, when its limits may lease; else ask).
-//   - Leases: lease_call.go (withLeases: a call takes from the leases
-//     of its limits and asks only for what they lack; the tokens Redis
-//     grants; a denial while tokens are leased out, which waits for
-//     them), lease.go (the tokens counted in Redis ahead of requests),
-//     lease_wait.go (a request that waits for another's call for the
-//     lease it needs), lease_once.go (no lease for a key's first
-//     request).
+//   - The call: allow.go (Allow: the keys and their tag; then, when its
+//     limits may lease (leasable, lease.go), the leases, a layer under
+//     the call; else ask).
+//   - Leases: lease_call.go (withLeases: take from the leases of the
+//     call's limits, and ask only for what they lack; after Redis
+//     answers, ask hands back to it: the tokens Redis granted (granted)
+//     and a denial while tokens are leased out, which may come back
+//     (waitForTokens, mayComeBack)); lease_wait.go (a request that waits
+//     for another's call for the lease it needs), which takes from
+//     lease.go (the leases themselves: tokens counted in Redis ahead of
+//     requests; take, spend, takeSome, putBack, grant, unspent), which
+//     asks lease_once.go (no lease for a key's first request).
+//     lease_back.go runs beside the call, on timers and on the call's
+//     way out: leased tokens given back unspent (giveBack, with
+//     lease_return.lua), and the goroutines that refill a lease ahead
+//     of its requests (background; the refill itself, refill, asks as
+//     a call does, from lease_call.go).
 //   - What leases did not decide: ask.go (ask: the deny cache,
-//     denycache.go, else Redis; the script's arguments, scriptArgs, with
-//     functions.go's scriptSettings, calendar.go's windows and
-//     budget.go's key budget, the strings a rule's calls share kept by
-//     reuse.go;
-//     decideOnce, which sends the call and reads the reply into the
-//     Results; settle, what the answer leaves behind).
-//   - Transport: nodes.go (the nodes of a cluster, slot moves, warm-up,
-//     the readiness ping),
-//     breaker.go (a circuit breaker per node), batch.go (calls to one
-//     node batched into one round trip), many.go (a batch as one script
-//     call), store.go (run: one script call), memo.go (a call sent again
-//     after a closed connection runs once), functions.go (FCALL of the
-//     script as a function library, else EVALSHA), log.go (go-redis's
-//     log lines).
-//   - The script, assembled by script.go in this order (the algorithms'
-//     Lua chunks, which live beside each algorithm in package limit, go
-//     into redis.lua): budget.lua (the key budget, and the locals every
-//     piece uses); redis.lua (the script's contract: its arguments and
-//     reply; the helpers, the settings and the state of the call being
-//     decided); redis_state.lua (a counter read and written: one string
-//     of its fields, or a hash); redis_decide.lua (each limit's key read
-//     and decided, then the reservation; a batch's new keys made copies
-//     of its first); redis_acts.lua
-//     (what each key is written: count and lease, hold, release, charge,
-//     lockout; and the reply); redis_entry.lua (one call, a batch, and
-//     the library's entry).
-//   - Back from Redis: known.go (what Redis last said of each key, for
-//     a gateway that decides alone), late.go (an answer that comes too
-//     late, and the local admissions and acts it journals), writeback.go
-//     (those written back to Redis, each counted once), lease_back.go and
-//     lease_return.lua (leased tokens given back unspent).
-//   - Beside the call: fleet.go (fleet membership, for each gateway's
-//     local share), slots.go (Slots, concurrency limits: requests in
-//     flight), reset.go, eviction.go.
+//     denycache.go, else Redis: the script's arguments, scriptArgs, from
+//     reuse.go's shared strings, functions.go's scriptSettings,
+//     calendar.go's windows and budget.go's key budget; decideOnce, which
+//     sends the call under its memo (memo.go: a call Redis ran runs once,
+//     however often it is sent) and reads the reply into the Results;
+//     settle, what the answer leaves: known.go's record, the leases'
+//     grant, the deny cache's denial).
+//   - Transport: breaker.go (a circuit breaker per node; nodes.go picks
+//     a Cluster's node, and keeps its slot moves, warm-up and the
+//     readiness ping), batch.go (the calls to one node batched into one
+//     round trip, and each caller's wait, rtt.go's), then one of many.go
+//     (a batch as one script call) or store.go's runOnce with
+//     functions.go's scriptCmd (FCALL of the script as a function
+//     library, else EVALSHA); log.go (go-redis's log lines).
+//   - The script. A call enters at redis_entry.lua (one call, a batch,
+//     and the library's entry), which calls into the files before it:
+//     Lua defines a function before its use, so script.go assembles them
+//     in the reverse of the call's order: budget.lua (the key budget,
+//     and the locals every piece uses); redis.lua (the script's
+//     contract: its arguments and reply; the helpers, the settings and
+//     the state of the call being decided; and, at its placeholder, the
+//     algorithms' chunks, which live beside each algorithm in package
+//     limit, each wrapped in a function that returns its module when a
+//     call first uses it); redis_state.lua (a counter
+//     read and written: one string of its fields, or a hash);
+//     redis_decide.lua (each limit's key read and decided, then the
+//     reservation; a batch's new keys made copies of its first
+//     newcomer's, which was decided); redis_acts.lua (what each key is
+//     written: count and lease, hold, release, charge, lockout; and the
+//     reply); redis_entry.lua.
+//   - When Redis fails or answers too late (the call's error path, not
+//     its usual way back): late.go (an answer that comes after the
+//     caller stopped waiting, and the local admissions and acts it
+//     journals), writeback.go (those written back to Redis, each counted
+//     once).
+//   - Beside the call: known.go (what Redis last said of each key, for
+//     a gateway that decides alone), fleet.go (fleet membership, for
+//     each gateway's local share), slots.go (Slots, concurrency limits:
+//     requests in flight), once.go (Once), reset.go, eviction.go; and
+//     store.go (Config, New, Close, Stats).
 //
 // It decides with the algorithms and semantics of package limit and must
 // not change them: a decision of the Redis store is the memory store's on

@@ -22,8 +22,9 @@ const maxLeasedLimits = 8
 const leaseHorizon = 20 * time.Millisecond
 
 // leaseAhead is how far ahead a lease covers its key's rate: the script
-// leases what the rate uses in it (redis.lua), so a rate of at most one
-// request per leaseAhead leases no token beyond the request's own.
+// leases what the rate uses in it (lease, redis_acts.lua), so a rate of
+// at most one request per leaseAhead leases no token beyond the
+// request's own (and scriptArgs, ask.go, asks for none).
 const leaseAhead = 15 * time.Millisecond
 
 // LeaseIdle is how long a lease's tokens may go unused before the

@@ -17,7 +17,7 @@ import (
 // lease.go's.
 
 // withLeases decides the call from the leases of its limits when each
-// has a token; else it spends the tokens some have, asks (ask, allow.go)
+// has a token; else it spends the tokens some have, asks (ask, ask.go)
 // for the rest and for the leases' next tokens, and puts the tokens it
 // spent back when the request is not admitted (finish). Leases go first:
 // their tokens are counted already, and a denial another request met

@@ -161,12 +161,17 @@ type Config struct {
 // or Redis Cluster and are shared by every gateway that uses it, so that
 // limits hold for the fleet as a whole.
 //
-// One Allow is one script call (EVALSHA, EVAL when Redis lost the
-// script): the script reads Redis's clock (TIME), decides every limit of
-// the request, and counts the request against all of them only if every
-// enforced limit admits it, atomically, with the semantics of Memory.Allow.
-// A counter is a Redis hash "gw:{tag}:rest" (see Request.Tag) that
-// expires once its state is as good as fresh. Times are whole
+// An Allow that neither its leases nor the deny cache decide is one
+// script call (a few, when it waits for leased tokens to come back:
+// waitForTokens), each an FCALL of the function library (EVALSHA, or
+// EVAL when Redis lost the script, where Redis has no functions), in a round
+// trip it may share with other calls to the same node (batch.go): the
+// script reads Redis's clock (TIME), decides every limit of the request,
+// and counts the request against all of them only if every enforced
+// limit admits it, atomically, with the semantics of Memory.Allow. A
+// counter is a Redis string "gw:{tag}:rest" (see Request.Tag; a hash of
+// the same fields with Config.Layout "hash") that expires once its state
+// is as good as fresh. Times are whole
 // microseconds (Redis's resolution): durations in Params are rounded up
 // to them, and Reset and RetryAfter are multiples of them.
 //
@@ -209,7 +214,7 @@ type Store struct {
 	// hashes reports that counters are kept as hashes (Config.Layout).
 	hashes bool
 	reuse  reuses     // reuse.go
-	wb     writeBacks // late.go
+	wb     writeBacks // writeback.go
 	closed atomic.Bool
 	now    func() time.Time
 	// epoch is now at creation: the deny cache counts from it, on the

@@ -16,8 +16,9 @@ import (
 // This file is what a call asks when leases did not decide it (allow.go,
 // lease_call.go): the deny cache, else Redis: the script's arguments, the
 // call through the node's breaker and batcher (batch.go, many.go,
-// store.go), the answer read into the Results, and what it leaves behind
-// (settle).
+// store.go), the answer read into the Results, a denial while other
+// gateways' leased tokens may come back (waitForTokens), and what the
+// answer leaves behind (settle).
 
 // argsPerLimit is the most script arguments per limit, and
 // resultsPerLimit the number of values of the reply per limit
@@ -69,6 +70,59 @@ func (c *call) decide(ctx context.Context) (scriptAnswer, error) {
 	r.stats.decisions.Add(1)
 	r.stats.overflowed.Add(d.overflowed)
 	return c.waitForTokens(ctx, d, args)
+}
+
+// waitForTokens decides d's call again while Redis denies it and tokens
+// of its limits may come back, until LeaseWait after that first denial
+// (not the call's start: on a loaded machine the first call may have
+// taken most of it).
+// The waits double from 2ms (2, 6, 14, 30, 50ms with LeaseWait): a
+// burst's tokens come back within a few ms, a steady key's within
+// LeaseIdle.
+func (c *call) waitForTokens(ctx context.Context, d scriptAnswer, args []any) (scriptAnswer, error) {
+	r := c.r
+	hold := r.leaseWait + r.leases.idleOr0()
+	for pause, deadline := minLeaseIdle, r.clock()+int64(r.leaseWait); !d.allowed && c.mayComeBack(d, hold) && r.clock() < deadline; pause *= 2 {
+		t := time.NewTimer(min(pause, max(time.Duration(deadline-r.clock()), time.Millisecond)))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return d, fmt.Errorf("redis: %w", ctx.Err())
+		}
+		var err error
+		if d, err = r.decide(ctx, c.keys, c.reqs, args, c.res); err != nil {
+			return d, c.late(err)
+		}
+	}
+	return d, nil
+}
+
+// leaseCacheHold is how long after a lease of a limit a denial by it is
+// not kept in the deny cache.
+const leaseCacheHold = time.Second
+
+// mayComeBack reports whether tokens of the limits that denied d may
+// come back: not for a charge, which Redis counts whatever it decides.
+func (c *call) mayComeBack(d scriptAnswer, hold time.Duration) bool {
+	return !c.mustAsk && d.tokensMayComeBack(c.reqs, c.res, hold)
+}
+
+// tokensMayComeBack reports whether every enforced limit that denied d's
+// request had tokens leased within hold: gateways that stop using them
+// give them back.
+func (d *scriptAnswer) tokensMayComeBack(reqs []limit.Request, res []limit.Result, hold time.Duration) bool {
+	some := false
+	for i := range reqs {
+		if res[i].Allowed || reqs[i].Shadow {
+			continue
+		}
+		if d.ages[i] < 0 || d.ages[i] >= hold {
+			return false
+		}
+		some = true
+	}
+	return some
 }
 
 // late returns err, an error of decide for the call, ready for

@@ -13,9 +13,8 @@
 //     the call; else ask).
 //   - Leases: lease_call.go (withLeases: take from the leases of the
 //     call's limits, and ask only for what they lack; after Redis
-//     answers, ask hands back to it: the tokens Redis granted (granted)
-//     and a denial while tokens are leased out, which may come back
-//     (waitForTokens, mayComeBack)); lease_wait.go (a request that waits
+//     answers, ask's settle hands back to it the tokens Redis granted,
+//     granted); lease_wait.go (a request that waits
 //     for another's call for the lease it needs), which takes from
 //     lease.go (the leases themselves: tokens counted in Redis ahead of
 //     requests; take, spend, takeSome, putBack, grant, unspent), which
@@ -31,8 +30,9 @@
 //     calendar.go's windows and budget.go's key budget; decideOnce, which
 //     sends the call under its memo (memo.go: a call Redis ran runs once,
 //     however often it is sent) and reads the reply into the Results;
-//     settle, what the answer leaves: known.go's record, the leases'
-//     grant, the deny cache's denial).
+//     waitForTokens, a denial while other gateways' leased tokens may
+//     come back, asked again; settle, what the answer leaves: known.go's
+//     record, the leases' grant, the deny cache's denial).
 //   - Transport: breaker.go (a circuit breaker per node; nodes.go picks
 //     a Cluster's node, and keeps its slot moves, warm-up and the
 //     readiness ping), batch.go (the calls to one node batched into one

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
@@ -11,9 +10,8 @@ import (
 )
 
 // This file is a call's leases (docs/fleet.md, "Leases"): what a call
-// takes from them before it asks Redis, what it asks Redis to lease, what
-// it does with the tokens Redis grants, and a denial while tokens are
-// leased out that may still come back. The leases themselves are
+// takes from them before it asks Redis, what it asks Redis to lease, and
+// what it does with the tokens Redis grants. The leases themselves are
 // lease.go's.
 
 // withLeases decides the call from the leases of its limits when each
@@ -91,42 +89,6 @@ func (c *call) granted(d scriptAnswer) {
 		c.r.leases.grant(c.keys, c.reqs, c.res, d.grants, c.start, 1)
 	}
 	c.r.leases.unspent(c.keys, c.reqs, c.res, c.start)
-}
-
-// waitForTokens decides d's call again while Redis denies it and tokens
-// of its limits may come back, until LeaseWait after that first denial
-// (not the call's start: on a loaded machine the first call may have
-// taken most of it).
-// The waits double from 2ms (2, 6, 14, 30, 50ms with LeaseWait): a
-// burst's tokens come back within a few ms, a steady key's within
-// LeaseIdle.
-func (c *call) waitForTokens(ctx context.Context, d scriptAnswer, args []any) (scriptAnswer, error) {
-	r := c.r
-	hold := r.leaseWait + r.leases.idleOr0()
-	for pause, deadline := minLeaseIdle, r.clock()+int64(r.leaseWait); !d.allowed && c.mayComeBack(d, hold) && r.clock() < deadline; pause *= 2 {
-		t := time.NewTimer(min(pause, max(time.Duration(deadline-r.clock()), time.Millisecond)))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return d, fmt.Errorf("redis: %w", ctx.Err())
-		}
-		var err error
-		if d, err = r.decide(ctx, c.keys, c.reqs, args, c.res); err != nil {
-			return d, c.late(err)
-		}
-	}
-	return d, nil
-}
-
-// leaseCacheHold is how long after a lease of a limit a denial by it is
-// not kept in the deny cache.
-const leaseCacheHold = time.Second
-
-// mayComeBack reports whether tokens of the limits that denied d may
-// come back: not for a charge, which Redis counts whatever it decides.
-func (c *call) mayComeBack(d scriptAnswer, hold time.Duration) bool {
-	return !c.mustAsk && d.tokensMayComeBack(c.reqs, c.res, hold)
 }
 
 // pick returns the elements of s at idx.
@@ -214,21 +176,4 @@ func (r *Store) refill(now time.Time, keys []string, reqs []limit.Request, tag s
 	case d.allowed:
 		r.leases.grant(keys, reqs, res, d.grants, start, 0)
 	}
-}
-
-// tokensMayComeBack reports whether every enforced limit that denied d's
-// request had tokens leased within hold: gateways that stop using them
-// give them back.
-func (d *scriptAnswer) tokensMayComeBack(reqs []limit.Request, res []limit.Result, hold time.Duration) bool {
-	some := false
-	for i := range reqs {
-		if res[i].Allowed || reqs[i].Shadow {
-			continue
-		}
-		if d.ages[i] < 0 || d.ages[i] >= hold {
-			return false
-		}
-		some = true
-	}
-	return some
 }

@@ -244,7 +244,14 @@ func (lc *lateCall) settle() {
 			// only the first.
 			out = append(out, lc.again(lc.sent, q))
 		default:
-			if q = followed(q, true, lc.outcome == lateNotCounted); len(q) > 0 {
+			charged := lc.outcome == lateNotCounted
+			if !charged && slices.ContainsFunc(q, func(x limit.Request) bool { return x.Act == limit.Charge }) {
+				// Its charges may still run in Redis, or never: sent
+				// again they could count twice, so they are dropped,
+				// and counted so.
+				lc.r.wb.dropped.Add(1)
+			}
+			if q = followed(q, true, charged); len(q) > 0 {
 				out = append(out, pendingWrite{at: lc.sent, now: lc.now, reqs: q})
 			}
 		}

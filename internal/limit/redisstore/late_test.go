@@ -521,3 +521,51 @@ func writtenBack(red *Store) func() bool {
 		return pending == 0 && !busy
 	}
 }
+
+// TestRedisTimedOutChargeCountedDropped checks a charge whose own call
+// timed out, Redis stopped past the call's bound: it is not sent again
+// (it may still run when Redis wakes, and would count twice), so it is
+// counted among the write-backs dropped, and Redis counts it at most
+// once.
+func TestRedisTimedOutChargeCountedDropped(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const timeout = 100 * time.Millisecond
+	red, err := New(Config{URL: srv.URL(), Timeout: timeout, MaxTimeout: timeout, DialTimeout: timeout, PoolTimeout: timeout, Leases: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer red.Close()
+	ctx := context.Background()
+	if err := red.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: 1000 * time.Hour}
+	key := "charged|/x"
+	// Redis admits a deferred request (it counts nothing until its
+	// charge); a loaded machine may take more than the timeout.
+	eventually.True(t, 30*time.Second, func() bool {
+		_, err := red.Allow(ctx, time.Now(), []limit.Request{{Key: key, Params: p, Act: limit.Defer}}, make([]limit.Result, 1))
+		return err == nil
+	}, "Redis did not decide the deferred request")
+	srv.Pause()
+	_, err = red.Allow(ctx, time.Now(), []limit.Request{{Key: key, Params: p, Cost: 7, Act: limit.Charge}}, make([]limit.Result, 1))
+	if err == nil {
+		srv.Resume()
+		t.Fatal("Redis answered the charge while stopped")
+	}
+	eventually.True(t, 30*time.Second, func() bool { return red.Stats().WriteBacksDropped == 1 },
+		"the timed-out charge is not counted dropped: %v", wbState{red})
+	srv.Resume()
+	eventually.True(t, 30*time.Second, writtenBack(red), "write-backs still pending: %v", wbState{red})
+	h, err := redistest.Fields(ctx, srv.Client(), "gw:{charged}:/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := strconv.ParseInt(fmt.Sprint(h["c"]), 10, 64); c != 0 && c != 7 {
+		t.Errorf("Redis counted %d; want the charge once (7) or, if Redis dropped the call, 0", c)
+	}
+	if s := red.Stats(); s.WrittenBack != 0 || s.WriteBacksDropped != 1 {
+		t.Errorf("written back %d, dropped %d; want 0 and 1", s.WrittenBack, s.WriteBacksDropped)
+	}
+}

@@ -243,5 +243,5 @@ func (h *Handler) logChargeError(err error) {
 	if !h.chargeLog.Allow(time.Now()) {
 		return
 	}
-	h.log.Error("charging a response's cost failed; it goes to Redis when Redis answers again, unless its call timed out (docs/fleet.md, A slow Redis costs once; logged at most once a second)", "err", err)
+	h.log.Error("charging a response's cost failed; Redis counts it once, late, unless it leaves the call unanswered past the bound of a whole call (docs/fleet.md, A slow Redis costs once; logged at most once a second)", "err", err)
 }

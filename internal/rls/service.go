@@ -429,7 +429,9 @@ func (s *Service) decideReference(ctx context.Context, now time.Time, reqs []lim
 
 // chargeOverLimit counts the hits of the requests that a limit denied
 // against that limit, as envoyproxy/ratelimit counts every hit. The
-// decision is made: a store error only leaves them uncounted.
+// decision is made: a store error leaves them to the store (the Redis
+// store counts them late, or drops and counts them: docs/fleet.md, "A
+// slow Redis costs once").
 func (s *Service) chargeOverLimit(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result) {
 	var charges []limit.Request
 	for i := range reqs {

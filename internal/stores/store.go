@@ -324,7 +324,7 @@ func (st *stores) register(reg prometheus.Registerer) {
 		}, func() float64 { return float64(red.Stats().WrittenBack) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "gateway_redis_write_backs_dropped_total",
-			Help: "Local admissions not written back to Redis: their bucket had ended, or the write-back's fate is unknown.",
+			Help: "Local admissions not written back to Redis (their bucket had ended, or the write-back's fate is unknown), and calls whose charges were not sent again after Redis left them unanswered (Redis may or may not have run them).",
 		}, func() float64 { return float64(red.Stats().WriteBacksDropped) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "gateway_redis_overflow_total",

@@ -37,13 +37,16 @@
 //     a Cluster's node, and keeps its slot moves, warm-up and the
 //     readiness ping), batch.go (the calls to one node batched into one
 //     round trip, and each caller's wait, rtt.go's), then one of many.go
-//     (a batch as one script call) or store.go's runOnce with
+//     (a batch as one FCALL), batch.go's runBatch (a pipeline of a
+//     script call each: on a Cluster, by EVALSHA, or with a call sent
+//     again) or store.go's runOnce (a call alone), the last two through
 //     functions.go's scriptCmd (FCALL of the script as a function
 //     library, else EVALSHA); log.go (go-redis's log lines).
 //   - The script. A call enters at redis_entry.lua (one call, a batch,
 //     and the library's entry), which calls into the files before it:
-//     Lua defines a function before its use, so script.go assembles them
-//     in the reverse of the call's order: budget.lua (the key budget,
+//     a Lua local is seen only below its definition, so script.go
+//     assembles the files so that each uses only what those before it
+//     define, the entry last: budget.lua (the key budget,
 //     and the locals every piece uses); redis.lua (the script's
 //     contract: its arguments and reply; the helpers, the settings and
 //     the state of the call being decided; and, at its placeholder, the

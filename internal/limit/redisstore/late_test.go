@@ -530,24 +530,27 @@ func writtenBack(red *Store) func() bool {
 func TestRedisTimedOutChargeCountedDropped(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
+	// The bound of a whole call: 100ms + 1s + 3 × 100ms.
 	const timeout = 100 * time.Millisecond
-	red, err := New(Config{URL: srv.URL(), Timeout: timeout, MaxTimeout: timeout, DialTimeout: timeout, PoolTimeout: timeout, Leases: -1})
+	red, err := New(Config{URL: srv.URL(), Timeout: timeout, MaxTimeout: timeout, DialTimeout: time.Second, PoolTimeout: timeout, Leases: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer red.Close()
 	ctx := context.Background()
-	if err := red.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
+	// A loaded machine may take more than these bounds to load the
+	// script, or to decide.
+	eventually.True(t, 30*time.Second, func() bool { return red.Ready(ctx) == nil }, "Redis not ready")
 	p := &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: 1000 * time.Hour}
 	key := "charged|/x"
 	// Redis admits a deferred request (it counts nothing until its
-	// charge); a loaded machine may take more than the timeout.
+	// charge), and no round trip is left in flight (one the charge would
+	// wait behind, never sent, and then be written back).
 	eventually.True(t, 30*time.Second, func() bool {
 		_, err := red.Allow(ctx, time.Now(), []limit.Request{{Key: key, Params: p, Act: limit.Defer}}, make([]limit.Result, 1))
 		return err == nil
 	}, "Redis did not decide the deferred request")
+	eventually.True(t, 30*time.Second, writtenBack(red), "a round trip still in flight: %v", wbState{red})
 	srv.Pause()
 	_, err = red.Allow(ctx, time.Now(), []limit.Request{{Key: key, Params: p, Cost: 7, Act: limit.Charge}}, make([]limit.Result, 1))
 	if err == nil {

@@ -521,8 +521,8 @@ type Stats struct {
 	// after a call it did not answer in time (AdmittedLocally), and
 	// WriteBacksDropped those dropped because their bucket had ended,
 	// or, for a call whose fate is unknown, because Redis may have
-	// forgotten its memo or it had none of its own; and the charges of
-	// a call that timed out, which are never sent again (late.go).
+	// forgotten its memo or it had none of its own; and the calls whose
+	// charges are not sent again, their fate unknown (late.go).
 	WrittenBack, WriteBacksDropped int64
 	// Overflowed is the number of requests of new callers that Redis
 	// counted against their Overflow key because the key budget was used

@@ -320,7 +320,7 @@ func (st *stores) register(reg prometheus.Registerer) {
 		}, func() float64 { return float64(red.Stats().LeaseReturned) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "gateway_redis_written_back_total",
-			Help: "Requests admitted locally (--fail-mode local) while Redis did not answer, counted in Redis afterwards because it had not counted them.",
+			Help: "Write-backs counted in Redis after it did not answer in time: requests admitted locally (--fail-mode local) that it had not counted, and the charges and releases of calls that never reached it.",
 		}, func() float64 { return float64(red.Stats().WrittenBack) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "gateway_redis_write_backs_dropped_total",

@@ -461,17 +461,103 @@ func (r *Store) pipeline(ctx context.Context, batch []*batchCall, cmd func(redis
 }
 
 // notSent reports whether err is a failure to connect to Redis: nothing
-// of the call was sent (connection refused, no route, a dial timeout), so
-// Redis is known not to have run it. A call sent before on a connection
-// Redis closed, then refused (resentError), may have run.
+// of the call was sent (connection refused, no route, a dial timeout, or
+// a new connection's handshake that Redis did not answer), so Redis is
+// known not to have run it. A call sent before on a connection Redis
+// closed, then refused (resentError), may have run.
 func notSent(err error) bool {
 	var re resentError
 	if errors.As(err, &re) {
 		return false
 	}
+	var he handshakeError
+	if errors.As(err, &he) {
+		return true
+	}
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
 }
+
+// handshakeHook marks the failures of a new connection's handshake as
+// handshakeErrors. go-redis sends a new connection's handshake (HELLO,
+// then SELECT or CLIENT SETNAME when configured) and waits for its reply
+// before it writes the command that needed the connection: a call whose
+// handshake Redis did not answer (a Redis stalled by a slow command or
+// a fork, or stopped, while the call dialled) was never written, though
+// its error is a timeout like that of a call in flight.
+type handshakeHook struct{}
+
+func (handshakeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (handshakeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err != nil && cmd.Name() == "hello" && !isScriptError(err) {
+			err = handshakeError{err}
+			cmd.SetErr(err)
+		}
+		return err
+	}
+}
+
+func (handshakeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if err == nil || isScriptError(err) || !handshakeCmds(cmds) {
+			return err
+		}
+		err = handshakeError{err}
+		for _, c := range cmds {
+			c.SetErr(err)
+		}
+		return err
+	}
+}
+
+// handshakeCmds reports whether cmds are those go-redis sends after HELLO
+// on a new connection: none of the store's own calls is one of them.
+func handshakeCmds(cmds []redis.Cmder) bool {
+	for _, c := range cmds {
+		switch c.Name() {
+		case "select", "client", "readonly":
+		default:
+			return false
+		}
+	}
+	return len(cmds) > 0
+}
+
+// addHandshakeHook adds handshakeHook to client: on a cluster, to each of
+// its nodes' clients, which run their connections' handshakes.
+func addHandshakeHook(client redis.UniversalClient) {
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		cc.OnNewNode(func(node *redis.Client) { node.AddHook(handshakeHook{}) })
+		return
+	}
+	client.AddHook(handshakeHook{})
+}
+
+// handshakeError is the error of a new connection's handshake (see
+// handshakeHook). It has no Unwrap, which go-redis applies once to a
+// handshake's error (and would take the mark off); Is, As and Timeout
+// answer for the error it marks.
+type handshakeError struct{ err error }
+
+func (e handshakeError) Error() string {
+	return "handshake of a new connection: " + e.err.Error()
+}
+
+func (e handshakeError) Is(target error) bool { return errors.Is(e.err, target) }
+func (e handshakeError) As(target any) bool   { return errors.As(e.err, target) }
+
+// Timeout reports whether the handshake timed out, as net.Error's does.
+func (e handshakeError) Timeout() bool {
+	var ne net.Error
+	return errors.As(e.err, &ne) && ne.Timeout()
+}
+
+// Temporary is net.Error's, which go-redis may ask.
+func (e handshakeError) Temporary() bool { return false }
 
 // resentError is the error of a call that was sent on a connection Redis
 // closed, and sent again (isClosedConn): its first send may have run.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -570,5 +571,65 @@ func TestRedisTimedOutChargeCountedDropped(t *testing.T) {
 	}
 	if s := red.Stats(); s.WrittenBack != 0 || s.WriteBacksDropped != 1 {
 		t.Errorf("written back %d, dropped %d; want 0 and 1", s.WrittenBack, s.WriteBacksDropped)
+	}
+}
+
+// TestRedisChargeOnNewConnWrittenBack checks a charge whose call took a
+// connection dialled while Redis was stopped: go-redis waits for the
+// answer to the connection's handshake (HELLO) before it writes the call,
+// so the call was never written, and its charge is written back once
+// Redis is back, counted once (not dropped as a call of unknown fate).
+func TestRedisChargeOnNewConnWrittenBack(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const timeout = 100 * time.Millisecond
+	red, err := New(Config{URL: srv.URL(), Timeout: timeout, MaxTimeout: timeout, DialTimeout: time.Second, PoolTimeout: timeout,
+		Leases: -1, WarmConns: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer red.Close()
+	ctx := context.Background()
+	eventually.True(t, 30*time.Second, func() bool { return red.Ready(ctx) == nil }, "Redis not ready")
+	p := &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: 1000 * time.Hour}
+	key := "dialled|/x"
+	eventually.True(t, 30*time.Second, func() bool {
+		_, err := red.Allow(ctx, time.Now(), []limit.Request{{Key: key, Params: p, Act: limit.Defer}}, make([]limit.Result, 1))
+		return err == nil
+	}, "Redis did not decide the deferred request")
+	eventually.True(t, 30*time.Second, writtenBack(red), "a round trip still in flight: %v", wbState{red})
+	// Redis closes the store's connections: the charge's call finds none
+	// usable and dials one.
+	admin := srv.Client()
+	if err := admin.ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 30*time.Second, func() bool {
+		list, err := admin.ClientList(ctx).Result()
+		return err == nil && strings.Count(strings.TrimSpace(list), "\n") == 0
+	}, "Redis still lists the store's connections")
+	srv.Pause()
+	_, err = red.Allow(ctx, time.Now(), []limit.Request{{Key: key, Params: p, Cost: 7, Act: limit.Charge}}, make([]limit.Result, 1))
+	if err == nil {
+		srv.Resume()
+		t.Fatal("Redis answered the charge while stopped")
+	}
+	// The call's round trip ends (its bound passes) while Redis is
+	// stopped: its fate is then settled, and the charge queued.
+	eventually.True(t, 30*time.Second, func() bool { return red.wb.lateWaiting.Load() == 0 },
+		"the charge's round trip did not end: %v", wbState{red})
+	srv.Resume()
+	eventually.True(t, 30*time.Second, func() bool {
+		return writtenBack(red)() && red.Stats().WrittenBack == 1
+	}, "the charge was not written back: %v", wbState{red})
+	h, err := redistest.Fields(ctx, admin, "gw:{dialled}:/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := strconv.ParseInt(fmt.Sprint(h["c"]), 10, 64); c != 7 {
+		t.Errorf("Redis counted %d; want the charge once, 7", c)
+	}
+	if s := red.Stats(); s.WriteBacksDropped != 0 {
+		t.Errorf("dropped %d; want 0: the call was never written", s.WriteBacksDropped)
 	}
 }

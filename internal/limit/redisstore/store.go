@@ -379,7 +379,9 @@ func New(cfg Config) (*Store, error) {
 	r.short = r.client
 	if !opts.IsClusterMode {
 		r.short = redis.NewUniversalClient(&shortOpts)
+		addHandshakeHook(r.short)
 	}
+	addHandshakeHook(r.client)
 	if cfg.Leases >= 0 {
 		r.leases = newTokenLeases(cmp.Or(cfg.Leases, DefaultLeases), r.clock)
 		r.leases.giveBack = r.giveBack
@@ -517,8 +519,10 @@ type Stats struct {
 	// LeaseExpired the tokens lost because their bucket ended first, and
 	// LeaseReturned those given back to Redis unspent.
 	LeaseGranted, LeaseSpent, LeaseExpired, LeaseReturned int64
-	// WrittenBack is the number of local admissions counted in Redis
-	// after a call it did not answer in time (AdmittedLocally), and
+	// WrittenBack is the number of write-backs counted in Redis after a
+	// call it did not answer in time: local admissions
+	// (AdmittedLocally), and the charges and releases of calls that
+	// never reached it (late.go); and
 	// WriteBacksDropped those dropped because their bucket had ended,
 	// or, for a call whose fate is unknown, because Redis may have
 	// forgotten its memo or it had none of its own; and the calls whose

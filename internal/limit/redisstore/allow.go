@@ -39,19 +39,42 @@ func (r *Store) Allow(ctx context.Context, now time.Time, reqs []limit.Request, 
 	return r.allow(ctx, now, reqs, res)
 }
 
-// allow is Allow for requests of distinct counters. Leases sit under
-// the call: it takes from the leases of its limits (withLeases,
-// lease_call.go) and asks only for what they lack.
-func (r *Store) allow(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result) (allowed bool, err error) {
+// allow is Allow for requests of distinct counters: it takes from the
+// leases of its limits and asks only for what they lack (withLeases,
+// lease.go), or, when its limits do not lease, asks (ask.go: the deny
+// cache, else Redis); then it remembers a denial Redis made (remember).
+func (r *Store) allow(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result) (bool, error) {
 	c := &call{r: r, now: now, reqs: reqs, res: res, fullReqs: reqs, full: res}
+	var err error
 	if c.keys, c.tag, c.mustAsk, err = redisKeys(reqs); err != nil {
 		return false, err
 	}
 	c.start = r.clock()
+	var d scriptAnswer
 	if r.leases != nil && r.fixedNow == nil && leasable(reqs) {
-		return c.withLeases(ctx)
+		d, err = c.withLeases(ctx)
+	} else {
+		d, err = c.ask(ctx)
 	}
-	return c.ask(ctx)
+	if err != nil {
+		return false, err
+	}
+	c.remember(d)
+	return d.allowed, nil
+}
+
+// remember keeps a denial Redis made in the deny cache (denycache.go),
+// so that the next requests of its keys are denied without a call. While
+// tokens may still come back, it is not remembered: the next request
+// waits for them too; nor for leaseCacheHold after a lease: a gateway
+// starved of CPU may still hold tokens then, and a remembered denial
+// would go on denying after they came back.
+func (c *call) remember(d scriptAnswer) {
+	r := c.r
+	if d.allowed || !d.decided || r.deny == nil || c.mayComeBack(d, max(r.leaseWait+r.leases.idleOr0(), leaseCacheHold)) {
+		return
+	}
+	r.deny.record(c.keys, c.reqs, c.res, c.start, 0)
 }
 
 // call is one Allow on its way through the steps that decide it: from
@@ -70,7 +93,7 @@ type call struct {
 	tag      string
 	mustAsk  bool  // a charge, a release, a wait or a read is among reqs: it must reach Redis
 	start    int64 // the store's clock when the call began (or last waited)
-	// The call's leases (lease_call.go): what it asks of them (nil:
+	// The call's leases (lease.go): what it asks of them (nil:
 	// nothing), and the tokens it took from some.
 	lease      *leaseAsk
 	taken      []*tokenLease // the leases spendSome took a token from

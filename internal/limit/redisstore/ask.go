@@ -14,11 +14,13 @@ import (
 )
 
 // This file is what a call asks when leases did not decide it (allow.go,
-// lease_call.go): the deny cache, else Redis: the script's arguments, the
+// lease.go): the deny cache, else Redis: the script's arguments, the
 // call through the node's breaker and batcher (batch.go, many.go,
-// store.go), the answer read into the Results, a denial while other
-// gateways' leased tokens may come back (waitForTokens), and what the
-// answer leaves behind (settle).
+// store.go), the answer read into the Results, and a denial while other
+// gateways' leased tokens may come back (waitForTokens). It returns the
+// answer to the call that asked: the leases keep what Redis granted
+// them (granted, lease.go), the call remembers a denial (remember,
+// allow.go).
 
 // argsPerLimit is the most script arguments per limit, and
 // resultsPerLimit the number of values of the reply per limit
@@ -29,19 +31,20 @@ const (
 )
 
 // ask decides what leases did not: the deny cache denies the call, or
-// Redis decides it.
-func (c *call) ask(ctx context.Context) (bool, error) {
+// Redis decides it (d.decided), and the store records what each key
+// holds (known.go). It returns a zero answer with an error.
+func (c *call) ask(ctx context.Context) (scriptAnswer, error) {
 	if c.cachedDenial() {
 		tracing.Source(ctx, "deny_cache")
-		return false, nil
+		return scriptAnswer{}, nil
 	}
 	tracing.Source(ctx, "redis")
 	d, err := c.decide(ctx)
 	if err != nil {
-		return false, err
+		return scriptAnswer{}, err
 	}
-	c.settle(d)
-	return d.allowed, nil
+	c.r.known.record(c.reqs, c.res, c.start)
+	return d, nil
 }
 
 // cachedDenial reports whether the deny cache denies the call without
@@ -126,28 +129,9 @@ func (d *scriptAnswer) tokensMayComeBack(reqs []limit.Request, res []limit.Resul
 }
 
 // late returns err, an error of decide for the call, ready for
-// AdmittedLocally; a call that asked for leases gives back, when its
-// answer comes after all, the tokens Redis leased it.
+// AdmittedLocally.
 func (c *call) late(err error) error {
-	if c.lease != nil {
-		c.r.leasedLate(err, c.keys, c.reqs, 1)
-	}
 	return c.r.late(err, c.now, c.fullReqs)
-}
-
-// settle records what Redis decided: what each key holds (known), the
-// leases it granted (granted, lease_call.go), and a denial in the deny
-// cache. While tokens may still come back, a denial is not remembered:
-// the next request waits for them too; nor for leaseCacheHold after a
-// lease: a gateway starved of CPU may still hold tokens then, and a
-// remembered denial would go on denying after they came back.
-func (c *call) settle(d scriptAnswer) {
-	r := c.r
-	r.known.record(c.reqs, c.res, c.start)
-	c.granted(d)
-	if !d.allowed && r.deny != nil && !c.mayComeBack(d, max(r.leaseWait+r.leases.idleOr0(), leaseCacheHold)) {
-		r.deny.record(c.keys, c.reqs, c.res, c.start, 0)
-	}
 }
 
 // late returns err, an error of decide for reqs at now, ready for
@@ -222,9 +206,10 @@ func (r *Store) scriptArgs(now time.Time, reqs []limit.Request, tag string, ask 
 	return r.budgetArgs(args, reqs, tag)
 }
 
-// scriptAnswer is Redis's answer to one script call.
+// scriptAnswer is Redis's answer to one script call; as a call's answer
+// (allow), what decided it: Redis (decided), or leases or the deny cache.
 type scriptAnswer struct {
-	allowed bool
+	allowed, decided bool
 	// grants are the tokens leased for each limit; ages the time since
 	// each limit's last lease of more than one token, -1 for none.
 	grants     []leaseGrant
@@ -320,7 +305,7 @@ func (r *Store) decideOnce(ctx context.Context, m memo, keys []string, reqs []li
 	if len(v) != 2+resultsPerLimit*n {
 		return scriptAnswer{}, nil, replyShapeError{got: len(v), n: n}
 	}
-	d := scriptAnswer{allowed: v[0] == 1, overflowed: v[len(v)-1]}
+	d := scriptAnswer{allowed: v[0] == 1, decided: true, overflowed: v[len(v)-1]}
 	if n == 1 {
 		// One allocation for both, for a call of one limit.
 		one := new(struct {

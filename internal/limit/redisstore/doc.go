@@ -8,22 +8,22 @@
 // store's clock, in allow.go; a key's tag); where a later step hands work
 // back to an earlier room, the room says so.
 //
-//   - The call: allow.go (Allow: the keys and their tag; then, when its
-//     limits may lease (leasable, lease.go), the leases, a layer under
-//     the call; else ask).
-//   - Leases: lease_call.go (withLeases: take from the leases of the
-//     call's limits, and ask only for what they lack; after Redis
-//     answers, ask's settle hands back to it the tokens Redis granted,
-//     granted); lease_wait.go (a request that waits
-//     for another's call for the lease it needs), which takes from
-//     lease.go (the leases themselves: tokens counted in Redis ahead of
-//     requests; take, spend, takeSome, putBack, grant, unspent), which
-//     asks lease_once.go (no lease for a key's first request).
-//     lease_back.go runs beside the call, on timers and on the call's
-//     way out: leased tokens given back unspent (giveBack, with
-//     lease_return.lua), and the goroutines that refill a lease ahead
-//     of its requests (background; the refill itself, refill, asks as
-//     a call does, from lease_call.go).
+//   - The call: allow.go (Allow: the keys and their tag; then "take
+//     from the leases, else ask", and, once the answer is back, a
+//     denial Redis made remembered in the deny cache, remember).
+//   - Leases: lease.go, one room, a layer under the call (tokens counted
+//     in Redis ahead of requests). A call whose limits may lease
+//     (leasable) enters at withLeases and reads down the file: take
+//     from the leases, waiting for another request's call for the same
+//     lease (fromLeases, takeWaiting, take; no lease for a key's first
+//     request, leaseOnce); else spend what some have (spendSome) and
+//     ask (ask.go) for the rest and the leases' next tokens; when ask
+//     returns, keep what Redis granted (granted, grant, unspent), and
+//     end (finish: tokens put back for a request not admitted). Below
+//     that, what runs beside the calls: the next lease asked for in
+//     the background (refill, which asks as a call does), and tokens
+//     given back to Redis unspent (idleCheck, drop, close, leasedLate;
+//     giveBack, with lease_return.lua).
 //   - What leases did not decide: ask.go (ask: the deny cache,
 //     denycache.go, else Redis: the script's arguments, scriptArgs, from
 //     reuse.go's shared strings, functions.go's scriptSettings,
@@ -31,8 +31,10 @@
 //     sends the call under its memo (memo.go: a call Redis ran runs once,
 //     however often it is sent) and reads the reply into the Results;
 //     waitForTokens, a denial while other gateways' leased tokens may
-//     come back, asked again; settle, what the answer leaves: known.go's
-//     record, the leases' grant, the deny cache's denial).
+//     come back, asked again; known.go's record of what each key holds).
+//     ask returns Redis's answer to its caller and hands nothing to the
+//     leases (it reads what the call asks of them, leaseAsk, and their
+//     idle time).
 //   - Transport: breaker.go (a circuit breaker per node; nodes.go picks
 //     a Cluster's node, and keeps its slot moves, warm-up and the
 //     readiness ping), batch.go (the calls to one node batched into one

@@ -80,16 +80,6 @@ type lateCall struct {
 	closed   bool
 }
 
-// lateLease is what a late call asked of leases: the tokens of keys
-// under params that Redis counts beyond own (1 for a request's call, 0
-// for one that only asks for the next lease), when it admits the call.
-type lateLease struct {
-	keys   []string
-	params []limit.Params
-	own    int64
-	done   bool
-}
-
 // lateOutcome is what Redis did with a late call.
 type lateOutcome int
 
@@ -119,62 +109,6 @@ func (lc *lateCall) answered(v []int64, err error) {
 	lc.settle()
 	lc.giveBackLeased()
 	lc.r.wb.lateWaiting.Add(-1) // last: what the answer says is under way
-}
-
-// leasedLate notes that the call of err, if Redis did not answer it in
-// time, asked for leases of keys under reqs' limits, own tokens of which
-// were the request's: no one waits for its answer any more, so the
-// tokens Redis leases it when it runs go back to Redis (lease_return.lua)
-// rather than stay counted, unspent, until their bucket ends.
-func (r *Store) leasedLate(err error, keys []string, reqs []limit.Request, own int64) {
-	var le *lateError
-	if r.leases == nil || !errors.As(err, &le) {
-		return
-	}
-	params := make([]limit.Params, len(reqs))
-	for i := range reqs {
-		params[i] = *reqs[i].Params
-	}
-	lc := le.call
-	lc.mu.Lock()
-	if lc.lease == nil {
-		lc.lease = &lateLease{keys: slices.Clone(keys), params: params, own: own}
-	}
-	lc.mu.Unlock()
-	lc.giveBackLeased()
-}
-
-// giveBackLeased gives back the tokens Redis leased to the call, once
-// its answer is in and the call's leases are known.
-func (lc *lateCall) giveBackLeased() {
-	lc.mu.Lock()
-	l, v := lc.lease, lc.v
-	if l == nil || l.done || v == nil {
-		lc.mu.Unlock()
-		return
-	}
-	l.done = true
-	lc.mu.Unlock()
-	ls := lc.r.leases
-	if len(v) != 2+resultsPerLimit*len(l.keys) {
-		return
-	}
-	var back []leaseReturn
-	for i, k := range l.keys {
-		w := v[1+resultsPerLimit*i:]
-		n := w[4] - l.own
-		if n <= 0 {
-			continue
-		}
-		ls.late.Add(n)
-		ls.granted.Add(n)
-		if ls.giveBack == nil {
-			ls.expired.Add(n)
-			continue
-		}
-		back = append(back, leaseReturn{key: k, params: l.params[i], bucket: w[6], n: n})
-	}
-	ls.async(back)
 }
 
 // closedFate reports whether err, the failure of a call's round trip
@@ -369,6 +303,7 @@ type lateError struct {
 }
 
 func (e *lateError) Error() string { return e.err.Error() }
+
 func (e *lateError) Unwrap() error { return e.err }
 
 // AdmittedLocally implements limit.AdmittedLocally for the call of e.

@@ -1,4 +1,4 @@
--- Gives a lease's unspent tokens back (lease_back.go): KEYS[1] is the
+-- Gives a lease's unspent tokens back (giveBack, lease.go): KEYS[1] is the
 -- counter, ARGV the counter's shape (its "_id", redis_state.lua), the
 -- bucket the tokens were counted in (the script's number for it), and
 -- their number. The count of that bucket goes down by them, but only

@@ -633,3 +633,48 @@ func TestRedisChargeOnNewConnWrittenBack(t *testing.T) {
 		t.Errorf("dropped %d; want 0: the call was never written", s.WriteBacksDropped)
 	}
 }
+
+// TestRedisCloseAwaitsLateCalls closes a store while a call whose caller
+// stopped waiting is still in flight, Redis stopped, and its request was
+// admitted locally: Close waits for the call's answer (Redis, back,
+// denies it: the key is full) and writes the admission back. Closing the
+// client under the call lost its answer, and the write-back with it.
+func TestRedisCloseAwaitsLateCalls(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	// The bound of a whole call: 100ms + 1s + 3 × 1s.
+	red, err := New(Config{URL: srv.URL(), Timeout: 100 * time.Millisecond, MaxTimeout: time.Second, DialTimeout: time.Second,
+		PoolTimeout: 100 * time.Millisecond, Leases: -1, DenyCacheSize: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	eventually.True(t, 30*time.Second, func() bool { return red.Ready(ctx) == nil }, "Redis not ready")
+	p := &limit.Params{Algorithm: "fixed_window", Limit: 1, Window: 1000 * time.Hour}
+	g := newFailLocal(red, "closing-late|/", p)
+	eventually.True(t, 30*time.Second, func() bool { return g.allow() == nil }, "Redis did not decide the first request")
+	eventually.True(t, 30*time.Second, writtenBack(red), "a round trip still in flight: %v", wbState{red})
+	srv.Pause()
+	if err := g.allow(); err == nil {
+		srv.Resume()
+		t.Fatal("Redis answered while stopped")
+	}
+	if n := red.wb.lateWaiting.Load(); n != 1 {
+		srv.Resume()
+		t.Fatalf("%d calls in flight after their callers stopped waiting, want 1: %v", n, wbState{red})
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- red.Close() }()
+	eventually.True(t, 30*time.Second, red.closed.Load, "Close did not begin")
+	srv.Resume()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	counted, err := redistest.FieldInt(ctx, srv.Client(), "gw:{closing-late}:/", "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counted != 2 {
+		t.Errorf("Redis counted %d after Close, want 2: the request it admitted and the one admitted locally; %v", counted, wbState{red})
+	}
+}

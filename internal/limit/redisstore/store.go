@@ -487,6 +487,7 @@ func (r *Store) Close() error {
 		}
 		ls.bg.Wait()
 	}
+	r.awaitLate()
 	r.wb.mu.Lock()
 	r.wb.closed = true // no flush starts after this (flushWriteBacks)
 	r.wb.mu.Unlock()

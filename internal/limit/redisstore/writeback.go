@@ -253,6 +253,23 @@ func (r *Store) flushOnce(last bool) {
 	}
 }
 
+// awaitLate waits, for Close, until the calls whose callers stopped
+// waiting have their answers, at most the bound of a call (their round
+// trips end within it): what each answer says must still be written back
+// (a local admission Redis did not count, the acts of a call it never
+// ran) is queued then, for the last flush; closing the client under
+// them would leave their fate unknown, and their write-backs unsent.
+func (r *Store) awaitLate() {
+	if r.wb.lateWaiting.Load() <= 0 {
+		return
+	}
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for deadline := time.Now().Add(r.wait.call); r.wb.lateWaiting.Load() > 0 && time.Now().Before(deadline); {
+		<-t.C
+	}
+}
+
 // lastFlush sends the write-backs still pending when the store closes,
 // their last chance: the first goes as a probe even during the
 // breaker's backoff.

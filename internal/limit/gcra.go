@@ -197,7 +197,12 @@ func validateBucket(p *Params) error {
 }
 
 // gcraLua is the Lua of this file's arithmetic, which the Lua of
-// token_bucket and leaky_bucket starts with.
+// token_bucket and leaky_bucket uses (RedisLuaShared).
 //
 //go:embed gcra.lua
 var gcraLua string
+
+// RedisLuaShared returns the Lua that the chunks of more than one
+// RedisAlgorithm use: the arithmetic of this file, for token_bucket and
+// leaky_bucket. The Redis store puts it once, before every chunk.
+func RedisLuaShared() string { return gcraLua }

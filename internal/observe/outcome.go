@@ -243,6 +243,10 @@ const (
 	// caller had as many requests in flight as a concurrency limit
 	// allows (429 too_many_in_flight).
 	DecisionConcurrencyLimited
+	// DecisionOverloaded is a request refused because the bodies read
+	// for keys held the most memory the gateway gives them (503
+	// body_memory_full).
+	DecisionOverloaded
 	// NumDecisions is the number of decisions.
 	NumDecisions
 )
@@ -250,7 +254,7 @@ const (
 var decisionNames = [NumDecisions]string{
 	"allowed", "limited", "shadow_limited", "unmatched",
 	"invalid", "fail_open", "fail_closed", "unauthorized",
-	"concurrency_limited",
+	"concurrency_limited", "overloaded",
 }
 
 // String returns the decision's label, e.g. "shadow_limited".

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
@@ -24,7 +26,9 @@ import (
 // upstream before the rest of the body, so that it receives the body byte
 // for byte. A body that is not JSON, nests deeper than maxBodyNesting, or
 // is longer than maxBody gives no value: the limit's missing: rule applies.
-// A body that does not arrive within its timeout gets 408 (late).
+// A body that does not arrive within its timeout gets 408 (late); one
+// whose read would pass the memory the gateway gives such bodies
+// (--max-body-memory) gets 503 (full).
 
 // maxBodyNesting bounds the nesting of a JSON body read for keys.
 const maxBodyNesting = 64
@@ -37,6 +41,56 @@ const DefaultBodyTimeout = 10 * time.Second
 // nothing pins no more.
 const bodyStart = 16 << 10
 
+// DefaultBodyMemory is HandlerConfig.BodyMemory's default: 4,096 bodies
+// of the default maxBody, at once.
+const DefaultBodyMemory = 256 << 20
+
+// bodyBudget is the memory the gateway gives the bodies it reads for keys
+// (HandlerConfig.BodyMemory): each read takes what its buffer grows to
+// as it grows, and gives it back when its request ends, so that a body
+// that stops coming holds about what it sent. A nil bodyBudget has no
+// cap. It is safe for concurrent use.
+type bodyBudget struct {
+	max  int64
+	used atomic.Int64
+}
+
+// newBodyBudget returns the budget of max bytes: DefaultBodyMemory for 0,
+// none (nil) when negative.
+func newBodyBudget(max int64) *bodyBudget {
+	if max < 0 {
+		return nil
+	}
+	return &bodyBudget{max: cmp.Or(max, DefaultBodyMemory)}
+}
+
+// take takes n bytes, and reports whether there were as many left.
+func (b *bodyBudget) take(n int64) bool {
+	if b == nil {
+		return true
+	}
+	for {
+		u := b.used.Load()
+		if u+n > b.max {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+n) {
+			return true
+		}
+	}
+}
+
+// give gives back n bytes taken.
+func (b *bodyBudget) give(n int64) {
+	if b != nil && n != 0 {
+		b.used.Add(-n)
+	}
+}
+
+// errBodyMemory stops the read of a body whose buffer could not grow
+// within its budget.
+var errBodyMemory = errors.New("the memory for bodies read for keys is in use")
+
 // bodyKeys is the body of one request as read for its keys. Its zero value
 // has read nothing.
 type bodyKeys struct {
@@ -44,6 +98,12 @@ type bodyKeys struct {
 	// late is set when the body read for keys did not arrive within
 	// timeout: the request is answered 408 (lateBody).
 	late bool
+	// full is set when the buffer for the body could not grow within
+	// budget, which held the bytes it took: the request is answered 503
+	// (bodyRefused).
+	full   bool
+	budget *bodyBudget
+	held   int64
 	// w sets the read deadline of the request's connection (or stream);
 	// timeout bounds the read. Set for each request before any load.
 	w       http.ResponseWriter
@@ -134,7 +194,8 @@ func (b *bodyKeys) load(r *http.Request, lims []*ruleset.Limit) {
 	if r.ContentLength > int64(limit) {
 		return // too long: not read at all
 	}
-	if b.w != nil && b.timeout > 0 && slices.ContainsFunc(lims, func(cl *ruleset.Limit) bool { return !cl.Shadow }) {
+	enforced := slices.ContainsFunc(lims, func(cl *ruleset.Limit) bool { return !cl.Shadow })
+	if b.w != nil && b.timeout > 0 && enforced {
 		// Bounded as the headers are (--read-header-timeout); the rest
 		// of the body streams to the upstream without one. A shadow
 		// limit never refuses: alone, it waits for the body as it comes.
@@ -149,9 +210,17 @@ func (b *bodyKeys) load(r *http.Request, lims []*ruleset.Limit) {
 	if r.ContentLength >= 0 {
 		most = min(max(r.ContentLength, 512), most)
 	}
-	buf, err := readUpTo(r.Body, make([]byte, 0, min(most, bodyStart)), int(most))
+	// A shadow limit never refuses: alone, it goes without the values
+	// of a body the memory cannot hold (its missing: rule applies).
+	start := min(most, bodyStart)
+	if !b.take(start) {
+		b.full = enforced
+		return
+	}
+	buf, err := readUpTo(r.Body, make([]byte, 0, start), int(most), b.take)
 	b.head = buf
 	b.late = errors.Is(err, os.ErrDeadlineExceeded)
+	b.full = enforced && errors.Is(err, errBodyMemory)
 	if err != nil || len(buf) > limit || !shallow(buf) {
 		return // broken, too long or too deep: no values
 	}
@@ -167,13 +236,34 @@ func (b *bodyKeys) load(r *http.Request, lims []*ruleset.Limit) {
 	b.doc = doc
 }
 
+// take takes n bytes of the budget for the body, and reports whether
+// there were as many left.
+func (b *bodyKeys) take(n int64) bool {
+	if !b.budget.take(n) {
+		return false
+	}
+	b.held += n
+	return true
+}
+
+// free gives back the bytes the body took, once its request has ended.
+func (b *bodyKeys) free() {
+	b.budget.give(b.held)
+	b.held = 0
+}
+
 // readUpTo appends to buf what r gives until EOF or n bytes in all,
 // doubling buf as it fills, to at most n: a body that stops coming has
-// taken about what it sent.
-func readUpTo(r io.Reader, buf []byte, n int) ([]byte, error) {
+// taken about what it sent. Before buf grows, grow must take the bytes
+// it grows by, else the read stops with errBodyMemory.
+func readUpTo(r io.Reader, buf []byte, n int, grow func(int64) bool) ([]byte, error) {
 	for len(buf) < n {
 		if len(buf) == cap(buf) {
-			buf = append(make([]byte, 0, min(2*cap(buf)+1, n)), buf...)
+			c := min(2*cap(buf)+1, n)
+			if !grow(int64(c - cap(buf))) {
+				return buf, errBodyMemory
+			}
+			buf = append(make([]byte, 0, c), buf...)
 		}
 		m, err := r.Read(buf[len(buf):min(cap(buf), n)])
 		buf = buf[:len(buf)+m]
@@ -229,10 +319,18 @@ type headBody struct {
 
 func (h *headBody) Close() error { return h.body.Close() }
 
-// lateBody answers a request whose body, read for its keys, did not arrive
-// within its timeout (bodyKeys.late) with 408 and reports true; it is
-// refused before anything is counted.
-func lateBody(w http.ResponseWriter, sc *scratch) bool {
+// bodyRefused answers a request whose body, read for its keys, did not
+// arrive within its timeout (bodyKeys.late) with 408, or could not be
+// held within the memory for such bodies (bodyKeys.full) with 503, and
+// reports true; it is refused before anything is counted.
+func bodyRefused(w http.ResponseWriter, sc *scratch) bool {
+	if sc.body.full {
+		sc.o.Decision = observe.DecisionOverloaded
+		w.Header().Set("Retry-After", "1")
+		WriteError(w, http.StatusServiceUnavailable, "body_memory_full",
+			"the gateway holds as many bytes of request bodies as --max-body-memory allows, and a limit of this API reads this one before it decides: try again shortly")
+		return true
+	}
 	if !sc.body.late {
 		return false
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/eventually"
 	"github.com/ratelimit-gateway/gateway/internal/observe"
 )
 
@@ -230,5 +232,111 @@ configs:
 	g.obs.waitFor(t, 1)
 	if l := limitsOf(g.obs.last()); len(l) != 1 || l[0].Key != "gpt-4o" {
 		t.Errorf("counted by %+v, want the shadow's key gpt-4o", l)
+	}
+}
+
+// TestBodyMemoryFull: the bodies read for keys share BodyMemory. While
+// one request holds most of it (its upstream has not answered), another
+// whose read would pass it gets 503 body_memory_full with Retry-After,
+// counted by no limit and not forwarded; once the first has ended, the
+// same request is decided and forwarded as usual. A shadow limit alone
+// does not refuse: its key is missing.
+func TestBodyMemoryFull(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	us := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Hold") != "" {
+			<-release
+		}
+		bodyEcho(w, r)
+	}))
+	t.Cleanup(us.Close)
+	const rules = `
+configs:
+  - appId: app-1
+    limits:
+      - api: /v1/chat/completions
+        limit: 100
+        unit: 1h
+        by: body:model
+        maxBody: 65536
+      - api: /shadow
+        limit: 100
+        unit: 1h
+        by: body:model
+        missing: share
+        shadow: true
+        maxBody: 65536
+`
+	g := newGWWith(t, rules, us.URL, &upstreamRecorder{}, func(hc *HandlerConfig, _ *UpstreamConfig) {
+		hc.BodyMemory = 48 << 10
+	})
+	srv := httptest.NewServer(g.h)
+	t.Cleanup(srv.Close)
+	body := `{"model":"gpt-4o","input":"` + strings.Repeat("x", 30000-29) + `"}`
+	if len(body) != 30000 {
+		t.Fatalf("body of %d bytes", len(body))
+	}
+	post := func(path string, hold bool) (*http.Response, error) {
+		req, _ := http.NewRequest("POST", srv.URL+path, strings.NewReader(body))
+		req.Header.Set("X-App-Id", "app-1")
+		if hold {
+			req.Header.Set("X-Hold", "1")
+		}
+		return srv.Client().Do(req)
+	}
+	held := make(chan error, 1)
+	go func() {
+		resp, err := post("/v1/chat/completions", true)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				err = fmt.Errorf("status %d", resp.StatusCode)
+			}
+		}
+		held <- err
+	}()
+	// The first request's body is held while its upstream waits.
+	eventually.True(t, 30*time.Second, func() bool { return g.h.bodyMemory.used.Load() == 30000 },
+		"the held request took %d bytes, want 30000", g.h.bodyMemory.used.Load())
+	resp, err := post("/v1/chat/completions", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" || !strings.Contains(string(msg), `"error":"body_memory_full"`) {
+		t.Errorf("got %d (Retry-After %q) %s, want 503 body_memory_full with Retry-After: 1", resp.StatusCode, resp.Header.Get("Retry-After"), msg)
+	}
+	g.obs.waitFor(t, 1)
+	if o := g.obs.last(); o.Decision != observe.DecisionOverloaded || len(limitsOf(o)) != 0 {
+		t.Errorf("observed %s with limits %+v, want overloaded and none counted", o.Decision, limitsOf(o))
+	}
+	// A shadow limit alone goes without the value.
+	resp, err = post("/shadow", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("X-Body") != bodyDigest(body) {
+		t.Errorf("shadow: got %d, the upstream received %q; want 200 and the body as sent", resp.StatusCode, resp.Header.Get("X-Body"))
+	}
+	g.obs.waitFor(t, 2)
+	if l := limitsOf(g.obs.last()); len(l) != 1 || l[0].Key != "" {
+		t.Errorf("shadow: counted by %+v, want the shared key of missing: share", l)
+	}
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatalf("the held request: %v", err)
+	}
+	eventually.True(t, 30*time.Second, func() bool { return g.h.bodyMemory.used.Load() == 0 },
+		"%d bytes still taken after every request ended", g.h.bodyMemory.used.Load())
+	resp, err = post("/v1/chat/completions", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("X-Body") != bodyDigest(body) {
+		t.Errorf("after the first ended: got %d, the upstream received %q; want 200 and the body as sent", resp.StatusCode, resp.Header.Get("X-Body"))
 	}
 }

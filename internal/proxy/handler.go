@@ -61,6 +61,9 @@ type Handler struct {
 	// the most added to a Retry-After.
 	waits       *waiters
 	retryJitter time.Duration
+	// bodyMemory holds HandlerConfig.BodyMemory's bytes for bodies read
+	// for keys (nil: no cap).
+	bodyMemory *bodyBudget
 	// bodyTimeout is HandlerConfig.BodyTimeout.
 	bodyTimeout time.Duration
 }
@@ -103,6 +106,11 @@ type HandlerConfig struct {
 	// server passes --read-header-timeout, since the gateway needs that
 	// part as it needs the headers.
 	BodyTimeout time.Duration
+	// BodyMemory caps the bytes of request bodies read for keys that
+	// the gateway holds at once: a request whose read would pass it is
+	// refused with 503 body_memory_full, before anything is counted.
+	// Default DefaultBodyMemory; negative: no cap.
+	BodyMemory int64
 	// Observers receive every request's outcome.
 	Observers []observe.Observer
 	// MethodOverride is what happens to a method override. The zero
@@ -193,6 +201,7 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		waits:         newWaiters(cfg.MaxWaiting),
 		retryJitter:   cfg.RetryAfterJitter,
 		bodyTimeout:   cmp.Or(cfg.BodyTimeout, DefaultBodyTimeout),
+		bodyMemory:    newBodyBudget(cfg.BodyMemory),
 	}
 	if h.appHeader == "" {
 		h.appHeader = DefaultAppHeader

@@ -91,6 +91,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		h.release(sc)
 		h.waits.leave(sc)
+		sc.body.free()
 		*sc = scratch{}
 		scratches.Put(sc)
 	}()
@@ -98,7 +99,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// the stream of one itself, and a flush there would end a gRPC
 	// refusal's Trailers-Only response early.
 	sc.sw = statusWriter{ResponseWriter: w, unread: r.ContentLength != 0 && r.ProtoMajor == 1}
-	sc.body.w, sc.body.timeout = &sc.sw, h.bodyTimeout
+	sc.body.w, sc.body.timeout, sc.body.budget = &sc.sw, h.bodyTimeout, h.bodyMemory
 	sc.o.Start, sc.o.Method = h.now(), r.Method
 	sc.o.Span = tracedSpan(r)
 	defer func() {
@@ -301,7 +302,7 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request, sec *ruleset.Sect
 			// min checked (tokens.go).
 			var deferred bool
 			q.Cost, deferred = bodyNeed(cl, r, sc)
-			if lateBody(w, sc) {
+			if bodyRefused(w, sc) {
 				return false
 			}
 			q.Act = limit.Hold
@@ -341,7 +342,7 @@ func (h *Handler) counterKey(w http.ResponseWriter, r *http.Request, cl *ruleset
 		return cl.Key + "|" + group(), true
 	case ruleset.KeyAttrs:
 		readKeys(r, cl, sc)
-		if lateBody(w, sc) {
+		if bodyRefused(w, sc) {
 			return "", false
 		}
 		key, code, msg := cl.AttrKey(r.URL.RawQuery, group, &sc.o)

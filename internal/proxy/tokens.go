@@ -74,7 +74,7 @@ func unknownModel(w http.ResponseWriter, r *http.Request, cl *ruleset.Limit, sc 
 	if !sc.body.read {
 		sc.body.load(r, sc.bodyLimits())
 	}
-	if lateBody(w, sc) {
+	if bodyRefused(w, sc) {
 		return false
 	}
 	if _, ok := askedPrice(cl, sc); ok {

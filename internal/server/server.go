@@ -215,7 +215,7 @@ func New(cfg Config) (_ *Server, err error) {
 		RejectUnknown:  cfg.UnknownCallers == RejectUnknown,
 		TrustedProxies: trusted, LimitStatus: cfg.LimitStatus, Headers: cfg.RateLimitHeaders, Logger: log,
 		BodyTimeout: cfg.ReadHeaderTimeout,
-		MaxWaiting:  cfg.MaxWaiting, RetryAfterJitter: cfg.RetryAfterJitter,
+		MaxWaiting:  cfg.MaxWaiting, RetryAfterJitter: cfg.RetryAfterJitter, BodyMemory: cfg.MaxBodyMemory,
 		Observers: observers, FailMode: s.st.FailMode(), Local: s.st.Local(),
 		Slots: s.st.Slots(), LocalSlots: s.st.LocalSlots(),
 		MethodOverride: cfg.MethodOverride, AllowUpgrade: cfg.AllowUpgrade,

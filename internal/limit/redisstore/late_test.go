@@ -523,6 +523,34 @@ func writtenBack(red *Store) func() bool {
 	}
 }
 
+// deferredBeforeCharge returns a store on srv whose calls wait 100ms
+// (the bound of a whole call: 100ms + 1s + 3 × 100ms), with warm
+// connections as Config.WarmConns says, and the params of a limit of
+// key that Redis admitted a deferred request of (it counts nothing until
+// its charge), with no round trip left in flight (one a charge would
+// wait behind, never sent, and then be written back).
+func deferredBeforeCharge(t *testing.T, srv *redistest.Server, key string, warm int) (*Store, *limit.Params) {
+	t.Helper()
+	const timeout = 100 * time.Millisecond
+	red, err := New(Config{URL: srv.URL(), Timeout: timeout, MaxTimeout: timeout, DialTimeout: time.Second, PoolTimeout: timeout,
+		Leases: -1, WarmConns: warm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { red.Close() })
+	ctx := context.Background()
+	// A loaded machine may take more than these bounds to load the
+	// script, or to decide.
+	eventually.True(t, 30*time.Second, func() bool { return red.Ready(ctx) == nil }, "Redis not ready")
+	p := &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: 1000 * time.Hour}
+	eventually.True(t, 30*time.Second, func() bool {
+		_, err := red.Allow(ctx, time.Now(), []limit.Request{{Key: key, Params: p, Act: limit.Defer}}, make([]limit.Result, 1))
+		return err == nil
+	}, "Redis did not decide the deferred request")
+	eventually.True(t, 30*time.Second, writtenBack(red), "a round trip still in flight: %v", wbState{red})
+	return red, p
+}
+
 // TestRedisTimedOutChargeCountedDropped checks a charge whose own call
 // timed out, Redis stopped past the call's bound: it is not sent again
 // (it may still run when Redis wakes, and would count twice), so it is
@@ -531,29 +559,11 @@ func writtenBack(red *Store) func() bool {
 func TestRedisTimedOutChargeCountedDropped(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	// The bound of a whole call: 100ms + 1s + 3 × 100ms.
-	const timeout = 100 * time.Millisecond
-	red, err := New(Config{URL: srv.URL(), Timeout: timeout, MaxTimeout: timeout, DialTimeout: time.Second, PoolTimeout: timeout, Leases: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer red.Close()
-	ctx := context.Background()
-	// A loaded machine may take more than these bounds to load the
-	// script, or to decide.
-	eventually.True(t, 30*time.Second, func() bool { return red.Ready(ctx) == nil }, "Redis not ready")
-	p := &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: 1000 * time.Hour}
 	key := "charged|/x"
-	// Redis admits a deferred request (it counts nothing until its
-	// charge), and no round trip is left in flight (one the charge would
-	// wait behind, never sent, and then be written back).
-	eventually.True(t, 30*time.Second, func() bool {
-		_, err := red.Allow(ctx, time.Now(), []limit.Request{{Key: key, Params: p, Act: limit.Defer}}, make([]limit.Result, 1))
-		return err == nil
-	}, "Redis did not decide the deferred request")
-	eventually.True(t, 30*time.Second, writtenBack(red), "a round trip still in flight: %v", wbState{red})
+	red, p := deferredBeforeCharge(t, srv, key, 0)
+	ctx := context.Background()
 	srv.Pause()
-	_, err = red.Allow(ctx, time.Now(), []limit.Request{{Key: key, Params: p, Cost: 7, Act: limit.Charge}}, make([]limit.Result, 1))
+	_, err := red.Allow(ctx, time.Now(), []limit.Request{{Key: key, Params: p, Cost: 7, Act: limit.Charge}}, make([]limit.Result, 1))
 	if err == nil {
 		srv.Resume()
 		t.Fatal("Redis answered the charge while stopped")
@@ -582,22 +592,9 @@ func TestRedisTimedOutChargeCountedDropped(t *testing.T) {
 func TestRedisChargeOnNewConnWrittenBack(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	const timeout = 100 * time.Millisecond
-	red, err := New(Config{URL: srv.URL(), Timeout: timeout, MaxTimeout: timeout, DialTimeout: time.Second, PoolTimeout: timeout,
-		Leases: -1, WarmConns: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer red.Close()
-	ctx := context.Background()
-	eventually.True(t, 30*time.Second, func() bool { return red.Ready(ctx) == nil }, "Redis not ready")
-	p := &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: 1000 * time.Hour}
 	key := "dialled|/x"
-	eventually.True(t, 30*time.Second, func() bool {
-		_, err := red.Allow(ctx, time.Now(), []limit.Request{{Key: key, Params: p, Act: limit.Defer}}, make([]limit.Result, 1))
-		return err == nil
-	}, "Redis did not decide the deferred request")
-	eventually.True(t, 30*time.Second, writtenBack(red), "a round trip still in flight: %v", wbState{red})
+	red, p := deferredBeforeCharge(t, srv, key, -1)
+	ctx := context.Background()
 	// Redis closes the store's connections: the charge's call finds none
 	// usable and dials one.
 	admin := srv.Client()
@@ -609,7 +606,7 @@ func TestRedisChargeOnNewConnWrittenBack(t *testing.T) {
 		return err == nil && strings.Count(strings.TrimSpace(list), "\n") == 0
 	}, "Redis still lists the store's connections")
 	srv.Pause()
-	_, err = red.Allow(ctx, time.Now(), []limit.Request{{Key: key, Params: p, Cost: 7, Act: limit.Charge}}, make([]limit.Result, 1))
+	_, err := red.Allow(ctx, time.Now(), []limit.Request{{Key: key, Params: p, Cost: 7, Act: limit.Charge}}, make([]limit.Result, 1))
 	if err == nil {
 		srv.Resume()
 		t.Fatal("Redis answered the charge while stopped")

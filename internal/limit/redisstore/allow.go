@@ -42,7 +42,7 @@ func (r *Store) Allow(ctx context.Context, now time.Time, reqs []limit.Request, 
 // allow is Allow for requests of distinct counters: it takes from the
 // leases of its limits and asks only for what they lack (withLeases,
 // lease.go), or, when its limits do not lease, asks (ask.go: the deny
-// cache, else Redis); then it remembers a denial Redis made (remember).
+// cache, else Redis) and remembers a denial Redis made (remember).
 func (r *Store) allow(ctx context.Context, now time.Time, reqs []limit.Request, res []limit.Result) (bool, error) {
 	c := &call{r: r, now: now, reqs: reqs, res: res, fullReqs: reqs, full: res}
 	var err error
@@ -50,12 +50,11 @@ func (r *Store) allow(ctx context.Context, now time.Time, reqs []limit.Request, 
 		return false, err
 	}
 	c.start = r.clock()
-	var d scriptAnswer
 	if r.leases != nil && r.fixedNow == nil && leasable(reqs) {
-		d, err = c.withLeases(ctx)
-	} else {
-		d, err = c.ask(ctx)
+		d, err := c.withLeases(ctx)
+		return d.allowed, err
 	}
+	d, err := c.ask(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -64,7 +63,9 @@ func (r *Store) allow(ctx context.Context, now time.Time, reqs []limit.Request, 
 }
 
 // remember keeps a denial Redis made in the deny cache (denycache.go),
-// so that the next requests of its keys are denied without a call. While
+// so that the next requests of its keys are denied without a call; a
+// call with leases remembers it before it ends (withLeases), so that the
+// requests that waited for its answer find it. While
 // tokens may still come back, it is not remembered: the next request
 // waits for them too; nor for leaseCacheHold after a lease: a gateway
 // starved of CPU may still hold tokens then, and a remembered denial

@@ -434,6 +434,9 @@ func (r *Store) runBatch(ctx context.Context, batch []*batchCall) {
 		})
 		for i, c := range lost {
 			c.v, c.err = cmds[i].Int64Slice()
+			if c.memo.again {
+				c.err = resent(c.err) // a send before it may have run
+			}
 		}
 	}
 	// When the round trip failed as a whole, every call has its error:

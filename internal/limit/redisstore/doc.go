@@ -10,20 +10,22 @@
 //
 //   - The call: allow.go (Allow: the keys and their tag; then "take
 //     from the leases, else ask", and, once the answer is back, a
-//     denial Redis made remembered in the deny cache, remember).
+//     denial Redis made remembered in the deny cache, remember, which
+//     the leases call before they end).
 //   - Leases: lease.go, one room, a layer under the call (tokens counted
 //     in Redis ahead of requests). A call whose limits may lease
 //     (leasable) enters at withLeases and reads down the file: take
 //     from the leases, waiting for another request's call for the same
 //     lease (fromLeases, takeWaiting, take; no lease for a key's first
-//     request, leaseOnce); else spend what some have (spendSome) and
-//     ask (ask.go) for the rest and the leases' next tokens; when ask
-//     returns, keep what Redis granted (granted, grant, unspent), and
-//     end (finish: tokens put back for a request not admitted). Below
-//     that, what runs beside the calls: the next lease asked for in
-//     the background (refill, which asks as a call does), and tokens
-//     given back to Redis unspent (idleCheck, drop, close, leasedLate;
-//     giveBack, with lease_return.lua).
+//     request, leaseOnce; the tokens of an ended bucket or a reloaded
+//     limit taken away, drop); else spend what some have (spendSome)
+//     and ask (ask.go) for the rest and the leases' next tokens; when
+//     ask returns, keep what Redis granted (granted, grant, unspent),
+//     and end (finish: tokens put back for a request not admitted).
+//     Below that, what runs beside the calls: the next lease asked for
+//     in the background (refill, which asks as a call does), and
+//     tokens given back to Redis unspent (idleCheck, close, async,
+//     leasedLate; giveBack, with lease_return.lua).
 //   - What leases did not decide: ask.go (ask: the deny cache,
 //     denycache.go, else Redis: the script's arguments, scriptArgs, from
 //     reuse.go's shared strings, functions.go's scriptSettings,
@@ -64,8 +66,9 @@
 //   - When Redis fails or answers too late (the call's error path, not
 //     its usual way back): late.go (an answer that comes after the
 //     caller stopped waiting, and the local admissions and acts it
-//     journals), writeback.go (those written back to Redis, each counted
-//     once).
+//     journals; it hands the tokens Redis leased such a call back to
+//     lease.go, giveBackLeased), writeback.go (those written back to
+//     Redis, each counted once).
 //   - Beside the call: known.go (what Redis last said of each key, for
 //     a gateway that decides alone), fleet.go (fleet membership, for
 //     each gateway's local share), slots.go (Slots, concurrency limits:

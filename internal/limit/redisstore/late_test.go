@@ -675,3 +675,56 @@ func TestRedisCloseAwaitsLateCalls(t *testing.T) {
 		t.Errorf("Redis counted %d after Close, want 2: the request it admitted and the one admitted locally; %v", counted, wbState{red})
 	}
 }
+
+// TestRedisLastFlushWaitsForRedis closes a store whose write-backs wait
+// for Redis, stopped, with its breaker open: the last flush's probe waits
+// for its answer up to the bound of a call, not a caller's wait, so that
+// a Redis back meanwhile counts every local admission, the probe's and
+// then the others'. (It waited a caller's 100ms, then dropped them all.)
+func TestRedisLastFlushWaitsForRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	// The bound of a whole call: 100ms + 1s + 3 × 1s.
+	red, err := New(Config{URL: srv.URL(), Timeout: 100 * time.Millisecond, MaxTimeout: time.Second, DialTimeout: time.Second,
+		PoolTimeout: 100 * time.Millisecond, Leases: -1, DenyCacheSize: -1, BreakerThreshold: 1, BreakerBackoff: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	eventually.True(t, 30*time.Second, func() bool { return red.Ready(ctx) == nil }, "Redis not ready")
+	p := &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: 1000 * time.Hour}
+	g := newFailLocal(red, "last-flush|/", p)
+	srv.Pause()
+	// The first call is written and left unanswered (Redis runs it when
+	// it wakes); it opens the breaker, which refuses the next four.
+	for range 5 {
+		if g.allow() == nil {
+			srv.Resume()
+			t.Fatal("Redis answered while stopped")
+		}
+	}
+	eventually.True(t, 30*time.Second, func() bool { return red.wb.lateWaiting.Load() == 0 },
+		"the first call's round trip did not end: %v", wbState{red})
+	if pending, _ := wbQueued(red); pending != 4 {
+		srv.Resume()
+		t.Fatalf("%d write-backs queued, want the 4 the breaker refused: %v", pending, wbState{red})
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- red.Close() }()
+	// Redis wakes while the last flush's probe waits for it (or once
+	// Close has returned without waiting).
+	eventually.True(t, 30*time.Second, func() bool {
+		return red.closed.Load() && red.wb.lateWaiting.Load() == 1 || len(closed) > 0
+	}, "the last flush's probe is not in flight: %v", wbState{red})
+	srv.Resume()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	counted, err := redistest.FieldInt(ctx, srv.Client(), "gw:{last-flush}:/", "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counted != 5 {
+		t.Errorf("Redis counted %d after Close, want the 5 admitted locally, each once; %v", counted, wbState{red})
+	}
+}

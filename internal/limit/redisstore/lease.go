@@ -181,8 +181,8 @@ func leasable(reqs []limit.Request) bool {
 // withLeases decides the call from the leases of its limits when each
 // has a token; else it spends the tokens some have, asks (ask, ask.go)
 // for the rest and for the leases' next tokens, keeps the tokens Redis
-// granted (granted), and puts the tokens it spent back when the request
-// is not admitted (finish). Leases go first:
+// granted (granted), remembers a denial (remember, allow.go), and puts
+// the tokens it spent back when the request is not admitted (finish). Leases go first:
 // their tokens are counted already, and a denial another request met
 // meanwhile must not leave them unspent. They need the gateway's clock to
 // run with Redis's: not on a test's fixed decision clock (allow checks).
@@ -210,6 +210,7 @@ func (c *call) withLeases(ctx context.Context) (d scriptAnswer, err error) {
 	if d.decided {
 		c.granted(d)
 	}
+	c.remember(d) // before finish wakes the requests waiting for this answer
 	return d, nil
 }
 

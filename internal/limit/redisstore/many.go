@@ -106,6 +106,7 @@ func (r *Store) runAsOne(ctx context.Context, batch []*batchCall) {
 	}
 	var v []any
 	var err error
+	again := false // sent before: that send may have run
 	for try := 0; try < closedConnTries; try++ {
 		if try > 0 && m.key != "" {
 			args[0] = memoAgain
@@ -115,7 +116,7 @@ func (r *Store) runAsOne(ctx context.Context, batch []*batchCall) {
 		if try > 0 {
 			// The first send may have run: a refusal now does not tell
 			// that the calls never did.
-			err = resent(err)
+			err, again = resent(err), true
 		}
 		if err == nil || !isClosedConn(err) || ctx.Err() != nil {
 			break
@@ -128,6 +129,9 @@ func (r *Store) runAsOne(ctx context.Context, batch []*batchCall) {
 		r.rewarm()
 		r.stats.calls.Add(int64(len(batch)))
 		v, err = r.client.Eval(ctx, r.src, keys, args...).Slice()
+		if again {
+			err = resent(err)
+		}
 	}
 	if err == nil && len(v) != len(batch) {
 		err = fmt.Errorf("script answered %d calls for %d", len(v), len(batch))

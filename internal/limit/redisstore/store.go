@@ -487,7 +487,7 @@ func (r *Store) Close() error {
 		}
 		ls.bg.Wait()
 	}
-	r.awaitLate()
+	r.awaitLate(time.Now().Add(r.wait.call))
 	r.wb.mu.Lock()
 	r.wb.closed = true // no flush starts after this (flushWriteBacks)
 	r.wb.mu.Unlock()
@@ -573,6 +573,9 @@ func (r *Store) runOnce(ctx context.Context, keys []string, args []any, m memo) 
 		r.rewarm()
 		r.stats.calls.Add(1)
 		v, err = r.client.Eval(ctx, r.src, k, a...).Int64Slice()
+		if m.again {
+			err = resent(err) // a send before it may have run
+		}
 	}
 	return v, err
 }

@@ -254,33 +254,53 @@ func (r *Store) flushOnce(last bool) {
 }
 
 // awaitLate waits, for Close, until the calls whose callers stopped
-// waiting have their answers, at most the bound of a call (their round
-// trips end within it): what each answer says must still be written back
-// (a local admission Redis did not count, the acts of a call it never
-// ran) is queued then, for the last flush; closing the client under
-// them would leave their fate unknown, and their write-backs unsent.
-func (r *Store) awaitLate() {
+// waiting have their answers, or until deadline (their round trips end
+// within the bound of a call): what each answer says must still be
+// written back (a local admission Redis did not count, the acts of a
+// call it never ran) is queued then, for the last flush; closing the
+// client under them would leave their fate unknown, and their
+// write-backs unsent.
+func (r *Store) awaitLate(deadline time.Time) {
 	if r.wb.lateWaiting.Load() <= 0 {
 		return
 	}
 	t := time.NewTicker(time.Millisecond)
 	defer t.Stop()
-	for deadline := time.Now().Add(r.wait.call); r.wb.lateWaiting.Load() > 0 && time.Now().Before(deadline); {
+	for r.wb.lateWaiting.Load() > 0 && time.Now().Before(deadline) {
 		<-t.C
 	}
 }
 
 // lastFlush sends the write-backs still pending when the store closes,
-// their last chance: the first goes as a probe even during the
-// breaker's backoff.
+// their last chance, for up to the bound of a call: the first goes as a
+// probe even during the breaker's backoff, and the flush waits for its
+// answer, not only as long as a caller would; once the probe gets
+// through (a Redis back within that bound), the others follow. What is
+// still pending then is dropped, and counted.
 func (r *Store) lastFlush() {
-	r.wb.mu.Lock()
-	pending := len(r.wb.queue) > 0
-	r.wb.mu.Unlock()
-	if pending {
+	deadline := time.Now().Add(r.wait.call)
+	for r.writeBacksPending() && time.Now().Before(deadline) {
 		r.nodes.probeNow()
+		r.flushOnce(false)
+		if r.wb.lateWaiting.Load() > 0 {
+			r.awaitLate(deadline)
+			continue
+		}
+		if r.writeBacksPending() {
+			// Refused at once (a refused connection): again after the
+			// breaker's backoff, not in a loop.
+			t := time.NewTimer(min(r.wb.retry, max(time.Until(deadline), 0)))
+			<-t.C
+		}
 	}
 	r.flushOnce(true)
+}
+
+// writeBacksPending reports whether write-backs wait in the queue.
+func (r *Store) writeBacksPending() bool {
+	r.wb.mu.Lock()
+	defer r.wb.mu.Unlock()
+	return len(r.wb.queue) > 0
 }
 
 // shortestWindow returns the shortest span of reqs' limits in which a

@@ -47,12 +47,14 @@ const DefaultBodyMemory = 256 << 20
 
 // bodyBudget is the memory the gateway gives the bodies it reads for keys
 // (HandlerConfig.BodyMemory): each read takes what its buffer grows to
-// as it grows, and gives it back when its request ends, so that a body
-// that stops coming holds about what it sent. A nil bodyBudget has no
-// cap. It is safe for concurrent use.
+// as it grows, and gives it back once what it read has gone on to the
+// upstream, or its request has ended, so that a body that stops coming
+// holds about what it sent. The reads of shadow limits alone, which wait
+// for a body without a deadline, hold at most half of it (shadow). A nil
+// bodyBudget has no cap. It is safe for concurrent use.
 type bodyBudget struct {
-	max  int64
-	used atomic.Int64
+	max          int64
+	used, shadow atomic.Int64
 }
 
 // newBodyBudget returns the budget of max bytes: DefaultBodyMemory for 0,
@@ -64,26 +66,59 @@ func newBodyBudget(max int64) *bodyBudget {
 	return &bodyBudget{max: cmp.Or(max, DefaultBodyMemory)}
 }
 
-// take takes n bytes, and reports whether there were as many left.
-func (b *bodyBudget) take(n int64) bool {
-	if b == nil {
-		return true
-	}
+// take takes n bytes of c, at most max in all, and reports whether there
+// were as many left.
+func take(c *atomic.Int64, n, max int64) bool {
 	for {
-		u := b.used.Load()
-		if u+n > b.max {
+		u := c.Load()
+		if u+n > max {
 			return false
 		}
-		if b.used.CompareAndSwap(u, u+n) {
+		if c.CompareAndSwap(u, u+n) {
 			return true
 		}
 	}
 }
 
-// give gives back n bytes taken.
-func (b *bodyBudget) give(n int64) {
-	if b != nil && n != 0 {
-		b.used.Add(-n)
+// bodyHold is what one request's body holds of a budget: n bytes, of the
+// shadow reads' share when shadow. It is its own object, not the
+// request's scratch, since the upstream's transport may send the body on
+// after the handler has returned.
+type bodyHold struct {
+	budget *bodyBudget
+	shadow bool
+	n      atomic.Int64
+}
+
+// take takes n more bytes, and reports whether there were as many left.
+func (h *bodyHold) take(n int64) bool {
+	b := h.budget
+	if b == nil {
+		return true
+	}
+	if h.shadow && !take(&b.shadow, n, b.max/2) {
+		return false
+	}
+	if !take(&b.used, n, b.max) {
+		if h.shadow {
+			b.shadow.Add(-n)
+		}
+		return false
+	}
+	h.n.Add(n)
+	return true
+}
+
+// release gives back what h holds; at most once, whoever calls it first.
+func (h *bodyHold) release() {
+	if h == nil || h.budget == nil {
+		return
+	}
+	if n := h.n.Swap(0); n != 0 {
+		h.budget.used.Add(-n)
+		if h.shadow {
+			h.budget.shadow.Add(-n)
+		}
 	}
 }
 
@@ -103,7 +138,7 @@ type bodyKeys struct {
 	// (bodyRefused).
 	full   bool
 	budget *bodyBudget
-	held   int64
+	hold   *bodyHold
 	// w sets the read deadline of the request's connection (or stream);
 	// timeout bounds the read. Set for each request before any load.
 	w       http.ResponseWriter
@@ -213,11 +248,12 @@ func (b *bodyKeys) load(r *http.Request, lims []*ruleset.Limit) {
 	// A shadow limit never refuses: alone, it goes without the values
 	// of a body the memory cannot hold (its missing: rule applies).
 	start := min(most, bodyStart)
-	if !b.take(start) {
+	b.hold = &bodyHold{budget: b.budget, shadow: !enforced}
+	if !b.hold.take(start) {
 		b.full = enforced
 		return
 	}
-	buf, err := readUpTo(r.Body, make([]byte, 0, start), int(most), b.take)
+	buf, err := readUpTo(r.Body, make([]byte, 0, start), int(most), b.hold.take)
 	b.head = buf
 	b.late = errors.Is(err, os.ErrDeadlineExceeded)
 	b.full = enforced && errors.Is(err, errBodyMemory)
@@ -236,21 +272,9 @@ func (b *bodyKeys) load(r *http.Request, lims []*ruleset.Limit) {
 	b.doc = doc
 }
 
-// take takes n bytes of the budget for the body, and reports whether
-// there were as many left.
-func (b *bodyKeys) take(n int64) bool {
-	if !b.budget.take(n) {
-		return false
-	}
-	b.held += n
-	return true
-}
-
-// free gives back the bytes the body took, once its request has ended.
-func (b *bodyKeys) free() {
-	b.budget.give(b.held)
-	b.held = 0
-}
+// free gives back the bytes the body took, once its request has ended,
+// if they did not go back when the upstream took them (headBody).
+func (b *bodyKeys) free() { b.hold.release() }
 
 // readUpTo appends to buf what r gives until EOF or n bytes in all,
 // doubling buf as it fills, to at most n: a body that stops coming has
@@ -307,14 +331,32 @@ func (b *bodyKeys) forwardBody(r *http.Request) io.ReadCloser {
 	if len(b.head) == 0 {
 		return r.Body
 	}
-	return &headBody{Reader: io.MultiReader(bytes.NewReader(b.head), r.Body), body: r.Body}
+	head := b.head
+	b.head = nil // the upstream's reads hold it, until they have taken it
+	return &headBody{head: head, body: r.Body, hold: b.hold}
 }
 
-// headBody is a request body of which a head was read: its Close closes
-// the client's body.
+// headBody is a request body of which a head was read: the head, then the
+// rest of the client's body. Once the upstream has taken the head, its
+// memory goes back to the budget (hold), and to the garbage collector:
+// a client that then sends the rest slowly, or an upstream that reads
+// it slowly, holds none of it. Its Close closes the client's body.
 type headBody struct {
-	io.Reader
+	head []byte
 	body io.ReadCloser
+	hold *bodyHold
+}
+
+func (h *headBody) Read(p []byte) (int, error) {
+	if len(h.head) == 0 {
+		return h.body.Read(p)
+	}
+	n := copy(p, h.head)
+	if h.head = h.head[n:]; len(h.head) == 0 {
+		h.head = nil
+		h.hold.release()
+	}
+	return n, nil
 }
 
 func (h *headBody) Close() error { return h.body.Close() }

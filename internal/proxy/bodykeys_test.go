@@ -235,20 +235,25 @@ configs:
 	}
 }
 
-// TestBodyMemoryFull: the bodies read for keys share BodyMemory. While
-// one request holds most of it (its upstream has not answered), another
-// whose read would pass it gets 503 body_memory_full with Retry-After,
-// counted by no limit and not forwarded; once the first has ended, the
-// same request is decided and forwarded as usual. A shadow limit alone
-// does not refuse: its key is missing.
+// TestBodyMemoryFull: the bodies read for keys share BodyMemory. While a
+// client that sent part of its body holds most of it, a request whose
+// read would pass it gets 503 body_memory_full with Retry-After, counted
+// by no limit and not forwarded; a shadow limit alone, whose reads hold
+// at most half the budget, goes without its value instead. A body the
+// upstream has taken holds none of it, though its request is still in
+// flight; once the slow client has sent the rest, the same request is
+// decided and forwarded as usual.
 func TestBodyMemoryFull(t *testing.T) {
 	t.Parallel()
-	release := make(chan struct{})
+	took, release := make(chan struct{}, 1), make(chan struct{})
 	us := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := sha256.New()
+		n, _ := io.Copy(h, r.Body)
 		if r.Header.Get("X-Hold") != "" {
+			took <- struct{}{}
 			<-release
 		}
-		bodyEcho(w, r)
+		w.Header().Set("X-Body", strconv.FormatInt(n, 10)+" "+hex.EncodeToString(h.Sum(nil)))
 	}))
 	t.Cleanup(us.Close)
 	const rules = `
@@ -270,9 +275,11 @@ configs:
 `
 	g := newGWWith(t, rules, us.URL, &upstreamRecorder{}, func(hc *HandlerConfig, _ *UpstreamConfig) {
 		hc.BodyMemory = 48 << 10
+		hc.BodyTimeout = time.Minute
 	})
 	srv := httptest.NewServer(g.h)
 	t.Cleanup(srv.Close)
+	used := g.h.bodyMemory.used.Load
 	body := `{"model":"gpt-4o","input":"` + strings.Repeat("x", 30000-29) + `"}`
 	if len(body) != 30000 {
 		t.Fatalf("body of %d bytes", len(body))
@@ -285,20 +292,35 @@ configs:
 		}
 		return srv.Client().Do(req)
 	}
+	// A request whose upstream took its body and has not answered holds
+	// none of the budget.
 	held := make(chan error, 1)
 	go func() {
 		resp, err := post("/v1/chat/completions", true)
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode != 200 {
-				err = fmt.Errorf("status %d", resp.StatusCode)
+			if resp.StatusCode != 200 || resp.Header.Get("X-Body") != bodyDigest(body) {
+				err = fmt.Errorf("status %d, the upstream received %q", resp.StatusCode, resp.Header.Get("X-Body"))
 			}
 		}
 		held <- err
 	}()
-	// The first request's body is held while its upstream waits.
-	eventually.True(t, 30*time.Second, func() bool { return g.h.bodyMemory.used.Load() == 30000 },
-		"the held request took %d bytes, want 30000", g.h.bodyMemory.used.Load())
+	<-took
+	if n := used(); n != 0 {
+		t.Errorf("a request in flight whose upstream took its body holds %d bytes, want 0", n)
+	}
+	// A client that sent 20,000 bytes of its 30,000 holds a buffer of
+	// 30,000 while it is read.
+	c, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute))
+	if _, err := io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-App-Id: app-1\r\nContent-Length: 30000\r\n\r\n"+body[:20000]); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 30*time.Second, func() bool { return used() == 30000 }, "the slow body holds %d bytes, want 30000", used())
 	resp, err := post("/v1/chat/completions", false)
 	if err != nil {
 		t.Fatal(err)
@@ -312,7 +334,8 @@ configs:
 	if o := g.obs.last(); o.Decision != observe.DecisionOverloaded || len(limitsOf(o)) != 0 {
 		t.Errorf("observed %s with limits %+v, want overloaded and none counted", o.Decision, limitsOf(o))
 	}
-	// A shadow limit alone goes without the value.
+	// A shadow limit alone goes without the value: its reads may hold
+	// 24 KiB of the 48, and the body needs 30,000 bytes.
 	resp, err = post("/shadow", false)
 	if err != nil {
 		t.Fatal(err)
@@ -325,18 +348,31 @@ configs:
 	if l := limitsOf(g.obs.last()); len(l) != 1 || l[0].Key != "" {
 		t.Errorf("shadow: counted by %+v, want the shared key of missing: share", l)
 	}
+	// The slow client sends the rest: its request is decided and
+	// forwarded.
+	if _, err := io.WriteString(c, body[20000:]); err != nil {
+		t.Fatal(err)
+	}
+	slow, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow.Body.Close()
+	if slow.StatusCode != 200 || slow.Header.Get("X-Body") != bodyDigest(body) {
+		t.Errorf("the slow client: got %d, the upstream received %q; want 200 and the body as sent", slow.StatusCode, slow.Header.Get("X-Body"))
+	}
 	close(release)
 	if err := <-held; err != nil {
 		t.Fatalf("the held request: %v", err)
 	}
-	eventually.True(t, 30*time.Second, func() bool { return g.h.bodyMemory.used.Load() == 0 },
-		"%d bytes still taken after every request ended", g.h.bodyMemory.used.Load())
+	eventually.True(t, 30*time.Second, func() bool { return used() == 0 && g.h.bodyMemory.shadow.Load() == 0 },
+		"%d bytes still taken after every request ended", used())
 	resp, err = post("/v1/chat/completions", false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != 200 || resp.Header.Get("X-Body") != bodyDigest(body) {
-		t.Errorf("after the first ended: got %d, the upstream received %q; want 200 and the body as sent", resp.StatusCode, resp.Header.Get("X-Body"))
+		t.Errorf("after the others ended: got %d, the upstream received %q; want 200 and the body as sent", resp.StatusCode, resp.Header.Get("X-Body"))
 	}
 }

@@ -427,6 +427,8 @@ func TestValidateRefusesZero(t *testing.T) {
 		{name: "redis max keys below -1", edit: func(c *Config) { c.RedisMaxKeys = -2 }, want: "--redis-max-keys -2 is not positive (-1 for no budget)"},
 		{name: "trusted proxies", edit: func(c *Config) { c.TrustedProxies = []string{"nope"} }, want: "--trusted-proxies"},
 		{name: "h2c with tls", edit: func(c *Config) { c.H2C, c.TLSCert, c.TLSKey = true, "c.pem", "k.pem" }, want: "--h2c serves HTTP/2 without TLS"},
+		{name: "body memory below one body", edit: func(c *Config) { c.MaxBodyMemory = 100 }, want: "--max-body-memory 100: set the bytes"},
+		{name: "body memory below -1", edit: func(c *Config) { c.MaxBodyMemory = -5 }, want: "--max-body-memory -5: set the bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

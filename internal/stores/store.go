@@ -33,12 +33,14 @@ type stores struct {
 	ping time.Duration
 	// batches observes the size of the Redis store's batches.
 	batches prometheus.Histogram
+	// log is Config.Logger.
+	log *slog.Logger
 }
 
 // newStore builds the store of cfg.Store. onCircuit is called when the
 // redis store's circuit breaker opens or closes.
 func newStore(cfg Config, onCircuit func(open bool)) (*stores, error) {
-	st := &stores{name: cfg.Store, ping: max(readyPing, cfg.RedisTimeout)}
+	st := &stores{name: cfg.Store, ping: max(readyPing, cfg.RedisTimeout), log: cfg.Logger}
 	switch cfg.Store {
 	case StoreMemory:
 		mem, err := limit.NewMemory(limit.MemoryConfig{MaxKeys: cfg.MaxKeys})
@@ -445,7 +447,14 @@ func (st *stores) close() error {
 		st.redisSlots.Close()
 	}
 	if st.redis != nil {
-		return st.redis.Close()
+		before := st.redis.Stats().WriteBacksDropped
+		err := st.redis.Close()
+		// The metric goes with the process: the log says what Redis may
+		// be missing (docs/fleet.md, A slow Redis costs once).
+		if n := st.redis.Stats().WriteBacksDropped - before; n > 0 && st.log != nil {
+			st.log.Error("redis store closed while Redis did not answer: write-backs it may not have counted were dropped (local admissions, charges)", "dropped", n)
+		}
+		return err
 	}
 	return nil
 }

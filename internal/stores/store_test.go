@@ -2,6 +2,7 @@ package stores
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -326,5 +327,47 @@ func TestLevelConcurrently(t *testing.T) {
 		if res[0].Remaining != 1 || res[0].Over != 0 {
 			t.Fatalf("round %d: levelled to 1 from eight requests at once, the bucket holds %d, over by %d", round, res[0].Remaining, res[0].Over)
 		}
+	}
+}
+
+// TestCloseLogsDroppedWriteBacks closes the stores while Redis, stopped,
+// has not counted requests admitted locally: the last flush cannot send
+// their write-backs, and the log says how many were dropped (the metric
+// goes with the process).
+func TestCloseLogsDroppedWriteBacks(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	logs := &gwtest.Log{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	cfg := DefaultConfig()
+	cfg.Store, cfg.RedisURL, cfg.Logger = StoreRedis, srv.URL(), log
+	cfg.RedisTimeout, cfg.RedisMaxTimeout, cfg.RedisDialTimeout, cfg.RedisPoolTimeout = 50*time.Millisecond, 50*time.Millisecond, 200*time.Millisecond, 50*time.Millisecond
+	st, err := newStore(cfg, func(bool) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fo, err := failmode.New(failmode.Config{Mode: failmode.Local, Store: st.store, Local: st.local, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	redistest.Ready(t, st.redis)
+	p := &limit.Params{Algorithm: "fixed_window", Limit: 1000, Window: time.Hour}
+	srv.Pause()
+	defer srv.Resume()
+	local := 0
+	for range 20 {
+		reqs, res := []limit.Request{{Key: "closing|/", Params: p}}, make([]limit.Result, 1)
+		if ok, v, _ := fo.Allow(context.Background(), time.Now(), reqs, res, func(int) *limit.Params { return p }); ok && v != failmode.StoreDecided {
+			local++
+		}
+	}
+	if local == 0 || !st.redis.CircuitOpen() {
+		t.Fatalf("admitted %d locally, breaker open %v: want requests admitted locally behind an open breaker", local, st.redis.CircuitOpen())
+	}
+	if err := st.close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := logs.String(); !strings.Contains(got, "write-backs it may not have counted were dropped") {
+		t.Errorf("the log says nothing of the write-backs dropped at Close:\n%s", got)
 	}
 }

@@ -112,4 +112,4 @@ func (s *lbState) Idle(now int64, _ *Params) bool {
 var leakyBucketLua string
 
 // Lua implements RedisAlgorithm.
-func (leakyBucket) Lua() string { return leakyBucketLua }
+func (leakyBucket) Lua() string { return gcraLua + leakyBucketLua }

@@ -1,7 +1,6 @@
 -- leaky_bucket for the Redis store (redis.lua), as lbState in
 -- leaky_bucket.go: the bucket is empty at d + f/n µs, where n is the limit
--- it was last counted with. gcra.lua (RedisLuaShared) comes before
--- this, once for every algorithm's chunk.
+-- it was last counted with. gcra.lua comes before this.
 local M = {}
 
 -- FIELDS is what fields returns: one table, which the store reads and

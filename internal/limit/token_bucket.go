@@ -236,4 +236,4 @@ func (s *tbState) Idle(now int64, p *Params) bool {
 var tokenBucketLua string
 
 // Lua implements RedisAlgorithm.
-func (tokenBucket) Lua() string { return tokenBucketLua }
+func (tokenBucket) Lua() string { return gcraLua + tokenBucketLua }

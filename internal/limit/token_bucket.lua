@@ -1,8 +1,7 @@
 -- token_bucket for the Redis store (redis.lua), as tbState in
 -- token_bucket.go: the bucket is full at d + df/n µs and, with a warm-up,
 -- its coldness as of then is c + cf/n µs, where n is the limit it was last
--- counted with. gcra.lua (RedisLuaShared) comes before this, once for
--- every algorithm's chunk.
+-- counted with. gcra.lua comes before this.
 local M = {}
 
 -- FIELDS is what fields returns: one table, which the store reads and

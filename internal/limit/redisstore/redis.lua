@@ -243,10 +243,8 @@ local function clock()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- At the placeholder below: the Lua that more than one algorithm uses
--- (limit.RedisLuaShared: gcra.lua's arithmetic), once; then A, which maps
--- each algorithm's name to a function that returns its functions (and,
--- once called, to them):
+-- A maps each algorithm's name to a function that returns its functions
+-- (and, once called, to them):
 --   fields(p, now) returns the names of the fields decide needs first,
 --     which the script reads with its own in one HMGET from a counter
 --     kept as a hash (redis_state.lua). It returns one table for every

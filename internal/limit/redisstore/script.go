@@ -30,8 +30,7 @@ const (
 )
 
 // redisScript returns the store's script: the key budget's helpers
-// (budget.lua), then redisLuaFiles with, at the placeholder, the Lua the
-// algorithms share (limit.RedisLuaShared) and that of every registered
+// (budget.lua), then redisLuaFiles with the Lua of every registered
 // RedisAlgorithm in a table keyed by name, ending with scriptEntry. The registry is
 // complete once package initialization is done, so the script is built
 // once.
@@ -48,7 +47,6 @@ var redisScript = sync.OnceValues(func() (string, error) {
 		src.Write(data)
 	}
 	var b strings.Builder
-	b.WriteString(limit.RedisLuaShared())
 	for _, name := range limit.Algorithms() {
 		a, _ := limit.Lookup(name)
 		ra, ok := a.(limit.RedisAlgorithm)

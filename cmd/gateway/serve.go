@@ -92,7 +92,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 	f.DurationVar(&cfg.UpstreamTimeout, "upstream-timeout", cfg.UpstreamTimeout, "longest wait for the upstream's response headers before 504 (a route may set its own timeout)")
 	f.StringSliceVar(&cfg.ReadyUpstreams, "ready-upstream", cfg.ReadyUpstreams, "upstreams of the rule file that /readyz depends on: 503 while one has no healthy target (repeatable or comma-separated)")
 	f.IntVar(&cfg.LimitStatus, "limit-status", cfg.LimitStatus, "status code of a limited response")
-	f.Int64Var(&cfg.MaxBodyMemory, "max-body-memory", cfg.MaxBodyMemory, "most bytes of request bodies read for keys (by: body:FIELD, reserve: estimate) held at once, at least 65536; past it such a request gets 503 body_memory_full (0: 256 MiB; -1: no cap)")
+	f.Int64Var(&cfg.MaxBodyMemory, "max-body-memory", cfg.MaxBodyMemory, "most bytes of request bodies read for keys (by: body:FIELD, reserve: estimate) held at once, at least 262144 (set it above the largest maxBody); past it such a request gets 503 body_memory_full (0: 256 MiB; -1: no cap)")
 	f.IntVar(&cfg.MaxWaiting, "max-waiting", cfg.MaxWaiting, "most requests waiting for room at once under rules with maxDelay; past it they are refused at once (0: 1000)")
 	f.DurationVar(&cfg.RetryAfterJitter, "retry-after-jitter", cfg.RetryAfterJitter, "add 0 to this many whole seconds, at random, to each Retry-After, so that refused clients do not return in lockstep (0: none)")
 	f.Var(&cfg.RateLimitHeaders, "ratelimit-headers", "rate-limit response headers: both, draft (RateLimit, RateLimit-Policy), legacy (X-RateLimit-*), none")

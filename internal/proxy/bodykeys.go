@@ -42,8 +42,13 @@ const DefaultBodyTimeout = 10 * time.Second
 const bodyStart = 16 << 10
 
 // DefaultBodyMemory is HandlerConfig.BodyMemory's default: 4,096 bodies
-// of the default maxBody, at once.
-const DefaultBodyMemory = 256 << 20
+// of the default maxBody, at once; MinBodyMemory the least the server
+// takes: two such bodies of unknown length (each grows its buffer to
+// maxBody + 1 bytes), one for the reads of shadow limits alone.
+const (
+	DefaultBodyMemory = 256 << 20
+	MinBodyMemory     = 256 << 10
+)
 
 // bodyBudget is the memory the gateway gives the bodies it reads for keys
 // (HandlerConfig.BodyMemory): each read takes what its buffer grows to

@@ -275,8 +275,8 @@ func (c *Config) Validate() error {
 		return errors.New("--demo-upstream and --upstream are exclusive")
 	case c.LimitStatus < 400 || c.LimitStatus > 599:
 		return fmt.Errorf("--limit-status %d is not a 4xx or 5xx status", c.LimitStatus)
-	case c.MaxBodyMemory < -1 || c.MaxBodyMemory > 0 && c.MaxBodyMemory < config.DefaultMaxBody:
-		return fmt.Errorf("--max-body-memory %d: set the bytes of request bodies read for keys held at once, at least %d (one body of the default maxBody), 0 for the default %d, or -1 for no cap", c.MaxBodyMemory, config.DefaultMaxBody, proxy.DefaultBodyMemory)
+	case c.MaxBodyMemory < -1 || c.MaxBodyMemory > 0 && c.MaxBodyMemory < proxy.MinBodyMemory:
+		return fmt.Errorf("--max-body-memory %d: set the bytes of request bodies read for keys held at once, at least %d, 0 for the default %d, or -1 for no cap", c.MaxBodyMemory, proxy.MinBodyMemory, proxy.DefaultBodyMemory)
 	case c.MaxWaiting < 0:
 		return fmt.Errorf("--max-waiting %d is negative; set how many requests may wait for room at once, or 0 for the default %d", c.MaxWaiting, proxy.DefaultMaxWaiting)
 	case c.RetryAfterJitter < 0 || c.RetryAfterJitter > time.Hour:

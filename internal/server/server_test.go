@@ -428,6 +428,7 @@ func TestValidateRefusesZero(t *testing.T) {
 		{name: "trusted proxies", edit: func(c *Config) { c.TrustedProxies = []string{"nope"} }, want: "--trusted-proxies"},
 		{name: "h2c with tls", edit: func(c *Config) { c.H2C, c.TLSCert, c.TLSKey = true, "c.pem", "k.pem" }, want: "--h2c serves HTTP/2 without TLS"},
 		{name: "body memory below one body", edit: func(c *Config) { c.MaxBodyMemory = 100 }, want: "--max-body-memory 100: set the bytes"},
+		{name: "body memory below two bodies", edit: func(c *Config) { c.MaxBodyMemory = 65536 }, want: "at least 262144"},
 		{name: "body memory below -1", edit: func(c *Config) { c.MaxBodyMemory = -5 }, want: "--max-body-memory -5: set the bytes"},
 	}
 	for _, tt := range tests {

@@ -287,6 +287,14 @@ func followed(reqs []limit.Request, held, charged bool) []limit.Request {
 	return out
 }
 
+// closedOf reports whether the call's round trip, of unknown fate, ended
+// with every send's connection closed (closedFate), not a timeout.
+func (lc *lateCall) closedOf() bool {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	return lc.closed
+}
+
 // outcomeOf returns what Redis did with lc, as far as is known.
 func (lc *lateCall) outcomeOf() lateOutcome {
 	lc.mu.Lock()

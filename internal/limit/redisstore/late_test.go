@@ -225,7 +225,7 @@ func TestRedisCloseKeepsRefusedWriteBacks(t *testing.T) {
 	srv, red, g := stalledBeforeClose(t, "keeping|/")
 	// The background flush, as Close marks the store closed.
 	red.closed.Store(true)
-	red.flushOnce(false)
+	red.flushOnce(false, time.Time{})
 	red.closed.Store(false)
 	if n := red.wb.dropped.Load(); n != 0 {
 		t.Errorf("a flush while closing dropped %d write-backs the breaker refused, want them kept", n)
@@ -315,7 +315,7 @@ func TestRedisWriteBackKeepsBudget(t *testing.T) {
 		red.wb.queue = append(red.wb.queue, pendingWrite{reqs: admission([]limit.Request{callerReq("/", ip, p)}), at: red.clock()})
 	}
 	red.wb.mu.Unlock()
-	red.flushOnce(false)
+	red.flushOnce(false, time.Time{})
 	if got := red.wb.written.Load(); got != late {
 		t.Fatalf("written back: %d, want %d (dropped %d)", got, late, red.wb.dropped.Load())
 	}

@@ -25,6 +25,7 @@ type writeBacks struct {
 	queue       []pendingWrite
 	busy, again atomic.Bool
 	closed      bool // guarded by mu
+	done        bool // the last flush has run (Close); guarded by mu
 	group       sync.WaitGroup
 	written     atomic.Int64
 	dropped     atomic.Int64
@@ -78,7 +79,7 @@ func (r *Store) writeBackLife(reqs []limit.Request) time.Duration {
 func (r *Store) writeBack(ws []pendingWrite) {
 	r.wb.mu.Lock()
 	for _, w := range ws {
-		if len(r.wb.queue) < maxWriteBacks {
+		if len(r.wb.queue) < maxWriteBacks && !r.wb.done {
 			r.wb.queue = append(r.wb.queue, w)
 		} else {
 			r.wb.dropped.Add(1)
@@ -99,7 +100,7 @@ func (r *Store) flushWriteBacks() {
 	}
 	r.wb.group.Go(func() {
 		for r.wb.again.Swap(false) {
-			r.flushOnce(false)
+			r.flushOnce(false, time.Time{})
 		}
 		// Under mu, as busy is set and the queue taken and refilled: one
 		// look at both under mu sees a flush running, or what it left.
@@ -124,7 +125,10 @@ func (r *Store) flushWriteBacks() {
 // said whether it keeps their batch's memo (probe: one look per batch
 // and flush, and none after one failed, so that a Redis that does not
 // answer holds the flush up once).
-func (r *Store) flushOnce(last bool) {
+//
+// A flush with a deadline (until, not zero: Close's) sends nothing once
+// it has passed, and bounds each call by it.
+func (r *Store) flushOnce(last bool, until time.Time) {
 	r.wb.mu.Lock()
 	pending := r.wb.queue
 	r.wb.queue = nil
@@ -153,9 +157,24 @@ func (r *Store) flushOnce(last bool) {
 				r.wb.written.Add(1)
 				continue
 			case lateUnknown:
+				if !w.call.closedOf() {
+					// It timed out: it may still wait in Redis's socket
+					// buffer, and run after a send again, which it would
+					// not see (a first send looks for no memo).
+					r.wb.dropped.Add(1)
+					continue
+				}
 				w.memo.again = true
 			}
 			w.call = nil
+		}
+		if !until.IsZero() && !time.Now().Before(until) {
+			if last {
+				r.wb.dropped.Add(1)
+			} else {
+				again = append(again, w)
+			}
+			continue
 		}
 		if w.until != 0 && r.clock() > w.until {
 			// Redis may have forgotten the memo of the call it follows:
@@ -167,7 +186,7 @@ func (r *Store) flushOnce(last bool) {
 			// One look per batch and flush; none after one failed.
 			kept, ok := probed[w.probe.id]
 			if !ok && probeErr == nil {
-				ctx, cancel := context.WithTimeout(context.Background(), r.wait.call)
+				ctx, cancel := r.flushContext(until)
 				kept, probeErr = r.client.HExists(ctx, w.probe.key, w.probe.id).Result()
 				cancel()
 				ok = probeErr == nil
@@ -205,7 +224,7 @@ func (r *Store) flushOnce(last bool) {
 			w.sent = r.clock()
 		}
 		args := r.scriptArgs(w.now, reqs, tag, nil)
-		ctx, cancel := context.WithTimeout(context.Background(), r.wait.call)
+		ctx, cancel := r.flushContext(until)
 		_, err = r.decideMemo(ctx, w.memo, keys, reqs, args, make([]limit.Result, len(reqs)))
 		cancel()
 		var le *lateError
@@ -253,6 +272,16 @@ func (r *Store) flushOnce(last bool) {
 	}
 }
 
+// flushContext returns the context of one call of a flush: the bound of
+// a call, or until if sooner (not zero).
+func (r *Store) flushContext(until time.Time) (context.Context, context.CancelFunc) {
+	d := time.Now().Add(r.wait.call)
+	if !until.IsZero() && until.Before(d) {
+		d = until
+	}
+	return context.WithDeadline(context.Background(), d)
+}
+
 // awaitLate waits, for Close, until the calls whose callers stopped
 // waiting have their answers, or until deadline (their round trips end
 // within the bound of a call): what each answer says must still be
@@ -281,7 +310,7 @@ func (r *Store) lastFlush() {
 	deadline := time.Now().Add(r.wait.call)
 	for r.writeBacksPending() && time.Now().Before(deadline) {
 		r.nodes.probeNow()
-		r.flushOnce(false)
+		r.flushOnce(false, deadline)
 		if r.wb.lateWaiting.Load() > 0 {
 			r.awaitLate(deadline)
 			continue
@@ -293,7 +322,10 @@ func (r *Store) lastFlush() {
 			<-t.C
 		}
 	}
-	r.flushOnce(true)
+	r.flushOnce(true, deadline)
+	r.wb.mu.Lock()
+	r.wb.done = true // a write-back queued from now on is dropped (writeBack)
+	r.wb.mu.Unlock()
 }
 
 // writeBacksPending reports whether write-backs wait in the queue.

@@ -78,6 +78,33 @@ func (c *call) remember(d scriptAnswer) {
 	r.deny.record(c.keys, c.reqs, c.res, c.start, 0)
 }
 
+// leaseCacheHold is how long after a lease of a limit a denial by it is
+// not kept in the deny cache.
+const leaseCacheHold = time.Second
+
+// mayComeBack reports whether tokens of the limits that denied d may
+// come back: not for a charge, which Redis counts whatever it decides.
+func (c *call) mayComeBack(d scriptAnswer, hold time.Duration) bool {
+	return !c.mustAsk && d.tokensMayComeBack(c.reqs, c.res, hold)
+}
+
+// tokensMayComeBack reports whether every enforced limit that denied d's
+// request had tokens leased within hold: gateways that stop using them
+// give them back.
+func (d *scriptAnswer) tokensMayComeBack(reqs []limit.Request, res []limit.Result, hold time.Duration) bool {
+	some := false
+	for i := range reqs {
+		if res[i].Allowed || reqs[i].Shadow {
+			continue
+		}
+		if d.ages[i] < 0 || d.ages[i] >= hold {
+			return false
+		}
+		some = true
+	}
+	return some
+}
+
 // call is one Allow on its way through the steps that decide it: from
 // leases, from the deny cache, or by Redis.
 type call struct {

@@ -101,33 +101,6 @@ func (c *call) waitForTokens(ctx context.Context, d scriptAnswer, args []any) (s
 	return d, nil
 }
 
-// leaseCacheHold is how long after a lease of a limit a denial by it is
-// not kept in the deny cache.
-const leaseCacheHold = time.Second
-
-// mayComeBack reports whether tokens of the limits that denied d may
-// come back: not for a charge, which Redis counts whatever it decides.
-func (c *call) mayComeBack(d scriptAnswer, hold time.Duration) bool {
-	return !c.mustAsk && d.tokensMayComeBack(c.reqs, c.res, hold)
-}
-
-// tokensMayComeBack reports whether every enforced limit that denied d's
-// request had tokens leased within hold: gateways that stop using them
-// give them back.
-func (d *scriptAnswer) tokensMayComeBack(reqs []limit.Request, res []limit.Result, hold time.Duration) bool {
-	some := false
-	for i := range reqs {
-		if res[i].Allowed || reqs[i].Shadow {
-			continue
-		}
-		if d.ages[i] < 0 || d.ages[i] >= hold {
-			return false
-		}
-		some = true
-	}
-	return some
-}
-
 // late returns err, an error of decide for the call, ready for
 // AdmittedLocally.
 func (c *call) late(err error) error {

@@ -11,7 +11,8 @@
 //   - The call: allow.go (Allow: the keys and their tag; then "take
 //     from the leases, else ask", and, once the answer is back, a
 //     denial Redis made remembered in the deny cache, remember, which
-//     the leases call before they end).
+//     the leases call before they end; unless other gateways' leased
+//     tokens may come back, mayComeBack, which ask asks too).
 //   - Leases: lease.go, one room, a layer under the call (tokens counted
 //     in Redis ahead of requests). A call whose limits may lease
 //     (leasable) enters at withLeases and reads down the file: take

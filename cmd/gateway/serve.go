@@ -89,7 +89,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`,
 	f.StringSliceVar(&cfg.AllowUpgrade, "allow-upgrade", cfg.AllowUpgrade, "protocols a request may upgrade to (Upgrade header); any other upgrade is removed before forwarding. h2c cannot be allowed")
 	f.BoolVar(&cfg.PreserveHost, "preserve-host", cfg.PreserveHost, "forward the client's Host header instead of the --upstream host")
 	addCounterStoreFlags(f, &cfg.Config)
-	f.DurationVar(&cfg.UpstreamTimeout, "upstream-timeout", cfg.UpstreamTimeout, "longest wait for the upstream's response headers before 504 (a route may set its own timeout)")
+	f.DurationVar(&cfg.UpstreamTimeout, "upstream-timeout", cfg.UpstreamTimeout, "longest wait for the upstream's response headers before 504 (a route may set its own timeout); also bounds each write of a request to the upstream, so that an upstream that stops reading a body gets 504 too")
 	f.StringSliceVar(&cfg.ReadyUpstreams, "ready-upstream", cfg.ReadyUpstreams, "upstreams of the rule file that /readyz depends on: 503 while one has no healthy target (repeatable or comma-separated)")
 	f.IntVar(&cfg.LimitStatus, "limit-status", cfg.LimitStatus, "status code of a limited response")
 	f.Int64Var(&cfg.MaxBodyMemory, "max-body-memory", cfg.MaxBodyMemory, "most bytes of request bodies read for keys (by: body:FIELD, reserve: estimate) held at once, at least 262144 (set it above the largest maxBody); past it such a request gets 503 body_memory_full (0: 256 MiB; -1: no cap)")

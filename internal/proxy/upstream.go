@@ -146,7 +146,7 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
 		Proxy:                 nil, // never route through an environment proxy
-		DialContext:           dialer.DialContext,
+		DialContext:           upstream.WriteBounded(dialer.DialContext, cfg.Timeout),
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          4 * cfg.MaxIdleConnsPerHost,
 		MaxIdleConnsPerHost:   cfg.MaxIdleConnsPerHost,

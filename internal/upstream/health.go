@@ -52,8 +52,9 @@ func (t *Target) transport(d, def time.Duration) *transport {
 	if tr, ok := t.byTimeout.Load(d); ok {
 		return tr.(*transport)
 	}
-	c := &transport{Transport: t.tr.Clone(), files: t.tr.files}
+	c := &transport{Transport: t.tr.Clone(), files: t.tr.files, dial: t.tr.dial}
 	c.ResponseHeaderTimeout = d
+	c.DialContext = WriteBounded(c.dial, d)
 	tr, _ := t.byTimeout.LoadOrStore(d, c)
 	return tr.(*transport)
 }

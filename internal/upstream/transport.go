@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -21,6 +22,9 @@ import (
 type transport struct {
 	*http.Transport
 	files *tlsFiles // nil without a tls section
+	// dial dials a connection, before WriteBounded bounds its writes by
+	// the transport's timeout.
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // h2cOnly returns the protocols of a transport to h2c targets: HTTP/2
@@ -43,9 +47,9 @@ func tlsKey(t *config.UpstreamTLS) string {
 // address, without the port) with the tls section t, nil for plain http.
 func newTransport(t *config.UpstreamTLS, host string, cfg Config) (*transport, error) {
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
-	tr := &transport{Transport: &http.Transport{
+	tr := &transport{dial: dialer.DialContext, Transport: &http.Transport{
 		Proxy:               nil, // never route through an environment proxy
-		DialContext:         dialer.DialContext,
+		DialContext:         WriteBounded(dialer.DialContext, cfg.ResponseHeaderTimeout),
 		ForceAttemptHTTP2:   true, // HTTP/2 to TLS targets that offer it (ALPN)
 		MaxIdleConns:        4 * cfg.MaxIdleConnsPerHost,
 		MaxIdleConnsPerHost: cfg.MaxIdleConnsPerHost,

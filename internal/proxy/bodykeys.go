@@ -71,9 +71,9 @@ func newBodyBudget(max int64) *bodyBudget {
 	return &bodyBudget{max: cmp.Or(max, DefaultBodyMemory)}
 }
 
-// take takes n bytes of c, at most max in all, and reports whether there
+// takeUpTo takes n bytes of c, at most max in all, and reports whether there
 // were as many left.
-func take(c *atomic.Int64, n, max int64) bool {
+func takeUpTo(c *atomic.Int64, n, max int64) bool {
 	for {
 		u := c.Load()
 		if u+n > max {
@@ -101,10 +101,10 @@ func (h *bodyHold) take(n int64) bool {
 	if b == nil {
 		return true
 	}
-	if h.shadow && !take(&b.shadow, n, b.max/2) {
+	if h.shadow && !takeUpTo(&b.shadow, n, b.max/2) {
 		return false
 	}
-	if !take(&b.used, n, b.max) {
+	if !takeUpTo(&b.used, n, b.max) {
 		if h.shadow {
 			b.shadow.Add(-n)
 		}

@@ -729,3 +729,61 @@ func TestRedisLastFlushWaitsForRedis(t *testing.T) {
 		t.Errorf("Redis counted %d after Close, want the 5 admitted locally, each once; %v", counted, wbState{red})
 	}
 }
+
+// TestRedisTimedOutWriteBackNotSentAgain checks a write-back whose own
+// send was written to Redis and timed out, Redis stopped: it may still
+// run from Redis's socket buffer when Redis wakes, and a first send looks
+// for no memo, so a send again could count it twice. It is dropped and
+// counted dropped, never sent again, and Redis counts the local admission
+// at most once.
+func TestRedisTimedOutWriteBackNotSentAgain(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	path := redistest.NewPath(t, srv)
+	// The bound of a whole call: 100ms + 1s + 3 × 1s. The breaker's
+	// backoff is long: the test starts each flush itself.
+	red, err := New(Config{URL: path.URL(), Timeout: 100 * time.Millisecond, MaxTimeout: time.Second, DialTimeout: time.Second,
+		PoolTimeout: 100 * time.Millisecond, Leases: -1, DenyCacheSize: -1, BreakerThreshold: 1, BreakerBackoff: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { red.Close() })
+	ctx := context.Background()
+	eventually.True(t, 30*time.Second, func() bool { return red.Ready(ctx) == nil }, "Redis not ready")
+	p := &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: 1000 * time.Hour}
+	g := newFailLocal(red, "resent-wb|/", p)
+	eventually.True(t, 30*time.Second, func() bool { return g.allow() == nil }, "Redis did not decide the first request")
+	// A local admission whose call never reached Redis (the path cut,
+	// the pool drained first): its write-back waits for the breaker.
+	path.Cut()
+	eventually.True(t, 30*time.Second, func() bool { _, err := red.Ping(ctx); return notSent(err) }, "pings through the cut path still find a connection")
+	if err := g.allow(); err == nil || !notSent(err) {
+		t.Fatalf("a call through the cut path: %v, want it refused", err)
+	}
+	eventually.True(t, 30*time.Second, func() bool { n, busy := wbQueued(red); return n == 1 && !busy }, "the local admission is not queued: %v", wbState{red})
+	// A connection in the pool, open to Redis, which then stops: the
+	// write-back's send is written, and not answered.
+	path.Restore()
+	eventually.True(t, 30*time.Second, func() bool { _, err := red.Ping(ctx); return err == nil }, "no ping through the restored path")
+	srv.Pause()
+	red.nodes.probeNow()
+	red.flushWriteBacks()
+	// Its send ends (the bound of a call passes) with Redis still
+	// stopped: its fate is unknown, and the next flush drops it.
+	eventually.True(t, 30*time.Second, func() bool {
+		n, busy := wbQueued(red)
+		return red.wb.lateWaiting.Load() == 0 && n == 1 && !busy
+	}, "the write-back's send did not end: %v", wbState{red})
+	srv.Resume()
+	red.nodes.probeNow()
+	red.flushWriteBacks()
+	eventually.True(t, 30*time.Second, writtenBack(red), "write-backs still pending: %v", wbState{red})
+	if s := red.Stats(); s.WrittenBack != 0 || s.WriteBacksDropped != 1 {
+		t.Errorf("written back %d, dropped %d; want 0 and 1: a send that timed out is not sent again", s.WrittenBack, s.WriteBacksDropped)
+	}
+	// The send Redis read before it stopped runs when it wakes (once).
+	eventually.True(t, 30*time.Second, func() bool {
+		c, err := redistest.FieldInt(ctx, srv.Client(), "gw:{resent-wb}:/", "c")
+		return err == nil && c == g.admitted
+	}, "Redis did not count the local admission's send once it woke (admitted %d)", g.admitted)
+}

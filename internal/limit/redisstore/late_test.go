@@ -787,3 +787,45 @@ func TestRedisTimedOutWriteBackNotSentAgain(t *testing.T) {
 		return err == nil && c == g.admitted
 	}, "Redis did not count the local admission's send once it woke (admitted %d)", g.admitted)
 }
+
+// TestRedisFlushKeepsToItsDeadline checks the deadline of a flush (the
+// last one's, in Close): once it has passed, the flush sends nothing, and
+// in the last flush drops what is pending, counted; before it, the same
+// write-backs are sent and counted in Redis.
+func TestRedisFlushKeepsToItsDeadline(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	red := newTestRedis(t, Config{URL: srv.URL(), Timeout: 10 * time.Second, Leases: -1, DenyCacheSize: -1})
+	redistest.Ready(t, red)
+	ctx := context.Background()
+	p := &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: 1000 * time.Hour}
+	queue := func(key string, n int) {
+		red.wb.mu.Lock()
+		defer red.wb.mu.Unlock()
+		for range n {
+			red.wb.queue = append(red.wb.queue, pendingWrite{at: red.clock(), now: time.Now(),
+				reqs: []limit.Request{{Key: key, Params: p}}})
+		}
+	}
+	calls := red.Stats().Calls
+	queue("deadline|/passed", 3)
+	red.flushOnce(true, time.Now())
+	if s := red.Stats(); s.Calls != calls || s.WriteBacksDropped != 3 || s.WrittenBack != 0 {
+		t.Errorf("past its deadline, the last flush made %d calls, dropped %d, wrote back %d; want 0, 3, 0",
+			s.Calls-calls, s.WriteBacksDropped, s.WrittenBack)
+	}
+	if n, _ := wbQueued(red); n != 0 {
+		t.Errorf("%d write-backs still queued after the last flush", n)
+	}
+	if n, err := srv.Client().Exists(ctx, "gw:{deadline}:/passed").Result(); err != nil || n != 0 {
+		t.Errorf("Redis holds a counter (%d, %v) of the write-backs dropped; want none", n, err)
+	}
+	queue("deadline|/ahead", 3)
+	red.flushOnce(true, time.Now().Add(time.Minute))
+	if s := red.Stats(); s.WriteBacksDropped != 3 || s.WrittenBack != 3 {
+		t.Errorf("before its deadline, the last flush dropped %d, wrote back %d in all; want 3 and 3", s.WriteBacksDropped, s.WrittenBack)
+	}
+	if c, err := redistest.FieldInt(ctx, srv.Client(), "gw:{deadline}:/ahead", "c"); err != nil || c != 3 {
+		t.Errorf("Redis counted %d (%v) of the write-backs sent; want 3", c, err)
+	}
+}

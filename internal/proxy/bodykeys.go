@@ -71,6 +71,25 @@ func newBodyBudget(max int64) *bodyBudget {
 	return &bodyBudget{max: cmp.Or(max, DefaultBodyMemory)}
 }
 
+// warnBodyMemory logs a warning when the memory for bodies read for keys
+// (--max-body-memory) cannot hold two bodies of the largest maxBody of rs
+// (a body of unknown length grows its buffer to maxBody + 1 bytes): such
+// a body then gets 503 body_memory_full whenever another is held, or
+// always, past the whole cap, however idle the gateway is; a read for
+// shadow limits alone goes without its value past half of it.
+func (h *Handler) warnBodyMemory(rs *ruleset.Set) {
+	b := h.bodyMemory
+	if b == nil || rs == nil {
+		return
+	}
+	n, of := rs.LargestMaxBody()
+	if of == nil || 2*(int64(n)+1) <= b.max {
+		return
+	}
+	h.log.Warn("--max-body-memory holds fewer than two request bodies of the largest maxBody of the rules: such a body gets 503 body_memory_full whenever another is held (always, past the whole of it), and a shadow limit's read goes without its value past half of it; set --max-body-memory well above the largest maxBody",
+		"max_body_memory", b.max, "max_body", n, "app", of.App, "api", cmp.Or(of.API, "(total)"))
+}
+
 // takeUpTo takes n bytes of c, at most max in all, and reports whether there
 // were as many left.
 func takeUpTo(c *atomic.Int64, n, max int64) bool {

@@ -15,8 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/eventually"
 	"github.com/ratelimit-gateway/gateway/internal/observe"
+	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
 // bodyEcho is an upstream that answers with the length and sha256 of the
@@ -374,5 +376,77 @@ configs:
 	resp.Body.Close()
 	if resp.StatusCode != 200 || resp.Header.Get("X-Body") != bodyDigest(body) {
 		t.Errorf("after the others ended: got %d, the upstream received %q; want 200 and the body as sent", resp.StatusCode, resp.Header.Get("X-Body"))
+	}
+}
+
+// TestBodyMemoryWarnsBelowLargestMaxBody checks the warning for rules
+// that read bodies for keys larger than --max-body-memory can hold two of:
+// logged when the handler starts with such rules and when they are
+// swapped in, naming the limit; not for rules it holds well.
+func TestBodyMemoryWarnsBelowLargestMaxBody(t *testing.T) {
+	t.Parallel()
+	yaml := func(maxBody int) string {
+		return `
+configs:
+  - appId: app-1
+    limits:
+      - api: /v1/chat/completions
+        limit: 100
+        unit: 1h
+        by: body:model
+        maxBody: 65536
+      - api: /v1/upload
+        limit: 100
+        unit: 1h
+        by: body:user
+        maxBody: ` + strconv.Itoa(maxBody) + "\n"
+	}
+	rules := func(maxBody int) *ruleset.Set {
+		t.Helper()
+		parsed, err := config.Parse("rules.yaml", []byte(yaml(maxBody)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := ruleset.Compile(parsed, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rs
+	}
+	const warning = "--max-body-memory holds fewer than two request bodies"
+	for _, tc := range []struct {
+		name    string
+		memory  int64
+		maxBody int
+		warn    bool
+	}{
+		{"held", 1 << 20, 200 << 10, false},
+		{"two bodies only just", 2 * (300<<10 + 1), 300 << 10, false},
+		{"fewer than two", 1 << 20, 600 << 10, true},
+		{"no cap", -1, 16 << 20, false},
+		{"the default cap", 0, 16 << 20, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGWWith(t, yaml(tc.maxBody), "http://127.0.0.1:1", &upstreamRecorder{}, func(hc *HandlerConfig, _ *UpstreamConfig) {
+				hc.BodyMemory = tc.memory
+			})
+			if got := strings.Contains(g.logs.String(), warning); got != tc.warn {
+				t.Errorf("at start: warned %v, want %v; log:\n%s", got, tc.warn, g.logs.String())
+			}
+			if tc.warn && !strings.Contains(g.logs.String(), "max_body="+strconv.Itoa(tc.maxBody)+" app=app-1 api=/v1/upload") {
+				t.Errorf("the warning does not name the limit and its maxBody:\n%s", g.logs.String())
+			}
+		})
+	}
+	// Swapped in: warned then, once per swap.
+	g := newGWWith(t, yaml(100<<10), "http://127.0.0.1:1", &upstreamRecorder{}, func(hc *HandlerConfig, _ *UpstreamConfig) {
+		hc.BodyMemory = 1 << 20
+	})
+	if strings.Contains(g.logs.String(), warning) {
+		t.Fatalf("warned for rules it holds:\n%s", g.logs.String())
+	}
+	g.h.SetRules(rules(1 << 20))
+	if n := strings.Count(g.logs.String(), warning); n != 1 {
+		t.Errorf("%d warnings after rules past the cap were swapped in, want 1:\n%s", n, g.logs.String())
 	}
 }

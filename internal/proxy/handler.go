@@ -240,6 +240,7 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		h.log = slog.Default()
 	}
 	h.rules.Store(cfg.Rules)
+	h.warnBodyMemory(cfg.Rules)
 	return h, nil
 }
 
@@ -248,7 +249,10 @@ func (h *Handler) Rules() *ruleset.Set { return h.rules.Load() }
 
 // SetRules swaps in a new rule set. Requests already past matching finish
 // on the set they started with.
-func (h *Handler) SetRules(rs *ruleset.Set) { h.rules.Store(rs) }
+func (h *Handler) SetRules(rs *ruleset.Set) {
+	h.rules.Store(rs)
+	h.warnBodyMemory(rs)
+}
 
 // Replay is how `gateway replay` (internal/replay) drives the handler on
 // the requests of an access log: the only thing it changes in how a

@@ -316,6 +316,31 @@ func KeyOf(key string, has func(limitKey string) bool) bool {
 	return false
 }
 
+// LargestMaxBody returns the most bytes of a request's body that a limit
+// of rs reads (Limit.MaxBody), and that limit (of those that read as
+// much, the first by app and API); 0 and nil when none reads a body.
+func (rs *Set) LargestMaxBody() (int, *Limit) {
+	var of *Limit
+	look := func(sec *Section) {
+		for _, cl := range sec.all {
+			if of == nil || cl.MaxBody > of.MaxBody ||
+				cl.MaxBody == of.MaxBody && (cl.App < of.App || cl.App == of.App && cl.API < of.API) {
+				of = cl
+			}
+		}
+	}
+	for _, sec := range rs.apps {
+		look(sec)
+	}
+	if rs.unknown != nil {
+		look(rs.unknown)
+	}
+	if of == nil || of.MaxBody == 0 {
+		return 0, nil
+	}
+	return of.MaxBody, of
+}
+
 // LimitKeys returns the counter key of every limit of rs, with the
 // limit's window.
 func (rs *Set) LimitKeys() map[string]time.Duration { return maps.Clone(rs.keys) }

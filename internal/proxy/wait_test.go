@@ -409,9 +409,13 @@ func TestMaxDelayStoreFailsDuringWait(t *testing.T) {
 	if w := do(); w.Code != 200 || w.Header().Get("X-RateLimit-Limit") != "1" {
 		t.Fatalf("first request: %d %v", w.Code, w.Header())
 	}
+	decided := red.Stats().Decisions
 	done := make(chan *httptest.ResponseRecorder, 1)
 	go func() { done <- do() }()
-	eventually.True(t, 10*time.Second, func() bool { return h.Waiting() == 1 }, "the second request does not wait")
+	// A request holds its place to wait from just before its decision
+	// (offerWaits): Redis stops once the store has decided it.
+	eventually.True(t, 10*time.Second, func() bool { return h.Waiting() == 1 && red.Stats().Decisions > decided },
+		"the second request is not decided, waiting")
 	calls := red.Stats().Calls
 	srv.Stop()
 	w := <-done

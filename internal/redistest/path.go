@@ -52,6 +52,20 @@ func (p *Path) Cut() {
 		p.ln.Close()
 		p.ln = nil
 	}
+	p.closeConns()
+}
+
+// Reset closes the connections open through the path, as a Redis that
+// closes its clients' connections (CLIENT KILL) does; new ones are
+// accepted as before.
+func (p *Path) Reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closeConns()
+}
+
+// closeConns closes the connections open through the path; p.mu is held.
+func (p *Path) closeConns() {
 	for c := range p.conns {
 		c.Close()
 		delete(p.conns, c)

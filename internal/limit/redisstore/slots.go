@@ -50,7 +50,7 @@ type Slots struct {
 	r      *Store
 	ttl    int64 // µs
 	renew  time.Duration
-	prefix string // of slot IDs: the fleet ID, unique to this process
+	prefix string // of slot IDs: the fleet ID, unique to this process, and the Slots' number in it (slotsMade)
 	seq    atomic.Uint64
 	onErr  func(error)
 
@@ -85,12 +85,17 @@ func NewSlots(r *Store, cfg SlotsConfig) (*Slots, error) {
 		return nil, fmt.Errorf("redis slot renewal %s is not in (0, ttl %s)", renew, ttl)
 	}
 	s := &Slots{
-		r: r, ttl: micros(ttl), renew: renew, prefix: r.fleet.id + ":", onErr: cfg.OnError,
+		r: r, ttl: micros(ttl), renew: renew, prefix: r.fleet.id + ":" + strconv.FormatUint(slotsMade.Add(1), 36) + ":", onErr: cfg.OnError,
 		live: map[*slotPermit]struct{}{}, stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	go s.run()
 	return s, nil
 }
+
+// slotsMade numbers the Slots of this process, so that two on one store
+// (one fleet ID) never give two slots one ID: a slot call sent again
+// takes nothing when it finds its ID held (slotAcquireLua).
+var slotsMade atomic.Uint64
 
 // Close stops the renewals. Slots still held are neither renewed nor
 // released: they expire after TTL, as a dead gateway's do.
@@ -105,7 +110,9 @@ func (s *Slots) Close() {
 // 0 when the slots were taken, else the index of the first full key; -1,
 // taking nothing, when the slot was released before the call ran: its
 // caller stopped waiting for it, and the release left word of it in the
-// first key (slotReleaseLua).
+// first key (slotReleaseLua). A call sent again after its connection
+// closed (Acquire) may find its slots taken by its first send: it returns
+// 0 then, taking nothing more.
 //
 // A key's members are its slots, each scored with the instant it
 // expires, and such words, "~" and the slot's ID, scored with the
@@ -121,6 +128,10 @@ end
 local ttl = tonumber(ARGV[2])
 if redis.call('ZSCORE', KEYS[1], '~' .. ARGV[3]) then
   return -1
+end
+local held = redis.call('ZSCORE', KEYS[1], ARGV[3])
+if held and tonumber(held) > now then
+  return 0
 end
 for i, k in ipairs(KEYS) do
   redis.call('ZREMRANGEBYSCORE', k, -now, now)
@@ -252,6 +263,17 @@ func (s *Slots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Pe
 	}
 	s.r.stats.calls.Add(1)
 	v, err := slotAcquireScript.Run(cctx, s.r.short, l.keys[:n], args...).Int64()
+	// As runOnce does: a call whose connection Redis closed (CLIENT KILL,
+	// a restart, a connection of the pool closed under it) goes again on
+	// another, with the same slot ID, which Redis takes once. Its release
+	// then leaves word of it (unsure), in case a send before it runs
+	// after it.
+	for try := 1; err != nil && isClosedConn(err) && try < closedConnTries && cctx.Err() == nil; try++ {
+		l.unsure = true
+		s.r.stats.calls.Add(1)
+		v, err = slotAcquireScript.Run(cctx, s.r.short, l.keys[:n], args...).Int64()
+		err = resent(err)
+	}
 	if err != nil {
 		// Unless Redis answered it (an error reply: a slot that moved,
 		// a script it lacks) or it was never sent, the script may have
@@ -259,8 +281,9 @@ func (s *Slots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Pe
 		// wakes): release what it took, and see that it takes nothing
 		// if it has yet to run. (An error reply says the script did not
 		// run only because go-redis sends it once: New disables its
-		// retries and redirects.)
-		if !isScriptError(err) && !errors.Is(err, redis.ErrPoolTimeout) && !notSent(err) {
+		// retries and redirects.) A call sent again may have run at its
+		// first send, whatever the last send's error says.
+		if l.unsure || !isScriptError(err) && !errors.Is(err, redis.ErrPoolTimeout) && !notSent(err) {
 			l.unsure = true
 			l.released.Store(true)
 			s.releasing.Add(1)

@@ -10,6 +10,8 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/limit/limittest"
 	"github.com/ratelimit-gateway/gateway/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 func TestSlotKey(t *testing.T) {
@@ -313,5 +315,82 @@ func clusterSteps(t *testing.T, steps []clusterStep) {
 		if err := step.n.Client().Do(context.Background(), step.args...).Err(); err != nil {
 			t.Fatalf("%v: %v", step.args, err)
 		}
+	}
+}
+
+// TestRedisSlotsClosedConnSentAgain: a slot call whose connection closed
+// after Redis ran it (CLIENT KILL, a connection of the pool closed under
+// it) is sent again, as a decision is, and Redis takes its slot once:
+// with a limit of 1 the call again finds its own slot, not a full key.
+// Its release then clears the slot. (The call failed to the fail mode.)
+func TestRedisSlotsClosedConnSentAgain(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	path := redistest.NewPath(t, srv)
+	ctx := context.Background()
+	r := newTestRedis(t, Config{URL: path.URL(), Timeout: 10 * time.Second})
+	s := newTestSlots(t, r, time.Hour)
+	req := []limit.SlotRequest{{Key: "app-1|/up", Tag: "app-1", Limit: 1}}
+	// Once before, so that Redis knows the script (EVALSHA).
+	l, _, err := s.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	eventually.True(t, 10*time.Second, func() bool {
+		n, err := s.SlotCount(ctx, "app-1", "app-1|/up")
+		return err == nil && n == 0
+	}, "the first slot is still held")
+	// The call's answer is held back until its connection is closed.
+	hold := make(chan struct{})
+	defer close(hold)
+	path.SetDelay(func() time.Duration { <-hold; return 0 })
+	type acquired struct {
+		l    limit.Permit
+		full int
+		err  error
+	}
+	got := make(chan acquired, 1)
+	go func() {
+		l, full, err := s.Acquire(ctx, req)
+		got <- acquired{l, full, err}
+	}()
+	eventually.True(t, 10*time.Second, func() bool {
+		n, err := srv.Client().ZCount(ctx, "gwc:{app-1}:/up", "(0", "+inf").Result()
+		return err == nil && n == 1
+	}, "Redis did not take the slot")
+	path.SetDelay(nil)
+	path.Reset()
+	a := <-got
+	if a.err != nil || a.l == nil || a.full != -1 {
+		t.Fatalf("after its connection closed: permit %v, full %d, err %v; want the slot, taken once", a.l != nil, a.full, a.err)
+	}
+	if n, err := srv.Client().ZCount(ctx, "gwc:{app-1}:/up", "(0", "+inf").Result(); err != nil || n != 1 {
+		t.Errorf("%d slots held (%v), want 1", n, err)
+	}
+	a.l.Release()
+	eventually.True(t, 10*time.Second, func() bool {
+		n, err := s.SlotCount(ctx, "app-1", "app-1|/up")
+		return err == nil && n == 0
+	}, "the slot is still held after its release")
+}
+
+// TestRedisSlotsClientFailsFast: the concurrency slots' client is set as
+// the decisions' client is where a call's failure must come at once (one
+// dial, no retries; no CLIENT SETINFO, no maintenance notifications): it
+// was built before those were set, and a refused connection took five
+// dials, 0.4s, per slot call.
+func TestRedisSlotsClientFailsFast(t *testing.T) {
+	t.Parallel()
+	r := newTestRedis(t, Config{URL: "redis://127.0.0.1:1", Timeout: time.Second, DialTimeout: 100 * time.Millisecond})
+	short, ok := r.short.(*redis.Client)
+	if !ok || r.short == r.client {
+		t.Fatalf("the slots' client is %T, the decisions' own: %v", r.short, r.short == r.client)
+	}
+	o := short.Options()
+	if o.DialerRetries != 1 || o.MaxRetries > 0 || !o.DisableIdentity ||
+		o.MaintNotificationsConfig == nil || o.MaintNotificationsConfig.Mode != maintnotifications.ModeDisabled {
+		t.Errorf("the slots' client: DialerRetries %d, MaxRetries %d, DisableIdentity %v, maintenance notifications %+v; want 1, none, true, disabled",
+			o.DialerRetries, o.MaxRetries, o.DisableIdentity, o.MaintNotificationsConfig)
 	}
 }

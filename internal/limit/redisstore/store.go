@@ -327,17 +327,19 @@ func New(cfg Config) (*Store, error) {
 	opts.ContextTimeoutEnabled = true
 	opts.PoolTimeout, opts.DialTimeout = poolTimeout, dialTimeout
 	opts.ReadTimeout, opts.WriteTimeout = timeout, timeout
+	// A refused dial should fail at once, not retry.
+	opts.DialerRetries = 1
+	opts.DisableIdentity = true
+	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	// The short client (the concurrency slots, r.short) has every option
+	// above; the decisions' client differs from it only below.
 	shortOpts := *opts
 	if !opts.IsClusterMode {
 		opts.ReadTimeout, opts.WriteTimeout = callTimeout, callTimeout
 	}
-	// A refused dial should fail at once, not retry.
-	opts.DialerRetries = 1
 	if warm > 0 {
 		opts.MinIdleConns = warm
 	}
-	opts.DisableIdentity = true
-	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	if cfg.Logger != nil {
 		redisLog.Store(cfg.Logger)
 	}

@@ -165,9 +165,13 @@ func (f *Failover) Allow(ctx context.Context, now time.Time, reqs []limit.Reques
 		return false, FailedClosed, nil
 	case Local:
 		// A copy, allocated on a failure only: reqs stay the caller's.
+		// A local decision reserves no room ahead (Wait): the fleet
+		// counts a local admission when Redis hears of it, not at an
+		// instant to come, so a request held for one would pass through
+		// windows the fleet's counters fill in full once Redis is back.
 		lreqs := make([]limit.Request, len(reqs))
 		for i, q := range reqs {
-			q.Params = local(i)
+			q.Params, q.Wait = local(i), 0
 			lreqs[i] = q
 		}
 		allowed, lerr := f.cfg.Local.Allow(ctx, now, lreqs, res)

@@ -277,3 +277,48 @@ func TestModeFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalDecisionsDoNotWait: under Local, a request over its limit's
+// local share that may wait for room (Wait) is refused at once when the
+// store fails, as without a wait, not admitted at an instant ahead: the
+// fleet would count that admission when Redis hears of it, in another
+// window than the one it is forwarded in. The store, when it answers,
+// still reserves room ahead.
+func TestLocalDecisionsDoNotWait(t *testing.T) {
+	t.Parallel()
+	fleet := limit.Params{Algorithm: "fixed_window", Limit: 10, Window: time.Minute}
+	localP := limit.Params{Algorithm: "fixed_window", Limit: 1, Window: time.Minute}
+	for _, down := range []bool{true, false} {
+		cfg := Config{Mode: Local, Logger: slog.New(slog.DiscardHandler), Store: newMem(t), Local: newMem(t)}
+		if down {
+			cfg.Store = downStore{}
+		}
+		f, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		localParams := func(int) *limit.Params { return &localP }
+		p := &fleet
+		if !down {
+			p = &localP // the store's own limit of 1, to see it wait
+		}
+		var ok [2]bool
+		var delay [2]time.Duration
+		var v Verdict
+		for i := range 2 {
+			reqs := []limit.Request{{Key: "app-1|/x", Params: p, Wait: 2 * time.Minute}}
+			res := make([]limit.Result, 1)
+			ok[i], v, _ = f.Allow(context.Background(), t0, reqs, res, localParams)
+			delay[i] = res[0].Delay
+			if reqs[0].Wait != 2*time.Minute {
+				t.Errorf("the caller's request lost its Wait: %v", reqs[0].Wait)
+			}
+		}
+		switch {
+		case down && (v != LocalDecided || !ok[0] || ok[1] || delay[1] != 0):
+			t.Errorf("store down: the second request %v (delay %v, %v); want refused at once, decided locally", ok[1], delay[1], v)
+		case !down && (v != StoreDecided || !ok[1] || delay[1] <= 0):
+			t.Errorf("store up: the second request %v (delay %v, %v); want admitted ahead by the store", ok[1], delay[1], v)
+		}
+	}
+}

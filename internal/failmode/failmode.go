@@ -147,9 +147,8 @@ func (f *Failover) Store() limit.Store { return f.cfg.Store }
 
 // Allow decides reqs as limit.Store's Allow does, on the store; when it
 // fails, as the mode says: under Local on the local store, request i
-// with the params local(i) returns, without changing reqs (a request
-// decided again, after waiting for room, asks the store with its own
-// limits). A local admission is counted once by the fleet
+// with the params local(i) returns and no wait for room (Request.Wait),
+// without changing reqs. A local admission is counted once by the fleet
 // (limit.AdmittedLocally), and alone, when not nil, is where the acts
 // that follow it go (Charge). res holds the results only for
 // StoreDecided and LocalDecided; allowed is false only for a denial or

@@ -398,7 +398,9 @@ func TestMaxDelayStoreFailsDuringWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { red.Close() })
-	h := chatWaitHandler(t, red, 2, failmode.Open, func(http.ResponseWriter, *http.Request) {})
+	// A unit of 5s: the second request still waits when a loaded machine
+	// decides it seconds after the first.
+	h := chatWaitHandler(t, red, 5, failmode.Open, func(http.ResponseWriter, *http.Request) {})
 	do := func() *httptest.ResponseRecorder {
 		r := httptest.NewRequest("GET", "/v1/chat", nil)
 		r.Header.Set("X-App-Id", "app-1")

@@ -1,8 +1,10 @@
 package redistest
 
 import (
-	"io"
+	"bufio"
+	"bytes"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,7 +12,9 @@ import (
 
 // Path is a TCP path from a gateway to a Redis server, on its own loopback
 // port, that a test can cut (new connections refused, open ones reset)
-// and slow (every reply held back), while Redis itself runs on: the
+// and slow (every reply held back), whose connections it can close
+// (Reset), and that can hold a request back to deliver it late (HoldNext),
+// while Redis itself runs on: the
 // faults of a network between them. Its methods are safe for concurrent
 // use.
 type Path struct {
@@ -24,6 +28,7 @@ type Path struct {
 	ln    net.Listener
 	conns map[net.Conn]struct{}
 	delay func() time.Duration
+	hold  chan []byte // HoldNext's, until a request is held
 	done  bool
 }
 
@@ -138,7 +143,7 @@ func (p *Path) forward(c net.Conn) {
 	p.conns[c], p.conns[up] = struct{}{}, struct{}{}
 	p.mu.Unlock()
 	go func() {
-		io.Copy(up, c)
+		p.requests(c, up)
 		up.Close()
 	}()
 	buf := make([]byte, 32<<10)
@@ -164,6 +169,61 @@ func (p *Path) forward(c net.Conn) {
 	delete(p.conns, c)
 	delete(p.conns, up)
 	p.mu.Unlock()
+}
+
+// HoldNext holds back the next request a client sends through the path:
+// its bytes are not forwarded, and its connection is closed, as one reset
+// while the request is still on its way to Redis. The bytes come on the
+// channel, for the test to deliver late (SendLate).
+func (p *Path) HoldNext() <-chan []byte {
+	ch := make(chan []byte, 1)
+	p.mu.Lock()
+	p.hold = ch
+	p.mu.Unlock()
+	return ch
+}
+
+// SendLate delivers req, a request HoldNext held, to Redis on a
+// connection of its own, and returns the first line of Redis's reply:
+// Redis has run it then.
+func (p *Path) SendLate(req []byte) (string, error) {
+	c, err := net.DialTimeout("tcp", p.target, 10*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(req); err != nil {
+		return "", err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimSpace(line), err
+}
+
+// requests carries a connection's requests to Redis, but the one HoldNext
+// holds.
+func (p *Path) requests(c, up net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			hold := p.hold
+			p.hold = nil
+			p.mu.Unlock()
+			if hold != nil {
+				hold <- bytes.Clone(buf[:n])
+				c.Close()
+				return
+			}
+			if _, werr := up.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 func (p *Path) close() {

@@ -285,12 +285,7 @@ func (s *Slots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Pe
 		// first send, whatever the last send's error says.
 		if l.unsure || !isScriptError(err) && !errors.Is(err, redis.ErrPoolTimeout) && !notSent(err) {
 			l.unsure = true
-			l.released.Store(true)
-			s.releasing.Add(1)
-			go func() {
-				defer s.releasing.Add(-1)
-				l.release()
-			}()
+			l.releaseUnheld()
 		}
 		switch {
 		case ctx.Err() != nil:
@@ -309,12 +304,29 @@ func (s *Slots) Acquire(ctx context.Context, reqs []limit.SlotRequest) (limit.Pe
 		return nil, -1, errors.New("redis: the slot was released before it was taken")
 	}
 	if v != 0 {
+		if l.unsure {
+			// Refused when sent again: a send before it may yet run and
+			// take the slot, with no permit to release it.
+			l.releaseUnheld()
+		}
 		return nil, int(v) - 1, nil
 	}
 	s.mu.Lock()
 	s.live[l] = struct{}{}
 	s.mu.Unlock()
 	return l, -1, nil
+}
+
+// releaseUnheld releases, in the background and leaving word of it, the
+// slots of a call that returns no permit but may have taken them, or may
+// yet take them when a send of it runs late.
+func (l *slotPermit) releaseUnheld() {
+	l.released.Store(true)
+	l.s.releasing.Add(1)
+	go func() {
+		defer l.s.releasing.Add(-1)
+		l.release()
+	}()
 }
 
 // slotPermit is the slots of one Acquire, of its n keys.

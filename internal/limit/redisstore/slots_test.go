@@ -394,3 +394,46 @@ func TestRedisSlotsClientFailsFast(t *testing.T) {
 			o.DialerRetries, o.MaxRetries, o.DisableIdentity, o.MaintNotificationsConfig)
 	}
 }
+
+// TestRedisSlotsRefusedWhenSentAgain: a slot call whose connection closed
+// while its first send was still on its way to Redis, sent again and
+// refused (the key full), returns no permit; when the first send then
+// runs, after the key has room, it takes nothing: the refusal left word
+// of its release. (It took a slot that no permit held until the slot's
+// TTL.)
+func TestRedisSlotsRefusedWhenSentAgain(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	path := redistest.NewPath(t, srv)
+	ctx := context.Background()
+	r := newTestRedis(t, Config{URL: path.URL(), Timeout: 10 * time.Second})
+	s := newTestSlots(t, r, time.Hour)
+	req := []limit.SlotRequest{{Key: "app-1|/up", Tag: "app-1", Limit: 1}}
+	other, _, err := s.Acquire(ctx, req) // holds the only slot
+	if err != nil || other == nil {
+		t.Fatalf("the first slot: %v", err)
+	}
+	held := path.HoldNext()
+	l, full, err := s.Acquire(ctx, req)
+	if err != nil || l != nil || full != 0 {
+		t.Fatalf("sent again while the key is full: permit %v, full %d, err %v; want refused, the key full", l != nil, full, err)
+	}
+	first := <-held
+	other.Release()
+	eventually.True(t, 10*time.Second, func() bool {
+		n, err := s.SlotCount(ctx, "app-1", "app-1|/up")
+		return err == nil && n == 0 && s.releasing.Load() == 0
+	}, "the slots are not all released")
+	reply, err := path.SendLate(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.SlotCount(ctx, "app-1", "app-1|/up"); err != nil || n != 0 {
+		t.Errorf("the first send, run late (reply %q), holds %d slots (%v) that no permit does; want none", reply, n, err)
+	}
+	if l, _, err := s.Acquire(ctx, req); err != nil || l == nil {
+		t.Errorf("a new request: permit %v, err %v; want the slot", l != nil, err)
+	} else {
+		l.Release()
+	}
+}

@@ -83,7 +83,15 @@ type Meter struct {
 	// model the first one read.
 	priced bool
 	model  string
+	// bom counts the bytes of a leading byte-order mark (U+FEFF, which
+	// the event-stream format says to ignore, and JSON parsers refuse)
+	// matched so far; past is set once the body is past where one may be.
+	bom  int
+	past bool
 }
+
+// byteOrderMark is U+FEFF in UTF-8.
+const byteOrderMark = "\xef\xbb\xbf"
 
 // NewMeter returns a Meter of the paths for a response with the given
 // Content-Type, parsing at most inspect bytes of a JSON body or of one
@@ -119,9 +127,32 @@ func needle(key string) string {
 
 // Write looks at the next bytes of the body. It never fails.
 func (m *Meter) Write(b []byte) (int, error) {
+	n := len(b)
+	if !m.past {
+		// A byte-order mark at the start, maybe split across writes, is
+		// not the body's: skipped. Bytes that only began like one are.
+		for len(b) > 0 && m.bom < len(byteOrderMark) && b[0] == byteOrderMark[m.bom] {
+			m.bom++
+			b = b[1:]
+		}
+		if m.bom == len(byteOrderMark) {
+			m.past = true
+		} else if len(b) > 0 {
+			m.past = true
+			m.write([]byte(byteOrderMark[:m.bom]))
+		}
+	}
+	if len(b) > 0 {
+		m.write(b)
+	}
+	return n, nil
+}
+
+// write looks at the next bytes of the body, past a byte-order mark.
+func (m *Meter) write(b []byte) {
 	if m.sse {
 		m.stream(b)
-		return len(b), nil
+		return
 	}
 	if !m.over {
 		if len(m.buf)+len(b) > m.inspect {
@@ -130,7 +161,6 @@ func (m *Meter) Write(b []byte) (int, error) {
 			m.buf = append(m.buf, b...)
 		}
 	}
-	return len(b), nil
 }
 
 // stream splits b into lines (LF, CRLF or CR, as the event-stream format
@@ -321,6 +351,11 @@ func lookup(v any, p Path) (int64, bool) {
 // Close ends the body: a JSON body is parsed, and the last event of a
 // stream that did not end with an empty line is dispatched.
 func (m *Meter) Close() {
+	if !m.past && m.bom > 0 && m.bom < len(byteOrderMark) {
+		// A body of only the start of a mark: its bytes are the body.
+		m.past = true
+		m.write([]byte(byteOrderMark[:m.bom]))
+	}
 	if m.sse {
 		if len(m.buf) > 0 {
 			m.line(m.buf, false)

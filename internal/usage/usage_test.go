@@ -59,6 +59,13 @@ func TestMeter(t *testing.T) {
 		{"stream without final newline", "text/event-stream", []string{"usage.total_tokens"}, "data: {\"usage\":{\"total_tokens\":5}}", 0, 5, true},
 		{"multi-line data", "text/event-stream", []string{"usage.total_tokens"}, "data: {\"usage\":\ndata: {\"total_tokens\":6}}\n\n", 0, 6, true},
 		{"event over the cap", "text/event-stream", []string{"usage.total_tokens"}, "data: {\"usage\":{\"total_tokens\":5},\"pad\":\"" + strings.Repeat("x", 100) + "\"}\n\n", 50, 0, false},
+		// A byte-order mark at the start is not the body's (the
+		// event-stream format says to ignore it); bytes that only begin
+		// like one are.
+		{"json after a byte-order mark", "application/json", []string{"usage.total_tokens"}, "\ufeff{\"usage\":{\"total_tokens\":21}}", 0, 21, true},
+		{"stream after a byte-order mark", "text/event-stream", []string{"usage.total_tokens"}, "\ufeff" + openAIStream, 0, 21, true},
+		{"json after half a mark", "application/json", []string{"usage.total_tokens"}, "\xef\xbb{\"usage\":{\"total_tokens\":21}}", 0, 0, false},
+		{"json after two marks", "application/json", []string{"usage.total_tokens"}, "\ufeff\ufeff{\"usage\":{\"total_tokens\":21}}", 0, 0, false},
 		{"event after an oversized one", "text/event-stream", []string{"usage.total_tokens"}, "data: \"" + strings.Repeat("x", 100) + "\"\n\ndata: {\"usage\":{\"total_tokens\":5}}\n\n", 50, 5, true},
 	}
 	for _, tc := range tests {

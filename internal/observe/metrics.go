@@ -134,7 +134,7 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 		}, []string{"app", "plan"}),
 		costMissing: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_cost_header_missing_total",
-			Help: "Responses whose cost header was missing or not a whole number ≥ 0, so that the limit's min was charged, by app and rule.",
+			Help: "Responses whose cost (the cost header, or the usage a body rule reads) was missing or invalid, so that the limit's min, or its reserve when it holds one, was charged, by app and rule.",
 		}, []string{"app", "api"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_rules_reloads_total",

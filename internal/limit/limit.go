@@ -277,8 +277,9 @@ const (
 	// Read decides nothing that lasts: it counts nothing, holds nothing,
 	// starts no lockout and never denies the call. Its Result describes
 	// the limit as it stands for a request of Cost units, as a Defer's
-	// would. It is what /usage, `gateway usage` and the fleet's local
-	// share read.
+	// would, with the units held by Hold requests taken from Remaining,
+	// as a Hold's reads. It is what /usage, `gateway usage` and the
+	// fleet's local share read.
 	Read
 )
 

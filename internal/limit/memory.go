@@ -318,7 +318,7 @@ func (m *Memory) decideAll(ns, t int64, reqs []Request, ents []*entry, res []Res
 		if r.Enforced() {
 			at = max(at, x)
 		}
-		if r.Act == Hold && r.Params.Limit > 0 && e.held > 0 {
+		if (r.Act == Hold || r.Act == Read) && r.Params.Limit > 0 && e.held > 0 {
 			e.decide(x, r.Params, r.Units()+e.held, &res[i])
 			var alone Result
 			if e.decide(x, r.Params, r.Units(), &alone); !res[i].Allowed && alone.Allowed && i < 64 {

@@ -114,8 +114,9 @@ var ErrStore = errors.New("the store failed")
 
 // Usage returns what the counters of app's limits hold in store at now,
 // counting nothing: each is read with limit.Read, which starts no
-// lockout. A line's used is the limit's capacity less what remains, plus
-// what charges took past the limit (limit.Result's Over).
+// lockout. A line's used is the limit's capacity less what remains (the
+// units held by requests in flight taken too), plus what charges took past
+// the limit (limit.Result's Over).
 func (rs *Set) Usage(ctx context.Context, store limit.Store, now time.Time, app, key string) ([]UsageLine, error) {
 	targets, err := rs.usageTargets(app, key)
 	if err != nil {

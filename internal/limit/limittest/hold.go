@@ -11,7 +11,8 @@ import (
 // HoldRelease checks the Hold and Release acts on a store, for every
 // algorithm: holds take room without being counted, no more are admitted
 // than the room, a release gives it back, a charge counts, and a denial
-// only for the units held starts no lockout and asks a short wait.
+// only for the units held starts no lockout and asks a short wait; a read
+// sees what the units held leave.
 // newStore returns a fresh store that decides at now.
 func HoldRelease(t *testing.T, newStore func(t *testing.T, now time.Time) limit.Store) {
 	t.Helper()
@@ -44,8 +45,18 @@ func HoldRelease(t *testing.T, newStore func(t *testing.T, now time.Time) limit.
 			if ok || r.RetryAfter <= 0 || r.RetryAfter > limit.HeldRetryAfter {
 				t.Fatalf("hold 4: got %v %+v, want denied, retry within %v", ok, r, limit.HeldRetryAfter)
 			}
+			// A read sees the units held taken from Remaining, as a
+			// hold does (what /usage shows), and holds nothing itself.
+			if _, r := do(limit.Request{Act: limit.Read}); r.Remaining != 0 {
+				t.Fatalf("read with 3 held: %+v, want 0 left", r)
+			}
 			// No lockout: a release makes room at once.
 			do(limit.Request{Act: limit.Release})
+			for range 2 {
+				if _, r := do(limit.Request{Act: limit.Read}); r.Remaining != 1 {
+					t.Fatalf("read with 2 held: %+v, want 1 left", r)
+				}
+			}
 			if ok, r := do(limit.Request{Act: limit.Hold}); !ok {
 				t.Fatalf("hold after a release: denied %+v", r)
 			}
@@ -60,6 +71,9 @@ func HoldRelease(t *testing.T, newStore func(t *testing.T, now time.Time) limit.
 			// Counted 2, held 1: no room.
 			if ok, r := do(limit.Request{Act: limit.Hold}); ok {
 				t.Fatalf("hold with 2 counted and 1 held: admitted %+v", r)
+			}
+			if _, r := do(limit.Request{Act: limit.Read}); r.Remaining != 0 {
+				t.Fatalf("read with 2 counted and 1 held: %+v, want 0 left", r)
 			}
 			do(limit.Request{Act: limit.Release})
 			if ok, r := do(limit.Request{Act: limit.Hold}); !ok || r.Remaining != 0 {

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/eventually"
 	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
@@ -401,18 +400,7 @@ configs:
         by: body:user
         maxBody: ` + strconv.Itoa(maxBody) + "\n"
 	}
-	rules := func(maxBody int) *ruleset.Set {
-		t.Helper()
-		parsed, err := config.Parse("rules.yaml", []byte(yaml(maxBody)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		rs, err := ruleset.Compile(parsed, t0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rs
-	}
+	rules := func(maxBody int) *ruleset.Set { return compileRules(t, yaml(maxBody)) }
 	const warning = "--max-body-memory holds fewer than two request bodies"
 	for _, tc := range []struct {
 		name    string

@@ -113,7 +113,8 @@ func newGW(t *testing.T, rules string, opts ...gwOption) *gw {
 	return newGWWith(t, rules, srv.URL, up, opts...)
 }
 
-func newGWWith(t *testing.T, rules, upstreamURL string, up *upstreamRecorder, opts ...gwOption) *gw {
+// compileRules parses and compiles the rule file rules at t0.
+func compileRules(t testing.TB, rules string) *ruleset.Set {
 	t.Helper()
 	parsed, err := config.Parse("rules.yaml", []byte(rules))
 	if err != nil {
@@ -123,6 +124,12 @@ func newGWWith(t *testing.T, rules, upstreamURL string, up *upstreamRecorder, op
 	if err != nil {
 		t.Fatalf("compiling rules: %v", err)
 	}
+	return rs
+}
+
+func newGWWith(t *testing.T, rules, upstreamURL string, up *upstreamRecorder, opts ...gwOption) *gw {
+	t.Helper()
+	rs := compileRules(t, rules)
 	store, err := limit.NewMemory(limit.MemoryConfig{})
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
 )
 
@@ -24,15 +23,7 @@ configs:
 
 func compilePlans(t *testing.T, chat string) *ruleset.Set {
 	t.Helper()
-	parsed, err := config.Parse("rules.yaml", []byte(strings.ReplaceAll(planRules, "%CHAT%", chat)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := ruleset.Compile(parsed, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rs
+	return compileRules(t, strings.ReplaceAll(planRules, "%CHAT%", chat))
 }
 
 // TestPlansThroughReload checks that an app on a plan gets the plan's

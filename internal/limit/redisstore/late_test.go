@@ -632,6 +632,26 @@ func TestRedisChargeOnNewConnWrittenBack(t *testing.T) {
 	}
 }
 
+// newBoundStore returns a store on url, ready, closed when the test ends,
+// with no leases nor deny cache, whose callers wait 100ms for Redis and
+// whose whole call is bounded at 100ms + 1s + 3 × 1s; with breaker, its
+// breaker opens at the first failure and waits an hour before a probe.
+func newBoundStore(t *testing.T, url string, breaker bool) *Store {
+	t.Helper()
+	cfg := Config{URL: url, Timeout: 100 * time.Millisecond, MaxTimeout: time.Second, DialTimeout: time.Second,
+		PoolTimeout: 100 * time.Millisecond, Leases: -1, DenyCacheSize: -1}
+	if breaker {
+		cfg.BreakerThreshold, cfg.BreakerBackoff = 1, time.Hour
+	}
+	red, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { red.Close() })
+	eventually.True(t, 30*time.Second, func() bool { return red.Ready(context.Background()) == nil }, "Redis not ready")
+	return red
+}
+
 // TestRedisCloseAwaitsLateCalls closes a store while a call whose caller
 // stopped waiting is still in flight, Redis stopped, and its request was
 // admitted locally: Close waits for the call's answer (Redis, back,
@@ -640,14 +660,8 @@ func TestRedisChargeOnNewConnWrittenBack(t *testing.T) {
 func TestRedisCloseAwaitsLateCalls(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	// The bound of a whole call: 100ms + 1s + 3 × 1s.
-	red, err := New(Config{URL: srv.URL(), Timeout: 100 * time.Millisecond, MaxTimeout: time.Second, DialTimeout: time.Second,
-		PoolTimeout: 100 * time.Millisecond, Leases: -1, DenyCacheSize: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	red := newBoundStore(t, srv.URL(), false)
 	ctx := context.Background()
-	eventually.True(t, 30*time.Second, func() bool { return red.Ready(ctx) == nil }, "Redis not ready")
 	p := &limit.Params{Algorithm: "fixed_window", Limit: 1, Window: 1000 * time.Hour}
 	g := newFailLocal(red, "closing-late|/", p)
 	eventually.True(t, 30*time.Second, func() bool { return g.allow() == nil }, "Redis did not decide the first request")
@@ -685,14 +699,8 @@ func TestRedisCloseAwaitsLateCalls(t *testing.T) {
 func TestRedisLastFlushWaitsForRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	// The bound of a whole call: 100ms + 1s + 3 × 1s.
-	red, err := New(Config{URL: srv.URL(), Timeout: 100 * time.Millisecond, MaxTimeout: time.Second, DialTimeout: time.Second,
-		PoolTimeout: 100 * time.Millisecond, Leases: -1, DenyCacheSize: -1, BreakerThreshold: 1, BreakerBackoff: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
+	red := newBoundStore(t, srv.URL(), true)
 	ctx := context.Background()
-	eventually.True(t, 30*time.Second, func() bool { return red.Ready(ctx) == nil }, "Redis not ready")
 	p := &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: 1000 * time.Hour}
 	g := newFailLocal(red, "last-flush|/", p)
 	srv.Pause()
@@ -740,16 +748,9 @@ func TestRedisTimedOutWriteBackNotSentAgain(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	path := redistest.NewPath(t, srv)
-	// The bound of a whole call: 100ms + 1s + 3 × 1s. The breaker's
-	// backoff is long: the test starts each flush itself.
-	red, err := New(Config{URL: path.URL(), Timeout: 100 * time.Millisecond, MaxTimeout: time.Second, DialTimeout: time.Second,
-		PoolTimeout: 100 * time.Millisecond, Leases: -1, DenyCacheSize: -1, BreakerThreshold: 1, BreakerBackoff: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { red.Close() })
+	// The breaker's backoff is long: the test starts each flush itself.
+	red := newBoundStore(t, path.URL(), true)
 	ctx := context.Background()
-	eventually.True(t, 30*time.Second, func() bool { return red.Ready(ctx) == nil }, "Redis not ready")
 	p := &limit.Params{Algorithm: "fixed_window", Limit: 100, Window: 1000 * time.Hour}
 	g := newFailLocal(red, "resent-wb|/", p)
 	eventually.True(t, 30*time.Second, func() bool { return g.allow() == nil }, "Redis did not decide the first request")

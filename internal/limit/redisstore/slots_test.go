@@ -148,10 +148,7 @@ func TestRedisSlotsStall(t *testing.T) {
 	if err := <-sleeping; err != nil {
 		t.Fatal(err)
 	}
-	eventually.True(t, 30*time.Second, func() bool {
-		n, err := s.SlotCount(ctx, "app-1", "app-1|/up")
-		return err == nil && n == 0
-	}, "the slot of the call Redis ran after its stall is still held")
+	slotsFreed(t, s, "app-1", "app-1|/up", "the slot of the call Redis ran after its stall is still held")
 }
 
 // TestRedisSlotReleasedFirst: a release that Redis runs before the call
@@ -325,11 +322,8 @@ func clusterSteps(t *testing.T, steps []clusterStep) {
 // Its release then clears the slot. (The call failed to the fail mode.)
 func TestRedisSlotsClosedConnSentAgain(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	path := redistest.NewPath(t, srv)
+	srv, path, s := slotsOnPath(t)
 	ctx := context.Background()
-	r := newTestRedis(t, Config{URL: path.URL(), Timeout: 10 * time.Second})
-	s := newTestSlots(t, r, time.Hour)
 	req := []limit.SlotRequest{{Key: "app-1|/up", Tag: "app-1", Limit: 1}}
 	// Once before, so that Redis knows the script (EVALSHA).
 	l, _, err := s.Acquire(ctx, req)
@@ -337,10 +331,7 @@ func TestRedisSlotsClosedConnSentAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Release()
-	eventually.True(t, 10*time.Second, func() bool {
-		n, err := s.SlotCount(ctx, "app-1", "app-1|/up")
-		return err == nil && n == 0
-	}, "the first slot is still held")
+	slotsFreed(t, s, "app-1", "app-1|/up", "the first slot is still held")
 	// The call's answer is held back until its connection is closed.
 	hold := make(chan struct{})
 	defer close(hold)
@@ -369,10 +360,7 @@ func TestRedisSlotsClosedConnSentAgain(t *testing.T) {
 		t.Errorf("%d slots held (%v), want 1", n, err)
 	}
 	a.l.Release()
-	eventually.True(t, 10*time.Second, func() bool {
-		n, err := s.SlotCount(ctx, "app-1", "app-1|/up")
-		return err == nil && n == 0
-	}, "the slot is still held after its release")
+	slotsFreed(t, s, "app-1", "app-1|/up", "the slot is still held after its release")
 }
 
 // TestRedisSlotsClientFailsFast: the concurrency slots' client is set as
@@ -403,11 +391,8 @@ func TestRedisSlotsClientFailsFast(t *testing.T) {
 // TTL.)
 func TestRedisSlotsRefusedWhenSentAgain(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	path := redistest.NewPath(t, srv)
+	_, path, s := slotsOnPath(t)
 	ctx := context.Background()
-	r := newTestRedis(t, Config{URL: path.URL(), Timeout: 10 * time.Second})
-	s := newTestSlots(t, r, time.Hour)
 	req := []limit.SlotRequest{{Key: "app-1|/up", Tag: "app-1", Limit: 1}}
 	other, _, err := s.Acquire(ctx, req) // holds the only slot
 	if err != nil || other == nil {
@@ -436,4 +421,25 @@ func TestRedisSlotsRefusedWhenSentAgain(t *testing.T) {
 	} else {
 		l.Release()
 	}
+}
+
+// slotsFreed waits until key (of tag) holds no slot in s, and fails the
+// test with what otherwise.
+func slotsFreed(t *testing.T, s *Slots, tag, key, what string) {
+	t.Helper()
+	eventually.True(t, 30*time.Second, func() bool {
+		n, err := s.SlotCount(context.Background(), tag, key)
+		return err == nil && n == 0
+	}, "%s", what)
+}
+
+// slotsOnPath returns a Redis server, a path to it, and the Slots (an
+// hour's TTL) of a store that reaches it through the path, whose callers
+// wait up to 10s.
+func slotsOnPath(t *testing.T) (*redistest.Server, *redistest.Path, *Slots) {
+	t.Helper()
+	srv := redistest.Start(t)
+	path := redistest.NewPath(t, srv)
+	r := newTestRedis(t, Config{URL: path.URL(), Timeout: 10 * time.Second})
+	return srv, path, newTestSlots(t, r, time.Hour)
 }

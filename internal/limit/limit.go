@@ -277,9 +277,9 @@ const (
 	// Read decides nothing that lasts: it counts nothing, holds nothing,
 	// starts no lockout and never denies the call. Its Result describes
 	// the limit as it stands for a request of Cost units, as a Defer's
-	// would, with the units held by Hold requests taken from Remaining,
-	// as a Hold's reads. It is what /usage, `gateway usage` and the
-	// fleet's local share read.
+	// would, and the units Hold requests hold on the key (Result.Held).
+	// It is what /usage, `gateway usage` and the fleet's local share
+	// read.
 	Read
 )
 
@@ -366,6 +366,11 @@ type Result struct {
 	// tolerance, in intervals of Window/Limit); sliding_log the
 	// admissions in the window beyond Limit (see slState).
 	Over int64
+	// Held is, for a Read, the units that admitted Hold requests hold on
+	// the key, not yet released: Remaining leaves them out, and a Hold
+	// must find room beside them. It is 0 for every other act, and for a
+	// limit of 0 or -1.
+	Held int64
 }
 
 // Store keeps counter state and decides requests.

@@ -282,6 +282,7 @@ func (m *Memory) allow(_ context.Context, now time.Time, reqs []Request, res []R
 			if r.Act == Read && r.Params.Limit > 0 {
 				// At the instant it was decided at, as its Remaining.
 				res[i].Over = e.state.Over(max(t, e.ahead), r.Params)
+				res[i].Held = e.held
 			}
 			if r.Act == Read && allowed && at == ns && e.ahead > ns {
 				// Decided at its key's queue's end: from now, the
@@ -318,7 +319,7 @@ func (m *Memory) decideAll(ns, t int64, reqs []Request, ents []*entry, res []Res
 		if r.Enforced() {
 			at = max(at, x)
 		}
-		if (r.Act == Hold || r.Act == Read) && r.Params.Limit > 0 && e.held > 0 {
+		if r.Act == Hold && r.Params.Limit > 0 && e.held > 0 {
 			e.decide(x, r.Params, r.Units()+e.held, &res[i])
 			var alone Result
 			if e.decide(x, r.Params, r.Units(), &alone); !res[i].Allowed && alone.Allowed && i < 64 {

@@ -114,9 +114,9 @@ var ErrStore = errors.New("the store failed")
 
 // Usage returns what the counters of app's limits hold in store at now,
 // counting nothing: each is read with limit.Read, which starts no
-// lockout. A line's used is the limit's capacity less what remains (the
-// units held by requests in flight taken too), plus what charges took past
-// the limit (limit.Result's Over).
+// lockout. A line's used is the limit's capacity less what remains, plus
+// what charges took past the limit (limit.Result's Over) and the units
+// held by requests in flight (Held), which remaining leaves out.
 func (rs *Set) Usage(ctx context.Context, store limit.Store, now time.Time, app, key string) ([]UsageLine, error) {
 	targets, err := rs.usageTargets(app, key)
 	if err != nil {
@@ -141,9 +141,11 @@ func (rs *Set) Usage(ctx context.Context, store limit.Store, now time.Time, app,
 				return nil, fmt.Errorf("reading %s: %w: %w", t.key, ErrStore, err)
 			}
 			// What charges took past the limit (a cost read from the
-			// response) is used too: Remaining stays 0 then.
-			rem := res[0].Remaining
-			used := max(cl.Params.Capacity()-rem, 0) + res[0].Over
+			// response) is used too: Remaining stays 0 then. So are
+			// the units held by requests in flight (a reserve, a count
+			// rule's provisional unit): a request finds room beside them.
+			rem := max(res[0].Remaining-res[0].Held, 0)
+			used := max(cl.Params.Capacity()-res[0].Remaining, 0) + res[0].Over + res[0].Held
 			if cl.Params.Limit == 0 {
 				used = 0
 			}

@@ -8,10 +8,12 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/ratelimit-gateway/gateway/internal/config"
+	"github.com/ratelimit-gateway/gateway/internal/eventually"
 	"github.com/ratelimit-gateway/gateway/internal/gwtest"
 	"github.com/ratelimit-gateway/gateway/internal/limit"
 	"github.com/ratelimit-gateway/gateway/internal/limit/redisstore"
@@ -287,6 +289,78 @@ configs:
 				if money["used"] != "0.0012" || money["remaining"] != "0.00" {
 					t.Errorf("the priced limit's money: %v, want used 0.0012, remaining 0.00", money)
 				}
+			}
+		})
+	}
+}
+
+// TestUsageCountsHeld checks GET /usage of a limit whose requests are in
+// flight, on both stores: a count rule holds a unit per request until
+// its response, and the usage says them used, the room a new request
+// finds remaining; once the responses (not counted) are in, none. (It
+// read used 0, remaining 5 while requests were refused for the units
+// held.)
+func TestUsageCountsHeld(t *testing.T) {
+	t.Parallel()
+	const rules = `
+configs:
+  - appId: acme
+    limits:
+      - {api: /login, limit: 5, unit: 900, count: {status: [401]}}
+`
+	for _, kind := range []string{"memory", "redis"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			var store limit.Store
+			clock := gwtest.NewClock(t0)
+			if kind == "redis" {
+				red, err := redisstore.New(redisstoretest.WithDecisionClock(redisstore.Config{URL: redistest.Start(t).URL(), Timeout: 5 * time.Second}, clock.Now))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { red.Close() })
+				store = red
+			} else {
+				store, _ = limit.NewMemory(limit.MemoryConfig{})
+			}
+			answer := make(chan struct{})
+			var once sync.Once
+			respond := func() { once.Do(func() { close(answer) }) }
+			up := func(http.ResponseWriter, *http.Request) { <-answer }
+			g, admin := usageGWOf(t, rules, up, store, nil)
+			t.Cleanup(respond) // before the upstream closes, on a failure
+
+			g.clock = clock
+			done := make(chan int, 3)
+			for range 3 {
+				go func() {
+					r := httptest.NewRequest("GET", "/login", nil)
+					r.Header.Set("X-App-Id", "acme")
+					w := httptest.NewRecorder()
+					g.h.ServeHTTP(w, r)
+					done <- w.Code
+				}()
+			}
+			usage := func() (used, remaining any) {
+				code, body := adminDo(t, admin, "GET", "/usage?app=acme", "tok")
+				if code != 200 {
+					t.Fatalf("GET /usage: %d %v", code, body)
+				}
+				line := body["limits"].([]any)[0].(map[string]any)
+				return line["used"], line["remaining"]
+			}
+			eventually.True(t, 30*time.Second, func() bool {
+				used, remaining := usage()
+				return used == 3.0 && remaining == 2.0
+			}, "three requests in flight: /usage does not read used 3, remaining 2")
+			respond()
+			for range 3 {
+				if code := <-done; code != 200 {
+					t.Errorf("a request in flight: %d, want 200", code)
+				}
+			}
+			if used, remaining := usage(); used != 0.0 || remaining != 5.0 {
+				t.Errorf("after the responses (not counted): used %v, remaining %v; want 0, 5", used, remaining)
 			}
 		})
 	}

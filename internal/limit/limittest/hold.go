@@ -12,7 +12,7 @@ import (
 // algorithm: holds take room without being counted, no more are admitted
 // than the room, a release gives it back, a charge counts, and a denial
 // only for the units held starts no lockout and asks a short wait; a read
-// sees what the units held leave.
+// says the units held.
 // newStore returns a fresh store that decides at now.
 func HoldRelease(t *testing.T, newStore func(t *testing.T, now time.Time) limit.Store) {
 	t.Helper()
@@ -45,16 +45,16 @@ func HoldRelease(t *testing.T, newStore func(t *testing.T, now time.Time) limit.
 			if ok || r.RetryAfter <= 0 || r.RetryAfter > limit.HeldRetryAfter {
 				t.Fatalf("hold 4: got %v %+v, want denied, retry within %v", ok, r, limit.HeldRetryAfter)
 			}
-			// A read sees the units held taken from Remaining, as a
-			// hold does (what /usage shows), and holds nothing itself.
-			if _, r := do(limit.Request{Act: limit.Read}); r.Remaining != 0 {
-				t.Fatalf("read with 3 held: %+v, want 0 left", r)
+			// A read says the units held (what /usage shows), beside
+			// a Remaining that leaves them out, and holds nothing.
+			if _, r := do(limit.Request{Act: limit.Read}); r.Remaining != 3 || r.Held != 3 {
+				t.Fatalf("read with 3 held: %+v, want 3 left and 3 held", r)
 			}
 			// No lockout: a release makes room at once.
 			do(limit.Request{Act: limit.Release})
 			for range 2 {
-				if _, r := do(limit.Request{Act: limit.Read}); r.Remaining != 1 {
-					t.Fatalf("read with 2 held: %+v, want 1 left", r)
+				if _, r := do(limit.Request{Act: limit.Read}); r.Remaining != 3 || r.Held != 2 {
+					t.Fatalf("read with 2 held: %+v, want 3 left and 2 held", r)
 				}
 			}
 			if ok, r := do(limit.Request{Act: limit.Hold}); !ok {
@@ -72,8 +72,8 @@ func HoldRelease(t *testing.T, newStore func(t *testing.T, now time.Time) limit.
 			if ok, r := do(limit.Request{Act: limit.Hold}); ok {
 				t.Fatalf("hold with 2 counted and 1 held: admitted %+v", r)
 			}
-			if _, r := do(limit.Request{Act: limit.Read}); r.Remaining != 0 {
-				t.Fatalf("read with 2 counted and 1 held: %+v, want 0 left", r)
+			if _, r := do(limit.Request{Act: limit.Read}); r.Remaining != 1 || r.Held != 1 {
+				t.Fatalf("read with 2 counted and 1 held: %+v, want 1 left and 1 held", r)
 			}
 			do(limit.Request{Act: limit.Release})
 			if ok, r := do(limit.Request{Act: limit.Hold}); !ok || r.Remaining != 0 {

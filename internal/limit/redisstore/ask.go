@@ -305,9 +305,10 @@ func (r *Store) decideOnce(ctx context.Context, m memo, keys []string, reqs []li
 		}
 		d.grants[i] = leaseGrant{n: w[4], span: time.Duration(w[5]) * time.Microsecond, bucket: w[6]}
 		if reqs[i].Act == limit.Read {
-			// A read leases nothing: its slot of tokens leased holds the
-			// units past the limit (redis.lua).
-			res[i].Over, d.grants[i] = w[4], leaseGrant{}
+			// A read leases nothing: its slots of tokens leased and of
+			// their bucket's end hold the units past the limit and those
+			// held (redis.lua).
+			res[i].Over, res[i].Held, d.grants[i] = w[4], w[5], leaseGrant{}
 		}
 		d.ages[i] = -1
 		if w[7] >= 0 {

@@ -72,7 +72,7 @@
 -- The reply is {allowed, then for each limit: allowed, remaining, reset
 -- (µs), retry after (µs), tokens leased (for a read, which leases none,
 -- the units past the limit: limit.Result's Over), the time their bucket ends
--- (µs), the bucket's number (left and bucket below), and the time since
+-- (µs; for a read, the units held: limit.Result's Held), the bucket's number (left and bucket below), and the time since
 -- the key's last lease of a token beyond its request (µs; -1 for none:
 -- no gateway may hold tokens of it to give back); then the number of limits
 -- sent to their overflow counter (budget.lua)}, with 1 and 0 for true and false.

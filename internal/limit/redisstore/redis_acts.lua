@@ -138,12 +138,13 @@ local function act(n, now, at, allowed)
       out[no + 4] = at - now
     end
     out[no + 5] = r.span and p.cost or 0
-    if p.read and p.limit > 0 then
-      -- A read leases nothing: the slot says what the key holds past
-      -- the limit, at the instant it was decided at.
-      out[no + 5] = p.a.over(K[i], p, max(now, AH[i]), V[i])
-    end
     out[no + 6] = r.span or 0
+    if p.read and p.limit > 0 then
+      -- A read leases nothing: its slots say what the key holds past
+      -- the limit, at the instant it was decided at, and the units held.
+      out[no + 5] = p.a.over(K[i], p, max(now, AH[i]), V[i])
+      out[no + 6] = H[i]
+    end
     out[no + 7] = r.span and p.a.bucket(p, r) or 0
     out[no + 8] = LT[i] and now - LT[i] or -1
     no = no + 8

@@ -286,7 +286,7 @@ local function decideKey(key, p, a, st, held, lk, units, x)
   elseif p.limit == 0 or p.cost > capacity(p) then
     -- Blocked, or a cost it can never admit (Params.Capacity).
     r = { ok = false, remaining = 0, reset = p.window, retry = p.window }
-  elseif (p.hold or p.read) and held > 0 then
+  elseif p.hold and held > 0 then
     -- Room for this request's units and every unit held.
     if p.cost + held > capacity(p) then
       r = { ok = false, remaining = 0, reset = p.window, retry = p.window }

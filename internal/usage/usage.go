@@ -86,7 +86,7 @@ type Meter struct {
 	// bom counts the bytes of a leading byte-order mark (U+FEFF, which
 	// the event-stream format says to ignore, and JSON parsers refuse)
 	// matched so far; past is set once the body is past where one may be.
-	bom  int
+	bom  uint8
 	past bool
 }
 
@@ -131,15 +131,17 @@ func (m *Meter) Write(b []byte) (int, error) {
 	if !m.past {
 		// A byte-order mark at the start, maybe split across writes, is
 		// not the body's: skipped. Bytes that only began like one are.
-		for len(b) > 0 && m.bom < len(byteOrderMark) && b[0] == byteOrderMark[m.bom] {
+		for len(b) > 0 && int(m.bom) < len(byteOrderMark) && b[0] == byteOrderMark[m.bom] {
 			m.bom++
 			b = b[1:]
 		}
-		if m.bom == len(byteOrderMark) {
+		if int(m.bom) == len(byteOrderMark) {
 			m.past = true
 		} else if len(b) > 0 {
 			m.past = true
-			m.write([]byte(byteOrderMark[:m.bom]))
+			if m.bom > 0 {
+				m.write([]byte(byteOrderMark[:m.bom]))
+			}
 		}
 	}
 	if len(b) > 0 {
@@ -351,7 +353,7 @@ func lookup(v any, p Path) (int64, bool) {
 // Close ends the body: a JSON body is parsed, and the last event of a
 // stream that did not end with an empty line is dispatched.
 func (m *Meter) Close() {
-	if !m.past && m.bom > 0 && m.bom < len(byteOrderMark) {
+	if !m.past && m.bom > 0 && int(m.bom) < len(byteOrderMark) {
 		// A body of only the start of a mark: its bytes are the body.
 		m.past = true
 		m.write([]byte(byteOrderMark[:m.bom]))

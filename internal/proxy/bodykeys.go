@@ -281,10 +281,13 @@ func (b *bodyKeys) load(r *http.Request, lims []*ruleset.Limit) {
 	b.head = buf
 	b.late = errors.Is(err, os.ErrDeadlineExceeded)
 	b.full = enforced && errors.Is(err, errBodyMemory)
-	if err != nil || len(buf) > limit || !shallow(buf) {
+	// A byte-order mark at the start is not the document's: RFC 8259,
+	// section 8.1, lets a parser ignore one.
+	text := bytes.TrimPrefix(buf, []byte("\xef\xbb\xbf"))
+	if err != nil || len(buf) > limit || !shallow(text) {
 		return // broken, too long or too deep: no values
 	}
-	dec := json.NewDecoder(bytes.NewReader(buf))
+	dec := json.NewDecoder(bytes.NewReader(text))
 	dec.UseNumber()
 	var doc map[string]any
 	if dec.Decode(&doc) != nil {

@@ -74,6 +74,10 @@ func TestBodyKeys(t *testing.T) {
 		{name: "model", path: "/v1/chat/completions", body: `{"model":"gpt-4o","messages":[]}`, key: "gpt-4o", status: 200},
 		{name: "same model", path: "/v1/chat/completions", body: `{"messages":[], "model" : "gpt-4o"}`, key: "gpt-4o", status: 429},
 		{name: "another model", path: "/v1/chat/completions", body: `{"model":"o3"}`, chunked: true, key: "o3", status: 200},
+		// A byte-order mark before the document is not the document's
+		// (RFC 8259, section 8.1).
+		{name: "after a byte-order mark", path: "/v1/chat/completions", body: "\ufeff{\"model\":\"o8\"}", key: "o8", status: 200},
+		{name: "same model after a mark", path: "/v1/chat/completions", body: "\ufeff{\"model\":\"gpt-4o\"}", key: "gpt-4o", status: 429},
 		{name: "no model: shared", path: "/v1/chat/completions", body: `{"messages":[]}`, key: "", status: 200},
 		{name: "malformed: shared", path: "/v1/chat/completions", body: `{"model":"o4"`, key: "", status: 429},
 		{name: "over maxBody: shared", path: "/v1/chat/completions", body: long, key: "", status: 429},

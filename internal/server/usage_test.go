@@ -244,18 +244,8 @@ configs:
 	for _, kind := range []string{"memory", "redis"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			var store limit.Store
 			clock := gwtest.NewClock(t0)
-			if kind == "redis" {
-				red, err := redisstore.New(redisstoretest.WithDecisionClock(redisstore.Config{URL: redistest.Start(t).URL(), Timeout: 5 * time.Second}, clock.Now))
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { red.Close() })
-				store = red
-			} else {
-				store, _ = limit.NewMemory(limit.MemoryConfig{})
-			}
+			store := usageStore(t, kind, clock)
 			g, admin := usageGWOf(t, rules, up, store, nil)
 			g.clock = clock
 			do := func(api string) int {
@@ -311,18 +301,8 @@ configs:
 	for _, kind := range []string{"memory", "redis"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			var store limit.Store
 			clock := gwtest.NewClock(t0)
-			if kind == "redis" {
-				red, err := redisstore.New(redisstoretest.WithDecisionClock(redisstore.Config{URL: redistest.Start(t).URL(), Timeout: 5 * time.Second}, clock.Now))
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { red.Close() })
-				store = red
-			} else {
-				store, _ = limit.NewMemory(limit.MemoryConfig{})
-			}
+			store := usageStore(t, kind, clock)
 			answer := make(chan struct{})
 			var once sync.Once
 			respond := func() { once.Do(func() { close(answer) }) }
@@ -364,4 +344,20 @@ configs:
 			}
 		})
 	}
+}
+
+// usageStore returns a store of kind, "memory" or "redis" (a server of
+// its own, deciding on clock).
+func usageStore(t *testing.T, kind string, clock *gwtest.Clock) limit.Store {
+	t.Helper()
+	if kind != "redis" {
+		m, _ := limit.NewMemory(limit.MemoryConfig{})
+		return m
+	}
+	red, err := redisstore.New(redisstoretest.WithDecisionClock(redisstore.Config{URL: redistest.Start(t).URL(), Timeout: 5 * time.Second}, clock.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { red.Close() })
+	return red
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/ratelimit-gateway/gateway/internal/config"
 	"github.com/ratelimit-gateway/gateway/internal/observe"
 	"github.com/ratelimit-gateway/gateway/internal/ruleset"
+	"github.com/ratelimit-gateway/gateway/internal/usage"
 )
 
 // This file reads the fields of a request's JSON body that limits count by
@@ -283,7 +284,7 @@ func (b *bodyKeys) load(r *http.Request, lims []*ruleset.Limit) {
 	b.full = enforced && errors.Is(err, errBodyMemory)
 	// A byte-order mark at the start is not the document's: RFC 8259,
 	// section 8.1, lets a parser ignore one.
-	text := bytes.TrimPrefix(buf, []byte("\xef\xbb\xbf"))
+	text := bytes.TrimPrefix(buf, []byte(usage.ByteOrderMark))
 	if err != nil || len(buf) > limit || !shallow(text) {
 		return // broken, too long or too deep: no values
 	}

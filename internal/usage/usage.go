@@ -90,8 +90,9 @@ type Meter struct {
 	past bool
 }
 
-// byteOrderMark is U+FEFF in UTF-8.
-const byteOrderMark = "\xef\xbb\xbf"
+// ByteOrderMark is U+FEFF in UTF-8, which a body may start with and a
+// reader skips (the event-stream format; RFC 8259 lets a JSON parser).
+const ByteOrderMark = "\xef\xbb\xbf"
 
 // NewMeter returns a Meter of the paths for a response with the given
 // Content-Type, parsing at most inspect bytes of a JSON body or of one
@@ -131,16 +132,16 @@ func (m *Meter) Write(b []byte) (int, error) {
 	if !m.past {
 		// A byte-order mark at the start, maybe split across writes, is
 		// not the body's: skipped. Bytes that only began like one are.
-		for len(b) > 0 && int(m.bom) < len(byteOrderMark) && b[0] == byteOrderMark[m.bom] {
+		for len(b) > 0 && int(m.bom) < len(ByteOrderMark) && b[0] == ByteOrderMark[m.bom] {
 			m.bom++
 			b = b[1:]
 		}
-		if int(m.bom) == len(byteOrderMark) {
+		if int(m.bom) == len(ByteOrderMark) {
 			m.past = true
 		} else if len(b) > 0 {
 			m.past = true
 			if m.bom > 0 {
-				m.write([]byte(byteOrderMark[:m.bom]))
+				m.write([]byte(ByteOrderMark[:m.bom]))
 			}
 		}
 	}
@@ -353,10 +354,10 @@ func lookup(v any, p Path) (int64, bool) {
 // Close ends the body: a JSON body is parsed, and the last event of a
 // stream that did not end with an empty line is dispatched.
 func (m *Meter) Close() {
-	if !m.past && m.bom > 0 && int(m.bom) < len(byteOrderMark) {
+	if !m.past && m.bom > 0 && int(m.bom) < len(ByteOrderMark) {
 		// A body of only the start of a mark: its bytes are the body.
 		m.past = true
-		m.write([]byte(byteOrderMark[:m.bom]))
+		m.write([]byte(ByteOrderMark[:m.bom]))
 	}
 	if m.sse {
 		if len(m.buf) > 0 {
